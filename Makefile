@@ -1,0 +1,47 @@
+# Two commands do all set-up: `make test` and `make demo`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# torch-scatter/torch-sparse have no wheels for current torch: build them once into a cache outside the repo.
+WHEEL_CACHE ?= $(HOME)/.cache/streamgnn/wheels
+SHARED_WHEELS := $(wildcard ../shared/wheels)
+FIND_LINKS := --find-links $(WHEEL_CACHE) $(if $(SHARED_WHEELS),--find-links $(SHARED_WHEELS))
+TORCH_PIN := torch==2.13.0
+EXTRA_PINS := torch-scatter==2.1.2 torch-sparse==0.6.18
+export OMP_WAIT_POLICY ?= passive
+
+.PHONY: setup test lint format demo bench clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip wheel setuptools
+	$(PIP) install -q $(TORCH_PIN) numpy
+	mkdir -p $(WHEEL_CACHE)
+	$(PIP) install -q --no-index $(FIND_LINKS) $(EXTRA_PINS) 2>/dev/null || \
+	  ( $(PIP) wheel --no-build-isolation --no-deps -w $(WHEEL_CACHE) $(EXTRA_PINS) && \
+	    $(PIP) install -q --no-index $(FIND_LINKS) $(EXTRA_PINS) )
+	$(PIP) install -q $(FIND_LINKS) -e '.[dev]' $(TORCH_PIN)
+	touch $@
+
+setup: $(VENV)/.installed
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: setup lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+demo: setup
+	$(VENV)/bin/streamgnn demo
+
+bench: setup
+	$(VENV)/bin/streamgnn bench store --quick
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,32 @@
+"""The exceptions streamgnn raises. Catch ``StreamGNNError`` to handle any of them."""
+
+
+class StreamGNNError(Exception):
+    """Base of every error raised by streamgnn."""
+
+
+class EventValidationError(StreamGNNError, ValueError):
+    """An event or batch breaks the event schema; the message names the field and row."""
+
+
+class CodecError(StreamGNNError, ValueError):
+    """A payload could not be decoded (bad magic, version, truncated column, malformed JSON)."""
+
+
+class UnknownNodeError(StreamGNNError, KeyError):
+    """A query named a node id the store has never seen."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class CheckpointError(StreamGNNError):
+    """A checkpoint is missing, truncated, tampered with or of an unsupported format."""
+
+
+class ConfigError(StreamGNNError, ValueError):
+    """A configuration value is out of range or inconsistent with the stream."""
+
+
+class ConnectorError(StreamGNNError):
+    """A source or sink failed in a way that retrying will not fix."""

@@ -1,0 +1,256 @@
+"""EventBatch: the one currency between sources and the store.
+
+A batch is columnar (numpy) so that decoding, validation and insertion all run over arrays,
+never per-event Python objects. Row-level problems (NaN time, unknown kind) become dead letters;
+structural problems (columns of different lengths, wrong shapes) raise, since no row can be trusted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from .errors import EventValidationError
+
+
+class EventKind(IntEnum):
+    EDGE_ADD = 0
+    EDGE_DELETE = 1
+    NODE_UPDATE = 2
+
+
+KIND_NAMES = {"edge_add": EventKind.EDGE_ADD, "edge_delete": EventKind.EDGE_DELETE, "node_update": EventKind.NODE_UPDATE}
+KIND_LABELS = {v: k for k, v in KIND_NAMES.items()}
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """An event that was not applied, with the reason and enough context to find and replay it."""
+
+    reason: str
+    where: str
+    payload: bytes | str | None = None
+    index: int = -1
+    eid: int | None = None
+
+
+def _as_ids(name: str, values) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise EventValidationError(f"column '{name}' must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind in "iu":
+        if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+            raise EventValidationError(f"column '{name}' has ids above int64 range")
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind in "UO":
+        if arr.size == 0:
+            return np.empty(0, dtype=object)
+        out = arr.astype(object)
+        bad = [i for i, v in enumerate(out) if not isinstance(v, str | int | np.integer) or isinstance(v, bool)]
+        if bad:
+            raise EventValidationError(
+                f"column '{name}' row {bad[0]}: node id must be int or str, got {type(out[bad[0]]).__name__}"
+            )
+        if all(isinstance(v, int | np.integer) for v in out):
+            return out.astype(np.int64)
+        if any(isinstance(v, int | np.integer) for v in out):
+            raise EventValidationError(f"column '{name}' mixes int and str node ids; use one id type per stream")
+        return out
+    if arr.dtype.kind == "f":
+        if arr.size and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
+            raise EventValidationError(f"column '{name}' holds non-integer floats; node ids must be int or str")
+        return arr.astype(np.int64)
+    raise EventValidationError(f"column '{name}' has dtype {arr.dtype}; node ids must be int64 or str")
+
+
+def _as_numeric(name: str, values, dtype, ndim: int) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.ndim != ndim:
+        raise EventValidationError(f"column '{name}' must be {ndim}-D, got shape {arr.shape}")
+    if arr.dtype.kind not in "iufb" or arr.dtype.kind == "b":
+        raise EventValidationError(f"column '{name}' must be numeric, got dtype {arr.dtype}")
+    return arr.astype(dtype, copy=False)
+
+
+@dataclass(frozen=True, eq=False)
+class EventBatch:
+    """A columnar batch of graph events.
+
+    ``src``/``dst`` hold external node ids (int64, or Python str in an object array). For a node
+    update ``dst`` is ignored (by convention equal to ``src``). ``features`` has one row per event:
+    edge features for edge adds, the new node features for node updates; its width is fixed per stream.
+    """
+
+    kind: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    t: np.ndarray
+    eid: np.ndarray
+    weight: np.ndarray | None = None
+    features: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.kind)
+        cols = {"src": self.src, "dst": self.dst, "t": self.t, "eid": self.eid}
+        if self.weight is not None:
+            cols["weight"] = self.weight
+        if self.features is not None:
+            cols["features"] = self.features
+        for name, col in cols.items():
+            if len(col) != n:
+                raise EventValidationError(f"column '{name}' has {len(col)} rows but 'kind' has {n}")
+        if self.src.dtype != self.dst.dtype and n:
+            raise EventValidationError(f"src dtype {self.src.dtype} differs from dst dtype {self.dst.dtype}")
+
+    @classmethod
+    def from_columns(
+        cls,
+        *,
+        src,
+        dst=None,
+        t,
+        eid,
+        kind=None,
+        weight=None,
+        features=None,
+    ) -> EventBatch:
+        """Build a batch from array-likes, coercing dtypes and raising on structural errors."""
+        src_a = _as_ids("src", src)
+        n = len(src_a)
+        dst_a = src_a if dst is None else _as_ids("dst", dst)
+        if n and dst_a.dtype != src_a.dtype:
+            raise EventValidationError(f"src holds {src_a.dtype} ids but dst holds {dst_a.dtype}; use one id type")
+        if kind is None:
+            kind_a = np.zeros(n, dtype=np.int8)
+        else:
+            kind_raw = np.asarray(kind)
+            if kind_raw.dtype.kind in "UO":
+                try:
+                    kind_raw = np.array([int(KIND_NAMES.get(k, k)) for k in kind_raw.tolist()], dtype=np.int64)
+                except (TypeError, ValueError) as exc:
+                    raise EventValidationError(f"column 'kind': {exc}; use one of {sorted(KIND_NAMES)}") from exc
+            kind_a = _as_numeric("kind", kind_raw, np.int64, 1)
+            if kind_a.size and (kind_a.min() < -128 or kind_a.max() > 127):
+                raise EventValidationError("column 'kind' out of int8 range")
+            kind_a = kind_a.astype(np.int8)
+        t_a = _as_numeric("t", t, np.float64, 1)
+        eid_raw = np.asarray(eid)
+        if eid_raw.dtype.kind == "f":
+            if eid_raw.size and not np.all(np.isfinite(eid_raw) & (eid_raw == np.round(eid_raw))):
+                raise EventValidationError("column 'eid' holds non-integer values")
+        eid_a = _as_numeric("eid", eid_raw, np.int64, 1)
+        w_a = None if weight is None else _as_numeric("weight", weight, np.float32, 1)
+        f_a = None
+        if features is not None:
+            f_a = _as_numeric("features", features, np.float32, 2)
+        return cls(kind_a, src_a, dst_a, t_a, eid_a, w_a, f_a)
+
+    @classmethod
+    def empty(cls, feature_dim: int | None = None, weighted: bool = False) -> EventBatch:
+        ids = np.empty(0, dtype=np.int64)
+        return cls(
+            np.empty(0, np.int8),
+            ids,
+            ids,
+            np.empty(0, np.float64),
+            np.empty(0, np.int64),
+            np.empty(0, np.float32) if weighted else None,
+            None if feature_dim is None else np.empty((0, feature_dim), np.float32),
+        )
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @property
+    def feature_dim(self) -> int | None:
+        return None if self.features is None else self.features.shape[1]
+
+    @property
+    def string_ids(self) -> bool:
+        return self.src.dtype == object
+
+    def take(self, index) -> EventBatch:
+        """Rows ``index`` (a mask, slice or integer array) as a new batch."""
+        return EventBatch(
+            self.kind[index],
+            self.src[index],
+            self.dst[index],
+            self.t[index],
+            self.eid[index],
+            None if self.weight is None else self.weight[index],
+            None if self.features is None else self.features[index],
+        )
+
+    def __getitem__(self, index) -> EventBatch:
+        if isinstance(index, int | np.integer):
+            index = slice(int(index), int(index) + 1 if index != -1 else None)
+        return self.take(index)
+
+    def split(self, size: int) -> Iterable[EventBatch]:
+        """Consecutive batches of at most ``size`` events."""
+        for start in range(0, len(self), size):
+            yield self.take(slice(start, start + size))
+
+    def sorted_by_time(self) -> EventBatch:
+        """Stable sort by time (ties keep arrival order)."""
+        order = np.argsort(self.t, kind="stable")
+        return self.take(order)
+
+    def validate(self, where: str = "batch") -> tuple[EventBatch, list[DeadLetter]]:
+        """Split into the valid rows and a dead letter for each invalid one."""
+        n = len(self)
+        reasons: list[str | None] = [None] * n
+        bad = np.zeros(n, dtype=bool)
+
+        def mark(mask: np.ndarray, reason: str) -> None:
+            for i in np.flatnonzero(mask & ~bad):
+                reasons[i] = reason
+            bad[:] |= mask
+
+        mark(~np.isin(self.kind, [int(k) for k in EventKind]), "unknown event kind (expected 0/1/2)")
+        mark(~np.isfinite(self.t), "time is NaN or infinite")
+        mark(np.isfinite(self.t) & (self.t < 0), "time is negative")
+        if self.weight is not None:
+            mark(~np.isfinite(self.weight), "weight is NaN or infinite")
+        if self.features is not None and self.features.size:
+            mark(~np.isfinite(self.features).all(axis=1), "features hold NaN or infinite values")
+        if self.string_ids:
+            empty = np.array([not s for s in self.src], dtype=bool) | np.array([not s for s in self.dst], dtype=bool)
+            mark(empty, "empty node id")
+        if not bad.any():
+            return self, []
+        letters = [
+            DeadLetter(reason=f"{reasons[i]} (t={self.t[i]!r})", where=where, index=int(i), eid=int(self.eid[i]))
+            for i in np.flatnonzero(bad)
+        ]
+        return self.take(~bad), letters
+
+
+def concat(batches: Sequence[EventBatch]) -> EventBatch:
+    """Concatenate batches of one stream (same id type, same feature width)."""
+    batches = [b for b in batches if len(b)]
+    if not batches:
+        return EventBatch.empty()
+    if len(batches) == 1:
+        return batches[0]
+    widths = {b.feature_dim for b in batches}
+    if len(widths) > 1:
+        raise EventValidationError(f"cannot concatenate batches with feature widths {sorted(map(str, widths))}")
+    weighted = {b.weight is not None for b in batches}
+    if len(weighted) > 1:
+        raise EventValidationError("cannot concatenate weighted and unweighted batches")
+    id_obj = {b.string_ids for b in batches}
+    if len(id_obj) > 1:
+        raise EventValidationError("cannot concatenate batches with int and str node ids")
+    return EventBatch(
+        np.concatenate([b.kind for b in batches]),
+        np.concatenate([b.src for b in batches]),
+        np.concatenate([b.dst for b in batches]),
+        np.concatenate([b.t for b in batches]),
+        np.concatenate([b.eid for b in batches]),
+        None if batches[0].weight is None else np.concatenate([b.weight for b in batches]),
+        None if batches[0].features is None else np.concatenate([b.features for b in batches]),
+    )
