@@ -22,7 +22,11 @@ class EventKind(IntEnum):
     NODE_UPDATE = 2
 
 
-KIND_NAMES = {"edge_add": EventKind.EDGE_ADD, "edge_delete": EventKind.EDGE_DELETE, "node_update": EventKind.NODE_UPDATE}
+KIND_NAMES = {
+    "edge_add": EventKind.EDGE_ADD,
+    "edge_delete": EventKind.EDGE_DELETE,
+    "node_update": EventKind.NODE_UPDATE,
+}
 KIND_LABELS = {v: k for k, v in KIND_NAMES.items()}
 
 
@@ -49,7 +53,9 @@ def _as_ids(name: str, values) -> np.ndarray:
         if arr.size == 0:
             return np.empty(0, dtype=object)
         out = arr.astype(object)
-        bad = [i for i, v in enumerate(out) if not isinstance(v, str | int | np.integer) or isinstance(v, bool)]
+        bad = [
+            i for i, v in enumerate(out) if not isinstance(v, str | int | np.integer) or isinstance(v, bool)
+        ]
         if bad:
             raise EventValidationError(
                 f"column '{name}' row {bad[0]}: node id must be int or str, got {type(out[bad[0]]).__name__}"
@@ -57,11 +63,15 @@ def _as_ids(name: str, values) -> np.ndarray:
         if all(isinstance(v, int | np.integer) for v in out):
             return out.astype(np.int64)
         if any(isinstance(v, int | np.integer) for v in out):
-            raise EventValidationError(f"column '{name}' mixes int and str node ids; use one id type per stream")
+            raise EventValidationError(
+                f"column '{name}' mixes int and str node ids; use one id type per stream"
+            )
         return out
     if arr.dtype.kind == "f":
         if arr.size and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
-            raise EventValidationError(f"column '{name}' holds non-integer floats; node ids must be int or str")
+            raise EventValidationError(
+                f"column '{name}' holds non-integer floats; node ids must be int or str"
+            )
         return arr.astype(np.int64)
     raise EventValidationError(f"column '{name}' has dtype {arr.dtype}; node ids must be int64 or str")
 
@@ -122,25 +132,33 @@ class EventBatch:
         n = len(src_a)
         dst_a = src_a if dst is None else _as_ids("dst", dst)
         if n and dst_a.dtype != src_a.dtype:
-            raise EventValidationError(f"src holds {src_a.dtype} ids but dst holds {dst_a.dtype}; use one id type")
+            raise EventValidationError(
+                f"src holds {src_a.dtype} ids but dst holds {dst_a.dtype}; use one id type"
+            )
         if kind is None:
             kind_a = np.zeros(n, dtype=np.int8)
         else:
             kind_raw = np.asarray(kind)
             if kind_raw.dtype.kind in "UO":
                 try:
-                    kind_raw = np.array([int(KIND_NAMES.get(k, k)) for k in kind_raw.tolist()], dtype=np.int64)
+                    kind_raw = np.array(
+                        [int(KIND_NAMES.get(k, k)) for k in kind_raw.tolist()], dtype=np.int64
+                    )
                 except (TypeError, ValueError) as exc:
-                    raise EventValidationError(f"column 'kind': {exc}; use one of {sorted(KIND_NAMES)}") from exc
+                    raise EventValidationError(
+                        f"column 'kind': {exc}; use one of {sorted(KIND_NAMES)}"
+                    ) from exc
             kind_a = _as_numeric("kind", kind_raw, np.int64, 1)
             if kind_a.size and (kind_a.min() < -128 or kind_a.max() > 127):
                 raise EventValidationError("column 'kind' out of int8 range")
             kind_a = kind_a.astype(np.int8)
         t_a = _as_numeric("t", t, np.float64, 1)
         eid_raw = np.asarray(eid)
-        if eid_raw.dtype.kind == "f":
-            if eid_raw.size and not np.all(np.isfinite(eid_raw) & (eid_raw == np.round(eid_raw))):
-                raise EventValidationError("column 'eid' holds non-integer values")
+        integral = (
+            np.isfinite(eid_raw) & (eid_raw == np.round(eid_raw)) if eid_raw.dtype.kind == "f" else True
+        )
+        if not np.all(integral):
+            raise EventValidationError("column 'eid' holds non-integer values")
         eid_a = _as_numeric("eid", eid_raw, np.int64, 1)
         w_a = None if weight is None else _as_numeric("weight", weight, np.float32, 1)
         f_a = None
@@ -218,12 +236,16 @@ class EventBatch:
         if self.features is not None and self.features.size:
             mark(~np.isfinite(self.features).all(axis=1), "features hold NaN or infinite values")
         if self.string_ids:
-            empty = np.array([not s for s in self.src], dtype=bool) | np.array([not s for s in self.dst], dtype=bool)
+            empty = np.array([not s for s in self.src], dtype=bool) | np.array(
+                [not s for s in self.dst], dtype=bool
+            )
             mark(empty, "empty node id")
         if not bad.any():
             return self, []
         letters = [
-            DeadLetter(reason=f"{reasons[i]} (t={self.t[i]!r})", where=where, index=int(i), eid=int(self.eid[i]))
+            DeadLetter(
+                reason=f"{reasons[i]} (t={self.t[i]!r})", where=where, index=int(i), eid=int(self.eid[i])
+            )
             for i in np.flatnonzero(bad)
         ]
         return self.take(~bad), letters
@@ -238,7 +260,9 @@ def concat(batches: Sequence[EventBatch]) -> EventBatch:
         return batches[0]
     widths = {b.feature_dim for b in batches}
     if len(widths) > 1:
-        raise EventValidationError(f"cannot concatenate batches with feature widths {sorted(map(str, widths))}")
+        raise EventValidationError(
+            f"cannot concatenate batches with feature widths {sorted(map(str, widths))}"
+        )
     weighted = {b.weight is not None for b in batches}
     if len(weighted) > 1:
         raise EventValidationError("cannot concatenate weighted and unweighted batches")

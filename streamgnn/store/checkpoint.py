@@ -1,0 +1,213 @@
+"""Atomic, verifiable store checkpoints: plain ``.npy`` arrays plus a JSON manifest, never pickle.
+
+Layout: ``ROOT/ckpt-NNNNNN/{manifest.json, *.npy}`` and ``ROOT/LATEST`` naming the newest. A version
+directory is written under a temporary name, fsynced, then renamed; ``LATEST`` is replaced the same way,
+so a crash at any point leaves the previous good checkpoint in place. Every array carries its SHA-256
+and the manifest the store's content hash, so truncation or tampering is refused on load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import CheckpointError
+from . import kernels as K
+from .dedup import SeenIds
+from .idmap import NodeIdMap
+
+if TYPE_CHECKING:
+    from .graph import TemporalGraphStore
+
+FORMAT = "streamgnn-store"
+FORMAT_VERSION = 1
+_VERSION_DIR = re.compile(r"^ckpt-(\d{6,})$")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def versions(root: Path) -> list[int]:
+    """Checkpoint versions present under ``root``, oldest first."""
+    if not root.is_dir():
+        return []
+    found = (_VERSION_DIR.match(p.name) for p in root.iterdir() if p.is_dir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def write_checkpoint(root: Path, arrays: dict[str, np.ndarray], manifest: dict, keep: int = 2) -> Path:
+    """Write arrays + manifest as a new version under ``root`` atomically; prune to ``keep`` versions."""
+    root.mkdir(parents=True, exist_ok=True)
+    existing = versions(root)
+    version = (existing[-1] + 1) if existing else 1
+    final = root / f"ckpt-{version:06d}"
+    tmp = root / f".tmp-ckpt-{version:06d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    entries = {}
+    for name, arr in arrays.items():
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+        data = buf.getvalue()
+        _write_file(tmp / f"{name}.npy", data)
+        entries[name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    manifest = {
+        **manifest,
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "version": version,
+        "created_unix": time.time(),
+        "arrays": entries,
+    }
+    _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True).encode())
+    _fsync_dir(tmp)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    _write_file(root / "LATEST.tmp", final.name.encode())
+    os.replace(root / "LATEST.tmp", root / "LATEST")
+    _fsync_dir(root)
+    for old in versions(root)[:-keep] if keep > 0 else []:
+        shutil.rmtree(root / f"ckpt-{old:06d}", ignore_errors=True)
+    return final
+
+
+def read_checkpoint(root: Path, version: int | None = None) -> tuple[dict, dict[str, np.ndarray]]:
+    """Manifest and verified arrays of ``version`` (default: the one LATEST names)."""
+    others = versions(root)
+    hint = f" Versions present: {others}; load an older one with version=N." if others else ""
+    if version is None:
+        try:
+            name = (root / "LATEST").read_text().strip()
+        except OSError as exc:
+            raise CheckpointError(f"no checkpoint at {root}: LATEST is missing ({exc}).{hint}") from exc
+    else:
+        name = f"ckpt-{version:06d}"
+    d = root / name
+    try:
+        manifest = json.loads((d / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {d} has no readable manifest ({exc}).{hint}") from exc
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {d} is format {manifest.get('format')!r} v{manifest.get('format_version')!r}; "
+            f"this streamgnn reads {FORMAT!r} v{FORMAT_VERSION}"
+        )
+    arrays = {}
+    for key, meta in manifest.get("arrays", {}).items():
+        path = d / f"{key}.npy"
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint {d} lacks array {key!r} ({exc}).{hint}") from exc
+        if len(data) != meta["bytes"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
+            raise CheckpointError(
+                f"checkpoint {d}: array {key!r} is truncated or altered (size {len(data)} vs "
+                f"{meta['bytes']}, checksum mismatch).{hint}"
+            )
+        try:
+            arrays[key] = np.load(io.BytesIO(data), allow_pickle=False)
+        except ValueError as exc:
+            raise CheckpointError(
+                f"checkpoint {d}: array {key!r} is not a plain array ({exc}).{hint}"
+            ) from exc
+    return manifest, arrays
+
+
+def save_store(
+    store: TemporalGraphStore, root: Path, source_offsets: dict[str, int] | None, keep: int
+) -> Path:
+    if source_offsets is not None:
+        store.source_offsets = dict(source_offsets)
+    manifest = {
+        "kind": "store",
+        "config": {
+            "num_partitions": store.config.num_partitions,
+            "allowed_lateness": store.config.allowed_lateness,
+        },
+        "id_kind": store.ids.kind,
+        "watermark": store.watermark,
+        "counts": {
+            "nodes": store.num_nodes,
+            "edges": store.num_edges,
+            "node_updates": store.num_node_updates,
+        },
+        "source_offsets": store.source_offsets,
+        "content_hash": store.content_hash(),
+    }
+    return write_checkpoint(root, store.logical_arrays(), manifest, keep)
+
+
+def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
+    from .graph import StoreConfig, TemporalGraphStore
+
+    manifest, a = read_checkpoint(root, version)
+    if manifest.get("kind") != "store":
+        raise CheckpointError(f"{root} holds a {manifest.get('kind')!r} checkpoint, not a store")
+    try:
+        cfg = manifest["config"]
+        store = TemporalGraphStore(StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"])))
+        kind = manifest["id_kind"]
+        if kind == "str":
+            offs, raw = a["ext_str_offsets"], a["ext_str_bytes"].tobytes()
+            ext = np.empty(len(offs) - 1, dtype=object)
+            ext[:] = [raw[offs[i] : offs[i + 1]].decode() for i in range(len(offs) - 1)]
+        else:
+            ext = a.get("ext_int", np.zeros(0, np.int64))
+        store.ids = NodeIdMap.from_external(kind, ext)
+        store.watermark = float(manifest["watermark"])
+        store.partition = a["partition"].astype(np.int32)
+        store.start, store.deg, store.pool = _blocks(a["adj_indptr"], a["adj"])
+        store.cap = store.deg.copy()
+        store.ustart, store.udeg, store.upool = _blocks(a["upd_indptr"], a["upd_adj"])
+        store.ucap = store.udeg.copy()
+        store.edge_t = a["edge_t"].copy()
+        store.edge_del = a["edge_del"].copy()
+        store.del_src, store.del_dst, store.del_t = (
+            a["del_src"].copy(),
+            a["del_dst"].copy(),
+            a["del_t"].copy(),
+        )
+        store.upd_t, store.upd_node = a["upd_t"].copy(), a["upd_node"].copy()
+        store.edge_weight = a["edge_weight"].copy() if "edge_weight" in a else None
+        store.edge_feat = a["edge_feat"].copy() if "edge_feat" in a else None
+        store.node_feat = a["node_feat"].copy() if "node_feat" in a else None
+        store.seen = SeenIds.from_arrays(a["seen_pages"], a["seen_bits"])
+        c = store.counters
+        c[K.USED], c[K.UUSED] = len(store.pool), len(store.upool)
+        c[K.EDGES], c[K.UPDATES], c[K.DELETIONS] = len(store.edge_t), len(store.upd_t), len(store.del_t)
+        store.source_offsets = {str(k): int(v) for k, v in manifest.get("source_offsets", {}).items()}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise CheckpointError(f"checkpoint under {root} is inconsistent: {exc!r}") from exc
+    if store.content_hash() != manifest.get("content_hash"):
+        raise CheckpointError(f"checkpoint under {root} does not reproduce its content hash; refusing it")
+    return store
+
+
+def _blocks(indptr: np.ndarray, adj: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    start = indptr[:-1].astype(np.int64)
+    deg = np.diff(indptr).astype(np.int64)
+    return start, deg, adj.astype(np.int32).reshape(-1, 2).copy()
+
+
+__all__ = ["load_store", "read_checkpoint", "save_store", "versions", "write_checkpoint"]

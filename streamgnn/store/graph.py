@@ -1,0 +1,608 @@
+"""TemporalGraphStore: a temporal graph that grows in O(batch) and answers time-travel queries.
+
+Every node owns one time-ordered block of incident edges (both directions, see ``kernels``), so a
+sampler finds "edges before t" with one binary search and inserting a batch touches only the blocks of
+the batch's endpoints. Events are applied in arrival order by one sequential kernel, so the content
+never depends on where batch boundaries fell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import EventValidationError, UnknownNodeError
+from ..events import DeadLetter, EventBatch, EventKind
+from ..partition import hash_partition
+from . import kernels as K
+from .dedup import SeenIds
+from .idmap import NodeIdMap
+
+GROWTH = 1.5
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """``allowed_lateness``: how far (in stream time) behind the newest event a late event may be and
+    still be placed in time order; later ones are dead-lettered. ``inf`` accepts any order."""
+
+    num_partitions: int = 1
+    allowed_lateness: float = math.inf
+
+    def __post_init__(self) -> None:
+        if self.num_partitions < 1:
+            raise EventValidationError(f"num_partitions must be >= 1, got {self.num_partitions}")
+        if not (self.allowed_lateness >= 0):
+            raise EventValidationError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
+
+
+@dataclass
+class IngestReport:
+    applied: int = 0
+    duplicates: int = 0
+    late: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class TCSRView:
+    """The flat arrays a Numba kernel reads (no copies; valid until the next ingest)."""
+
+    start: np.ndarray
+    deg: np.ndarray
+    pool: np.ndarray
+    edge_t: np.ndarray
+    edge_del: np.ndarray
+    num_nodes: int
+    num_edges: int
+
+
+@dataclass(frozen=True)
+class EdgeTable:
+    """Edges by internal edge id; ``src``/``dst`` are internal node ids."""
+
+    eid: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    t: np.ndarray
+    weight: np.ndarray | None
+    deleted_at: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.eid)
+
+
+def _grow(arr: np.ndarray, n: int, fill=0) -> np.ndarray:
+    """``arr`` with room for ``n`` rows (x1.5 amortized), new rows set to ``fill``."""
+    if n <= len(arr):
+        return arr
+    new_len = max(n, int(len(arr) * GROWTH) + 16)
+    out = np.empty((new_len, *arr.shape[1:]), arr.dtype)
+    out[: len(arr)] = arr
+    out[len(arr) :] = fill
+    return out
+
+
+def _live(deleted_at: np.ndarray, t: float) -> np.ndarray:
+    """Not deleted at ``t``; a never-deleted edge (inf) stays live even for ``t = inf`` ("now")."""
+    return (deleted_at > t) | np.isposinf(deleted_at)
+
+
+def _payload(batch: EventBatch, i: int) -> str:
+    """The original event as JSON for the dead letter (a plain repr where JSON cannot hold it)."""
+    from ..codec import encode_json_event
+    from ..errors import CodecError
+
+    try:
+        return encode_json_event(batch, i).decode()
+    except CodecError:
+        fields = {
+            "kind": batch.kind[i],
+            "src": batch.src[i],
+            "dst": batch.dst[i],
+            "t": batch.t[i],
+            "eid": batch.eid[i],
+        }
+        return repr({k: _py(v) for k, v in fields.items()})
+
+
+def _py(x):
+    """A numpy scalar as a plain Python value, for readable messages."""
+    return x.item() if hasattr(x, "item") else x
+
+
+class TemporalGraphStore:
+    def __init__(self, config: StoreConfig | None = None) -> None:
+        self.config = config or StoreConfig()
+        self.ids = NodeIdMap()
+        self.watermark = -math.inf
+        self.seen = SeenIds()
+        self.counters = np.zeros(K.NUM_COUNTERS, np.int64)
+        self.partition = np.zeros(0, np.int32)
+        self.start = np.zeros(0, np.int64)
+        self.deg = np.zeros(0, np.int64)
+        self.cap = np.zeros(0, np.int64)
+        self.pool = np.zeros((0, 2), np.int32)
+        self.edge_t = np.zeros(0, np.float64)
+        self.edge_del = np.zeros(0, np.float64)
+        self.edge_weight: np.ndarray | None = None
+        self.edge_feat: np.ndarray | None = None
+        self.ustart = np.zeros(0, np.int64)
+        self.udeg = np.zeros(0, np.int64)
+        self.ucap = np.zeros(0, np.int64)
+        self.upool = np.zeros((0, 2), np.int32)
+        self.upd_t = np.zeros(0, np.float64)
+        self.upd_node = np.zeros(0, np.int32)
+        self.node_feat: np.ndarray | None = None
+        self.del_src = np.zeros(0, np.int32)
+        self.del_dst = np.zeros(0, np.int32)
+        self.del_t = np.zeros(0, np.float64)
+        self.source_offsets: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_nodes(self) -> int:
+        return self.ids.size
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.counters[K.EDGES])
+
+    @property
+    def num_node_updates(self) -> int:
+        return int(self.counters[K.UPDATES])
+
+    @property
+    def edge_feature_dim(self) -> int | None:
+        return None if self.edge_feat is None else self.edge_feat.shape[1]
+
+    @property
+    def node_feature_dim(self) -> int | None:
+        return None if self.node_feat is None else self.node_feat.shape[1]
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, batch: EventBatch, where: str = "ingest") -> IngestReport:
+        """Apply a batch; bad, late or unmatched events become dead letters, duplicates are skipped."""
+        report = IngestReport()
+        if not len(batch):
+            return report
+        valid, letters = batch.validate(where)
+        report.dead_letters.extend(dataclasses.replace(d, payload=_payload(batch, d.index)) for d in letters)
+        orig = np.delete(np.arange(len(batch)), [d.index for d in letters])
+
+        def reject(rows: np.ndarray, reason) -> None:
+            for i in rows:
+                j = int(orig[i])
+                report.dead_letters.append(
+                    DeadLetter(reason(i), where, _payload(batch, j), j, int(batch.eid[j]))
+                )
+
+        mismatch = self._reject_stream_mismatch(valid)
+        if mismatch:
+            reject(range(len(valid)), lambda i: mismatch)
+            return report
+        keep = self.seen.first_unseen(valid.eid)
+        report.duplicates = int((~keep).sum())
+        ev, orig = valid.take(keep), orig[keep]
+        if not len(ev):
+            return report
+        wm_before = np.maximum.accumulate(np.concatenate([[self.watermark], ev.t]))[:-1]
+        too_late = ev.t < wm_before - self.config.allowed_lateness
+        reject(
+            np.flatnonzero(too_late),
+            lambda i: (
+                f"event at t={_py(ev.t[i])!r} is {wm_before[i] - ev.t[i]:g} behind the stream (newest "
+                f"t={_py(wm_before[i])!r}), beyond allowed_lateness={self.config.allowed_lateness:g}"
+            ),
+        )
+        ev, orig, late = ev.take(~too_late), orig[~too_late], (ev.t < wm_before)[~too_late]
+        if len(ev):
+            self.watermark = max(self.watermark, float(ev.t.max()))
+        src, dst = self._map_ids(ev)
+        unknown = (src < 0) | ((dst < 0) & (ev.kind == EventKind.EDGE_DELETE))
+        if unknown.any():
+            reject(
+                np.flatnonzero(unknown),
+                lambda i: f"delete names an unknown node ({_py(ev.src[i])!r} -> {_py(ev.dst[i])!r})",
+            )
+            ok = ~unknown
+            ev, orig, late, src, dst = ev.take(ok), orig[ok], late[ok], src[ok], dst[ok]
+        status, edge_of, upd_of = self._apply(ev, src, dst, late)
+        reject(
+            np.flatnonzero(status == 1),
+            lambda i: (
+                f"delete matched no live edge {_py(ev.src[i])!r} -> {_py(ev.dst[i])!r} at t={_py(ev.t[i])!r}"
+            ),
+        )
+        self._write_payloads(ev, edge_of, upd_of)
+        report.applied = int((status == 0).sum())
+        report.late = int(late.sum())
+        return report
+
+    def _reject_stream_mismatch(self, ev: EventBatch) -> str | None:
+        kind = "str" if ev.string_ids else "int"
+        if self.ids.kind is not None and len(ev) and kind != self.ids.kind:
+            return f"batch has {kind} node ids but this stream uses {self.ids.kind} ids"
+        width = ev.feature_dim
+        if width is None:
+            return None
+        for label, dim, k in (
+            ("edge", self.edge_feature_dim, EventKind.EDGE_ADD),
+            ("node", self.node_feature_dim, EventKind.NODE_UPDATE),
+        ):
+            if dim is not None and dim != width and (ev.kind == k).any():
+                return f"{label} feature width changed from {dim} to {width}; the width is fixed per stream"
+        return None
+
+    def _map_ids(self, ev: EventBatch) -> tuple[np.ndarray, np.ndarray]:
+        n = len(ev)
+        both = np.empty(2 * n, dtype=ev.src.dtype)
+        both[0::2], both[1::2] = ev.src, ev.dst
+        insert = np.empty(2 * n, bool)
+        insert[0::2] = ev.kind != EventKind.EDGE_DELETE
+        insert[1::2] = ev.kind == EventKind.EDGE_ADD
+        before = self.ids.size
+        mapped = self.ids.map(both, insert)
+        src, dst = mapped[0::2], mapped[1::2]
+        dst = np.where(ev.kind == EventKind.NODE_UPDATE, src, dst)
+        if self.ids.size > before:
+            self._add_nodes(before, self.ids.size)
+        return src, dst
+
+    def _add_nodes(self, lo: int, hi: int) -> None:
+        for name in ("start", "deg", "cap", "ustart", "udeg", "ucap"):
+            setattr(self, name, _grow(getattr(self, name), hi))
+        self.partition = _grow(self.partition, hi)
+        self.partition[lo:hi] = hash_partition(
+            self.ids.external(np.arange(lo, hi)), self.config.num_partitions
+        )
+
+    def _apply(self, ev, src, dst, late):
+        n = len(ev)
+        n_add = int((ev.kind == EventKind.EDGE_ADD).sum())
+        n_del = int((ev.kind == EventKind.EDGE_DELETE).sum())
+        n_upd = int((ev.kind == EventKind.NODE_UPDATE).sum())
+        c = self.counters
+        self.edge_t = _grow(self.edge_t, int(c[K.EDGES]) + n_add)
+        if n_del and not len(self.edge_del):
+            self.edge_del = np.full(len(self.edge_t), np.inf)
+        if len(self.edge_del):
+            self.edge_del = _grow(self.edge_del, len(self.edge_t), np.inf)
+        self.del_src = _grow(self.del_src, int(c[K.DELETIONS]) + n_del)
+        self.del_dst = _grow(self.del_dst, int(c[K.DELETIONS]) + n_del)
+        self.del_t = _grow(self.del_t, int(c[K.DELETIONS]) + n_del)
+        self.upd_t = _grow(self.upd_t, int(c[K.UPDATES]) + n_upd)
+        self.upd_node = _grow(self.upd_node, int(c[K.UPDATES]) + n_upd)
+        status = np.zeros(n, np.int8)
+        edge_of = np.full(n, -1, np.int64)
+        upd_of = np.full(n, -1, np.int64)
+        i = 0
+        while True:
+            i = K.apply_events(
+                ev.kind,
+                src,
+                dst,
+                ev.t,
+                late,
+                i,
+                self.start,
+                self.deg,
+                self.cap,
+                self.pool,
+                self.edge_t,
+                self.edge_del,
+                self.del_src,
+                self.del_dst,
+                self.del_t,
+                self.ustart,
+                self.udeg,
+                self.ucap,
+                self.upool,
+                self.upd_t,
+                self.upd_node,
+                c,
+                status,
+                edge_of,
+                upd_of,
+            )
+            if i >= n:
+                break
+            self._make_room(i, ev, src, dst)
+        self._maybe_compact()
+        return status, edge_of, upd_of
+
+    def _make_room(self, i: int, ev: EventBatch, src: np.ndarray, dst: np.ndarray) -> None:
+        """Compact or grow the pool that stopped event ``i`` (the kernel's own worst-case need)."""
+        adj = ev.kind[i] != EventKind.NODE_UPDATE
+        if adj:
+            used, garbage, pool = K.USED, K.GARBAGE, self.pool
+            need = 2 * (K.grown(self.cap[src[i]]) + K.grown(self.cap[dst[i]]))
+        else:
+            used, garbage, pool = K.UUSED, K.UGARBAGE, self.upool
+            need = 2 * K.grown(self.ucap[src[i]])
+        if self.counters[garbage] > len(pool) // 4:
+            self._compact(adj)
+            if self.counters[used] + need <= len(pool):
+                return
+            pool = self.pool if adj else self.upool
+        bigger = np.zeros((max(int(len(pool) * GROWTH) + 1024, int(self.counters[used]) + need), 2), np.int32)
+        bigger[: len(pool)] = pool
+        if adj:
+            self.pool = bigger
+        else:
+            self.upool = bigger
+
+    def _maybe_compact(self) -> None:
+        for adj, used, garbage in ((True, K.USED, K.GARBAGE), (False, K.UUSED, K.UGARBAGE)):
+            if self.counters[garbage] > 0.5 * self.counters[used] and self.counters[garbage] > 4096:
+                self._compact(adj)
+
+    def _compact(self, adj: bool) -> None:
+        if adj:
+            start, deg, cap, pool, used, garbage = (
+                self.start,
+                self.deg,
+                self.cap,
+                self.pool,
+                K.USED,
+                K.GARBAGE,
+            )
+        else:
+            start, deg, cap, pool, used, garbage = (
+                self.ustart,
+                self.udeg,
+                self.ucap,
+                self.upool,
+                K.UUSED,
+                K.UGARBAGE,
+            )
+        new_pool = np.zeros_like(pool)
+        self.counters[used] = K.compact(start, deg, cap, pool, self.num_nodes, new_pool)
+        self.counters[garbage] = 0
+        if adj:
+            self.pool = new_pool
+        else:
+            self.upool = new_pool
+
+    def _write_payloads(self, ev: EventBatch, edge_of: np.ndarray, upd_of: np.ndarray) -> None:
+        made = edge_of >= 0
+        n_edges = self.num_edges
+        if ev.weight is not None and self.edge_weight is None and made.any():
+            self.edge_weight = np.ones(len(self.edge_t), np.float32)
+        if self.edge_weight is not None:
+            self.edge_weight = _grow(self.edge_weight, n_edges, 1.0)
+            if ev.weight is not None:
+                self.edge_weight[edge_of[made]] = ev.weight[made]
+        if ev.features is not None and self.edge_feat is None and made.any():
+            self.edge_feat = np.zeros((len(self.edge_t), ev.feature_dim), np.float32)
+        if self.edge_feat is not None:
+            self.edge_feat = _grow(self.edge_feat, n_edges)
+            if ev.features is not None:
+                self.edge_feat[edge_of[made]] = ev.features[made]
+        upd = upd_of >= 0
+        if ev.features is not None and self.node_feat is None and upd.any():
+            self.node_feat = np.zeros((len(self.upd_t), ev.feature_dim), np.float32)
+        if self.node_feat is not None:
+            self.node_feat = _grow(self.node_feat, self.num_node_updates)
+            if ev.features is not None:
+                self.node_feat[upd_of[upd]] = ev.features[upd]
+
+    # ------------------------------------------------------------------ queries
+    def view(self) -> TCSRView:
+        return TCSRView(
+            self.start, self.deg, self.pool, self.edge_t, self.edge_del, self.num_nodes, self.num_edges
+        )
+
+    def node_index(self, ext_ids, *, strict: bool = True) -> np.ndarray:
+        """Internal ids of external ids; unknown ids raise (``strict``) or map to -1."""
+        arr = np.asarray(ext_ids, dtype=object if self.ids.kind == "str" else None)
+        if arr.ndim == 0:
+            arr = arr.reshape(1)
+        got = self.ids.lookup(arr)
+        if strict and (got < 0).any():
+            bad = arr[got < 0][:5].tolist()
+            raise UnknownNodeError(f"unknown node ids {bad}: the store has not seen them in any event")
+        return got
+
+    def external_ids(self, internal) -> np.ndarray:
+        return self.ids.external(internal)
+
+    def neighbors(self, node, t: float = math.inf, direction: str = "both") -> EdgeTable:
+        """Edges incident to external ``node`` valid at ``t``, in time order (``direction``: out/in/both)."""
+        if direction not in ("out", "in", "both"):
+            raise EventValidationError(f"direction must be 'out', 'in' or 'both', got {direction!r}")
+        v = int(self.node_index([node])[0])
+        block = self.pool[self.start[v] : self.start[v] + self.deg[v]]
+        codes = block[:, 1].astype(np.int64)
+        e = np.where(codes >= 0, codes, -codes - 1)
+        ok = self.edge_t[e] <= t
+        if len(self.edge_del):
+            ok &= _live(self.edge_del[e], t)
+        if direction == "out":
+            ok &= codes >= 0
+        elif direction == "in":
+            ok &= codes < 0
+        e, nbr, codes = e[ok], block[ok, 0].astype(np.int64), codes[ok]
+        src = np.where(codes >= 0, v, nbr)
+        dst = np.where(codes >= 0, nbr, v)
+        return self._table(e, src, dst)
+
+    def _table(self, e: np.ndarray, src: np.ndarray, dst: np.ndarray) -> EdgeTable:
+        deleted = self.edge_del[e] if len(self.edge_del) else np.full(len(e), np.inf)
+        weight = None if self.edge_weight is None else self.edge_weight[e]
+        return EdgeTable(e, src, dst, self.edge_t[e], weight, deleted)
+
+    def edges(self) -> EdgeTable:
+        """Every stored edge (deleted ones too, with their deletion time), by internal edge id."""
+        n = self.num_edges
+        src = np.empty(n, np.int64)
+        dst = np.empty(n, np.int64)
+        K.edge_endpoints(self.start, self.deg, self.pool, self.num_nodes, src, dst)
+        return self._table(np.arange(n), src, dst)
+
+    def snapshot(self, t: float) -> EdgeTable:
+        """The edges valid at ``t``: time <= t and not deleted at t."""
+        table = self.edges()
+        ok = (table.t <= t) & _live(table.deleted_at, t)
+        return self._subset(table, ok)
+
+    def window(self, t0: float, t1: float) -> EdgeTable:
+        """The edges that arrived in [t0, t1), whatever happened to them later."""
+        table = self.edges()
+        return self._subset(table, (table.t >= t0) & (table.t < t1))
+
+    @staticmethod
+    def _subset(table: EdgeTable, ok: np.ndarray) -> EdgeTable:
+        return EdgeTable(
+            table.eid[ok],
+            table.src[ok],
+            table.dst[ok],
+            table.t[ok],
+            None if table.weight is None else table.weight[ok],
+            table.deleted_at[ok],
+        )
+
+    def to_pyg(self, table: EdgeTable, t: float | None = None):
+        """A PyG ``Data`` over all current nodes; node features are those in force at ``t``."""
+        from torch_geometric.data import Data
+
+        data = Data(
+            edge_index=torch.from_numpy(np.stack([table.src, table.dst])),
+            edge_time=torch.from_numpy(table.t),
+            edge_id=torch.from_numpy(table.eid),
+            num_nodes=self.num_nodes,
+        )
+        if table.weight is not None:
+            data.edge_weight = torch.from_numpy(table.weight)
+        if self.edge_feat is not None:
+            data.edge_attr = torch.from_numpy(self.edge_feat[table.eid])
+        if self.node_feat is not None:
+            at = math.inf if t is None else t
+            data.x = torch.from_numpy(self.node_features_internal(np.arange(self.num_nodes), at))
+        return data
+
+    def node_features_internal(self, nodes: np.ndarray, t) -> np.ndarray:
+        """Features in force at ``t`` (scalar or per node); zeros where a node has no update yet."""
+        nodes = np.asarray(nodes, np.int64)
+        times = np.broadcast_to(np.asarray(t, np.float64), nodes.shape).copy()
+        ver = np.empty(len(nodes), np.int64)
+        K.latest_version(self.ustart, self.udeg, self.upool, self.upd_t, nodes, times, ver)
+        dim = self.node_feature_dim or 0
+        out = np.zeros((len(nodes), dim), np.float32)
+        if dim:
+            has = ver >= 0
+            out[has] = self.node_feat[ver[has]]
+        return out
+
+    def features(self, nodes, t: float = math.inf) -> np.ndarray:
+        """Node features (external ids) in force at time ``t``."""
+        return self.node_features_internal(self.node_index(nodes), t)
+
+    def edge_features(self, eids: np.ndarray) -> np.ndarray | None:
+        return None if self.edge_feat is None else self.edge_feat[np.asarray(eids, np.int64)]
+
+    # ------------------------------------------------------------------ partitions
+    def partition_sizes(self) -> np.ndarray:
+        """Vertices per partition."""
+        return np.bincount(self.partition[: self.num_nodes], minlength=self.config.num_partitions)
+
+    def edge_cut(self) -> float:
+        """Fraction of edges whose endpoints live in different partitions."""
+        table = self.edges()
+        if not len(table):
+            return 0.0
+        p = self.partition
+        return float((p[table.src] != p[table.dst]).mean())
+
+    # ------------------------------------------------------------------ accounting, identity, persistence
+    def nbytes(self) -> dict[str, int]:
+        """Bytes held, by part, counting allocated capacity (slack included)."""
+        parts = {
+            "adjacency_pool": self.pool.nbytes,
+            "node_blocks": self.start.nbytes + self.deg.nbytes + self.cap.nbytes + self.partition.nbytes,
+            "edge_times": self.edge_t.nbytes,
+            "edge_deletions": self.edge_del.nbytes
+            + self.del_src.nbytes
+            + self.del_dst.nbytes
+            + self.del_t.nbytes,
+            "edge_weights": 0 if self.edge_weight is None else self.edge_weight.nbytes,
+            "edge_features": 0 if self.edge_feat is None else self.edge_feat.nbytes,
+            "node_updates": self.upool.nbytes
+            + self.ustart.nbytes
+            + self.udeg.nbytes
+            + self.ucap.nbytes
+            + self.upd_t.nbytes
+            + self.upd_node.nbytes
+            + (0 if self.node_feat is None else self.node_feat.nbytes),
+            "id_map": self.ids.nbytes(),
+            "seen_event_ids": self.seen.nbytes(),
+        }
+        parts["total"] = sum(parts.values())
+        return parts
+
+    def logical_arrays(self) -> dict[str, np.ndarray]:
+        """The content, free of layout (slack, garbage, pool order): what checkpoints and hashes hold."""
+        n, e, u, d = self.num_nodes, self.num_edges, self.num_node_updates, int(self.counters[K.DELETIONS])
+        indptr = np.empty(n + 1, np.int64)
+        adj = np.empty((int(self.deg[:n].sum()), 2), np.int32)
+        K.gather_csr(self.start, self.deg, self.pool, n, indptr, adj)
+        uindptr = np.empty(n + 1, np.int64)
+        uadj = np.empty((int(self.udeg[:n].sum()), 2), np.int32)
+        K.gather_csr(self.ustart, self.udeg, self.upool, n, uindptr, uadj)
+        pages, bits = self.seen.to_arrays()
+        out = {
+            "partition": self.partition[:n],
+            "adj_indptr": indptr,
+            "adj": adj,
+            "edge_t": self.edge_t[:e],
+            "edge_del": self.edge_del[:e] if len(self.edge_del) else np.zeros(0),
+            "del_src": self.del_src[:d],
+            "del_dst": self.del_dst[:d],
+            "del_t": self.del_t[:d],
+            "upd_indptr": uindptr,
+            "upd_adj": uadj,
+            "upd_t": self.upd_t[:u],
+            "upd_node": self.upd_node[:u],
+            "seen_pages": pages,
+            "seen_bits": bits,
+        }
+        if self.edge_weight is not None:
+            out["edge_weight"] = self.edge_weight[:e]
+        if self.edge_feat is not None:
+            out["edge_feat"] = self.edge_feat[:e]
+        if self.node_feat is not None:
+            out["node_feat"] = self.node_feat[:u]
+        if self.ids.kind == "str":
+            encoded = [s.encode() for s in self.ids.all_external().tolist()]
+            out["ext_str_offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
+            out["ext_str_bytes"] = np.frombuffer(b"".join(encoded), np.uint8)
+        else:
+            out["ext_int"] = self.ids.all_external().astype(np.int64)
+        return out
+
+    def content_hash(self) -> str:
+        """SHA-256 over the logical content: equal stores hash equal whatever their batch history."""
+        h = hashlib.sha256()
+        h.update(repr((self.ids.kind, self.config.num_partitions, self.watermark)).encode())
+        for name, arr in sorted(self.logical_arrays().items()):
+            h.update(name.encode())
+            h.update(str(arr.dtype).encode() + str(arr.shape).encode())
+            h.update(np.ascontiguousarray(arr).tobytes())
+        return h.hexdigest()
+
+    def save(self, path: str | Path, source_offsets: dict[str, int] | None = None, keep: int = 2) -> Path:
+        from .checkpoint import save_store
+
+        return save_store(self, Path(path), source_offsets, keep)
+
+    @classmethod
+    def load(cls, path: str | Path, version: int | None = None) -> TemporalGraphStore:
+        from .checkpoint import load_store
+
+        return load_store(Path(path), version)

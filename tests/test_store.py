@@ -1,0 +1,277 @@
+"""TemporalGraphStore: time-travel answers, deletions, lateness, duplicates, features, partitions."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamgnn.errors import EventValidationError, UnknownNodeError
+from streamgnn.events import EventBatch, EventKind
+from streamgnn.store import StoreConfig, TemporalGraphStore
+
+ADD, DEL, UPD = int(EventKind.EDGE_ADD), int(EventKind.EDGE_DELETE), int(EventKind.NODE_UPDATE)
+
+
+def batch(rows, features=None, weight=None):
+    """rows: (kind, src, dst, t, eid)."""
+    kind, src, dst, t, eid = (list(c) for c in zip(*rows, strict=True))
+    return EventBatch.from_columns(
+        kind=kind, src=src, dst=dst, t=t, eid=eid, features=features, weight=weight
+    )
+
+
+class Reference:
+    """Brute-force model of the store's documented semantics, event by event."""
+
+    def __init__(self, lateness=math.inf):
+        self.lateness = lateness
+        self.edges = []  # [src, dst, t, deleted_at]
+        self.deletions = []  # (src, dst, t)
+        self.seen = set()
+        self.wm = -math.inf
+
+    def apply(self, kind, src, dst, t, eid):
+        if eid in self.seen:
+            return "dup"
+        self.seen.add(eid)
+        if t < self.wm - self.lateness:
+            return "late"
+        late = t < self.wm
+        self.wm = max(self.wm, t)
+        known = {e[0] for e in self.edges} | {e[1] for e in self.edges}
+        if kind == ADD:
+            later = [d for (s, x, d) in self.deletions if s == src and x == dst and d > t] if late else []
+            self.edges.append([src, dst, t, min(later, default=math.inf)])
+        elif kind == DEL:
+            if src not in known or dst not in known:
+                return "unknown"
+            self.deletions.append((src, dst, t))
+            hit = 0
+            for e in self.edges:
+                if e[0] == src and e[1] == dst and e[2] <= t and e[3] > t:
+                    e[3] = t
+                    hit += 1
+            return "applied" if hit else "nomatch"
+        return "applied"
+
+    def snapshot(self, t):
+        return sorted((s, d, te) for s, d, te, de in self.edges if te <= t and de > t)
+
+    def incident(self, v):
+        """(neighbor, time, is_out) in the store's order: by time, then arrival (out before in)."""
+        out = []
+        for s, d, te, de in self.edges:
+            if s == v:
+                out.append((d, te, True, de))
+            if d == v:
+                out.append((s, te, False, de))
+        return sorted(out, key=lambda r: r[1])
+
+
+def store_snapshot(store, t):
+    snap = store.snapshot(t)
+    ext = store.external_ids
+    return sorted(zip(ext(snap.src).tolist(), ext(snap.dst).tolist(), snap.t.tolist(), strict=True))
+
+
+events = st.lists(
+    st.tuples(
+        st.sampled_from([ADD, ADD, ADD, DEL]),
+        st.integers(0, 6),
+        st.integers(0, 6),
+        st.integers(0, 30).map(float),
+        st.integers(0, 60),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(events, st.sampled_from([math.inf, 5.0, 0.0]), st.integers(1, 7))
+def test_store_matches_reference(rows, lateness, chunk):
+    ref = Reference(lateness)
+    store = TemporalGraphStore(StoreConfig(num_partitions=3, allowed_lateness=lateness))
+    for i in range(0, len(rows), chunk):
+        store.ingest(batch(rows[i : i + chunk]))
+    for r in rows:
+        ref.apply(*r)
+    for t in sorted({r[3] for r in rows}) + [100.0]:
+        assert store_snapshot(store, t) == ref.snapshot(t)
+    for v in range(7):
+        want = ref.incident(v)
+        if not want:
+            continue
+        got = store.neighbors(v, t=math.inf)
+        got_rows = [
+            (int(store.external_ids([d if s == store.node_index([v])[0] else s])[0]), float(te))
+            for s, d, te in zip(got.src, got.dst, got.t, strict=True)
+        ]
+        assert [(n, te) for n, te, _, de in want if de == math.inf] == got_rows
+
+
+@settings(max_examples=60, deadline=None)
+@given(events, st.lists(st.integers(1, 20), min_size=1, max_size=8))
+def test_content_independent_of_batch_boundaries(rows, cuts):
+    whole = TemporalGraphStore(StoreConfig(allowed_lateness=3.0))
+    whole.ingest(batch(rows))
+    pieces = TemporalGraphStore(StoreConfig(allowed_lateness=3.0))
+    i = 0
+    for c in cuts * 20:
+        if i >= len(rows):
+            break
+        pieces.ingest(batch(rows[i : i + c]))
+        i += c
+    assert whole.content_hash() == pieces.content_hash()
+
+
+def test_query_sees_edges_up_to_t_not_deleted_at_t():
+    s = TemporalGraphStore()
+    s.ingest(batch([(ADD, 1, 2, 1.0, 0), (ADD, 1, 3, 2.0, 1), (ADD, 1, 2, 3.0, 2), (DEL, 1, 2, 4.0, 3)]))
+    assert store_snapshot(s, 0.5) == []
+    assert store_snapshot(s, 2.0) == [(1, 2, 1.0), (1, 3, 2.0)]
+    assert store_snapshot(s, 3.9) == [(1, 2, 1.0), (1, 2, 3.0), (1, 3, 2.0)]
+    assert store_snapshot(s, 4.0) == [(1, 3, 2.0)]
+    s.ingest(batch([(ADD, 1, 2, 5.0, 4)]))  # re-added after the deletion
+    assert store_snapshot(s, 6.0) == [(1, 2, 5.0), (1, 3, 2.0)]
+    assert [int(x) for x in s.external_ids(s.neighbors(2, t=6.0, direction="in").src)] == [1]
+    assert len(s.neighbors(1, t=6.0, direction="out")) == 2
+    assert len(s.neighbors(1, t=6.0, direction="in")) == 0
+
+
+def test_window_returns_arrivals_in_half_open_interval():
+    s = TemporalGraphStore()
+    s.ingest(batch([(ADD, 0, 1, float(t), t) for t in range(10)]))
+    w = s.window(3.0, 6.0)
+    assert w.t.tolist() == [3.0, 4.0, 5.0]
+
+
+def test_late_events_within_lateness_are_placed_in_time_order_and_beyond_are_dead_lettered():
+    s = TemporalGraphStore(StoreConfig(allowed_lateness=10.0))
+    s.ingest(batch([(ADD, 1, 2, 100.0, 0), (ADD, 1, 3, 120.0, 1)]))
+    r = s.ingest(batch([(ADD, 1, 4, 115.0, 2), (ADD, 1, 5, 50.0, 3)]))
+    assert r.applied == 1 and r.late == 1
+    assert len(r.dead_letters) == 1
+    dl = r.dead_letters[0]
+    assert "allowed_lateness" in dl.reason and dl.eid == 3 and '"src":1' in dl.payload.replace(" ", "")
+    nb = s.neighbors(1)
+    assert nb.t.tolist() == [100.0, 115.0, 120.0]
+
+
+def test_duplicate_event_ids_apply_once():
+    s = TemporalGraphStore()
+    r1 = s.ingest(batch([(ADD, 1, 2, 1.0, 7), (ADD, 1, 2, 1.0, 7), (ADD, 2, 3, 2.0, 8)]))
+    r2 = s.ingest(batch([(ADD, 2, 3, 2.0, 8), (ADD, 5, 6, 3.0, 9)]))
+    assert (r1.applied, r1.duplicates, r2.applied, r2.duplicates) == (2, 1, 1, 1)
+    assert s.num_edges == 3
+
+
+def test_bad_rows_become_dead_letters_and_the_rest_applies():
+    s = TemporalGraphStore()
+    b = EventBatch.from_columns(
+        kind=[0, 0, 9, 0, 1, 1],
+        src=[1, 2, 3, 4, 1, 42],
+        dst=[2, 3, 4, 5, 2, 43],
+        t=[1.0, np.nan, 2.0, -1.0, 0.5, 3.0],
+        eid=[0, 1, 2, 3, 4, 5],
+    )
+    r = s.ingest(b, where="unit")
+    reasons = {d.eid: d.reason for d in r.dead_letters}
+    assert r.applied == 1 and s.num_edges == 1
+    assert "NaN" in reasons[1] and "kind" in reasons[2] and "negative" in reasons[3]
+    assert (
+        reasons[4] == "delete matched no live edge 1 -> 2 at t=0.5"
+        and "unknown node (42 -> 43)" in reasons[5]
+    )
+    assert all(d.where == "unit" and d.payload for d in r.dead_letters)
+
+
+def test_id_type_and_feature_width_are_fixed_per_stream():
+    s = TemporalGraphStore()
+    s.ingest(batch([(ADD, 1, 2, 1.0, 0)], features=np.ones((1, 3))))
+    r = s.ingest(batch([(ADD, 1, 2, 2.0, 1)], features=np.ones((1, 4))))
+    assert r.applied == 0 and "width changed from 3 to 4" in r.dead_letters[0].reason
+    r = s.ingest(EventBatch.from_columns(src=["a"], dst=["b"], t=[3.0], eid=[2]))
+    assert r.applied == 0 and "str node ids" in r.dead_letters[0].reason
+
+
+def test_string_ids_round_trip():
+    s = TemporalGraphStore()
+    s.ingest(EventBatch.from_columns(src=["alice", "bob"], dst=["bob", "carol"], t=[1.0, 2.0], eid=[0, 1]))
+    assert s.num_nodes == 3
+    nb = s.neighbors("bob")
+    assert sorted(s.external_ids(np.concatenate([nb.src, nb.dst])).tolist()) == [
+        "alice",
+        "bob",
+        "bob",
+        "carol",
+    ]
+    with pytest.raises(UnknownNodeError, match="dave"):
+        s.node_index(["dave"])
+
+
+def test_node_features_are_versioned_by_time():
+    s = TemporalGraphStore()
+    rows = [(UPD, 1, 1, 5.0, 0), (UPD, 1, 1, 10.0, 1), (ADD, 1, 2, 11.0, 2), (UPD, 1, 1, 7.0, 3)]
+    feats = np.array([[1.0, 1.0], [2.0, 2.0], [9.0, 9.0], [3.0, 3.0]])
+    s.ingest(batch(rows, features=feats))
+    got = s.features([1, 1, 1, 1, 2], t=np.array([4.0, 5.0, 8.0, 20.0, 20.0]))
+    assert got[:, 0].tolist() == [0.0, 1.0, 3.0, 2.0, 0.0]
+    assert s.edge_features([0]).tolist() == [[9.0, 9.0]]
+
+
+def test_weights_and_pyg_snapshot():
+    s = TemporalGraphStore()
+    s.ingest(batch([(ADD, 1, 2, 1.0, 0), (ADD, 2, 3, 2.0, 1), (ADD, 3, 1, 3.0, 2)], weight=[0.5, 1.5, 2.5]))
+    data = s.to_pyg(s.snapshot(2.5))
+    assert data.num_nodes == 3 and data.edge_index.shape == (2, 2)
+    assert data.edge_weight.tolist() == [0.5, 1.5]
+    assert data.edge_time.tolist() == [1.0, 2.0]
+
+
+def test_partitions_cover_every_vertex_and_are_stable():
+    s = TemporalGraphStore(StoreConfig(num_partitions=4))
+    n = 2000
+    rng = np.random.default_rng(1)
+    s.ingest(
+        EventBatch.from_columns(
+            src=rng.integers(0, 500, n),
+            dst=rng.integers(0, 500, n),
+            t=np.arange(n, dtype=float),
+            eid=np.arange(n),
+        )
+    )
+    sizes = s.partition_sizes()
+    assert sizes.sum() == s.num_nodes and (sizes > 0).all()
+    other = TemporalGraphStore(StoreConfig(num_partitions=4))
+    other.ingest(EventBatch.from_columns(src=[7], dst=[8], t=[0.0], eid=[0]))
+    assert other.partition[other.node_index([7, 8])].tolist() == s.partition[s.node_index([7, 8])].tolist()
+    assert 0.5 < s.edge_cut() < 0.95
+
+
+def test_growth_keeps_blocks_and_answers_across_many_small_batches():
+    s = TemporalGraphStore()
+    rng = np.random.default_rng(0)
+    n = 30000
+    src, dst = rng.zipf(1.5, n) % 300, rng.integers(0, 3000, n)
+    b = EventBatch.from_columns(src=src, dst=dst, t=np.arange(n, dtype=float), eid=np.arange(n))
+    for part in b.split(100):
+        s.ingest(part)
+    e = s.edges()
+    assert np.array_equal(s.external_ids(e.src), src) and np.array_equal(s.external_ids(e.dst), dst)
+    hub = int(np.bincount(src).argmax())
+    nb = s.neighbors(hub, direction="out")
+    assert len(nb) == int((src == hub).sum()) - 0 and np.all(np.diff(nb.t) >= 0)
+    total = s.nbytes()["total"]
+    assert total / n < 200
+
+
+def test_config_errors_are_clear():
+    with pytest.raises(EventValidationError, match="num_partitions"):
+        StoreConfig(num_partitions=0)
+    with pytest.raises(EventValidationError, match="direction"):
+        s = TemporalGraphStore()
+        s.ingest(batch([(ADD, 1, 2, 1.0, 0)]))
+        s.neighbors(1, direction="sideways")
