@@ -1,0 +1,22 @@
+"""TGN building blocks: time encoding, growing node memory, temporal attention, link scoring."""
+
+from .attention import TemporalAttentionEmbedding, TemporalAttentionLayer
+from .inputs import EmbeddingInput, NeighborHop
+from .memory import NodeMemory, aggregate_last, aggregate_mean
+from .predictor import LinkPredictor
+from .tgn import TGN, TGNConfig
+from .time import TimeEncoder
+
+__all__ = [
+    "TGN",
+    "EmbeddingInput",
+    "LinkPredictor",
+    "NeighborHop",
+    "NodeMemory",
+    "TGNConfig",
+    "TemporalAttentionEmbedding",
+    "TemporalAttentionLayer",
+    "TimeEncoder",
+    "aggregate_last",
+    "aggregate_mean",
+]

@@ -1,0 +1,231 @@
+"""Per-node memory with TGN's delayed message passing, growing as unseen nodes arrive mid-stream.
+
+A batch is predicted first, then its interactions are stored as *raw* pending messages (ids, time, edge
+features: no memory snapshot, so the store stays small and checkpointable). They reach a node's memory the
+next time the node is read: ``get`` applies them inside the reader's autograd graph (which is how the message
+function and GRU receive gradients), and the next ``store_messages`` touching the node commits them. So a
+batch never sees its own events, and every node holds pending messages from its latest batch only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import ConfigError, EventValidationError, UnknownNodeError
+from .time import TimeEncoder
+
+MessageFunction = Literal["identity", "mlp"]
+Aggregator = Literal["last", "mean"]
+
+
+def aggregate_last(msg: Tensor, index: Tensor, t: Tensor, dim_size: int) -> tuple[Tensor, Tensor]:
+    """Most recent message per node (time ties: the one stored later); ``has`` marks nodes with a message."""
+    t_max = t.new_full((dim_size,), float("-inf")).scatter_reduce(0, index, t, "amax")
+    pos = torch.arange(len(index), device=index.device)
+    candidate = torch.where(t == t_max[index], pos, -1)
+    last = torch.full((dim_size,), -1, dtype=torch.long, device=index.device)
+    last = last.scatter_reduce(0, index, candidate, "amax")
+    has = last >= 0
+    out = msg.new_zeros(dim_size, msg.size(1))
+    out[has] = msg[last[has]]
+    return out, has
+
+
+def aggregate_mean(msg: Tensor, index: Tensor, t: Tensor, dim_size: int) -> tuple[Tensor, Tensor]:
+    """Mean message per node; ``has`` marks nodes with a message."""
+    count = torch.bincount(index, minlength=dim_size)
+    total = msg.new_zeros(dim_size, msg.size(1)).index_add(0, index, msg)
+    return total / count.clamp(min=1).unsqueeze(1).to(msg.dtype), count > 0
+
+
+AGGREGATORS: dict[str, Callable[[Tensor, Tensor, Tensor, int], tuple[Tensor, Tensor]]] = {
+    "last": aggregate_last,
+    "mean": aggregate_mean,
+}
+MESSAGE_FUNCTIONS = ("identity", "mlp")
+_MESSAGE_STATE = ("msg_node", "msg_other", "msg_t", "msg_feat", "msg_from_src")
+_STATE = ("memory", "last_update", *_MESSAGE_STATE)
+
+
+class NodeMemory(nn.Module):
+    """TGN memory: a state vector and last-update time per node, a pending-message store and a GRU updater.
+
+    Rows are internal (dense) node ids; the tables grow by doubling when a larger id shows up, new rows zero.
+    Times are float64 so that Δt stays exact for epoch-second timestamps. All state is registered as buffers,
+    so ``state_dict``/``load_state_dict`` restore memory, last-update times and pending messages exactly.
+
+    The message of node ``u`` for event ``(u, v, t, e)`` is ``[mem_u, mem_v, time_enc(t - last_u), e]``
+    (``message="identity"``) or that passed through an MLP of width ``message_dim`` (``"mlp"``), with
+    separate functions for the source and destination side as in the paper.
+    """
+
+    def __init__(
+        self,
+        memory_dim: int,
+        edge_dim: int,
+        time_encoder: TimeEncoder,
+        *,
+        message: MessageFunction = "identity",
+        message_dim: int | None = None,
+        aggregator: Aggregator = "last",
+        capacity: int = 0,
+    ) -> None:
+        super().__init__()
+        if message not in MESSAGE_FUNCTIONS:
+            raise ConfigError(f"message function must be one of {MESSAGE_FUNCTIONS}, got {message!r}")
+        if aggregator not in AGGREGATORS:
+            raise ConfigError(f"aggregator must be one of {sorted(AGGREGATORS)}, got {aggregator!r}")
+        self.memory_dim = memory_dim
+        self.edge_dim = edge_dim
+        self.time_enc = time_encoder
+        self.aggregate = AGGREGATORS[aggregator]
+        raw_dim = 2 * memory_dim + time_encoder.dim + edge_dim
+        if message == "identity":
+            self.message_dim = raw_dim
+            self.msg_src: nn.Module = nn.Identity()
+            self.msg_dst: nn.Module = nn.Identity()
+        else:
+            self.message_dim = message_dim or memory_dim
+            self.msg_src = _mlp(raw_dim, self.message_dim)
+            self.msg_dst = _mlp(raw_dim, self.message_dim)
+        self.gru = nn.GRUCell(self.message_dim, memory_dim)
+        self.register_buffer("memory", torch.zeros(capacity, memory_dim))
+        self.register_buffer("last_update", torch.zeros(capacity, dtype=torch.float64))
+        # Pending messages, one row per (receiving node, event): flat so that every operation is a scatter.
+        self.register_buffer("msg_node", torch.zeros(0, dtype=torch.long))
+        self.register_buffer("msg_other", torch.zeros(0, dtype=torch.long))
+        self.register_buffer("msg_t", torch.zeros(0, dtype=torch.float64))
+        self.register_buffer("msg_feat", torch.zeros(0, edge_dim))
+        self.register_buffer("msg_from_src", torch.zeros(0, dtype=torch.bool))
+
+    @property
+    def capacity(self) -> int:
+        return self.memory.size(0)
+
+    @property
+    def num_pending(self) -> int:
+        return self.msg_node.numel()
+
+    def ensure_capacity(self, n: int) -> None:
+        """Make rows ``0..n-1`` addressable; grows at least 2x so a stream of new ids costs amortized O(1)."""
+        old = self.capacity
+        if n <= old:
+            return
+        new = max(n, 2 * old)
+        memory = self.memory.new_zeros(new, self.memory_dim)
+        memory[:old] = self.memory
+        last_update = self.last_update.new_zeros(new)
+        last_update[:old] = self.last_update
+        self.memory, self.last_update = memory, last_update
+
+    def get(self, nodes: Tensor) -> tuple[Tensor, Tensor]:
+        """``(memory [n, memory_dim], last_update float64 [n])`` of ``nodes``, pending messages applied.
+
+        Differentiable w.r.t. the message function, time encoder and GRU; leaves the stored state unchanged
+        (apart from growing for unseen ids, which read as zero memory).
+        """
+        nodes = self._ids(nodes)
+        uniq, inverse = torch.unique(nodes, return_inverse=True)
+        memory, last_update = self._updated(uniq)
+        return memory[inverse], last_update[inverse]
+
+    def store_messages(self, src: Tensor, dst: Tensor, t: Tensor, edge_feat: Tensor | None = None) -> None:
+        """Queue a batch's interactions for both endpoints; call only after the batch has been predicted.
+
+        Older pending messages of the endpoints are committed first. Runs under the caller's grad mode:
+        ``torch.no_grad()`` for one-batch truncation, or grad on and a later ``detach()`` for longer windows.
+        """
+        src, dst = self._ids(src), self._ids(dst)
+        t = torch.as_tensor(t, dtype=torch.float64, device=self.memory.device)
+        n = len(src)
+        if edge_feat is None:
+            edge_feat = self.msg_feat.new_zeros(n, 0)
+        edge_feat = torch.as_tensor(edge_feat, dtype=self.msg_feat.dtype, device=self.memory.device)
+        if not len(dst) == len(t) == len(edge_feat) == n:
+            raise EventValidationError(
+                f"store_messages got {n} src, {len(dst)} dst, {len(t)} t and {len(edge_feat)} edge_feat rows"
+            )
+        if edge_feat.dim() != 2 or edge_feat.size(1) != self.edge_dim:
+            raise ConfigError(f"edge_feat must be [n, {self.edge_dim}], got {tuple(edge_feat.shape)}")
+        if n == 0:
+            return
+        self.flush(torch.cat([src, dst]))
+        # Interleave (src side, dst side) per event so that storage order is arrival order ("last" tie-break).
+        self.msg_node = torch.cat([self.msg_node, torch.stack([src, dst], 1).reshape(-1)])
+        self.msg_other = torch.cat([self.msg_other, torch.stack([dst, src], 1).reshape(-1)])
+        self.msg_t = torch.cat([self.msg_t, t.repeat_interleave(2)])
+        self.msg_feat = torch.cat([self.msg_feat, edge_feat.repeat_interleave(2, 0)])
+        side = torch.tensor([True, False], device=src.device).repeat(n)
+        self.msg_from_src = torch.cat([self.msg_from_src, side])
+
+    def flush(self, nodes: Tensor | None = None) -> None:
+        """Commit and drop the pending messages of ``nodes`` (default: all), e.g. before serving."""
+        uniq = torch.unique(self.msg_node if nodes is None else self._ids(nodes))
+        memory, last_update = self._updated(uniq)
+        self.memory[uniq] = memory
+        self.last_update[uniq] = last_update
+        keep = ~torch.isin(self.msg_node, uniq)
+        for name in _MESSAGE_STATE:
+            setattr(self, name, getattr(self, name)[keep])
+
+    def detach(self) -> None:
+        """Cut the autograd history carried by memory committed with grad enabled (truncated BPTT)."""
+        self.memory = self.memory.detach()
+
+    def reset_state(self) -> None:
+        """Forget everything learned from the stream (zero memory, no pending messages); keeps parameters."""
+        self.memory = torch.zeros_like(self.memory)
+        self.last_update = torch.zeros_like(self.last_update)
+        for name in _MESSAGE_STATE:
+            setattr(self, name, getattr(self, name)[:0])
+
+    def _ids(self, nodes) -> Tensor:
+        nodes = torch.as_tensor(nodes, dtype=torch.long, device=self.memory.device).reshape(-1)
+        if nodes.numel():
+            if int(nodes.min()) < 0:
+                raise UnknownNodeError(f"memory rows are internal node ids >= 0, got {int(nodes.min())}")
+            self.ensure_capacity(int(nodes.max()) + 1)
+        return nodes
+
+    def _updated(self, uniq: Tensor) -> tuple[Tensor, Tensor]:
+        """Memory and last update of the sorted unique ``uniq`` after applying their pending messages."""
+        memory, last_update = self.memory[uniq], self.last_update[uniq]
+        sel = torch.isin(self.msg_node, uniq).nonzero().squeeze(1)
+        if sel.numel() == 0:
+            return memory, last_update
+        node, t = self.msg_node[sel], self.msg_t[sel]
+        index = torch.searchsorted(uniq, node)
+        raw = torch.cat(
+            [
+                self.memory[node],
+                self.memory[self.msg_other[sel]],
+                self.time_enc(t - self.last_update[node]),
+                self.msg_feat[sel],
+            ],
+            dim=1,
+        )
+        from_src = self.msg_from_src[sel]
+        msg = raw.new_empty(len(sel), self.message_dim)
+        msg[from_src] = self.msg_src(raw[from_src])
+        msg[~from_src] = self.msg_dst(raw[~from_src])
+        aggregated, has = self.aggregate(msg, index, t, len(uniq))
+        # Only nodes with messages step the GRU: GRU(0, h) != h, so stepping all would drift idle nodes.
+        rows = has.nonzero().squeeze(1)
+        memory = memory.index_put((rows,), self.gru(aggregated[rows], memory[rows]))
+        return memory, last_update.scatter_reduce(0, index, t, "amax")
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # State is sized by the stream, not the constructor: adopt the checkpoint's shapes before the copy.
+        for name in _STATE:
+            saved = state_dict.get(prefix + name)
+            if saved is not None:
+                setattr(self, name, getattr(self, name).new_empty(saved.shape))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+def _mlp(in_dim: int, out_dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_dim, out_dim), nn.ReLU(), nn.Linear(out_dim, out_dim))

@@ -1,0 +1,173 @@
+"""TGN (Rossi et al. 2020) and its JODIE- and TGAT-style ablations, assembled from the parts in this package.
+
+Per batch, test-then-train (the model never sees the store; the caller gathers tensors)::
+
+    inp = EmbeddingInput.from_subgraph(sampler.sample(nodes, t), cfg.num_neighbors)  # events before the batch
+    z = model(inp)                                        # memory as of previous batches, pending applied
+    loss = bce(model.predictor(z[src_rows], z[dst_rows]), labels)
+    loss.backward(); optimizer.step(); optimizer.zero_grad()
+    with torch.no_grad():
+        model.observe(src, dst, t, edge_feat)             # only now may the batch reach memory
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import ConfigError
+from .attention import TemporalAttentionEmbedding
+from .inputs import EmbeddingInput
+from .memory import AGGREGATORS, MESSAGE_FUNCTIONS, Aggregator, MessageFunction, NodeMemory
+from .predictor import LinkPredictor
+from .time import TimeEncoder
+
+Variant = Literal["tgn", "jodie", "tgat"]
+VARIANTS = ("tgn", "jodie", "tgat")
+_DEFAULT_LAYERS = {"tgn": 1, "tgat": 2, "jodie": 0}
+
+
+@dataclass(frozen=True)
+class TGNConfig:
+    """Model shape. ``variant``: "tgn" (memory + attention), "jodie" (memory + time projection, no
+    neighbors), "tgat" (no memory, attention over node/edge features)."""
+
+    memory_dim: int = 100
+    time_dim: int = 100
+    embedding_dim: int = 100
+    edge_feature_dim: int = 0
+    node_feature_dim: int = 0
+    num_neighbors: int = 10  # sampled per hop; the dense fan-out k of ``NeighborHop``
+    num_layers: int | None = None  # attention hops to sample and embed; None: tgn 1, tgat 2, jodie 0
+    num_heads: int = 2
+    dropout: float = 0.1
+    message: MessageFunction = "identity"
+    message_dim: int | None = None  # "mlp" message width; None: memory_dim
+    aggregator: Aggregator = "last"
+    variant: Variant = "tgn"
+    time_scale: float = 1.0  # JODIE divides Δt by this (JODIE standardises Δt; pick a typical gap)
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ConfigError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.message not in MESSAGE_FUNCTIONS:
+            raise ConfigError(f"message must be one of {MESSAGE_FUNCTIONS}, got {self.message!r}")
+        if self.aggregator not in AGGREGATORS:
+            raise ConfigError(f"aggregator must be one of {sorted(AGGREGATORS)}, got {self.aggregator!r}")
+        if self.num_layers is None:
+            object.__setattr__(self, "num_layers", _DEFAULT_LAYERS[self.variant])
+        if self.variant == "jodie" and self.num_layers:
+            raise ConfigError("the jodie variant embeds from memory alone: num_layers must be 0")
+        if self.variant == "jodie" and self.node_feature_dim:
+            raise ConfigError("the jodie variant embeds from memory alone: node_feature_dim must be 0")
+        if self.variant != "jodie" and self.num_layers < 1:
+            raise ConfigError(f"the {self.variant} variant needs num_layers >= 1, got {self.num_layers}")
+        for name in ("memory_dim", "time_dim", "embedding_dim", "num_neighbors", "num_heads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.edge_feature_dim < 0 or self.node_feature_dim < 0:
+            raise ConfigError("feature dims must be >= 0")
+        if self.embedding_dim % self.num_heads:
+            raise ConfigError(
+                f"embedding_dim {self.embedding_dim} is not divisible by num_heads {self.num_heads}"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.time_scale <= 0:
+            raise ConfigError(f"time_scale must be > 0, got {self.time_scale}")
+
+    @property
+    def uses_memory(self) -> bool:
+        return self.variant != "tgat"
+
+
+class TGN(nn.Module):
+    """Temporal embeddings of query nodes plus a ``LinkPredictor`` head (``predictor``) of width ``out_dim``.
+
+    ``forward`` embeds with state from *previous* batches only; ``observe`` feeds a predicted batch to memory.
+    Everything (parameters, memory, pending messages) is in ``state_dict``.
+    """
+
+    def __init__(self, config: TGNConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.time_enc = TimeEncoder(config.time_dim)
+        self.memory = (
+            NodeMemory(
+                config.memory_dim,
+                config.edge_feature_dim,
+                self.time_enc,
+                message=config.message,
+                message_dim=config.message_dim,
+                aggregator=config.aggregator,
+            )
+            if config.uses_memory
+            else None
+        )
+        if config.variant == "jodie":
+            self.time_proj = nn.Linear(1, config.memory_dim)
+            nn.init.normal_(self.time_proj.weight)  # JODIE's NormalLinear: N(0, 1/sqrt(fan_in)), fan_in = 1
+            nn.init.normal_(self.time_proj.bias)
+            self.out_dim = config.memory_dim
+        else:
+            node_dim = config.node_feature_dim + (config.memory_dim if config.uses_memory else 0)
+            self.embedding = TemporalAttentionEmbedding(
+                node_dim,
+                config.edge_feature_dim,
+                self.time_enc,
+                config.embedding_dim,
+                num_layers=config.num_layers,
+                num_heads=config.num_heads,
+                dropout=config.dropout,
+            )
+            self.out_dim = config.embedding_dim
+        self.predictor = LinkPredictor(self.out_dim)
+
+    def forward(self, inp: EmbeddingInput) -> Tensor:
+        """Embeddings ``[len(inp.nodes), out_dim]`` of ``inp.nodes`` at times ``inp.t``.
+
+        ``inp.hops`` must hold at least ``config.num_layers`` hops (only those are used) sampled from events
+        strictly before the current batch; node features are read when ``config.node_feature_dim > 0``.
+        """
+        cfg = self.config
+        if len(inp.hops) < cfg.num_layers:
+            raise ConfigError(f"the model embeds {cfg.num_layers} hops, the input has {len(inp.hops)}")
+        hops = inp.hops[: cfg.num_layers]
+        levels = [inp.nodes, *(hop.nbr.reshape(-1) for hop in hops)]
+        parts: list[list[Tensor]] = [[] for _ in levels]
+        if self.memory is not None:
+            memory, last_update = self.memory.get(torch.cat(levels))
+            if cfg.variant == "jodie":
+                dt = (inp.t.to(last_update) - last_update) / cfg.time_scale
+                return memory * (1 + self.time_proj(dt.to(memory.dtype).unsqueeze(-1)))
+            for part, mem in zip(parts, memory.split([len(x) for x in levels]), strict=True):
+                part.append(mem)
+        if cfg.node_feature_dim:
+            feats = [inp.node_feat, *(hop.node_feat for hop in hops)]
+            if any(f is None for f in feats):
+                raise ConfigError("node_feature_dim > 0 but the input lacks node features for some level")
+            for part, feat, nodes in zip(parts, feats, levels, strict=True):
+                part.append(feat.reshape(len(nodes), cfg.node_feature_dim))
+        states = [
+            torch.cat(p, -1) if p else inp.t.new_zeros(len(x), 0, dtype=torch.float32)
+            for p, x in zip(parts, levels, strict=True)
+        ]
+        return self.embedding(states, hops)
+
+    def observe(self, src: Tensor, dst: Tensor, t: Tensor, edge_feat: Tensor | None = None) -> None:
+        """Give a predicted batch's interactions to memory (no-op for tgat): ``NodeMemory.store_messages``."""
+        if self.memory is not None:
+            self.memory.store_messages(src, dst, t, edge_feat)
+
+    def detach(self) -> None:
+        """End a truncated-BPTT window: drop autograd history held by memory."""
+        if self.memory is not None:
+            self.memory.detach()
+
+    def reset_state(self) -> None:
+        """Forget the stream (e.g. between epochs over a replayed stream); keeps learned parameters."""
+        if self.memory is not None:
+            self.memory.reset_state()
