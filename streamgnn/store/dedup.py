@@ -1,60 +1,81 @@
-"""Seen-event-id set as a paged bitmap: one bit per id, pages allocated where ids fall.
+"""Seen-event-id set: a growable bitmap over non-negative ids, a Python set for the rest.
 
-Event ids from a log (Kafka offsets, row numbers, sequence numbers) are dense, so this costs about
-one bit per event, where a hash set would cost 16+ bytes. Sparse random ids still work, at a page each.
+Event ids from a log (Kafka offsets, row numbers, sequence numbers) are dense, so the bitmap costs
+about one bit per event, where a hash set would cost 16+ bytes. Ids the bitmap would have to grow
+too far for (huge or negative ones) fall back to the set.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
-PAGE_BITS = 16
-PAGE_MASK = (1 << PAGE_BITS) - 1
+MIN_BYTES = 1 << 16
+MAX_BYTES_PER_EVENT = 2
+
+
+@njit(cache=True)
+def _test_and_set(bits, eids, keep):
+    """Sequential test-and-set, so the first of repeated ids in one batch wins. -1 marks outliers."""
+    limit = 8 * len(bits)
+    outliers = 0
+    for i in range(len(eids)):
+        e = eids[i]
+        if e < 0 or e >= limit:
+            keep[i] = -1
+            outliers += 1
+            continue
+        mask = np.uint8(1 << (e & 7))
+        if bits[e >> 3] & mask:
+            keep[i] = 0
+        else:
+            bits[e >> 3] |= mask
+            keep[i] = 1
+    return outliers
 
 
 class SeenIds:
     def __init__(self) -> None:
-        self.pages: dict[int, np.ndarray] = {}
+        self.bits = np.zeros(MIN_BYTES, np.uint8)
+        self.outliers: set[int] = set()
+        self.count = 0
 
     def first_unseen(self, eids: np.ndarray) -> np.ndarray:
         """Mask of events to process (unseen, first of their id in ``eids``); marks them seen."""
-        keep = np.zeros(len(eids), bool)
-        if not len(eids):
-            return keep
-        _, first = np.unique(eids, return_index=True)
-        keep[first] = True
-        page_of = eids >> PAGE_BITS
-        bit = (eids & PAGE_MASK).astype(np.int64)
-        for page in np.unique(page_of[first]).tolist():
-            in_page = keep & (page_of == page)
-            arr = self.pages.get(page)
-            if arr is None:
-                arr = self.pages[page] = np.zeros(1 << (PAGE_BITS - 3), np.uint8)
-            b = bit[in_page]
-            seen = (arr[b >> 3] >> (b & 7).astype(np.uint8)) & 1
-            idx = np.flatnonzero(in_page)
-            keep[idx[seen.astype(bool)]] = False
-            b_new = b[~seen.astype(bool)]
-            np.bitwise_or.at(arr, b_new >> 3, (1 << (b_new & 7)).astype(np.uint8))
-        return keep
+        if len(eids):
+            top = int(eids.max())
+            budget = max(MIN_BYTES, MAX_BYTES_PER_EVENT * (self.count + len(eids)))
+            if len(self.bits) * 8 <= top < budget * 8:
+                grown = np.zeros(max(top // 8 + 1, int(len(self.bits) * 1.5)), np.uint8)
+                grown[: len(self.bits)] = self.bits
+                self.bits = grown
+        keep = np.empty(len(eids), np.int8)
+        if _test_and_set(self.bits, eids, keep):
+            for i in np.flatnonzero(keep < 0).tolist():
+                e = int(eids[i])
+                keep[i] = e not in self.outliers
+                self.outliers.add(e)
+        mask = keep.astype(bool)
+        self.count += int(mask.sum())
+        return mask
 
     def __len__(self) -> int:
-        return int(sum(int(np.unpackbits(p).sum()) for p in self.pages.values()))
+        return self.count
 
     def nbytes(self) -> int:
-        return sum(p.nbytes + 100 for p in self.pages.values())
+        return self.bits.nbytes + 72 * len(self.outliers)
 
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        keys = np.array(sorted(self.pages), dtype=np.int64)
-        data = (
-            np.stack([self.pages[k] for k in keys.tolist()])
-            if len(keys)
-            else np.zeros((0, 1 << 13), np.uint8)
-        )
-        return keys, data
+        """Bitmap trimmed after its last set byte (so equal sets give equal arrays) and sorted outliers."""
+        nz = np.flatnonzero(self.bits)
+        end = int(nz[-1]) + 1 if len(nz) else 0
+        return self.bits[:end].copy(), np.array(sorted(self.outliers), dtype=np.int64)
 
     @classmethod
-    def from_arrays(cls, keys: np.ndarray, data: np.ndarray) -> SeenIds:
+    def from_arrays(cls, bits: np.ndarray, outliers: np.ndarray) -> SeenIds:
         s = cls()
-        s.pages = {int(k): data[i].copy() for i, k in enumerate(keys)}
+        s.bits = np.zeros(max(MIN_BYTES, len(bits)), np.uint8)
+        s.bits[: len(bits)] = bits
+        s.outliers = set(outliers.tolist())
+        s.count = int(np.unpackbits(bits).sum()) + len(s.outliers)
         return s

@@ -24,7 +24,8 @@ from . import kernels as K
 from .dedup import SeenIds
 from .idmap import NodeIdMap
 
-GROWTH = 1.5
+GROWTH = 1.125
+COMPACT_AT = 0.1  # a compacted pool fuller than this fraction of free rows grows instead
 
 
 @dataclass(frozen=True)
@@ -314,61 +315,32 @@ class TemporalGraphStore:
             if i >= n:
                 break
             self._make_room(i, ev, src, dst)
-        self._maybe_compact()
         return status, edge_of, upd_of
 
     def _make_room(self, i: int, ev: EventBatch, src: np.ndarray, dst: np.ndarray) -> None:
-        """Compact or grow the pool that stopped event ``i`` (the kernel's own worst-case need)."""
+        """The pool that stopped event ``i`` is full: compact it, into a larger array if still too full.
+
+        Compacting only when full bounds a pool at 1/(1 - COMPACT_AT) of its blocks' capacity with one
+        copy per fill, so both garbage and slack stay small without a separate sweep.
+        """
         adj = ev.kind[i] != EventKind.NODE_UPDATE
         if adj:
-            used, garbage, pool = K.USED, K.GARBAGE, self.pool
-            need = 2 * (K.grown(self.cap[src[i]]) + K.grown(self.cap[dst[i]]))
+            start, deg, cap, pool = self.start, self.deg, self.cap, self.pool
+            need = 2 * (K.grown(cap[src[i]]) + K.grown(cap[dst[i]]))
+            used, garbage = K.USED, K.GARBAGE
         else:
-            used, garbage, pool = K.UUSED, K.UGARBAGE, self.upool
-            need = 2 * K.grown(self.ucap[src[i]])
-        if self.counters[garbage] > len(pool) // 4:
-            self._compact(adj)
-            if self.counters[used] + need <= len(pool):
-                return
-            pool = self.pool if adj else self.upool
-        bigger = np.zeros((max(int(len(pool) * GROWTH) + 1024, int(self.counters[used]) + need), 2), np.int32)
-        bigger[: len(pool)] = pool
-        if adj:
-            self.pool = bigger
-        else:
-            self.upool = bigger
-
-    def _maybe_compact(self) -> None:
-        for adj, used, garbage in ((True, K.USED, K.GARBAGE), (False, K.UUSED, K.UGARBAGE)):
-            if self.counters[garbage] > 0.5 * self.counters[used] and self.counters[garbage] > 4096:
-                self._compact(adj)
-
-    def _compact(self, adj: bool) -> None:
-        if adj:
-            start, deg, cap, pool, used, garbage = (
-                self.start,
-                self.deg,
-                self.cap,
-                self.pool,
-                K.USED,
-                K.GARBAGE,
-            )
-        else:
-            start, deg, cap, pool, used, garbage = (
-                self.ustart,
-                self.udeg,
-                self.ucap,
-                self.upool,
-                K.UUSED,
-                K.UGARBAGE,
-            )
-        new_pool = np.zeros_like(pool)
-        self.counters[used] = K.compact(start, deg, cap, pool, self.num_nodes, new_pool)
+            start, deg, cap, pool = self.ustart, self.udeg, self.ucap, self.upool
+            need = 2 * K.grown(cap[src[i]])
+            used, garbage = K.UUSED, K.UGARBAGE
+        live = int(self.counters[used] - self.counters[garbage]) + need
+        size = max(len(pool), int(live / (1 - COMPACT_AT)) + 1024)
+        fresh = np.zeros((size, 2), np.int32)
+        self.counters[used] = K.compact(start, deg, cap, pool, self.num_nodes, fresh)
         self.counters[garbage] = 0
         if adj:
-            self.pool = new_pool
+            self.pool = fresh
         else:
-            self.upool = new_pool
+            self.upool = fresh
 
     def _write_payloads(self, ev: EventBatch, edge_of: np.ndarray, upd_of: np.ndarray) -> None:
         made = edge_of >= 0
@@ -555,7 +527,7 @@ class TemporalGraphStore:
         uindptr = np.empty(n + 1, np.int64)
         uadj = np.empty((int(self.udeg[:n].sum()), 2), np.int32)
         K.gather_csr(self.ustart, self.udeg, self.upool, n, uindptr, uadj)
-        pages, bits = self.seen.to_arrays()
+        seen_bits, seen_outliers = self.seen.to_arrays()
         out = {
             "partition": self.partition[:n],
             "adj_indptr": indptr,
@@ -569,8 +541,8 @@ class TemporalGraphStore:
             "upd_adj": uadj,
             "upd_t": self.upd_t[:u],
             "upd_node": self.upd_node[:u],
-            "seen_pages": pages,
-            "seen_bits": bits,
+            "seen_bits": seen_bits,
+            "seen_outliers": seen_outliers,
         }
         if self.edge_weight is not None:
             out["edge_weight"] = self.edge_weight[:e]

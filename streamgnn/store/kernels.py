@@ -26,7 +26,7 @@ def decode(code):
 
 @njit(cache=True)
 def grown(cap):
-    return max(MIN_BLOCK, cap + (cap >> 1) + 1)
+    return cap + max(MIN_BLOCK, cap >> 2)
 
 
 @njit(cache=True)
