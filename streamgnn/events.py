@@ -43,6 +43,8 @@ class DeadLetter:
 
 def _as_ids(name: str, values) -> np.ndarray:
     arr = np.asarray(values)
+    if arr.dtype.kind == "U" and not isinstance(values, np.ndarray):
+        arr = np.array(list(values), dtype=object)  # numpy would turn [1, "a"] into ["1", "a"] silently
     if arr.ndim != 1:
         raise EventValidationError(f"column '{name}' must be 1-D, got shape {arr.shape}")
     if arr.dtype.kind in "iu":

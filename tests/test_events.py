@@ -1,0 +1,80 @@
+"""EventBatch construction and row validation."""
+
+import numpy as np
+import pytest
+
+from streamgnn.errors import EventValidationError
+from streamgnn.events import EventBatch, EventKind, concat
+
+
+def test_from_columns_coerces_types_and_kind_names():
+    b = EventBatch.from_columns(
+        kind=["edge_add", "edge_delete", "node_update"],
+        src=[1, 2, 3],
+        dst=[4, 5, 3],
+        t=[1, 2, 3],
+        eid=[0, 1, 2.0],
+    )
+    assert b.kind.dtype == np.int8 and b.t.dtype == np.float64 and b.eid.dtype == np.int64
+    assert b.kind.tolist() == [EventKind.EDGE_ADD, EventKind.EDGE_DELETE, EventKind.NODE_UPDATE]
+    assert b.src.dtype == np.int64 and not b.string_ids
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"src": [1, 2], "dst": [1], "t": [0, 1], "eid": [0, 1]}, "'dst' has 1 rows"),
+        ({"src": [[1, 2]], "t": [0], "eid": [0]}, "'src' must be 1-D"),
+        ({"src": [1, "a"], "t": [0, 1], "eid": [0, 1]}, "mixes int and str"),
+        ({"src": [1.5], "t": [0], "eid": [0]}, "non-integer floats"),
+        ({"src": [1], "t": ["x"], "eid": [0]}, "'t' must be numeric"),
+        ({"src": [1], "t": [0], "eid": [0.5]}, "'eid' holds non-integer"),
+        ({"src": [1], "t": [0], "eid": [0], "features": [1.0]}, "'features' must be 2-D"),
+        ({"src": [1], "t": [0], "eid": [0], "kind": ["teleport"]}, "kind"),
+        ({"src": [True], "t": [0], "eid": [0]}, "node ids"),
+    ],
+)
+def test_structural_errors_name_the_column(kwargs, message):
+    with pytest.raises(EventValidationError, match=message):
+        EventBatch.from_columns(**kwargs)
+
+
+def test_validate_splits_bad_rows_with_reasons():
+    b = EventBatch.from_columns(
+        kind=[0, 0, 0, 5, 0],
+        src=[1, 2, 3, 4, 5],
+        dst=[2, 3, 4, 5, 6],
+        t=[1.0, np.inf, -2.0, 3.0, 4.0],
+        eid=[0, 1, 2, 3, 4],
+        weight=[1.0, 1.0, 1.0, 1.0, np.nan],
+        features=[[0.0], [0.0], [0.0], [0.0], [0.0]],
+    )
+    good, letters = b.validate("src-x")
+    assert good.eid.tolist() == [0]
+    assert [d.eid for d in letters] == [1, 2, 3, 4]
+    assert [d.where for d in letters] == ["src-x"] * 4
+    assert "infinite" in letters[0].reason and "negative" in letters[1].reason
+    assert "kind" in letters[2].reason and "weight" in letters[3].reason
+
+
+def test_string_ids_and_empty_id_rejected_per_row():
+    b = EventBatch.from_columns(src=["a", ""], dst=["b", "c"], t=[0, 1], eid=[0, 1])
+    good, letters = b.validate()
+    assert b.string_ids and good.src.tolist() == ["a"] and "empty node id" in letters[0].reason
+
+
+def test_sorted_split_concat_round_trip():
+    rng = np.random.default_rng(0)
+    b = EventBatch.from_columns(
+        src=rng.integers(0, 9, 50),
+        dst=rng.integers(0, 9, 50),
+        t=rng.random(50),
+        eid=np.arange(50),
+        features=rng.random((50, 3)),
+    )
+    s = b.sorted_by_time()
+    assert np.all(np.diff(s.t) >= 0)
+    again = concat(list(s.split(7)))
+    assert np.array_equal(again.eid, s.eid) and np.array_equal(again.features, s.features.astype(np.float32))
+    with pytest.raises(EventValidationError, match="feature widths"):
+        concat([b.take(slice(0, 2)), EventBatch.from_columns(src=[1], t=[0], eid=[99])])
