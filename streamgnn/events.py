@@ -221,34 +221,33 @@ class EventBatch:
 
     def validate(self, where: str = "batch") -> tuple[EventBatch, list[DeadLetter]]:
         """Split into the valid rows and a dead letter for each invalid one."""
-        n = len(self)
-        reasons: list[str | None] = [None] * n
-        bad = np.zeros(n, dtype=bool)
-
-        def mark(mask: np.ndarray, reason: str) -> None:
-            for i in np.flatnonzero(mask & ~bad):
-                reasons[i] = reason
-            bad[:] |= mask
-
-        mark(~np.isin(self.kind, [int(k) for k in EventKind]), "unknown event kind (expected 0/1/2)")
-        mark(~np.isfinite(self.t), "time is NaN or infinite")
-        mark(np.isfinite(self.t) & (self.t < 0), "time is negative")
+        checks = [
+            (~((self.kind >= 0) & (self.kind <= 2)), "unknown event kind (expected 0/1/2)"),
+            (~np.isfinite(self.t), "time is NaN or infinite"),
+            (self.t < 0, "time is negative"),
+        ]
         if self.weight is not None:
-            mark(~np.isfinite(self.weight), "weight is NaN or infinite")
+            checks.append((~np.isfinite(self.weight), "weight is NaN or infinite"))
         if self.features is not None and self.features.size:
-            mark(~np.isfinite(self.features).all(axis=1), "features hold NaN or infinite values")
+            checks.append((~np.isfinite(self.features).all(axis=1), "features hold NaN or infinite values"))
         if self.string_ids:
-            empty = np.array([not s for s in self.src], dtype=bool) | np.array(
-                [not s for s in self.dst], dtype=bool
-            )
-            mark(empty, "empty node id")
+            empty = np.array([not s for s in self.src], bool) | np.array([not s for s in self.dst], bool)
+            checks.append((empty, "empty node id"))
+        bad = np.logical_or.reduce([mask for mask, _ in checks])
         if not bad.any():
             return self, []
+        reasons: dict[int, str] = {}
+        for mask, reason in checks:
+            for i in np.flatnonzero(mask).tolist():
+                reasons.setdefault(i, reason)
         letters = [
             DeadLetter(
-                reason=f"{reasons[i]} (t={self.t[i]!r})", where=where, index=int(i), eid=int(self.eid[i])
+                reason=f"{reasons[i]} (t={self.t[i].item()!r})",
+                where=where,
+                index=int(i),
+                eid=int(self.eid[i]),
             )
-            for i in np.flatnonzero(bad)
+            for i in sorted(reasons)
         ]
         return self.take(~bad), letters
 

@@ -24,6 +24,7 @@ from . import kernels as K
 from .dedup import SeenIds
 from .idmap import NodeIdMap
 
+ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 GROWTH = 1.125
 COMPACT_AT = 0.1  # a compacted pool fuller than this fraction of free rows grows instead
 
@@ -206,7 +207,7 @@ class TemporalGraphStore:
         if len(ev):
             self.watermark = max(self.watermark, float(ev.t.max()))
         src, dst = self._map_ids(ev)
-        unknown = (src < 0) | ((dst < 0) & (ev.kind == EventKind.EDGE_DELETE))
+        unknown = (src < 0) | ((dst < 0) & (ev.kind == DELETE))
         if unknown.any():
             reject(
                 np.flatnonzero(unknown),
@@ -234,8 +235,8 @@ class TemporalGraphStore:
         if width is None:
             return None
         for label, dim, k in (
-            ("edge", self.edge_feature_dim, EventKind.EDGE_ADD),
-            ("node", self.node_feature_dim, EventKind.NODE_UPDATE),
+            ("edge", self.edge_feature_dim, ADD),
+            ("node", self.node_feature_dim, UPDATE),
         ):
             if dim is not None and dim != width and (ev.kind == k).any():
                 return f"{label} feature width changed from {dim} to {width}; the width is fixed per stream"
@@ -246,12 +247,12 @@ class TemporalGraphStore:
         both = np.empty(2 * n, dtype=ev.src.dtype)
         both[0::2], both[1::2] = ev.src, ev.dst
         insert = np.empty(2 * n, bool)
-        insert[0::2] = ev.kind != EventKind.EDGE_DELETE
-        insert[1::2] = ev.kind == EventKind.EDGE_ADD
+        insert[0::2] = ev.kind != DELETE
+        insert[1::2] = ev.kind == ADD
         before = self.ids.size
         mapped = self.ids.map(both, insert)
         src, dst = mapped[0::2], mapped[1::2]
-        dst = np.where(ev.kind == EventKind.NODE_UPDATE, src, dst)
+        dst = np.where(ev.kind == UPDATE, src, dst)
         if self.ids.size > before:
             self._add_nodes(before, self.ids.size)
         return src, dst
@@ -266,9 +267,9 @@ class TemporalGraphStore:
 
     def _apply(self, ev, src, dst, late):
         n = len(ev)
-        n_add = int((ev.kind == EventKind.EDGE_ADD).sum())
-        n_del = int((ev.kind == EventKind.EDGE_DELETE).sum())
-        n_upd = int((ev.kind == EventKind.NODE_UPDATE).sum())
+        n_add = int((ev.kind == ADD).sum())
+        n_del = int((ev.kind == DELETE).sum())
+        n_upd = int((ev.kind == UPDATE).sum())
         c = self.counters
         self.edge_t = _grow(self.edge_t, int(c[K.EDGES]) + n_add)
         if n_del and not len(self.edge_del):
@@ -323,7 +324,7 @@ class TemporalGraphStore:
         Compacting only when full bounds a pool at 1/(1 - COMPACT_AT) of its blocks' capacity with one
         copy per fill, so both garbage and slack stay small without a separate sweep.
         """
-        adj = ev.kind[i] != EventKind.NODE_UPDATE
+        adj = ev.kind[i] != UPDATE
         if adj:
             start, deg, cap, pool = self.start, self.deg, self.cap, self.pool
             need = 2 * (K.grown(cap[src[i]]) + K.grown(cap[dst[i]]))
