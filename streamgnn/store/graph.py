@@ -327,11 +327,11 @@ class TemporalGraphStore:
         adj = ev.kind[i] != UPDATE
         if adj:
             start, deg, cap, pool = self.start, self.deg, self.cap, self.pool
-            need = 2 * (K.grown(cap[src[i]]) + K.grown(cap[dst[i]]))
+            need = K.rows_needed(deg, cap, src[i], dst[i])
             used, garbage = K.USED, K.GARBAGE
         else:
             start, deg, cap, pool = self.ustart, self.udeg, self.ucap, self.upool
-            need = 2 * K.grown(cap[src[i]])
+            need = K.grown(cap[src[i]])
             used, garbage = K.UUSED, K.UGARBAGE
         live = int(self.counters[used] - self.counters[garbage]) + need
         size = max(len(pool), int(live / (1 - COMPACT_AT)) + 1024)

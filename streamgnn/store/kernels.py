@@ -30,6 +30,15 @@ def grown(cap):
 
 
 @njit(cache=True)
+def rows_needed(deg, cap, u, v):
+    """Pool rows that inserting one entry at ``u`` and one at ``v`` may allocate (relocations)."""
+    if u == v:
+        return grown(cap[u]) + grown(grown(cap[u])) if deg[u] + 2 > cap[u] else 0
+    need = grown(cap[u]) if deg[u] == cap[u] else 0
+    return need + (grown(cap[v]) if deg[v] == cap[v] else 0)
+
+
+@njit(cache=True)
 def block_insert(start, deg, cap, pool, counters, v, nbr, code, t, key_t):
     """Insert (nbr, code) into v's block after every entry with time <= t (stable)."""
     if deg[v] == cap[v]:
@@ -95,8 +104,7 @@ def apply_events(
     for i in range(first, n):
         k = kind[i]
         if k == 0:
-            need = 2 * (grown(cap[src[i]]) + grown(cap[dst[i]]))
-            if counters[USED] + need > pool_cap:
+            if counters[USED] + rows_needed(deg, cap, src[i], dst[i]) > pool_cap:
                 return i
             e = counters[EDGES]
             edge_t[e] = t[i]
@@ -133,7 +141,7 @@ def apply_events(
             counters[DELETIONS] = d + 1
             status[i] = 0 if hit > 0 else 1
         else:
-            if counters[UUSED] + 2 * grown(ucap[src[i]]) > upool_cap:
+            if counters[UUSED] + (grown(ucap[src[i]]) if udeg[src[i]] == ucap[src[i]] else 0) > upool_cap:
                 return i
             u = counters[UPDATES]
             upd_t[u] = t[i]
