@@ -18,9 +18,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PIP) install -q --upgrade pip wheel setuptools
 	$(PIP) install -q $(TORCH_PIN) numpy
 	mkdir -p $(WHEEL_CACHE)
-	$(PIP) install -q --no-index $(FIND_LINKS) $(EXTRA_PINS) 2>/dev/null || \
+	$(PIP) install -q --no-index --no-deps $(FIND_LINKS) $(EXTRA_PINS) 2>/dev/null || \
 	  ( $(PIP) wheel --no-build-isolation --no-deps -w $(WHEEL_CACHE) $(EXTRA_PINS) && \
-	    $(PIP) install -q --no-index $(FIND_LINKS) $(EXTRA_PINS) )
+	    $(PIP) install -q --no-index --no-deps $(FIND_LINKS) $(EXTRA_PINS) )
 	$(PIP) install -q $(FIND_LINKS) -e '.[dev]' $(TORCH_PIN)
 	touch $@
 
