@@ -176,7 +176,9 @@ class TemporalGraphStore:
             return report
         valid, letters = batch.validate(where)
         report.dead_letters.extend(dataclasses.replace(d, payload=_payload(batch, d.index)) for d in letters)
-        orig = np.delete(np.arange(len(batch)), [d.index for d in letters])
+        orig = np.arange(len(batch))
+        if letters:
+            orig = np.delete(orig, [d.index for d in letters])
 
         def reject(rows: np.ndarray, reason) -> None:
             for i in rows:
@@ -191,7 +193,8 @@ class TemporalGraphStore:
             return report
         keep = self.seen.first_unseen(valid.eid)
         report.duplicates = int((~keep).sum())
-        ev, orig = valid.take(keep), orig[keep]
+        ev = valid if report.duplicates == 0 else valid.take(keep)
+        orig = orig if report.duplicates == 0 else orig[keep]
         if not len(ev):
             return report
         wm_before = np.maximum.accumulate(np.concatenate([[self.watermark], ev.t]))[:-1]
@@ -203,7 +206,9 @@ class TemporalGraphStore:
                 f"t={_py(wm_before[i])!r}), beyond allowed_lateness={self.config.allowed_lateness:g}"
             ),
         )
-        ev, orig, late = ev.take(~too_late), orig[~too_late], (ev.t < wm_before)[~too_late]
+        late = ev.t < wm_before
+        if too_late.any():
+            ev, orig, late = ev.take(~too_late), orig[~too_late], late[~too_late]
         if len(ev):
             self.watermark = max(self.watermark, float(ev.t.max()))
         src, dst = self._map_ids(ev)
