@@ -17,7 +17,9 @@ def main(name: str = "collegemsg") -> None:
         report = store.ingest(batch)
         for letter in report.dead_letters:
             print("dead letter:", letter.reason)
-    print(f"{name}: {store.num_nodes:,} nodes, {store.num_edges:,} edges, partitions {store.partition_sizes()}")
+    print(
+        f"{name}: {store.num_nodes:,} nodes, {store.num_edges:,} edges, partitions {store.partition_sizes()}"
+    )
     t_mid = float(stream.t[len(stream) // 2])
     hub = stream.src[0]
     print(f"node {hub} had {len(store.neighbors(hub, t=t_mid))} edges by t={t_mid:.0f}")
