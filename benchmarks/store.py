@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_xlabel("events inserted (millions)")
         ax.set_ylabel("insert cost (ns / event)")
         ax.set_ylim(bottom=0)
-        ax.set_title("streamgnn store: insert cost stays flat as the graph grows")
+        ax.set_title("streamgnn store: insert cost per event as the graph grows")
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
     report(results, args.json, "store: insert throughput and memory")
