@@ -59,8 +59,14 @@ class SampledHop:
 
 @dataclass(frozen=True)
 class SampledSubgraph:
-    """Multi-hop sample: ``hops[0]`` has the roots as queries; ``hops[h]`` queries ``hops[h-1].nbr``."""
+    """Multi-hop sample: ``hops[0]`` has the roots as queries; ``hops[h]`` queries ``hops[h-1].nbr``.
+
+    Each entry of ``hops[h-1]`` is one query of ``hops[h]``, at the time of the edge that reached it
+    (TGAT), so an edge never brings in a neighborhood from after its own time.
+    ``streamgnn.nn.inputs.EmbeddingInput.from_subgraph`` turns this into dense ``[n, k]`` tensors.
+    """
 
     roots: np.ndarray  # int64 internal ids
     root_t: np.ndarray  # float64
     hops: list[SampledHop]
+    root_node_features: np.ndarray | None = None  # float32[n_roots, d_n] in force at root_t

@@ -1,0 +1,272 @@
+"""Numba kernels of the temporal neighbor sampler: plain functions over the store's flat arrays.
+
+A root's candidates at query time ``t`` are one contiguous, time-ordered run ``[lo, hi)`` of its block,
+found by binary search: ``hi`` is the first entry at or after ``t`` (only edges strictly before ``t``
+are visible), ``lo`` the first at or after ``t - window``. Direction and deletion are per-entry filters;
+without them (direction "both", no deletion in the store yet) the whole run is valid and no scan is
+needed. A hop is two passes over the roots, count then fill, so every output is allocated at its exact
+size and each root writes only its own slice.
+
+Sampling is memory-latency bound (a root's block and its edges' times sit anywhere in the pool), so
+each pass runs stage by stage over a chunk of roots: small loops of independent loads keep many cache
+misses in flight, where handling one root at a time would wait for each miss in turn. Helpers take
+their arrays bundled in tuples: ``graph`` (start, deg, pool, edge_t, edge_del), ``runs`` (base, lo, hi,
+n_valid, newest, ptr: per-root scratch), ``out`` (root_index, nbr, eid, t, dt, edge_x, node_x) and
+``feats`` (edge_feat, ustart, udeg, upool, upd_t, node_feat).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..store.kernels import decode
+from .rng import mix, randint
+
+BOTH, OUT, IN = 0, 1, 2
+
+
+@njit(cache=True, inline="always")
+def _valid(code, edge_del, t, direction):
+    if direction == OUT and code < 0:
+        return False
+    if direction == IN and code >= 0:
+        return False
+    return len(edge_del) == 0 or edge_del[decode(code)] > t
+
+
+@njit(cache=True, inline="always")
+def _time(pool, edge_t, row):
+    return edge_t[decode(pool[row, 1])]
+
+
+@njit(cache=True)
+def _lockstep(pool, edge_t, base, lo, hi, ts, back, a, b):
+    """For roots ``a..b``: the first position in ``[lo[i], hi[i])`` of the block at ``base[i]`` whose edge
+    time is >= ``ts[i] - back``, left in both ``lo[i]`` and ``hi[i]``.
+
+    All roots' binary searches advance one level per sweep: each probe (a pool row, then that edge's
+    time) is a dependent pair of cache misses, but the probes of different roots are independent.
+    """
+    active = True
+    while active:
+        active = False
+        for i in range(a, b):
+            if lo[i] < hi[i]:
+                mid = (lo[i] + hi[i]) >> 1
+                if _time(pool, edge_t, base[i] + mid) < ts[i] - back:
+                    lo[i] = mid + 1
+                else:
+                    hi[i] = mid
+                active = True
+
+
+@njit(cache=True)
+def _count(graph, num_nodes, roots, ts, k, direction, window, uniform, a, b, runs):
+    """Roots ``a..b``: their runs ``[lo, hi)`` (block at ``base``) and neighbor counts into ``ptr[i + 1]``.
+
+    For "recent" ``n_valid`` stops at ``k`` (the scan from the newest end need go no further).
+    """
+    start, deg, pool, edge_t, edge_del = graph
+    base, lo, hi, n_valid, newest, ptr = runs
+    for i in range(a, b):
+        v = roots[i]
+        known = v >= 0 and v < num_nodes
+        base[i] = start[v] if known else 0
+        hi[i] = deg[v] if known else 0
+    for i in range(a, b):
+        newest[i] = _time(pool, edge_t, base[i] + hi[i] - 1) if hi[i] > 0 else -np.inf
+    for i in range(a, b):  # a query after the newest entry (streaming: "now") needs no search
+        lo[i] = hi[i] if newest[i] < ts[i] else 0
+    _lockstep(pool, edge_t, base, lo, hi, ts, 0.0, a, b)
+    for i in range(a, b):
+        n_valid[i] = hi[i]
+        lo[i] = 0
+    if window != np.inf:
+        _lockstep(pool, edge_t, base, lo, n_valid, ts, window, a, b)
+    fast = direction == BOTH and len(edge_del) == 0
+    for i in range(a, b):
+        if fast:
+            n_valid[i] = hi[i] - lo[i]
+        else:
+            c = 0
+            j = hi[i] - 1
+            while j >= lo[i] and (uniform or k < 0 or c < k):
+                if _valid(pool[base[i] + j, 1], edge_del, ts[i], direction):
+                    c += 1
+                j -= 1
+            n_valid[i] = c
+        ptr[i + 1] = n_valid[i] if k < 0 else min(k, n_valid[i])
+
+
+@njit(cache=True)
+def _draw_rows(pool, edge_del, t, runs, i, cnt, direction, state, rows):
+    """Pool rows of ``cnt`` of root ``i``'s ``n_valid`` candidates, uniformly, into its slice of ``rows``.
+
+    Floyd's algorithm picks distinct ranks, kept sorted as they come so the rows keep block (time) order.
+    """
+    s, lo, n_valid, p0 = runs[0][i], runs[1][i], runs[3][i], runs[5][i]
+    for m, j in enumerate(range(n_valid - cnt, n_valid)):
+        state, r = randint(state, j + 1)
+        q = m  # insert r into the sorted rows[p0:p0 + m]; a rank already there means take j instead
+        while q > 0 and rows[p0 + q - 1] > r:
+            q -= 1
+        if q > 0 and rows[p0 + q - 1] == r:
+            r = j  # j exceeds every rank drawn so far: it goes last
+            q = m
+        for x in range(m, q, -1):
+            rows[p0 + x] = rows[p0 + x - 1]
+        rows[p0 + q] = r
+    if direction == BOTH and len(edge_del) == 0:
+        for q in range(cnt):
+            rows[p0 + q] += s + lo
+        return
+    rank = 0
+    q = 0
+    j = lo
+    while q < cnt:
+        if _valid(pool[s + j, 1], edge_del, t, direction):
+            if rank == rows[p0 + q]:
+                rows[p0 + q] = s + j
+                q += 1
+            rank += 1
+        j += 1
+
+
+@njit(cache=True)
+def _newest_rows(pool, edge_del, t, s, hi, cnt, direction, p0, rows):
+    """Pool rows of one root's ``cnt`` newest valid entries into ``rows[p0:p0 + cnt]``, oldest first."""
+    q = cnt
+    j = hi - 1
+    while q > 0:
+        if _valid(pool[s + j, 1], edge_del, t, direction):
+            q -= 1
+            rows[p0 + q] = s + j
+        j -= 1
+
+
+@njit(cache=True, inline="always")
+def _version(ustart, udeg, upool, upd_t, v, t):
+    """Index of ``v``'s feature version in force at ``t`` (update time <= t), -1 if none."""
+    s = ustart[v]
+    lo = 0
+    hi = udeg[v]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if upd_t[upool[s + mid, 1]] <= t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return upool[s + lo - 1, 1] if lo > 0 else -1
+
+
+@njit(cache=True)
+def _fill(graph, feats, ts, direction, uniform, key, a, b, runs, out):
+    """Roots ``a..b``: pick each one's pool rows (into ``eid`` as scratch), then gather stage by stage."""
+    _, _, pool, edge_t, edge_del = graph
+    edge_feat, ustart, udeg, upool, upd_t, node_feat = feats
+    base, _, hi, n_valid, _, ptr = runs
+    root_index, nbr, eid, et, dt, edge_x, node_x = out
+    fast = direction == BOTH and len(edge_del) == 0
+    for i in range(a, b):
+        p0 = ptr[i]
+        cnt = ptr[i + 1] - p0
+        for p in range(p0, p0 + cnt):
+            root_index[p] = i
+        if cnt == 0:
+            continue
+        if uniform and cnt < n_valid[i]:  # draw
+            _draw_rows(pool, edge_del, ts[i], runs, i, cnt, direction, mix(key, i), eid)
+        elif fast:  # the newest cnt entries, no scan
+            for q in range(cnt):
+                eid[p0 + q] = base[i] + hi[i] - cnt + q
+        else:
+            _newest_rows(pool, edge_del, ts[i], base[i], hi[i], cnt, direction, p0, eid)
+    for i in range(a, b):  # touch each root's first row: the blocks' cache lines load in parallel
+        if ptr[i + 1] > ptr[i]:
+            nbr[ptr[i]] = pool[eid[ptr[i]], 0]
+    for p in range(ptr[a], ptr[b]):
+        row = eid[p]
+        nbr[p] = pool[row, 0]
+        eid[p] = decode(pool[row, 1])
+    for p in range(ptr[a], ptr[b]):
+        et[p] = edge_t[eid[p]]
+    for p in range(ptr[a], ptr[b]):
+        dt[p] = ts[root_index[p]] - et[p]
+    if len(edge_x):
+        for p in range(ptr[a], ptr[b]):
+            edge_x[p, :] = edge_feat[eid[p], :]
+    if len(node_x):
+        for p in range(ptr[a], ptr[b]):
+            ver = _version(ustart, udeg, upool, upd_t, nbr[p], et[p])
+            if ver >= 0:
+                node_x[p, :] = node_feat[ver, :]
+
+
+@njit(cache=True)
+def _runs(n):
+    ptr = np.empty(n + 1, np.int64)
+    ptr[0] = 0
+    ints = np.empty((4, n), np.int64)
+    return ints[0], ints[1], ints[2], ints[3], np.empty(n, np.float64), ptr
+
+
+@njit(cache=True)
+def _outputs(ptr, want_edge, edge_dim, want_node, node_dim):
+    """Exact-size outputs once ``ptr`` holds the counts (turned into offsets here)."""
+    for i in range(len(ptr) - 1):
+        ptr[i + 1] += ptr[i]
+    m = ptr[-1]
+    return (
+        np.empty(m, np.int64),
+        np.empty(m, np.int64),
+        np.empty(m, np.int64),
+        np.empty(m, np.float64),
+        np.empty(m, np.float64),
+        np.empty((m if want_edge else 0, edge_dim), np.float32),
+        np.zeros((m if want_node else 0, node_dim), np.float32),
+    )
+
+
+@njit(cache=True)
+def sample_hop(
+    start, deg, pool, edge_t, edge_del, num_nodes, roots, ts, k, direction, window, uniform, key, hop,
+    edge_feat, want_edge, ustart, udeg, upool, upd_t, node_feat, want_node,
+):  # fmt: skip
+    """One hop for ``roots`` at times ``ts``: ``(ptr, root_index, nbr, eid, t, dt, edge_x, node_x)``.
+
+    ``k < 0`` takes every candidate. Uniform draws for root ``i`` come from ``mix(mix(key, hop), i)``.
+    Feature rows (edge features of each sampled edge, node features of each neighbor at the edge's
+    time) are gathered in the fill pass; unwanted ones come back with zero rows.
+    """
+    graph = (start, deg, pool, edge_t, edge_del)
+    runs = _runs(len(roots))
+    _count(graph, num_nodes, roots, ts, k, direction, window, uniform, 0, len(roots), runs)
+    out = _outputs(runs[5], want_edge, edge_feat.shape[1], want_node, node_feat.shape[1])
+    feats = (edge_feat, ustart, udeg, upool, upd_t, node_feat)
+    _fill(graph, feats, ts, direction, uniform, mix(key, hop), 0, len(roots), runs, out)
+    root_index, nbr, eid, et, dt, edge_x, node_x = out
+    return runs[5], root_index, nbr, eid, et, dt, edge_x, node_x
+
+
+@njit(cache=True, parallel=True)
+def sample_hop_parallel(
+    start, deg, pool, edge_t, edge_del, num_nodes, roots, ts, k, direction, window, uniform, key, hop,
+    edge_feat, want_edge, ustart, udeg, upool, upd_t, node_feat, want_node, chunks,
+):  # fmt: skip
+    """``sample_hop`` with each pass split into ``chunks`` runs of roots spread over the threads.
+
+    The result is identical: a root's draws depend on its index only, never on the chunking.
+    """
+    graph = (start, deg, pool, edge_t, edge_del)
+    runs = _runs(len(roots))
+    bounds = np.linspace(0, len(roots), chunks + 1).astype(np.int64)
+    for c in prange(chunks):
+        _count(graph, num_nodes, roots, ts, k, direction, window, uniform, bounds[c], bounds[c + 1], runs)
+    out = _outputs(runs[5], want_edge, edge_feat.shape[1], want_node, node_feat.shape[1])
+    feats = (edge_feat, ustart, udeg, upool, upd_t, node_feat)
+    hop_key = mix(key, hop)
+    for c in prange(chunks):
+        _fill(graph, feats, ts, direction, uniform, hop_key, bounds[c], bounds[c + 1], runs, out)
+    root_index, nbr, eid, et, dt, edge_x, node_x = out
+    return runs[5], root_index, nbr, eid, et, dt, edge_x, node_x

@@ -1,0 +1,206 @@
+"""Negative destinations for temporal link prediction, after Poursafaei et al. (NeurIPS 2022) and TGB.
+
+Random negatives are easy: most pairs never interact. *Historical* negatives are destinations the
+source did link to before, just not now, which punishes a model that merely remembers past pairs;
+*inductive* ones are destinations never seen in the history, which tests generalization to new nodes.
+Both fall back to random where a source has too few. ``EvalNegatives`` fixes ``N`` negatives per
+positive once, seeded, and stores them as ``.npy``: every run and every model is then ranked against
+the same candidates, so MRR is comparable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from ..errors import ConfigError
+from .negative_kernels import draw_negatives
+from .rng import key_of
+
+STRATEGIES = ("random", "historical", "inductive")
+_MAX_ID = 1 << 31
+_LOW = (1 << 32) - 1
+
+
+def _ids(name: str, values) -> np.ndarray:
+    arr = np.ascontiguousarray(values, np.int64)
+    if arr.ndim != 1:
+        raise ConfigError(f"{name} must be 1-D, got shape {arr.shape}")
+    return arr
+
+
+class NegativeSampler:
+    """Draws negative destinations for positive ``(src, dst)`` pairs.
+
+    ``dst_pool``: the destinations negatives come from (e.g. every destination of the stream). The
+    history (``observe``) holds the pairs seen so far, e.g. the training events; its node ids must lie
+    in ``[0, 2**31)`` (internal ids always do). Draws depend only on ``seed``, the call counter (or an
+    explicit ``key``) and the inputs.
+    """
+
+    def __init__(self, dst_pool, *, seed: int = 0) -> None:
+        self.pool = np.unique(_ids("dst_pool", dst_pool))
+        if not len(self.pool):
+            raise ConfigError("dst_pool is empty: there is nothing to draw negatives from")
+        self.seed = seed
+        self.calls = 0
+        self._pairs = np.zeros(0, np.int64)  # sorted unique src << 32 | dst
+        self._seen_dst = np.zeros(0, np.int64)  # sorted unique
+
+    def observe(self, src, dst) -> None:
+        """Add pairs to the history (call after each training batch: they become "seen before")."""
+        src, dst = _ids("src", src), _ids("dst", dst)
+        if len(src) != len(dst):
+            raise ConfigError(f"src has {len(src)} ids but dst has {len(dst)}")
+        if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= _MAX_ID):
+            raise ConfigError("history node ids must lie in [0, 2**31); map external ids to internal ones")
+        self._pairs = _merge(self._pairs, (src << 32) | dst)
+        self._seen_dst = _merge(self._seen_dst, dst)
+
+    def _runs(self, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        inside = (src >= 0) & (src < _MAX_ID)
+        s = np.where(inside, src, 0)
+        lo = np.searchsorted(self._pairs, s << 32)
+        hi = np.where(inside, np.searchsorted(self._pairs, (s + 1) << 32), lo)
+        return lo, hi
+
+    def sample(
+        self,
+        src,
+        dst,
+        *,
+        num: int = 1,
+        strategy: Literal["random", "historical", "inductive"] = "random",
+        frac: float = 1.0,
+        groups=None,
+        key: int | None = None,
+    ) -> np.ndarray:
+        """``int64[n, num]`` distinct negatives per positive ``(src[i], dst[i])``, ``-1`` where none remain.
+
+        ``strategy`` picks where ``round(frac * num)`` of them come from (the rest, and any shortfall,
+        are random). Negatives never include a destination that ``src[i]`` has as a positive in the
+        same group: ``groups`` labels the events (default: the whole call is one group, i.e. one batch;
+        TGB uses the timestamp).
+        """
+        src, dst = _ids("src", src), _ids("dst", dst)
+        n = len(src)
+        if len(dst) != n:
+            raise ConfigError(f"src has {n} ids but dst has {len(dst)}")
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+        if num < 1 or not (0.0 <= frac <= 1.0):
+            raise ConfigError(f"need num >= 1 and 0 <= frac <= 1, got num={num}, frac={frac}")
+        if key is None:
+            key = self.calls
+            self.calls += 1
+        excl, excl_lo, excl_hi = _positives_now(src, dst, groups)
+        n_first = np.full(n, 0 if strategy == "random" else round(frac * num), np.int64)
+        if strategy == "historical":
+            cand = self._pairs & _LOW
+            cand_lo, cand_hi = self._runs(src)
+        else:
+            cand = (
+                np.setdiff1d(self.pool, self._seen_dst, assume_unique=True)
+                if strategy == "inductive"
+                else self.pool
+            )
+            cand_lo, cand_hi = np.zeros(n, np.int64), np.full(n, len(cand), np.int64)
+        out = np.empty((n, num), np.int64)
+        draw_negatives(
+            cand, cand_lo, cand_hi, n_first, self.pool, excl, excl_lo, excl_hi, key_of(self.seed, key), out
+        )
+        return out
+
+
+def _merge(sorted_unique: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Insert ``new`` into a sorted unique array in O(len + new log new), not a full re-sort."""
+    new = np.unique(new)
+    if not len(sorted_unique):
+        return new
+    pos = np.searchsorted(sorted_unique, new)
+    fresh = (pos == len(sorted_unique)) | (sorted_unique[np.minimum(pos, len(sorted_unique) - 1)] != new)
+    return np.insert(sorted_unique, pos[fresh], new[fresh])
+
+
+def _positives_now(src: np.ndarray, dst: np.ndarray, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per event, the run of ``excl`` holding the destinations of its (group, src) positives."""
+    n = len(src)
+    g = np.zeros(n, np.int64) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
+    if len(g) != n:
+        raise ConfigError(f"groups has {len(g)} labels for {n} events")
+    _, cell = np.unique(np.stack([g.reshape(-1), src]), axis=1, return_inverse=True)
+    cell = cell.reshape(-1)
+    order = np.argsort(cell, kind="stable")
+    sorted_cell = cell[order]
+    return dst[order], np.searchsorted(sorted_cell, cell, "left"), np.searchsorted(sorted_cell, cell, "right")
+
+
+@dataclass(frozen=True)
+class EvalNegatives:
+    """``N`` fixed negatives per positive event: ``neg[i]`` belongs to the event with id ``eid[i]``.
+
+    ``-1`` pads rows where fewer than ``N`` candidates exist. Stored as one int64 ``.npy`` of shape
+    ``[n, 1 + N]`` (event id, then the negatives), loaded without pickle.
+    """
+
+    eid: np.ndarray  # int64[n]
+    neg: np.ndarray  # int64[n, N]
+
+    @classmethod
+    def generate(
+        cls,
+        src,
+        dst,
+        t,
+        eid,
+        *,
+        dst_pool,
+        history: tuple[np.ndarray, np.ndarray] | None = None,
+        num: int = 100,
+        strategy: Literal["random", "historical", "inductive"] = "historical",
+        frac: float = 0.5,
+        seed: int = 0,
+    ) -> EvalNegatives:
+        """TGB's protocol: for each positive, ``round(frac * num)`` negatives from ``strategy`` (half
+        historical by default), the rest random, none of them a positive of the source at the same time.
+
+        ``history`` is the ``(src, dst)`` of the training events. Depends only on the arguments.
+        """
+        eid = _ids("eid", eid)
+        if len(np.unique(eid)) != len(eid):
+            raise ConfigError("eid must be unique: it is the key negatives are looked up by")
+        sampler = NegativeSampler(dst_pool, seed=seed)
+        if history is not None:
+            sampler.observe(*history)
+        neg = sampler.sample(src, dst, num=num, strategy=strategy, frac=frac, groups=t, key=0)
+        return cls(eid, neg)
+
+    @property
+    def num(self) -> int:
+        return self.neg.shape[1]
+
+    def lookup(self, eid) -> np.ndarray:
+        """``int64[len(eid), N]``: the stored negatives of these events."""
+        eid = _ids("eid", eid)
+        order = np.argsort(self.eid, kind="stable")
+        pos = np.minimum(np.searchsorted(self.eid, eid, sorter=order), max(len(order) - 1, 0))
+        found = order[pos] if len(order) else pos
+        missing = self.eid[found] != eid if len(order) else np.ones(len(eid), bool)
+        if missing.any():
+            raise ConfigError(f"no evaluation negatives for event ids {eid[missing][:5].tolist()}")
+        return self.neg[found]
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        np.save(path, np.column_stack([self.eid, self.neg]), allow_pickle=False)
+        return path if path.suffix == ".npy" else path.with_name(path.name + ".npy")
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalNegatives:
+        table = np.load(Path(path), allow_pickle=False)
+        if table.ndim != 2 or table.shape[1] < 2 or table.dtype != np.int64:
+            raise ConfigError(f"{path}: expected an int64 [n, 1 + N] table, got {table.dtype} {table.shape}")
+        return cls(np.ascontiguousarray(table[:, 0]), np.ascontiguousarray(table[:, 1:]))

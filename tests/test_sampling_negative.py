@@ -1,0 +1,161 @@
+"""Negative sampling (random, historical, inductive) and fixed evaluation negatives."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamgnn.errors import ConfigError
+from streamgnn.sampling import EvalNegatives, NegativeSampler
+
+
+def history_of(src, dst) -> dict[int, set[int]]:
+    out: dict[int, set[int]] = {}
+    for s, d in zip(src, dst, strict=True):
+        out.setdefault(int(s), set()).add(int(d))
+    return out
+
+
+def positives_now(src, dst, groups) -> list[set[int]]:
+    """For each event, destinations its source has among the positives of its group."""
+    cell: dict[tuple, set[int]] = {}
+    for s, d, g in zip(src, dst, groups, strict=True):
+        cell.setdefault((g, int(s)), set()).add(int(d))
+    return [cell[(g, int(s))] for s, g in zip(src, groups, strict=True)]
+
+
+def check_rows(neg, pool, now) -> None:
+    for row, excluded in zip(neg.tolist(), now, strict=True):
+        real = [x for x in row if x >= 0]
+        assert row[len(real) :] == [-1] * (len(row) - len(real))  # padding only at the end
+        assert len(set(real)) == len(real) and set(real) <= set(pool) and not set(real) & excluded
+        assert len(real) == min(len(row), len(set(pool) - excluded))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9)), max_size=30),  # history (src, dst)
+    st.lists(st.tuples(st.integers(0, 8), st.integers(0, 11), st.integers(0, 2)), min_size=1, max_size=15),
+    st.sampled_from(["random", "historical", "inductive"]),
+    st.integers(1, 12),
+    st.sampled_from([0.0, 0.5, 1.0]),
+)
+def test_negatives_respect_their_strategy(history, batch, strategy, num, frac):
+    """Distinct, from the pool, never a positive of the same source now; the strategy's share first."""
+    pool = np.arange(12)
+    hsrc, hdst = (
+        (np.array(c, np.int64).reshape(-1) for c in zip(*history, strict=True)) if history else ([], [])
+    )
+    sampler = NegativeSampler(pool, seed=3)
+    sampler.observe(hsrc, hdst)
+    src, dst, groups = (np.array(c) for c in zip(*batch, strict=True))
+    neg = sampler.sample(src, dst, num=num, strategy=strategy, frac=frac, groups=groups)
+    assert neg.shape == (len(src), num) and neg.dtype == np.int64
+    now = positives_now(src, dst, groups.tolist())
+    check_rows(neg, pool, now)
+    seen = history_of(hsrc, hdst)
+    first = round(frac * num)
+    for i, row in enumerate(neg.tolist()):
+        if strategy == "historical":
+            cands = seen.get(int(src[i]), set()) - now[i]
+        elif strategy == "inductive":
+            cands = set(pool.tolist()) - set(np.asarray(hdst).tolist()) - now[i]
+        else:
+            continue
+        m = min(first, len(cands))
+        assert set(row[:m]) <= cands  # the strategy's share comes first ...
+        if len(cands) <= first:
+            assert cands <= set(row)  # ... and takes every candidate when there are few
+
+
+def test_random_negatives_are_uniform_and_reproducible():
+    pool = np.arange(100, 120)
+    src, dst = np.zeros(5000, np.int64), np.full(5000, 105)
+    a = NegativeSampler(pool, seed=1)
+    first = a.sample(src, dst, num=4)
+    counts = Counter(first.reshape(-1).tolist())
+    assert set(counts) == set(pool.tolist()) - {105}
+    expected = 5000 * 4 / 19
+    assert all(abs(c - expected) < 5 * math.sqrt(expected) for c in counts.values())
+    b = NegativeSampler(pool, seed=1)
+    assert np.array_equal(b.sample(src, dst, num=4), first)
+    assert not np.array_equal(b.sample(src, dst, num=4), first)  # the next call draws anew
+    assert np.array_equal(b.sample(src, dst, num=4, key=0), first)
+    assert not np.array_equal(NegativeSampler(pool, seed=2).sample(src, dst, num=4), first)
+    # an event's negatives do not depend on the other events in the call
+    assert np.array_equal(NegativeSampler(pool, seed=1).sample(src[:7], dst[:7], num=4), first[:7])
+
+
+def test_historical_negatives_are_seen_before_but_not_now():
+    sampler = NegativeSampler(np.arange(50), seed=0)
+    sampler.observe([1, 1, 1, 2], [10, 11, 12, 20])
+    sampler.observe([1, 3], [13, 30])  # history grows batch by batch
+    neg = sampler.sample([1, 1, 2, 4], [11, 12, 21, 5], num=2, strategy="historical")
+    # source 1: history {10..13} minus positives now {11, 12}
+    assert set(neg[0]) == {10, 13} and set(neg[1]) == {10, 13}
+    assert neg[2, 0] == 20 and neg[2, 1] not in (20, 21)  # one historical, then random
+    assert 5 not in neg[3] and len(set(neg[3])) == 2  # no history: random
+    with pytest.raises(ConfigError):
+        sampler.observe([-1], [3])
+    with pytest.raises(ConfigError):
+        sampler.observe([1 << 31], [3])
+
+
+def test_inductive_negatives_were_never_seen():
+    sampler = NegativeSampler(np.arange(10), seed=0)
+    sampler.observe([0, 0, 1], [1, 2, 3])
+    neg = sampler.sample(np.zeros(200, np.int64), np.full(200, 4), num=3, strategy="inductive")
+    assert set(neg.reshape(-1).tolist()) == {0, 5, 6, 7, 8, 9}
+    few = sampler.sample([0], [4], num=8, strategy="inductive", frac=1.0)
+    assert set(few[0, :6]) == {0, 5, 6, 7, 8, 9} and set(few[0, 6:]) <= {1, 2, 3}
+
+
+def test_small_pools_pad_with_minus_one():
+    neg = NegativeSampler([7, 8, 9]).sample([0, 0], [8, 9], num=4)
+    assert neg.tolist() == [[7, -1, -1, -1], [7, -1, -1, -1]]  # one batch: 8 and 9 are both positives of 0
+
+
+def test_eval_negatives_are_fixed_saved_and_looked_up(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 300
+    src, dst = rng.integers(0, 20, n), rng.integers(20, 220, n)
+    t = np.sort(rng.integers(0, 50, n)).astype(float)
+    eid = np.arange(1000, 1000 + n)
+    history = (rng.integers(0, 20, 500), rng.integers(20, 220, 500))
+    kw = dict(dst_pool=np.arange(20, 220), history=history, num=100, seed=4)
+    ev = EvalNegatives.generate(src, dst, t, eid, **kw)
+    assert ev.neg.shape == (n, 100) and ev.num == 100
+    assert np.array_equal(EvalNegatives.generate(src, dst, t, eid, **kw).neg, ev.neg)
+    assert not np.array_equal(EvalNegatives.generate(src, dst, t, eid, **{**kw, "seed": 5}).neg, ev.neg)
+    check_rows(ev.neg, np.arange(20, 220), positives_now(src, dst, t.tolist()))  # TGB: same-time positives
+    seen = history_of(*history)
+    for i in range(n):
+        cands = seen.get(int(src[i]), set()) - {
+            int(d) for s, d, ti in zip(src, dst, t, strict=True) if s == src[i] and ti == t[i]
+        }
+        assert set(ev.neg[i, : min(50, len(cands))]) <= cands
+    path = ev.save(tmp_path / "negs")
+    assert path.name == "negs.npy" and np.load(path, allow_pickle=False).shape == (n, 101)
+    back = EvalNegatives.load(path)
+    assert np.array_equal(back.eid, eid) and np.array_equal(back.neg, ev.neg)
+    assert np.array_equal(back.lookup([1299, 1000, 1005]), ev.neg[[299, 0, 5]])
+    with pytest.raises(ConfigError):
+        back.lookup([5])
+    with pytest.raises(ConfigError):
+        EvalNegatives.generate(src[:2], dst[:2], t[:2], [1, 1], **kw)
+    np.save(tmp_path / "bad.npy", np.zeros((3, 4), np.float32))
+    with pytest.raises(ConfigError):
+        EvalNegatives.load(tmp_path / "bad.npy")
+
+
+@pytest.mark.parametrize("kw", [dict(num=0), dict(frac=1.5), dict(strategy="hard"), dict(groups=[0])])
+def test_bad_arguments_are_refused(kw):
+    with pytest.raises(ConfigError):
+        NegativeSampler([1, 2, 3]).sample([0, 0], [1, 2], **kw)
+    with pytest.raises(ConfigError):
+        NegativeSampler([])
