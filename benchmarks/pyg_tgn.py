@@ -1,0 +1,215 @@
+"""The baseline of the training benchmark: TGN from PyG's ``torch_geometric.nn.models.tgn`` parts.
+
+It follows PyG's ``examples/tgn.py`` (memory, time and embedding dims 100, batch 200, the 10 latest neighbors,
+one ``TransformerConv`` layer, Adam at 1e-4, one random negative per training positive), so that the speed we
+claim is against the reference implementation people actually run. The split and the evaluation negatives live
+here too, and the metrics are our trainer's, so the benchmark scores both sides with the same arrays and code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+from torch_geometric.data import TemporalData
+from torch_geometric.loader import TemporalDataLoader
+from torch_geometric.nn import TransformerConv
+from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader, TGNMemory
+
+from streamgnn.events import EventBatch
+from streamgnn.sampling import EvalNegatives
+from streamgnn.train.metrics import LinkMetrics, batch_mean_metrics, reciprocal_ranks
+
+DIM = 100  # memory, time and embedding width
+BATCH_SIZE = 200
+NUM_NEIGHBORS = 10
+LR = 1e-4
+NUM_EVAL_NEGATIVES = 100
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one training run reports: train throughput per epoch, and test scores after the last epoch."""
+
+    train_events_per_s: list[float]
+    ap: float
+    mrr: float
+
+
+def split_points(n: int) -> tuple[int, int]:
+    """Chronological 70/15/15: ends of the train and validation parts of an ``n``-event stream."""
+    return int(0.70 * n), int(0.85 * n)
+
+
+def eval_negatives(events: EventBatch, lo: int, num: int = NUM_EVAL_NEGATIVES, seed: int = 0) -> np.ndarray:
+    """``[len(events) - lo, num]`` fixed negatives for the events from ``lo`` on: ``EvalNegatives``, random.
+
+    Distinct destinations drawn uniformly from every destination of the stream (the item set), none a
+    positive of the same source at the same time. Both sides of the benchmark rank against these very
+    arrays, so their MRRs are comparable; column 0 doubles as the AP negative.
+    """
+    part = events.take(slice(lo, len(events)))
+    neg = EvalNegatives.generate(
+        part.src, part.dst, part.t, part.eid, dst_pool=events.dst, num=num, strategy="random", seed=seed
+    ).neg
+    if (neg < 0).any():
+        raise ValueError(f"the stream has too few destinations to draw {num} distinct negatives per event")
+    return neg
+
+
+def batch_ranges(lo: int, hi: int, batch_size: int = BATCH_SIZE) -> list[tuple[int, int]]:
+    return [(a, min(a + batch_size, hi)) for a in range(lo, hi, batch_size)]
+
+
+def score_test(batch_scores, pos_range: tuple[int, int], negatives: np.ndarray) -> LinkMetrics:
+    """Test metrics from ``batch_scores(lo, hi, neg) -> (pos [b], neg [b, k])`` over successive batches,
+    by our trainer's code (``batch_mean_metrics``): AP per batch against column 0, MRR against all ``k``."""
+    parts = []
+    start = pos_range[0]
+    for lo, hi in batch_ranges(*pos_range):
+        pos, neg = batch_scores(lo, hi, negatives[lo - start : hi - start])
+        parts.append((pos, neg[:, 0], reciprocal_ranks(pos, neg)))
+    return batch_mean_metrics(parts)
+
+
+class GraphAttentionEmbedding(nn.Module):
+    """One ``TransformerConv`` over the latest neighbors, edges carrying ``[time_enc(Δt), msg]`` (PyG's)."""
+
+    def __init__(self, in_channels: int, out_channels: int, msg_dim: int, time_enc: nn.Module) -> None:
+        super().__init__()
+        self.time_enc = time_enc
+        edge_dim = msg_dim + time_enc.out_channels
+        self.conv = TransformerConv(in_channels, out_channels // 2, heads=2, dropout=0.1, edge_dim=edge_dim)
+
+    def forward(self, x: Tensor, last_update: Tensor, edge_index: Tensor, t: Tensor, msg: Tensor) -> Tensor:
+        rel_t = last_update[edge_index[0]] - t
+        edge_attr = torch.cat([self.time_enc(rel_t.to(x.dtype)), msg], dim=-1)
+        return self.conv(x, edge_index, edge_attr)
+
+
+class LinkPredictor(nn.Module):
+    """``relu(W_s z_src + W_d z_dst) -> logit`` (PyG's recipe)."""
+
+    def __init__(self, in_channels: int) -> None:
+        super().__init__()
+        self.lin_src = nn.Linear(in_channels, in_channels)
+        self.lin_dst = nn.Linear(in_channels, in_channels)
+        self.lin_final = nn.Linear(in_channels, 1)
+
+    def forward(self, z_src: Tensor, z_dst: Tensor) -> Tensor:
+        return self.lin_final((self.lin_src(z_src) + self.lin_dst(z_dst)).relu()).squeeze(-1)
+
+
+class PygTGN:
+    """PyG's TGN on one stream: memory, neighbor loader and model state, trained test-then-train per batch.
+
+    The stream has no edge features, and PyG's message store drops zero-width messages (its ``_compute_msg``
+    keeps only non-empty ``raw_msg`` parts), so every event carries one constant-zero message column. A zero
+    input adds nothing through the GRU's and ``TransformerConv``'s linear maps, so this equals a model with
+    no edge features, which is what our side runs.
+    """
+
+    def __init__(self, events: EventBatch, seed: int = 0, lr: float = LR) -> None:
+        torch.manual_seed(seed)
+        self.num_nodes = int(max(events.src.max(), events.dst.max())) + 1
+        self.data = TemporalData(
+            src=torch.from_numpy(events.src.astype(np.int64)),
+            dst=torch.from_numpy(events.dst.astype(np.int64)),
+            t=torch.from_numpy(events.t.astype(np.int64)),
+            msg=torch.zeros(len(events), 1),
+        )
+        msg_dim = self.data.msg.size(-1)
+        self.memory = TGNMemory(
+            self.num_nodes, msg_dim, DIM, DIM,
+            message_module=IdentityMessage(msg_dim, DIM, DIM), aggregator_module=LastAggregator(),
+        )  # fmt: skip
+        self.gnn = GraphAttentionEmbedding(DIM, DIM, msg_dim, self.memory.time_enc)
+        self.link_pred = LinkPredictor(DIM)
+        self.neighbor_loader = LastNeighborLoader(self.num_nodes, size=NUM_NEIGHBORS)
+        params = set(self.memory.parameters()) | set(self.gnn.parameters()) | set(self.link_pred.parameters())
+        self.optimizer = torch.optim.Adam(params, lr=lr)
+        self.criterion = nn.BCEWithLogitsLoss()
+        self.assoc = torch.empty(self.num_nodes, dtype=torch.long)
+
+    def _embed(self, n_id: Tensor) -> Tensor:
+        n_id, edge_index, e_id = self.neighbor_loader(n_id)
+        self.assoc[n_id] = torch.arange(n_id.size(0))
+        z, last_update = self.memory(n_id)
+        return self.gnn(z, last_update, edge_index, self.data.t[e_id], self.data.msg[e_id])
+
+    def _observe(self, batch: TemporalData) -> None:
+        self.memory.update_state(batch.src, batch.dst, batch.t, batch.msg)
+        self.neighbor_loader.insert(batch.src, batch.dst)
+
+    def train_epoch(self, end: int) -> float:
+        """One pass over events ``[0, end)`` from fresh memory; returns its wall seconds."""
+        for module in (self.memory, self.gnn, self.link_pred):
+            module.train()
+        self.memory.reset_state()
+        self.neighbor_loader.reset_state()
+        t0 = time.perf_counter()
+        for batch in TemporalDataLoader(self.data[:end], batch_size=BATCH_SIZE, neg_sampling_ratio=1.0):
+            self.optimizer.zero_grad()
+            z = self._embed(batch.n_id)
+            src = z[self.assoc[batch.src]]
+            pos_out = self.link_pred(src, z[self.assoc[batch.dst]])
+            neg_out = self.link_pred(src, z[self.assoc[batch.neg_dst]])
+            loss = self.criterion(pos_out, torch.ones_like(pos_out))
+            loss = loss + self.criterion(neg_out, torch.zeros_like(neg_out))
+            self._observe(batch)
+            loss.backward()
+            self.optimizer.step()
+            self.memory.detach()
+        return time.perf_counter() - t0
+
+    @torch.no_grad()
+    def replay(self, lo: int, hi: int) -> None:
+        """Feed events ``[lo, hi)`` to memory and neighbors without scoring (the validation part)."""
+        self._eval_mode()
+        for a, b in batch_ranges(lo, hi):
+            self._observe(self.data[a:b])
+
+    @torch.no_grad()
+    def batch_scores(self, lo: int, hi: int, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Scores of events ``[lo, hi)`` and of ``neg [b, k]`` as their destinations, then observe."""
+        self._eval_mode()
+        batch = self.data[lo:hi]
+        neg_t = torch.from_numpy(neg.astype(np.int64))
+        z = self._embed(torch.cat([batch.src, batch.dst, neg_t.reshape(-1)]).unique())
+        src = z[self.assoc[batch.src]]
+        pos = self.link_pred(src, z[self.assoc[batch.dst]])
+        k = neg.shape[1]
+        negs = self.link_pred(src.repeat_interleave(k, 0), z[self.assoc[neg_t.reshape(-1)]]).view(-1, k)
+        self._observe(batch)
+        return pos.numpy(), negs.numpy()
+
+    def _eval_mode(self) -> None:
+        for module in (self.memory, self.gnn, self.link_pred):
+            module.eval()
+
+
+def train_pyg_tgn(
+    events: EventBatch,
+    epochs: int = 1,
+    *,
+    negatives: np.ndarray | None = None,
+    seed: int = 0,
+    lr: float = LR,
+) -> TrainResult:
+    """Train PyG's TGN for ``epochs`` on the first 70% of ``events``, then score the last 15%.
+
+    Each epoch restarts memory and streams the training part; after the last one the validation part is
+    replayed into memory and the test part is scored test-then-observe. ``negatives`` (default:
+    ``eval_negatives``) has one row per test event.
+    """
+    train_end, val_end = split_points(len(events))
+    if negatives is None:
+        negatives = eval_negatives(events, val_end, seed=seed)
+    model = PygTGN(events, seed=seed, lr=lr)
+    rates = [train_end / model.train_epoch(train_end) for _ in range(epochs)]
+    model.replay(train_end, val_end)
+    test = score_test(model.batch_scores, (val_end, len(events)), negatives)
+    return TrainResult(rates, test.ap, test.mrr)
