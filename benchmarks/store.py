@@ -53,15 +53,19 @@ def pyg_cat_every_batch(batches: list[EventBatch]) -> None:
     data = None
     for b in batches:
         new = TemporalData(
-            src=torch.from_numpy(b.src), dst=torch.from_numpy(b.dst), t=torch.from_numpy(b.t),
+            src=torch.from_numpy(b.src),
+            dst=torch.from_numpy(b.dst),
+            t=torch.from_numpy(b.t),
             msg=torch.zeros(len(b), 0),
         )
         if data is None:
             data = new
         else:
             data = TemporalData(
-                src=torch.cat([data.src, new.src]), dst=torch.cat([data.dst, new.dst]),
-                t=torch.cat([data.t, new.t]), msg=torch.cat([data.msg, new.msg]),
+                src=torch.cat([data.src, new.src]),
+                dst=torch.cat([data.dst, new.dst]),
+                t=torch.cat([data.t, new.t]),
+                msg=torch.cat([data.msg, new.msg]),
             )
 
 

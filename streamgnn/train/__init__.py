@@ -1,0 +1,38 @@
+"""Online (prequential) and offline TGN training, metrics, checkpoints and data parallelism."""
+
+from .config import TrainConfig
+from .distributed import DistContext, init_distributed
+from .metrics import (
+    LinkMetrics,
+    RunningMetrics,
+    WindowMetrics,
+    average_precision,
+    link_metrics,
+    reciprocal_ranks,
+    roc_auc,
+)
+from .offline import ChronologicalSplit, OfflineResult, fit_offline
+from .online import plot_windows, run_online, write_summary
+from .trainer import OnlineResult, OnlineTrainer, StepResult
+
+__all__ = [
+    "ChronologicalSplit",
+    "DistContext",
+    "LinkMetrics",
+    "OfflineResult",
+    "OnlineResult",
+    "OnlineTrainer",
+    "RunningMetrics",
+    "StepResult",
+    "TrainConfig",
+    "WindowMetrics",
+    "average_precision",
+    "fit_offline",
+    "init_distributed",
+    "link_metrics",
+    "plot_windows",
+    "reciprocal_ranks",
+    "roc_auc",
+    "run_online",
+    "write_summary",
+]

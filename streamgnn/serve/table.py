@@ -1,0 +1,103 @@
+"""The latest embedding of every node, readable from any thread while training goes on.
+
+The trainer writes rows after each batch; readers copy rows out under the same lock, so a reader never sees
+a half-written row or a table being resized. Rows are keyed by external node id through the table's own id
+map (the store's is not safe to read while it ingests).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..errors import ConfigError, UnknownNodeError
+from ..store.idmap import NodeIdMap
+
+
+@runtime_checkable
+class EmbeddingSink(Protocol):
+    """Where published embeddings go; ``streamgnn.connectors.sink.KafkaSink`` is one. Rows align with ids,
+    all computed at stream time ``t``."""
+
+    def publish_embeddings(self, node_ids, embeddings: np.ndarray, t: float | None = None) -> int: ...
+
+
+class EmbeddingTable:
+    """``embeddings(ids)``: the vector each node got at its latest refresh, and ``updated_at(ids)`` its time.
+
+    ``publish(sink)`` sends the rows changed since the previous publish.
+    """
+
+    def __init__(self, dim: int) -> None:
+        if dim < 1:
+            raise ConfigError(f"embedding dim must be >= 1, got {dim}")
+        self.dim = dim
+        self._lock = threading.Lock()
+        self._ids = NodeIdMap()
+        self._vectors = np.zeros((0, dim), np.float32)
+        self._time = np.zeros(0, np.float64)
+        self._dirty = np.zeros(0, bool)
+
+    def __len__(self) -> int:
+        return self._ids.size
+
+    def update(self, node_ids, vectors, t: float) -> None:
+        """Set the rows of ``node_ids`` (external ids, unique) to ``vectors [n, dim]``, computed at ``t``."""
+        node_ids = np.asarray(node_ids)
+        vectors = np.asarray(vectors, np.float32)
+        if vectors.shape != (len(node_ids), self.dim):
+            raise ConfigError(f"expected vectors of shape ({len(node_ids)}, {self.dim}), got {vectors.shape}")
+        with self._lock:
+            rows = self._ids.map(node_ids)
+            if self._ids.size > len(self._vectors):
+                self._grow(self._ids.size)
+            self._vectors[rows] = vectors
+            self._time[rows] = t
+            self._dirty[rows] = True
+
+    def _grow(self, n: int) -> None:
+        cap = max(n, 2 * len(self._vectors), 1024)
+        vectors = np.zeros((cap, self.dim), np.float32)
+        vectors[: len(self._vectors)] = self._vectors
+        time = np.zeros(cap, np.float64)
+        time[: len(self._time)] = self._time
+        dirty = np.zeros(cap, bool)
+        dirty[: len(self._dirty)] = self._dirty
+        self._vectors, self._time, self._dirty = vectors, time, dirty
+
+    def _rows(self, node_ids) -> np.ndarray:
+        ids = np.asarray(node_ids)
+        if ids.ndim == 0:
+            ids = ids.reshape(1)
+        rows = self._ids.lookup(ids) if len(ids) else np.zeros(0, np.int64)
+        if (rows < 0).any():
+            raise UnknownNodeError(f"no embedding yet for node ids {ids[rows < 0][:5].tolist()}")
+        return rows
+
+    def embeddings(self, node_ids) -> np.ndarray:
+        """``float32 [n, dim]`` copies of the latest embeddings; unknown ids raise ``UnknownNodeError``."""
+        with self._lock:
+            return self._vectors[self._rows(node_ids)].copy()
+
+    def updated_at(self, node_ids) -> np.ndarray:
+        """Stream time at which each row was computed."""
+        with self._lock:
+            return self._time[self._rows(node_ids)].copy()
+
+    def publish(self, sink: EmbeddingSink) -> int:
+        """Send the rows changed since the last successful publish, one call per computation time; returns
+        how many rows were sent. Rows stay marked changed until the sink took them, so a failure retries."""
+        with self._lock:
+            rows = np.flatnonzero(self._dirty[: self._ids.size])
+            ids = self._ids.external(rows)
+            vectors = self._vectors[rows].copy()
+            stamp = self._time[rows].copy()
+        for t in np.unique(stamp):
+            at = stamp == t
+            sink.publish_embeddings(ids[at], vectors[at], float(t))
+            with self._lock:
+                sent = rows[at]
+                self._dirty[sent[self._time[sent] == t]] = False
+        return len(rows)

@@ -1,0 +1,119 @@
+"""Trainer checkpoints: everything a resumed run needs to continue bit for bit, written atomically.
+
+Layout: ``ROOT/step-NNNNNNNNN/{store/, trainer/}`` plus ``ROOT/LATEST``. ``store/`` is a verified store
+checkpoint (``TemporalGraphStore.save``, which also holds the source offsets); ``trainer/`` one array, the
+``torch.save`` bytes of model, optimizer, memory, metrics and torch RNG states (read back with
+``weights_only=True``), checksummed by ``write_checkpoint``, with a JSON manifest of config, counters and
+the numpy/python RNG states. A step directory is assembled under a temporary name, fsynced and renamed,
+then ``LATEST`` is replaced, so a crash at any instant leaves the previous checkpoint whole.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointError
+from ..store import TemporalGraphStore
+from ..store.checkpoint import read_checkpoint, write_checkpoint
+
+_STEP_DIR = re.compile(r"^step-(\d{9,})$")
+
+
+@dataclass(frozen=True)
+class TrainerCheckpoint:
+    """A loaded checkpoint: ``manifest`` (JSON values), ``state`` (tensors), the store, and where it was."""
+
+    path: Path
+    manifest: dict
+    state: dict
+    store: TemporalGraphStore
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def step_dirs(root: Path) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest first."""
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def save(
+    root: Path,
+    step: int,
+    store: TemporalGraphStore,
+    source_offsets: dict[str, int],
+    state: dict,
+    manifest: dict,
+    keep: int,
+) -> Path:
+    """Write checkpoint ``step`` under ``root``, point ``LATEST`` at it and keep the newest ``keep``."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:09d}"
+    for stale in root.glob(".tmp-step-*"):  # left by a writer killed mid-checkpoint
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = root / f".tmp-{final.name}-{os.getpid()}"
+    tmp.mkdir()
+    store.save(tmp / "store", source_offsets=source_offsets, keep=1)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    blob = np.frombuffer(buf.getvalue(), np.uint8)
+    write_checkpoint(tmp / "trainer", {"state": blob}, {**manifest, "kind": "trainer"}, keep=1)
+    _fsync_dir(tmp)
+    if final.exists():  # the same step saved again (e.g. a resumed run re-saving): replace it whole
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    latest_tmp = root / "LATEST.tmp"
+    with open(latest_tmp, "wb") as f:
+        f.write(final.name.encode())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(latest_tmp, root / "LATEST")
+    _fsync_dir(root)
+    for old in step_dirs(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load(root: Path, map_location: torch.device | str = "cpu") -> TrainerCheckpoint:
+    """The checkpoint ``LATEST`` names under ``root`` (or ``root`` itself if it is a step directory)."""
+    root = Path(root)
+    if _STEP_DIR.match(root.name):
+        path = root
+    else:
+        try:
+            path = root / (root / "LATEST").read_text().strip()
+        except OSError as exc:
+            present = [p.name for p in step_dirs(root)]
+            raise CheckpointError(
+                f"no trainer checkpoint at {root}: LATEST is missing ({exc}); checkpoints present: {present}"
+            ) from exc
+    manifest, arrays = read_checkpoint(path / "trainer")
+    if manifest.get("kind") != "trainer" or "state" not in arrays:
+        raise CheckpointError(f"{path / 'trainer'} is not a trainer checkpoint")
+    try:
+        state = torch.load(
+            io.BytesIO(arrays["state"].tobytes()), map_location=map_location, weights_only=True
+        )
+    except Exception as exc:  # torch raises a variety of unpickling errors for foreign content
+        raise CheckpointError(f"{path}: the trainer state does not load as plain tensors ({exc})") from exc
+    store = TemporalGraphStore.load(path / "store")
+    if store.content_hash() != manifest.get("store_hash"):
+        raise CheckpointError(f"{path}: the store does not match the trainer state it was saved with")
+    return TrainerCheckpoint(path, manifest, state, store)

@@ -1,0 +1,73 @@
+"""What a training run is: model shape, optimizer, sampling, negatives, windows, checkpoints, serving."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from ..nn import TGNConfig
+from ..sampling.negative import STRATEGIES as NEGATIVE_STRATEGIES
+from ..sampling.sampler import STRATEGIES as SAMPLING_STRATEGIES
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One run. Defaults follow the TGN paper on JODIE Wikipedia (dims 100, batch 200, 10 recent neighbors,
+    Adam 1e-4, one random negative per positive).
+
+    ``eval_negatives``: fixed negatives each positive is ranked against for MRR (0: no MRR); the first one
+    is also the AP/AUC negative. ``eval_strategy``/``train_negatives``: where negatives come from (see
+    ``NegativeSampler``). ``window_events``: scored events per running-metrics window.
+    ``checkpoint_every``: global batches between checkpoints (0: none). ``serve_every``: batches between
+    embedding-table refreshes (0: no table); ``publish_every``: refreshes between sink publishes.
+    """
+
+    model: TGNConfig = field(default_factory=TGNConfig)
+    batch_size: int = 200
+    lr: float = 1e-4
+    seed: int = 0
+    sampling: str = "recent"
+    train_negatives: str = "random"
+    eval_negatives: int = 100
+    eval_strategy: str = "random"
+    window_events: int = 10_000
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0
+    checkpoint_keep: int = 2
+    serve_every: int = 1
+    publish_every: int = 10
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, TGNConfig):
+            raise ConfigError(f"model must be a TGNConfig, got {type(self.model).__name__}")
+        for name in ("batch_size", "window_events", "checkpoint_keep", "publish_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("eval_negatives", "checkpoint_every", "serve_every"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if self.sampling not in SAMPLING_STRATEGIES:
+            raise ConfigError(f"sampling must be one of {SAMPLING_STRATEGIES}, got {self.sampling!r}")
+        for name in ("train_negatives", "eval_strategy"):
+            if getattr(self, name) not in NEGATIVE_STRATEGIES:
+                raise ConfigError(f"{name} must be one of {NEGATIVE_STRATEGIES}, got {getattr(self, name)!r}")
+        if self.checkpoint_every and not self.checkpoint_dir:
+            raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TrainConfig:
+        """Inverse of ``as_dict`` (e.g. the config a checkpoint was written with)."""
+        data = dict(data)
+        model = TGNConfig(**data.pop("model"))
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown TrainConfig fields {unknown}")
+        return cls(model=model, **data)

@@ -1,0 +1,119 @@
+"""Data-parallel training over ``torch.distributed`` (gloo on CPU, NCCL on GPU), launched by ``torchrun``.
+
+Every rank reads the whole global batch, keeps a full replica of the store, memory and negative history and
+updates them identically; only the scoring and the loss are split, each rank taking one contiguous slice of
+the batch. Gradients are summed over ranks and divided by the world size, as DDP does, so a rank's loss is
+scaled by ``world_size / global count``: the averaged gradient is then exactly the single-rank full-batch
+gradient, and a W-rank run follows the same trajectory as one rank with the same global batch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """This process's place in the job; the default is a single process."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+    def bounds(self, n: int) -> tuple[int, int]:
+        """This rank's contiguous slice ``[lo, hi)`` of ``n`` rows (sizes differ by at most one)."""
+        base, extra = divmod(n, self.world_size)
+        lo = self.rank * base + min(self.rank, extra)
+        return lo, lo + base + (self.rank < extra)
+
+    def all_sum(self, values: list[float], device: torch.device) -> list[float]:
+        """Sum of each value over ranks (float64)."""
+        if not self.active:
+            return list(values)
+        buf = torch.tensor(values, dtype=torch.float64, device=device)
+        dist.all_reduce(buf)
+        return buf.tolist()
+
+    def gather_rows(self, rows: np.ndarray, n: int, device: torch.device) -> np.ndarray:
+        """All ranks' slices in rank order; ``rows`` is this rank's ``bounds(n)`` part (float64)."""
+        if not self.active:
+            return rows
+        sizes = [self._size(r, n) for r in range(self.world_size)]
+        width = max(sizes)
+        padded = torch.zeros((width, *rows.shape[1:]), dtype=torch.float64, device=device)
+        padded[: len(rows)] = torch.from_numpy(np.ascontiguousarray(rows, np.float64)).to(device)
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded)
+        return np.concatenate([p[:s].cpu().numpy() for p, s in zip(parts, sizes, strict=True)])
+
+    def _size(self, rank: int, n: int) -> int:
+        lo, hi = DistContext(rank, self.world_size).bounds(n)
+        return hi - lo
+
+    def average_gradients(self, params: list[torch.nn.Parameter]) -> None:
+        """Mean gradient over ranks; a parameter no rank produced a gradient for keeps ``grad=None``.
+
+        The "used somewhere" flag travels with the gradients, so Adam skips exactly the parameters a
+        single-rank run would skip (a zero gradient would still advance its step count).
+        """
+        if not self.active or not params:
+            return
+        device = params[0].device
+        flat = torch.cat(
+            [p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in params]
+            + [torch.tensor([float(p.grad is not None) for p in params], device=device)]
+        )
+        dist.all_reduce(flat)
+        used = flat[-len(params) :]
+        offset = 0
+        for p, u in zip(params, used.tolist(), strict=True):
+            n = p.numel()
+            p.grad = flat[offset : offset + n].view_as(p) / self.world_size if u > 0 else None
+            offset += n
+
+    def broadcast_module(self, module: torch.nn.Module) -> None:
+        """Make every rank start from rank 0's parameters and buffers."""
+        if not self.active:
+            return
+        for tensor in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(tensor.data, 0)
+
+
+def init_distributed(backend: str | None = None) -> DistContext:
+    """Join the ``torchrun`` job named by the environment (``WORLD_SIZE`` > 1), or run alone.
+
+    ``backend`` defaults to NCCL when CUDA is available, else gloo.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return DistContext(dist.get_rank(), dist.get_world_size())
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext()
+    if not dist.is_available():
+        raise ConfigError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
+    dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
+    return DistContext(dist.get_rank(), dist.get_world_size())
+
+
+def local_device(requested: str) -> torch.device:
+    """``requested``, with "cuda" pinned to this process's GPU (``LOCAL_RANK``) in a multi-GPU job."""
+    device = torch.device(requested)
+    if device.type == "cuda" and device.index is None:
+        if not torch.cuda.is_available():
+            raise ConfigError("device 'cuda' requested but CUDA is not available")
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+    return device

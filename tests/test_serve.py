@@ -1,0 +1,142 @@
+"""EmbeddingTable: consistent reads from other threads while training writes, publishing, latency."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from streamgnn.errors import UnknownNodeError
+from streamgnn.events import EventBatch
+from streamgnn.nn import TGNConfig
+from streamgnn.serve import EmbeddingTable, LatencyTracker
+from streamgnn.train import OnlineTrainer, TrainConfig
+
+torch.set_num_threads(1)
+
+
+def test_readers_never_see_torn_rows_while_the_table_grows():
+    table = EmbeddingTable(dim=64)
+    stop = threading.Event()
+    problems: list[str] = []
+
+    def read() -> None:
+        rng = np.random.default_rng()
+        while not stop.is_set():
+            n = len(table)
+            if not n:
+                continue
+            ids = rng.integers(0, n, 50) * 7  # ids are inserted in order, so the first n are known
+            rows = table.embeddings(ids)
+            if not (rows == rows[:, :1]).all():  # every update writes one value across the whole row
+                problems.append("torn row")
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for r in readers:
+        r.start()
+    for step in range(200):
+        ids = np.arange(0, 10 * (step + 1)) * 7
+        table.update(ids, np.full((len(ids), 64), float(step), np.float32), t=float(step))
+    stop.set()
+    for r in readers:
+        r.join()
+    assert not problems
+    assert len(table) == 2000
+    np.testing.assert_array_equal(table.updated_at([0, 7 * 1999]), [199.0, 199.0])
+
+
+def test_unknown_ids_raise_and_string_ids_work():
+    table = EmbeddingTable(dim=2)
+    table.update(np.array(["a", "b"], dtype=object), np.eye(2), t=1.0)
+    np.testing.assert_array_equal(table.embeddings(["b"]), [[0.0, 1.0]])
+    with pytest.raises(UnknownNodeError, match="'c'"):
+        table.embeddings(["a", "c"])
+
+
+class FlakySink:
+    def __init__(self) -> None:
+        self.calls: list[tuple[np.ndarray, np.ndarray]] = []
+        self.fail_next = False
+
+    def publish_embeddings(self, node_ids, embeddings, t=None) -> int:
+        if self.fail_next:
+            self.fail_next = False
+            raise ConnectionError("broker down")
+        self.calls.append((np.asarray(node_ids), np.asarray(embeddings), t))
+        return len(node_ids)
+
+
+def test_publish_sends_changed_rows_once_and_retries_after_a_failure():
+    table, sink = EmbeddingTable(dim=3), FlakySink()
+    table.update(np.array([1, 2, 3]), np.ones((3, 3)), t=1.0)
+    assert table.publish(sink) == 3
+    assert table.publish(sink) == 0
+    table.update(np.array([2]), np.full((1, 3), 5.0), t=2.0)
+    sink.fail_next = True
+    with pytest.raises(ConnectionError):
+        table.publish(sink)
+    table.update(np.array([4]), np.zeros((1, 3)), t=3.0)
+    assert table.publish(sink) == 2
+    (ids2, vectors2, t2), (ids4, _, t4) = sink.calls[-2:]  # one call per computation time
+    np.testing.assert_array_equal(ids2, [2])
+    np.testing.assert_array_equal(vectors2, [[5.0, 5.0, 5.0]])
+    assert (t2, t4, ids4.tolist()) == (2.0, 3.0, [4])
+
+
+def test_latency_percentiles_weight_each_batch_by_its_events():
+    lat = LatencyTracker()
+    lat.record(0.0, 0.010, events=98)
+    lat.record(0.0, 1.000, events=2)
+    assert lat.events == 100
+    assert lat.percentile(50) == pytest.approx(0.010)
+    assert lat.percentile(98) == pytest.approx(0.010)
+    assert lat.percentile(99) == pytest.approx(1.000)
+
+
+def test_trainer_serves_fresh_embeddings_queryable_during_training():
+    rng = np.random.default_rng(0)
+    n = 600
+    events = EventBatch.from_columns(
+        src=rng.integers(0, 20, n), dst=rng.integers(20, 30, n), t=np.arange(n, dtype=float), eid=np.arange(n)
+    )
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, dropout=0.0)
+    sink = FlakySink()
+    trainer = OnlineTrainer(
+        TrainConfig(model=model, batch_size=50, eval_negatives=5, serve_every=1, publish_every=4), sink=sink
+    )
+    publishes = []
+    publish = trainer.table.publish
+    trainer.table.publish = lambda sink: publishes.append(publish(sink))
+    seen: list[np.ndarray] = []
+    stop = threading.Event()
+
+    def query() -> None:
+        while not stop.is_set():
+            if len(trainer.table) >= 30:
+                seen.append(trainer.table.embeddings(np.arange(30)))
+            time.sleep(0.001)
+
+    reader = threading.Thread(target=query)
+    reader.start()
+    before = None
+    for i, batch in enumerate(events.split(50)):
+        trainer.step(batch)
+        if i == 5:
+            before = trainer.table.embeddings([3]).copy()
+            stamp = trainer.table.updated_at([3])[0]
+    stop.set()
+    reader.join()
+    assert seen and all(np.isfinite(s).all() for s in seen)
+    assert trainer.table.updated_at([3])[0] > stamp
+    assert not np.allclose(trainer.table.embeddings([3]), before)
+    assert len(publishes) == 3  # 12 refreshes, one publish every 4
+    published = np.concatenate([ids for ids, _, _ in sink.calls])
+    assert set(published) == set(range(30))
+    # A table row is the model's embedding of the node just after the newest event it has seen.
+    row = trainer.table.embeddings([7])
+    trainer.refresh(trainer.store.node_index([7]))
+    np.testing.assert_allclose(trainer.table.embeddings([7]), row, rtol=0, atol=1e-6)
+    assert trainer.latency.events == n

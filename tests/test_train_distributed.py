@@ -1,0 +1,118 @@
+"""Two data-parallel ranks (gloo, real processes) follow the same trajectory as one rank with the same global
+batch: per-batch losses, scores and AP, and the final parameters. This file is also the worker script."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+BATCHES, BATCH = 20, 60
+
+
+def worker(rank: int, world: int, port: int, out: str) -> None:
+    from streamgnn.events import EventBatch
+    from streamgnn.nn import TGNConfig
+    from streamgnn.train import OnlineTrainer, TrainConfig, average_precision, init_distributed
+
+    torch.set_num_threads(1)
+    if world > 1:
+        os.environ.update(
+            RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+        )
+    dist = init_distributed()
+    assert (dist.rank, dist.world_size) == (rank, world)
+    rng = np.random.default_rng(3)
+    n = BATCHES * BATCH
+    popularity = 1.0 / np.arange(1, 26) ** 1.5
+    events = EventBatch.from_columns(
+        src=rng.integers(0, 60, n),
+        dst=rng.choice(25, n, p=popularity / popularity.sum()) + 60,
+        t=np.cumsum(rng.exponential(1.0, n)),
+        eid=np.arange(n),
+        features=rng.normal(size=(n, 4)).astype(np.float32),
+    )
+    model = TGNConfig(
+        memory_dim=16, time_dim=8, embedding_dim=16, edge_feature_dim=4, num_neighbors=5, dropout=0.0
+    )
+    trainer = OnlineTrainer(TrainConfig(model=model, batch_size=BATCH, lr=3e-3, eval_negatives=8, seed=11))
+    grads = []  # the averaged gradient each optimizer step applies (Adam would hide a mis-scaled one)
+    apply = trainer.optimizer.step
+
+    def record_and_step(*args, **kw):
+        params = list(trainer.model.parameters())
+        grads.append(
+            torch.cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in params])
+        )
+        return apply(*args, **kw)
+
+    trainer.optimizer.step = record_and_step
+    steps = []
+    for batch in events.split(BATCH):
+        res = trainer.step(batch)
+        ap = average_precision(np.r_[res.pos, res.neg], np.r_[np.ones(len(res.pos)), np.zeros(len(res.neg))])
+        steps.append([res.loss, ap, res.pos, res.neg, res.rr])
+    torch.save({"steps": steps, "grads": grads, "model": trainer.model.state_dict()}, out)
+
+
+def launch(world: int, port: int, tmp: Path) -> list[dict]:
+    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, str(r), str(world), str(port), str(tmp / f"w{world}r{r}.pt")],
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for r in range(world)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    return [torch.load(tmp / f"w{world}r{r}.pt", weights_only=False) for r in range(world)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_ranks_match_one_rank_with_the_same_global_batch(tmp_path: Path):
+    (single,) = launch(1, 0, tmp_path)
+    rank0, rank1 = launch(2, free_port(), tmp_path)
+    for name, value in rank0["model"].items():  # identical averaged gradients: replicas stay bit-identical
+        assert torch.equal(value, rank1["model"][name]), name
+    trained = [s for s in single["steps"] if not np.isnan(s[0])]
+    assert len(trained) == BATCHES - 1  # the first batch has no negatives yet: it only warms the graph
+    losses = np.array([s[0] for s in single["steps"]])
+    assert losses[-1] < losses[1]  # it learns, so agreement is not the trivial one of a frozen model
+    for one, two in zip(single["steps"], rank0["steps"], strict=True):
+        np.testing.assert_allclose(two[0], one[0], rtol=1e-5, atol=1e-7)  # loss
+        np.testing.assert_allclose(two[1], one[1], rtol=0, atol=1e-6)  # AP
+        for a, b in zip(one[2:], two[2:], strict=True):  # every score and reciprocal rank
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    assert len(single["grads"]) == len(rank0["grads"]) == BATCHES - 1
+    for one, two in zip(single["grads"], rank0["grads"], strict=True):
+        torch.testing.assert_close(two, one, rtol=1e-3, atol=1e-6)
+    for name, value in single["model"].items():
+        other = rank0["model"][name]
+        if name.endswith("attn.in_proj_bias"):
+            # The key bias cancels in the softmax: its true gradient is 0, so Adam turns float noise into
+            # steps of size lr either way. Compare the query and value biases only.
+            keep = torch.ones_like(value, dtype=torch.bool)
+            keep[16:32] = False
+            value, other = value[keep], other[keep]
+        if value.is_floating_point():
+            torch.testing.assert_close(other, value, rtol=1e-4, atol=5e-5, msg=name)
+        else:
+            assert torch.equal(other, value), name
+
+
+if __name__ == "__main__":
+    worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -1,0 +1,138 @@
+"""A trainer killed with SIGKILL and resumed from its last checkpoint ends exactly where an uninterrupted run
+does: same parameters, memory, optimizer, store and metrics. This file is also the worker script."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from streamgnn.errors import CheckpointError
+
+BATCHES, BATCH = 36, 40
+
+
+def events():
+    from streamgnn.events import EventBatch
+
+    rng = np.random.default_rng(7)
+    n = BATCHES * BATCH
+    popularity = 1.0 / np.arange(1, 21) ** 1.5
+    src = rng.integers(0, 50, n)
+    dst = rng.choice(20, n, p=popularity / popularity.sum()) + 50
+    feat = rng.normal(size=(n, 3)).astype(np.float32)
+    t = np.cumsum(rng.exponential(1.0, n))
+    return EventBatch.from_columns(src=src, dst=dst, t=t, eid=np.arange(n), features=feat)
+
+
+def worker(mode: str, ckpt: str, out: str, delay: float) -> None:
+    """Train over the stream (``mode`` "fresh" or "resume"), printing each step; save the end state."""
+    from streamgnn.nn import TGNConfig
+    from streamgnn.train import OnlineTrainer, TrainConfig
+
+    torch.set_num_threads(1)
+    model = TGNConfig(
+        memory_dim=12, time_dim=6, embedding_dim=12, edge_feature_dim=3, num_neighbors=4, dropout=0.2
+    )
+    cfg = TrainConfig(
+        model=model, batch_size=BATCH, lr=3e-3, seed=5, sampling="uniform", train_negatives="historical",
+        eval_negatives=8, window_events=200, checkpoint_dir=ckpt, checkpoint_every=3,
+    )  # fmt: skip
+    trainer = OnlineTrainer.resume(ckpt) if mode == "resume" else OnlineTrainer(cfg)
+
+    def source():
+        for batch in events().split(BATCH):
+            print("step", trainer.steps, flush=True)
+            time.sleep(delay)
+            yield batch
+
+    result = trainer.fit(source(), progress=False)
+    torch.save(
+        {
+            "model": trainer.model.state_dict(),
+            "optimizer": trainer.optimizer.state_dict(),
+            "windows": [list(w.__dict__.values())[:-1] for w in result.windows],  # all but wall-clock speed
+            "store": trainer.store.content_hash(),
+            "counters": [trainer.steps, trainer.position, trainer.learned],
+            "rng": torch.get_rng_state(),
+        },
+        out,
+    )
+
+
+def run(*args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
+    return subprocess.Popen(
+        [sys.executable, __file__, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kw,
+    )
+
+
+def finish(proc: subprocess.Popen) -> None:
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+
+
+def assert_same(a, b) -> None:
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert_same(a[key], b[key])
+    elif isinstance(a, torch.Tensor):
+        assert a.shape == b.shape and torch.equal(a, b)
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same(x, y)
+    else:
+        assert a == b or (a != a and b != b)  # NaN == NaN here
+
+
+def test_sigkill_at_a_random_batch_then_resume_matches_an_uninterrupted_run(tmp_path: Path):
+    reference = run("fresh", str(tmp_path / "ref_ckpt"), str(tmp_path / "ref.pt"), "0")
+    kill_at = random.Random().randint(4, BATCHES - 6)
+    victim = run("fresh", str(tmp_path / "ckpt"), str(tmp_path / "victim.pt"), "0.03")
+    for line in victim.stdout:
+        if line.split() == ["step", str(kill_at)]:
+            victim.send_signal(signal.SIGKILL)
+            break
+    victim.wait(timeout=60)
+    assert victim.returncode == -signal.SIGKILL, f"the victim was not killed (rc {victim.returncode})"
+    assert not (tmp_path / "victim.pt").exists()
+    saved = int((tmp_path / "ckpt" / "LATEST").read_text().split("-")[1])
+    assert 0 < saved <= kill_at < BATCHES
+    finish(run("resume", str(tmp_path / "ckpt"), str(tmp_path / "resumed.pt"), "0"))
+    finish(reference)
+    ref = torch.load(tmp_path / "ref.pt", weights_only=True)
+    got = torch.load(tmp_path / "resumed.pt", weights_only=True)
+    assert got["counters"] == [BATCHES, BATCHES * BATCH, BATCHES * BATCH]
+    assert len(ref["windows"]) == BATCHES * BATCH // 200
+    try:
+        assert_same(got, ref)
+    except AssertionError as exc:
+        raise AssertionError(f"killed at step {kill_at}, resumed from step {saved}") from exc
+
+    from streamgnn.train import OnlineTrainer
+
+    blob = next((tmp_path / "ckpt").glob("step-*/trainer/ckpt-*/state.npy"))
+    data = bytearray(blob.read_bytes())
+    data[-10] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="altered"):
+        OnlineTrainer.resume(blob.parents[2])
+
+
+if __name__ == "__main__":
+    worker(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))
