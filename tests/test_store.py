@@ -274,3 +274,30 @@ def test_config_errors_are_clear():
         s = TemporalGraphStore()
         s.ingest(batch([(ADD, 1, 2, 1.0, 0)]))
         s.neighbors(1, direction="sideways")
+
+
+def test_outlier_event_id_stays_a_duplicate_after_the_bitmap_grows():
+    s = TemporalGraphStore()
+    big = 5_000_000  # beyond the initial bitmap: kept as an outlier first
+    assert s.ingest(batch([(ADD, 1, 2, 1.0, big)])).applied == 1
+    s.ingest(
+        EventBatch.from_columns(
+            src=np.ones(600_000, np.int64),
+            dst=np.full(600_000, 2),
+            t=np.full(600_000, 2.0),
+            eid=np.arange(600_000),
+        )
+    )
+    s.ingest(batch([(ADD, 1, 2, 3.0, big + 3)]))  # grows the bitmap past `big`
+    assert len(s.seen.bits) * 8 > big
+    r = s.ingest(batch([(ADD, 1, 2, 4.0, big)]))
+    assert (r.applied, r.duplicates) == (0, 1)
+    assert s.seen.contains(np.array([big, big + 3, big + 1, -7])).tolist() == [True, True, False, False]
+
+
+def test_lookup_before_any_event_returns_unknown():
+    s = TemporalGraphStore()
+    assert s.node_index(["x", "y"], strict=False).tolist() == [-1, -1]
+    assert s.node_index([3], strict=False).tolist() == [-1]
+    with pytest.raises(UnknownNodeError):
+        s.node_index(["x"])

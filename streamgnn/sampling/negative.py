@@ -50,6 +50,10 @@ class NegativeSampler:
         self._pairs = np.zeros(0, np.int64)  # sorted unique src << 32 | dst
         self._seen_dst = np.zeros(0, np.int64)  # sorted unique
 
+    def extend_pool(self, dst) -> None:
+        """Add destinations that may be drawn from now on (new items appearing mid-stream)."""
+        self.pool = np.union1d(self.pool, _ids("dst", dst))
+
     def observe(self, src, dst) -> None:
         """Add pairs to the history (call after each training batch: they become "seen before")."""
         src, dst = _ids("src", src), _ids("dst", dst)

@@ -84,7 +84,7 @@ class TemporalSampler:
         if np.ndim(t) == 0:
             times = np.full(len(roots), float(t))
         else:
-            times = np.ascontiguousarray(t, np.float64)
+            times = np.array(t, np.float64)  # a copy: callers may pass read-only views
             if times.shape != roots.shape:
                 raise ConfigError(
                     f"t must be a scalar or one time per root ({len(roots)}), got shape {times.shape}"

@@ -46,9 +46,7 @@ class SeenIds:
             top = int(eids.max())
             budget = max(MIN_BYTES, MAX_BYTES_PER_EVENT * (self.count + len(eids)))
             if len(self.bits) * 8 <= top < budget * 8:
-                grown = np.zeros(max(top // 8 + 1, int(len(self.bits) * 1.5)), np.uint8)
-                grown[: len(self.bits)] = self.bits
-                self.bits = grown
+                self._grow(max(top // 8 + 1, int(len(self.bits) * 1.5)))
         keep = np.empty(len(eids), np.int8)
         if _test_and_set(self.bits, eids, keep):
             for i in np.flatnonzero(keep < 0).tolist():
@@ -58,6 +56,27 @@ class SeenIds:
         mask = keep.astype(bool)
         self.count += int(mask.sum())
         return mask
+
+    def _grow(self, size: int) -> None:
+        """Widen the bitmap and move the outliers it now covers into it (an id lives in one place)."""
+        grown = np.zeros(size, np.uint8)
+        grown[: len(self.bits)] = self.bits
+        self.bits = grown
+        covered = [e for e in self.outliers if 0 <= e < 8 * size]
+        for e in covered:
+            self.bits[e >> 3] |= np.uint8(1 << (e & 7))
+            self.outliers.discard(e)
+
+    def contains(self, eids: np.ndarray) -> np.ndarray:
+        """Which ids were seen, without marking anything."""
+        eids = np.asarray(eids, np.int64)
+        out = np.zeros(len(eids), bool)
+        inside = (eids >= 0) & (eids < 8 * len(self.bits))
+        e = eids[inside]
+        out[inside] = ((self.bits[e >> 3] >> (e & 7).astype(np.uint8)) & 1).astype(bool)
+        if self.outliers:
+            out[~inside] = [int(x) in self.outliers for x in eids[~inside]]
+        return out
 
     def __len__(self) -> int:
         return self.count
@@ -74,8 +93,9 @@ class SeenIds:
     @classmethod
     def from_arrays(cls, bits: np.ndarray, outliers: np.ndarray) -> SeenIds:
         s = cls()
-        s.bits = np.zeros(max(MIN_BYTES, len(bits)), np.uint8)
-        s.bits[: len(bits)] = bits
         s.outliers = set(outliers.tolist())
+        s.bits = np.zeros(0, np.uint8)
+        s._grow(max(MIN_BYTES, len(bits)))
+        s.bits[: len(bits)] |= bits
         s.count = int(np.unpackbits(bits).sum()) + len(s.outliers)
         return s

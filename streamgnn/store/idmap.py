@@ -114,10 +114,13 @@ class NodeIdMap:
         self._keys, self._vals = keys, vals
 
     def lookup(self, ids) -> np.ndarray:
-        ids = np.asarray(ids, dtype=object if self.kind == "str" else np.int64)
+        """Internal ids, -1 for ids never seen (also before the first insert, of either id type)."""
         if self.kind is None:
+            return np.full(len(np.asarray(ids, dtype=object).reshape(-1)), -1, np.int64)
+        ids = np.asarray(ids, dtype=object if self.kind == "str" else None)
+        if self.kind == "int" and ids.dtype.kind not in "iu":
             return np.full(len(ids), -1, np.int64)
-        return self.map(ids, insert=False)
+        return self.map(ids.astype(object) if self.kind == "str" else ids.astype(np.int64), insert=False)
 
     def external(self, internal) -> np.ndarray:
         internal = np.asarray(internal, dtype=np.int64)
