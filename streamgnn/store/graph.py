@@ -26,7 +26,7 @@ from .idmap import NodeIdMap
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 GROWTH = 1.125
-COMPACT_AT = 0.1  # a compacted pool fuller than this fraction of free rows grows instead
+COMPACT_AT = 0.15  # a compacted pool fuller than this fraction of free rows grows instead
 
 
 @dataclass(frozen=True)
