@@ -1,0 +1,153 @@
+"""Kafka ingest throughput: KafkaSource -> TemporalGraphStore, against a bare consume loop of the same client.
+
+Starts its own Tansu broker and loads JODIE Wikipedia into two 4-partition topics keyed by graph partition:
+single-event JSON messages, and binary batches of 1,000 events (the dataset replayed back to back with
+shifted times and event ids, so a run lasts long enough to measure). Then, per installed client:
+  * the raw loop polls every JSON message and touches nothing: the ceiling for any consumer of that client;
+  * our source decodes, validates and merges the partitions in time order, and the store ingests.
+Both use the same client settings (kafka-python: check_crcs off unless the `crc32c` package is installed,
+as KafkaSource does). Each figure is the median of several runs, timed from creating the consumer to the
+last message received or event stored, so connecting and fetching are inside.
+
+python benchmarks/ingest.py [--quick] [--json]    (also: streamgnn bench ingest)
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import time
+
+try:
+    from .common import report, set_threads
+except ImportError:  # run as a script
+    from common import report, set_threads
+
+from streamgnn.connectors.broker import LocalBroker
+from streamgnn.connectors.kafka import EventProducer, KafkaSource, available_backends, create_topic
+from streamgnn.datasets import load
+from streamgnn.events import EventBatch, concat
+from streamgnn.store import StoreConfig, TemporalGraphStore
+
+PARTITIONS = 4
+POLL_MESSAGES = 2000  # the same poll size for the raw loops and our source
+
+
+def replayed(events: EventBatch, times: int) -> EventBatch:
+    """``events`` back to back ``times`` times, each copy later in time and with fresh event ids."""
+    span, n = float(events.t.max() - events.t.min()) + 1.0, len(events)
+    copies = [
+        EventBatch(events.kind, events.src, events.dst, events.t + k * span, events.eid + k * n)
+        for k in range(times)
+    ]
+    return concat(copies)
+
+
+def raw_loop(backend: str, bootstrap: str, topic: str, messages: int) -> float:
+    """Seconds for the bare client to receive ``messages`` messages from every partition."""
+    start = time.perf_counter()
+    got = 0
+    if backend == "kafka-python":
+        from kafka import KafkaConsumer, TopicPartition
+
+        settings = {} if importlib.util.find_spec("crc32c") else {"check_crcs": False}
+        consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", **settings
+        )
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        while got < messages:
+            for records in consumer.poll(timeout_ms=100, max_records=POLL_MESSAGES).values():
+                got += len(records)
+    else:
+        from confluent_kafka import Consumer, TopicPartition
+
+        # a fresh group starting "earliest", as KafkaSource does (an explicit OFFSET_BEGINNING costs Tansu
+        # half a second more to start)
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"raw-{time.time_ns()}",
+            "auto.offset.reset": "earliest",
+        }
+        consumer = Consumer(conf)
+        consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
+        while got < messages:
+            got += sum(1 for m in consumer.consume(POLL_MESSAGES, 0.1) if m.error() is None)
+    seconds = time.perf_counter() - start
+    consumer.close()
+    return seconds
+
+
+def source_into_store(backend: str, bootstrap: str, topic: str, events: int) -> float:
+    """Seconds for KafkaSource to hand ``events`` events to the store, and the store to apply them."""
+    start = time.perf_counter()
+    store = TemporalGraphStore(StoreConfig(num_partitions=PARTITIONS))
+    source = KafkaSource(topic, bootstrap_servers=bootstrap, backend=backend, max_poll_messages=POLL_MESSAGES)
+    with source:
+        while store.num_edges < events:
+            batch = source.poll(10.0)
+            if batch is None:
+                raise RuntimeError(f"{topic}: stalled at {store.num_edges} of {events} events")
+            store.ingest(batch)
+        seconds = time.perf_counter() - start
+        if source.stats.dead_letters:
+            raise RuntimeError(f"{topic}: {source.stats.dead_letters} dead letters in a clean dataset")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a run under a minute (fewer events and runs)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--repeats", type=int, default=None)
+    args = ap.parse_args(argv)
+    set_threads(1)
+    repeats = args.repeats or (3 if args.quick else 5)
+    backends = available_backends()
+    wiki = load("jodie_wikipedia")
+    events = {
+        "json": wiki[:50_000] if args.quick else wiki,
+        "binary": replayed(wiki, 4 if args.quick else 10),
+    }
+    TemporalGraphStore().ingest(wiki[:100])  # compile (or load the cached kernels) outside the timing
+
+    results: dict = {
+        "dataset": "jodie_wikipedia",
+        "broker": "tansu (local, memory storage)",
+        "partitions": PARTITIONS,
+        "repeats": repeats,
+        "json_events": len(events["json"]),
+        "binary_events": len(events["binary"]),
+        "binary_batch": 1000,
+    }
+    with LocalBroker() as broker:
+        bootstrap = broker.bootstrap
+        for fmt, batch in events.items():
+            create_topic(bootstrap, fmt, PARTITIONS)
+            # the last client (confluent when installed) sets the topics up in a fraction of the time
+            with EventProducer(bootstrap, fmt, fmt=fmt, batch_size=1000, backend=backends[-1]) as out:
+                out.send(batch)
+                out.flush()
+                results[f"{fmt}_messages"] = out.messages
+        for backend in backends:
+            key = backend.replace("-", "_")
+            runs: dict[str, list[float]] = {"raw": [], "json": [], "binary": []}
+            for _ in range(repeats):  # interleaved, so a noisy neighbour slows every kind of run alike
+                runs["raw"].append(raw_loop(backend, bootstrap, "json", results["json_messages"]))
+                for fmt, batch in events.items():
+                    runs[fmt].append(source_into_store(backend, bootstrap, fmt, len(batch)))
+            results[f"raw_{key}_msgs_per_s"] = results["json_messages"] / statistics.median(runs["raw"])
+            for fmt, batch in events.items():
+                results[f"{key}_{fmt}_events_per_s"] = len(batch) / statistics.median(runs[fmt])
+            ratio = results[f"{key}_json_events_per_s"] / results[f"raw_{key}_msgs_per_s"]
+            results[f"{key}_json_vs_raw"] = ratio
+    # the headline figures are for the default client, kafka-python
+    results["json_events_per_s"] = results["kafka_python_json_events_per_s"]
+    results["json_vs_raw_kafka_python"] = results["kafka_python_json_vs_raw"]
+    results["binary_events_per_s"] = results["kafka_python_binary_events_per_s"]
+    report(results, args.json, "Kafka ingest: KafkaSource -> store vs a bare consume loop")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

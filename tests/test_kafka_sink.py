@@ -1,0 +1,108 @@
+"""KafkaSink (embeddings, predictions) and produce_dataset against a real broker."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from streamgnn.codec import encode_json_lines
+from streamgnn.connectors.kafka import KafkaSource, produce_dataset
+from streamgnn.connectors.sink import KafkaSink, decode_embedding
+from streamgnn.datasets import load
+from streamgnn.errors import ConfigError
+from streamgnn.events import concat
+from streamgnn.partition import hash_partition
+
+
+def read_all(bootstrap: str, topic: str, n: int, partitions: int = 1) -> list:
+    """Exactly ``n`` records of ``topic``, in offset order per partition."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    reader.assign([TopicPartition(topic, p) for p in range(partitions)])
+    reader.seek_to_beginning()
+    records: list = []
+    deadline = time.monotonic() + 30
+    while len(records) < n:
+        assert time.monotonic() < deadline, f"{len(records)} of {n} records"
+        for batch in reader.poll(500).values():
+            records += batch
+    reader.close()
+    assert len(records) == n
+    return records
+
+
+@pytest.mark.parametrize("fmt", ["json", "binary"])
+def test_embeddings_keyed_by_node_so_the_latest_wins(kafka_bootstrap, make_topic, backend, fmt):
+    topic = make_topic(2, compacted=True)
+    rng = np.random.default_rng(1)
+    nodes = np.arange(100, 150)
+    first = rng.normal(size=(50, 16)).astype(np.float32)
+    second = rng.normal(size=(20, 16)).astype(np.float32)
+    with KafkaSink(kafka_bootstrap, embeddings_topic=topic, fmt=fmt, backend=backend) as sink:
+        assert sink.publish_embeddings(nodes, first, t=10.0) == 50
+        assert sink.publish_embeddings(nodes[:20], second, t=20.0) == 20
+    latest: dict[int, tuple[np.ndarray, float | None]] = {}
+    for rec in read_all(kafka_bootstrap, topic, 70, partitions=2):
+        ctype = dict(rec.headers)["content-type"].decode()
+        latest[int(rec.key)] = decode_embedding(rec.value, ctype)
+    assert sorted(latest) == nodes.tolist()
+    for i, node in enumerate(nodes):
+        vector, t = latest[int(node)]
+        want = second[i] if i < 20 else first[i]
+        assert np.array_equal(vector, want)  # float32 exactly, in both formats
+        if fmt == "json":
+            assert t == (20.0 if i < 20 else 10.0)
+
+
+def test_predictions_and_bad_input(kafka_bootstrap, make_topic, backend):
+    topic = make_topic(1)
+    with KafkaSink(kafka_bootstrap, predictions_topic=topic, backend=backend) as sink:
+        assert sink.publish_predictions([1, 2], [3, 4], [0.25, 0.75], t=5.0) == 2
+        with pytest.raises(ConfigError, match="one each"):
+            sink.publish_predictions([1], [2, 3], [0.5])
+        with pytest.raises(ConfigError, match="NaN"):
+            sink.publish_predictions([1], [2], [float("nan")])
+        with pytest.raises(ConfigError, match="no embeddings_topic"):
+            sink.publish_embeddings([1], np.zeros((1, 2)))
+    got = [json.loads(r.value) for r in read_all(kafka_bootstrap, topic, 2)]
+    assert got == [
+        {"src": 1, "dst": 3, "t": 5.0, "score": 0.25},
+        {"src": 2, "dst": 4, "t": 5.0, "score": 0.75},
+    ]
+    with pytest.raises(ConfigError, match="does not exist"):
+        KafkaSink(kafka_bootstrap, embeddings_topic="no-such-topic", backend=backend)
+
+
+def test_produce_dataset_by_name_lands_every_event_keyed_by_partition(kafka_bootstrap, backend):
+    topic = f"jodie-{backend}-{time.monotonic_ns()}"
+    report = produce_dataset(kafka_bootstrap, topic, "jodie_wikipedia", 4, fmt="binary", backend=backend)
+    events = load("jodie_wikipedia")
+    assert (report.events, report.partitions) == (len(events), 4)
+    for p in range(4):
+        with KafkaSource(
+            partitions=[f"{topic}:{p}"], bootstrap_servers=kafka_bootstrap, backend=backend
+        ) as src:
+            want = events.take(hash_partition(events.src, 4) == p)
+            got = []
+            while sum(map(len, got)) < len(want):
+                got.append(src.poll(10))
+            assert np.array_equal(concat(got).eid, want.eid)  # all of them, in time order
+
+
+def test_produce_dataset_from_a_file_at_a_rate(kafka_bootstrap, make_events, tmp_path):
+    events = make_events(600)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(encode_json_lines(events))
+    topic = f"file-{time.monotonic_ns()}"
+    report = produce_dataset(kafka_bootstrap, topic, path, 3, rate=1000.0, fmt="json", batch_size=50)
+    assert report.events == report.messages == 600
+    assert report.seconds >= 0.5  # 600 events at 1000/s
+    with KafkaSource(topic, bootstrap_servers=kafka_bootstrap) as source:
+        got = concat(list(source.stream(idle_timeout_s=1.0)))
+    assert np.array_equal(np.sort(got.eid), events.eid)
+    with pytest.raises(ConfigError, match="rate"):
+        produce_dataset(kafka_bootstrap, topic, path, 3, rate=0)

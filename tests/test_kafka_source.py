@@ -1,0 +1,162 @@
+"""KafkaSource and EventProducer against a real broker, once per installed client."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from streamgnn.codec import CONTENT_JSON, encode_json_lines
+from streamgnn.connectors.kafka import EventProducer, KafkaSource, create_topic
+from streamgnn.errors import ConfigError
+from streamgnn.events import concat
+from streamgnn.partition import hash_partition
+from streamgnn.store import StoreConfig, TemporalGraphStore
+
+
+def drain(source: KafkaSource, n: int, timeout_s: float = 30.0) -> list:
+    """Batches until ``n`` events arrived, then check that nothing more comes."""
+    batches, got = [], 0
+    deadline = time.monotonic() + timeout_s
+    while got < n:
+        assert time.monotonic() < deadline, f"only {got} of {n} events arrived within {timeout_s}s"
+        batch = source.poll(0.5)
+        if batch is not None:
+            batches.append(batch)
+            got += len(batch)
+    assert source.poll(0.5) is None, "more events than were produced"
+    return batches
+
+
+@pytest.mark.parametrize("fmt", ["json", "binary"])
+def test_multi_partition_topic_delivers_every_event_once_in_time_order(
+    kafka_bootstrap, make_topic, make_events, backend, fmt
+):
+    topic = make_topic(4)
+    events = make_events(6000)
+    with EventProducer(kafka_bootstrap, topic, fmt=fmt, batch_size=250, backend=backend) as producer:
+        for piece in events.split(1000):
+            producer.send(piece)
+    with KafkaSource(
+        topic, bootstrap_servers=kafka_bootstrap, backend=backend, max_batch_events=700
+    ) as source:
+        batches = drain(source, len(events))
+        assert source.assignment() == {f"{topic}:{p}" for p in range(4)}
+        assert sum(source.positions().values()) == producer.messages
+    got = concat(batches)
+    assert np.array_equal(np.sort(got.eid), events.eid)
+    order = np.argsort(got.eid)
+    assert np.array_equal(got.src[order], events.src) and np.array_equal(got.dst[order], events.dst)
+    # time order holds within every batch, and across batches for each topic partition
+    assert all(np.all(np.diff(b.t) >= 0) for b in batches)
+    part = hash_partition(got.src, 4)
+    for p in range(4):
+        assert np.all(np.diff(got.t[part == p]) >= 0)
+
+
+def test_producer_keys_events_by_graph_partition(kafka_bootstrap, make_topic, make_events, backend):
+    topic = make_topic(3)
+    events = make_events(3000)
+    with EventProducer(kafka_bootstrap, topic, fmt="binary", batch_size=100, backend=backend) as producer:
+        producer.send(events)
+    for p in range(3):
+        with KafkaSource(
+            partitions=[f"{topic}:{p}"], bootstrap_servers=kafka_bootstrap, backend=backend
+        ) as one:
+            want = int((hash_partition(events.src, 3) == p).sum())
+            got = concat(drain(one, want))
+            assert np.all(hash_partition(got.src, 3) == p)
+
+
+def test_checkpoint_offsets_resume_exactly_where_the_store_stopped(
+    kafka_bootstrap, make_topic, make_events, backend, tmp_path
+):
+    topic = make_topic(1)
+    events = make_events(5000)
+    with EventProducer(kafka_bootstrap, topic, fmt="json", backend=backend) as producer:
+        producer.send(events)
+    whole = TemporalGraphStore(StoreConfig(num_partitions=2))
+    whole.ingest(events)
+
+    store = TemporalGraphStore(StoreConfig(num_partitions=2))
+    with KafkaSource(
+        topic, bootstrap_servers=kafka_bootstrap, backend=backend, max_batch_events=800
+    ) as source:
+        while store.num_edges < 2000:
+            batch = source.poll(10)
+            assert batch is not None
+            store.ingest(batch)
+        store.save(tmp_path / "ckpt", source_offsets=source.positions())
+        store.ingest(source.poll(10))  # ingested after the checkpoint: lost in the "crash" below
+
+    restored = TemporalGraphStore.load(tmp_path / "ckpt")
+    assert restored.source_offsets == {f"{topic}:0": restored.num_edges}
+    with KafkaSource(topic, bootstrap_servers=kafka_bootstrap, backend=backend, store=restored) as source:
+        for batch in drain(source, len(events) - restored.num_edges):
+            restored.ingest(batch)
+    assert restored.num_edges == len(events)
+    assert restored.content_hash() == whole.content_hash()
+
+
+def test_backpressure_pauses_fetching_and_keeps_group_membership(
+    kafka_bootstrap, make_topic, make_events, backend, group_config
+):
+    """A consumer slower than max.poll.interval in total stays in its group, with a bounded buffer."""
+    topic = make_topic(2)
+    events = make_events(12_000)
+    with EventProducer(kafka_bootstrap, topic, fmt="binary", batch_size=50, backend=backend) as producer:
+        producer.send(events)
+    bound, poll = 1000, 5
+    with KafkaSource(
+        topic, bootstrap_servers=kafka_bootstrap, backend=backend, group_id=f"slow-{topic}",
+        max_buffered_events=bound, max_batch_events=300, max_poll_messages=poll, **group_config,
+    ) as source:  # fmt: skip
+        batches, got, started = [], 0, time.monotonic()
+        while got < len(events):
+            batch = source.poll(15)
+            assert batch is not None, f"stalled after {got} events"
+            batches.append(batch)
+            got += len(batch)
+            time.sleep(0.12)  # a slow model step
+        slow_s = time.monotonic() - started
+        assert source.poll(0.5) is None
+        stats = source.stats
+    assert slow_s > 3.0 * 1.3  # well beyond max_poll_interval_ms=3000
+    assert stats.pauses >= 1
+    assert stats.max_buffered_events <= bound + poll * 50 * 2  # one poll per partition past the bound
+    assert stats.assignments == 1, "the slow consumer was dropped from its group"
+    assert np.array_equal(np.sort(concat(batches).eid), events.eid)
+
+
+def test_rejects_settings_that_break_the_delivery_contract(kafka_bootstrap, make_topic, backend):
+    topic = make_topic(1)
+    auto = {"enable_auto_commit": True} if backend == "kafka-python" else {"enable.auto.commit": True}
+    with pytest.raises(ConfigError, match="auto.commit"):
+        KafkaSource(topic, bootstrap_servers=kafka_bootstrap, backend=backend, **auto)
+    with pytest.raises(ConfigError, match="does not exist"):
+        KafkaSource("no-such-topic", bootstrap_servers=kafka_bootstrap, backend=backend).start()
+    with pytest.raises(ConfigError, match="dead-letter topic"):
+        KafkaSource(
+            topic, bootstrap_servers=kafka_bootstrap, backend=backend, dead_letter_topic="nope"
+        ).start()
+    with pytest.raises(ConfigError, match="partitions"):
+        create_topic(kafka_bootstrap, topic, 3)
+
+
+def test_json_lines_messages_and_headerless_json_decode(kafka_bootstrap, make_topic, make_events, backend):
+    """Several events per JSON message, with and without a content-type header."""
+    from kafka import KafkaProducer
+
+    topic = make_topic(1)
+    events = make_events(900)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for i, piece in enumerate(events.split(100)):
+        headers = [("content-type", CONTENT_JSON.encode())] if i % 2 else None
+        producer.send(topic, encode_json_lines(piece), headers=headers)
+    producer.flush()
+    producer.close()
+    with KafkaSource(topic, bootstrap_servers=kafka_bootstrap, backend=backend) as source:
+        got = concat(drain(source, len(events)))
+        assert source.stats.dead_letters == 0
+    assert np.array_equal(got.eid, events.eid)
