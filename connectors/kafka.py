@@ -735,11 +735,6 @@ class KafkaSource:
                 )
             config["enable_auto_commit"] = False
             config.setdefault("auto_offset_reset", "earliest")
-            if not importlib.util.find_spec("crc32c"):
-                # kafka-python's pure-Python CRC32C caps a consumer near 11 MB/s. Binary batches carry
-                # their own CRC (checked in C), brokers check on write, TCP in transit; installing the
-                # `crc32c` package keeps the check at full speed.
-                config.setdefault("check_crcs", False)
             self._consumer = _KafkaPythonConsumer(
                 bootstrap_servers, group_id, config, self._acknowledged, self._failed
             )

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=_demo)
     pr = sub.add_parser("produce", help="load a dataset or events file into a Kafka topic")
-    pr.add_argument("source", help="dataset name or path to a .jsonl/.csv file")
+    pr.add_argument("source", help="dataset name, or a .jsonl/.json events file or binary batch file")
     pr.add_argument("--bootstrap", required=True)
     pr.add_argument("--topic", required=True)
     pr.add_argument("--partitions", type=int, default=1)
