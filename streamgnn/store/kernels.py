@@ -39,19 +39,23 @@ def rows_needed(deg, cap, u, v):
 
 
 @njit(cache=True)
+def relocate(start, deg, cap, pool, counters, v):
+    """Move v's full block to the pool's end with room to grow; the old rows become garbage."""
+    new_cap = grown(cap[v])
+    used = counters[USED]
+    s = start[v]
+    pool[used : used + deg[v]] = pool[s : s + deg[v]]
+    counters[GARBAGE] += cap[v]
+    start[v] = used
+    cap[v] = new_cap
+    counters[USED] = used + new_cap
+
+
+@njit(cache=True)
 def block_insert(start, deg, cap, pool, counters, v, nbr, code, t, key_t):
     """Insert (nbr, code) into v's block after every entry with time <= t (stable)."""
     if deg[v] == cap[v]:
-        new_cap = grown(cap[v])
-        used = counters[USED]
-        s = start[v]
-        for j in range(deg[v]):
-            pool[used + j, 0] = pool[s + j, 0]
-            pool[used + j, 1] = pool[s + j, 1]
-        counters[GARBAGE] += cap[v]
-        start[v] = used
-        cap[v] = new_cap
-        counters[USED] = used + new_cap
+        relocate(start, deg, cap, pool, counters, v)
     s = start[v]
     pos = deg[v]
     while pos > 0 and key_t[decode(pool[s + pos - 1, 1])] > t:
@@ -108,8 +112,19 @@ def apply_events(
                 return i
             e = counters[EDGES]
             edge_t[e] = t[i]
-            block_insert(start, deg, cap, pool, counters, src[i], dst[i], e, t[i], edge_t)
-            block_insert(start, deg, cap, pool, counters, dst[i], src[i], -e - 1, t[i], edge_t)
+            for side in range(2):
+                v, other, code = (src[i], dst[i], e) if side == 0 else (dst[i], src[i], -e - 1)
+                if deg[v] == cap[v]:
+                    relocate(start, deg, cap, pool, counters, v)
+                s = start[v]
+                pos = deg[v]
+                while pos > 0 and edge_t[decode(pool[s + pos - 1, 1])] > t[i]:
+                    pool[s + pos, 0] = pool[s + pos - 1, 0]
+                    pool[s + pos, 1] = pool[s + pos - 1, 1]
+                    pos -= 1
+                pool[s + pos, 0] = other
+                pool[s + pos, 1] = code
+                deg[v] += 1
             counters[EDGES] = e + 1
             edge_of[i] = e
             if has_del:
@@ -160,9 +175,7 @@ def compact(start, deg, cap, pool, n_nodes, new_pool):
     pos = 0
     for v in range(n_nodes):
         s = start[v]
-        for j in range(deg[v]):
-            new_pool[pos + j, 0] = pool[s + j, 0]
-            new_pool[pos + j, 1] = pool[s + j, 1]
+        new_pool[pos : pos + deg[v]] = pool[s : s + deg[v]]
         start[v] = pos
         pos += cap[v]
     return pos
