@@ -4,8 +4,11 @@ Adjacency layout (per node, one time-ordered list of incident edges, both direct
 ``start[v]``, ``deg[v]``, ``cap[v]`` index a row block of ``pool`` (int32, shape [capacity, 2]);
 a row is ``(neighbor, code)`` with ``code = e`` for an out-edge and ``~e`` (= -e-1) for an in-edge
 of internal edge ``e``. Entry times live once per edge in ``edge_t[e]``. Blocks grow by moving to
-the pool's end (x1.5); the old block becomes garbage that ``compact`` reclaims. The same block
-machinery keeps each node's feature versions (code = update index, times in ``upd_t``).
+the pool's end (x1.25, at least 4 rows); the old block becomes garbage that ``compact`` reclaims. The
+same block machinery keeps each node's feature versions (code = update index, times in ``upd_t``).
+
+The add path of ``apply_events`` is written out inline on purpose: calling a helper per insert with the
+block arrays as arguments measured ~130 ns per call here, against ~10 ns inline.
 """
 
 from __future__ import annotations
