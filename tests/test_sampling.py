@@ -177,16 +177,18 @@ def test_late_events_follow_the_stores_time_order():
     assert hop.ptr.tolist() == [0, 4, 7]
 
 
-def random_store(n_events=6000, n_nodes=300, seed=0) -> TemporalGraphStore:
+def random_store(n_events=6000, n_nodes=300, seed=0, features=False) -> TemporalGraphStore:
     rng = np.random.default_rng(seed)
     kind = rng.choice([0, 0, 0, 0, 1], n_events)
     src, dst = rng.integers(0, n_nodes, n_events), rng.integers(0, n_nodes, n_events)
+    feats = rng.random((n_events, 3), dtype=np.float32) if features else None
     store = TemporalGraphStore()
     store.ingest(
         EventBatch.from_columns(
-            src=src, dst=dst, t=np.sort(rng.integers(0, 2000, n_events)), eid=np.arange(n_events), kind=kind
+            src=src, dst=dst, t=np.sort(rng.integers(0, 2000, n_events)), eid=np.arange(n_events), kind=kind,
+            features=feats,
         )
-    )
+    )  # fmt: skip
     return store
 
 
@@ -230,6 +232,30 @@ def test_draws_are_reproducible_across_threads_and_samplers(monkeypatch, cfg):
     )
     other = TemporalSampler(store, cfg, seed=8).sample(roots, times)
     assert not np.array_equal(flat(other)[0], first[0])
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "recent"])
+def test_every_kernel_variant_draws_the_same(monkeypatch, strategy):
+    """The featureless serial kernel, the one with features and the parallel one sample alike; seeds and
+    keys count modulo 2**64 (the kernels take them as int64 two's complements)."""
+    store = random_store(features=True)
+    rng = np.random.default_rng(9)
+    roots, times = rng.integers(-1, store.num_nodes + 2, 700), rng.uniform(0, 2100, 700)
+    cfg = SamplerConfig(fanouts=(4, 3), strategy=strategy, seed=-3)
+    runs = []
+    for min_roots, features in ((10**9, False), (10**9, True), (0, False)):
+        monkeypatch.setattr(sampler_module, "PARALLEL_MIN_ROOTS", min_roots)
+        sampler = TemporalSampler(store, cfg, edge_features=features)
+        subs = [sampler.sample(roots, times, key=k) for k in (-1, 2**63, 5)]
+        assert all((h.edge_features is not None) == features for sub in subs for h in sub.hops)
+        runs.append([flat(sub) for sub in subs])
+    wrapped = TemporalSampler(store, cfg, seed=2**64 - 3)
+    runs.append([flat(wrapped.sample(roots, times, key=k)) for k in (2**64 - 1, -(2**63), 5 + 2**64)])
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run, strict=True):
+            assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    if strategy == "uniform":
+        assert not np.array_equal(runs[0][0][0], runs[0][2][0])
 
 
 @pytest.mark.parametrize("direction", ["both", "out"])

@@ -18,7 +18,6 @@ import numpy as np
 from ..errors import ConfigError
 from ..store import TemporalGraphStore
 from . import kernels as K
-from .rng import key_of
 from .types import SampledHop, SampledSubgraph
 
 STRATEGIES = ("recent", "uniform")
@@ -89,50 +88,51 @@ class TemporalSampler:
                 raise ConfigError(
                     f"t must be a scalar or one time per root ({len(roots)}), got shape {times.shape}"
                 )
-        if np.isnan(times).any():
-            raise ConfigError("query times must not be NaN")
-        if key is None:
-            key = self.calls
-            self.calls += 1
         cfg = self.config
         store = self.store
-        view = store.view()
+        call = self.calls if key is None else key
+        # store.view()'s arrays, read directly (a view costs about a microsecond, a few percent of a call)
+        graph = (store.start, store.deg, store.pool, store.edge_t, store.edge_del, store.num_nodes)
+        window = math.inf if cfg.window is None else float(cfg.window)
+        how = (DIRECTIONS[cfg.direction], window, cfg.strategy == "uniform", _int64(cfg.seed), _int64(call))
         want_edge = cfg.edge_features and store.edge_feat is not None
         want_node = cfg.node_features and store.node_feat is not None
-        graph = (view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes)
-        window = math.inf if cfg.window is None else float(cfg.window)
-        how = (DIRECTIONS[cfg.direction], window, cfg.strategy == "uniform", key_of(cfg.seed, key))
         feats = (
             store.edge_feat if want_edge else _NO_FEATURES, want_edge,
             store.ustart, store.udeg, store.upool, store.upd_t,
             store.node_feat if want_node else _NO_FEATURES, want_node,
         )  # fmt: skip
+        plain = not (want_edge or want_node)
         hops: list[SampledHop] = []
         q_nodes, q_t = roots, times
         for h, k in enumerate(cfg.fanouts):
-            ptr, root_index, nbr, eid, et, dt, edge_x, node_x = _sample_hop(
-                *graph, q_nodes, q_t, k, *how, h, *feats
+            ptr, root_index, nbr, eid, et, dt, edge_x, node_x, nan = _sample_hop(
+                graph, q_nodes, q_t, k, how, h, feats, plain
             )
-            hops.append(
-                SampledHop(
-                    ptr,
-                    root_index,
-                    nbr,
-                    eid,
-                    et,
-                    dt,
-                    q_t,
-                    edge_x if want_edge else None,
-                    node_x if want_node else None,
-                )
-            )
+            if nan:  # only query times can be NaN (edge times, the later hops' queries, never are)
+                raise ConfigError("query times must not be NaN")
+            edge_x = edge_x if want_edge else None
+            node_x = node_x if want_node else None
+            hops.append(SampledHop(ptr, root_index, nbr, eid, et, dt, q_t, edge_x, node_x))
             q_nodes, q_t = nbr, et
+        if key is None:
+            self.calls += 1
         root_x = store.node_features_internal(roots, times) if want_node else None
         return SampledSubgraph(roots, times, hops, root_x)
 
 
-def _sample_hop(*args):
-    """``kernels.sample_hop``, in parallel when the hop has enough roots to pay for waking the threads."""
-    if len(args[6]) < PARALLEL_MIN_ROOTS or (threads := numba.get_num_threads()) == 1:
-        return K.sample_hop(*args)
-    return K.sample_hop_parallel(*args, 4 * threads)
+def _int64(x: int) -> int:
+    """``x`` modulo 2**64 as a two's complement int64, the kernels' form of a 64-bit key."""
+    x = int(x) & ((1 << 64) - 1)
+    return x - (1 << 64) if x >> 63 else x
+
+
+def _sample_hop(graph, roots, ts, k, how, hop, feats, plain):
+    """``kernels.sample_hop``, in parallel when the hop has enough roots to pay for waking the threads, or
+    ``sample_hop_plain`` (no features: fewer arrays to pass in and out) when it runs serially anyway."""
+    if len(roots) < PARALLEL_MIN_ROOTS or (threads := numba.get_num_threads()) == 1:
+        if plain:
+            ptr, root_index, nbr, eid, et, dt, nan = K.sample_hop_plain(*graph, roots, ts, k, *how, hop)
+            return ptr, root_index, nbr, eid, et, dt, None, None, nan
+        return K.sample_hop(*graph, roots, ts, k, *how, hop, *feats)
+    return K.sample_hop_parallel(*graph, roots, ts, k, *how, hop, *feats, 4 * threads)
