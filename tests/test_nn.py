@@ -346,6 +346,37 @@ def test_roots_without_neighbors_are_finite_and_padding_is_ignored():
     assert torch.isfinite(emb(states, empty)).all()
 
 
+def test_sparse_attention_equals_multihead_attention_over_padded_keys():
+    """The layer attends over real neighbors only; the reference is ``nn.MultiheadAttention`` on the dense,
+    padded keys with the same parameters (a root without neighbors gets ``merge([0, h_root])``)."""
+    torch.manual_seed(0)
+    emb = TemporalAttentionEmbedding(4, EDGE_DIM, TimeEncoder(4), 8).eval()
+    layer = emb.layers[0]
+    with torch.no_grad():
+        layer.attn.in_proj_bias.normal_()  # a key bias too: it must cancel
+    n, k = 5, 3
+    mask = torch.rand(n, k) > 0.4
+    mask[0] = False
+    hop = NeighborHop(torch.randint(0, 6, (n, k)), torch.rand(n, k) * 9, mask, torch.randn(n, k, EDGE_DIM))
+    table = torch.randn(6, 4)
+    states = [torch.randn(n, 4), table[hop.nbr.reshape(-1)]]
+    with torch.no_grad():
+        got = emb(states, [hop])
+        kv = torch.cat([states[1].view(n, k, 4), hop.edge_feat, layer.time_enc(hop.dt)], -1)
+        query = layer.query(torch.cat([states[0], layer.time_enc(torch.zeros(n))], -1)).unsqueeze(1)
+        empty = ~mask.any(1)
+        ignore = ~mask
+        ignore[:, -1] &= ~empty
+        out, _ = layer.attn(query, kv, kv, key_padding_mask=ignore, need_weights=False)
+        out = out.squeeze(1).masked_fill(empty.unsqueeze(1), 0.0)
+        expected = layer.merge(torch.cat([out, states[0]], -1))
+        # States given once per distinct node plus an index: the same embeddings.
+        shared = emb([torch.cat([states[0], table]), torch.cat([states[0], table])], [hop],
+                     [torch.arange(n), hop.nbr.reshape(-1) + n])  # fmt: skip
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(shared, got, rtol=1e-6, atol=1e-7)
+
+
 def test_state_dict_round_trip_restores_outputs_and_state():
     torch.manual_seed(0)
     cfg = small_config(aggregator="mean", message="mlp")
@@ -409,6 +440,9 @@ def test_link_predictor_is_directed_and_shaped():
     a, b = torch.randn(3, 4), torch.randn(3, 4)
     assert pred(a, b).shape == (3,)
     assert not torch.allclose(pred(a, b), pred(b, a))
+    cand, index = torch.randn(5, 4), torch.tensor([[0, 4], [2, 2], [3, 1]])
+    expected = torch.stack([pred(a, cand[index[:, j]]) for j in range(2)], 1)
+    torch.testing.assert_close(pred.candidates(a, cand, index), expected, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize(

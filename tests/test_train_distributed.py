@@ -40,7 +40,9 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     model = TGNConfig(
         memory_dim=16, time_dim=8, embedding_dim=16, edge_feature_dim=4, num_neighbors=5, dropout=0.0
     )
-    trainer = OnlineTrainer(TrainConfig(model=model, batch_size=BATCH, lr=3e-3, eval_negatives=8, seed=11))
+    # Adam normalises every step, so the float noise of rank-summed gradients grows with lr over the run: at
+    # 3e-3 it reached the score tolerance below within 20 steps; 1e-3 still learns and stays ~100x inside.
+    trainer = OnlineTrainer(TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11))
     grads = []  # the averaged gradient each optimizer step applies (Adam would hide a mis-scaled one)
     apply = trainer.optimizer.step
 
@@ -102,12 +104,6 @@ def test_two_ranks_match_one_rank_with_the_same_global_batch(tmp_path: Path):
         torch.testing.assert_close(two, one, rtol=1e-3, atol=1e-6)
     for name, value in single["model"].items():
         other = rank0["model"][name]
-        if name.endswith("attn.in_proj_bias"):
-            # The key bias cancels in the softmax: its true gradient is 0, so Adam turns float noise into
-            # steps of size lr either way. Compare the query and value biases only.
-            keep = torch.ones_like(value, dtype=torch.bool)
-            keep[16:32] = False
-            value, other = value[keep], other[keep]
         if value.is_floating_point():
             torch.testing.assert_close(other, value, rtol=1e-4, atol=5e-5, msg=name)
         else:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
@@ -42,7 +43,8 @@ def scores_by_eid(events: EventBatch, cfg: TrainConfig) -> dict[int, tuple[float
     return out
 
 
-def test_no_score_depends_on_its_own_or_a_later_event():
+@pytest.mark.parametrize("query_time", ["batch", "event"])
+def test_no_score_depends_on_its_own_or_a_later_event(query_time):
     events = stream(400)
     cut = 233  # in the middle of the fifth batch: its first rows are scored with the perturbed rows present
     rng = np.random.default_rng(1)
@@ -50,7 +52,7 @@ def test_no_score_depends_on_its_own_or_a_later_event():
     src[cut:] = rng.integers(0, 30, len(src) - cut)
     dst[cut:] = rng.integers(30, 45, len(dst) - cut)
     changed = EventBatch.from_columns(src=src, dst=dst, t=events.t, eid=events.eid)
-    cfg = config()
+    cfg = config(query_time=query_time)
     a, b = scores_by_eid(events, cfg), scores_by_eid(changed, cfg)
     before = [e for e in a if e < cut]
     assert len(before) > 150
@@ -58,6 +60,11 @@ def test_no_score_depends_on_its_own_or_a_later_event():
     after = [e for e in a if e >= cut + cfg.batch_size]  # model and memory have seen the change by then
     diff = np.abs(np.array([a[e][:2] for e in after]) - np.array([b[e][:2] for e in after]))
     assert np.median(diff) > 1e-3
+
+
+def test_query_time_must_be_batch_or_event():
+    with pytest.raises(ConfigError, match="query_time"):
+        config(query_time="root")
 
 
 def test_learns_the_pattern_test_then_train():

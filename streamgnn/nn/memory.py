@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import ConfigError, EventValidationError, UnknownNodeError
@@ -22,13 +23,18 @@ MessageFunction = Literal["identity", "mlp"]
 Aggregator = Literal["last", "mean"]
 
 
-def aggregate_last(msg: Tensor, index: Tensor, t: Tensor, dim_size: int) -> tuple[Tensor, Tensor]:
-    """Most recent message per node (time ties: the one stored later); ``has`` marks nodes with a message."""
+def last_messages(index: Tensor, t: Tensor, dim_size: int) -> Tensor:
+    """Position of each node's most recent message (time ties: the one stored later), -1 where none."""
     t_max = t.new_full((dim_size,), float("-inf")).scatter_reduce(0, index, t, "amax")
     pos = torch.arange(len(index), device=index.device)
     candidate = torch.where(t == t_max[index], pos, -1)
     last = torch.full((dim_size,), -1, dtype=torch.long, device=index.device)
-    last = last.scatter_reduce(0, index, candidate, "amax")
+    return last.scatter_reduce(0, index, candidate, "amax")
+
+
+def aggregate_last(msg: Tensor, index: Tensor, t: Tensor, dim_size: int) -> tuple[Tensor, Tensor]:
+    """Most recent message per node (time ties: the one stored later); ``has`` marks nodes with a message."""
+    last = last_messages(index, t, dim_size)
     has = last >= 0
     out = msg.new_zeros(dim_size, msg.size(1))
     out[has] = msg[last[has]]
@@ -86,8 +92,8 @@ class NodeMemory(nn.Module):
         raw_dim = 2 * memory_dim + time_encoder.dim + edge_dim
         if message == "identity":
             self.message_dim = raw_dim
-            self.msg_src: nn.Module = nn.Identity()
-            self.msg_dst: nn.Module = nn.Identity()
+            self.msg_src: nn.Module | None = None  # the raw message is the message
+            self.msg_dst: nn.Module | None = None
         else:
             self.message_dim = message_dim or memory_dim
             self.msg_src = _mlp(raw_dim, self.message_dim)
@@ -128,10 +134,13 @@ class NodeMemory(nn.Module):
         Differentiable w.r.t. the message function, time encoder and GRU; leaves the stored state unchanged
         (apart from growing for unseen ids, which read as zero memory).
         """
-        nodes = self._ids(nodes)
-        uniq, inverse = torch.unique(nodes, return_inverse=True)
+        uniq, inverse = torch.unique(self._ids(nodes), return_inverse=True)
         memory, last_update = self._updated(uniq)
         return memory[inverse], last_update[inverse]
+
+    def get_unique(self, uniq: Tensor) -> tuple[Tensor, Tensor]:
+        """``get`` of distinct ids (e.g. ``torch.unique``'s output), without the gather."""
+        return self._updated(self._ids(uniq))
 
     def store_messages(self, src: Tensor, dst: Tensor, t: Tensor, edge_feat: Tensor | None = None) -> None:
         """Queue a batch's interactions for both endpoints; call only after the batch has been predicted.
@@ -168,7 +177,8 @@ class NodeMemory(nn.Module):
         memory, last_update = self._updated(uniq)
         self.memory[uniq] = memory
         self.last_update[uniq] = last_update
-        keep = ~torch.isin(self.msg_node, uniq)
+        keep = torch.ones_like(self.msg_from_src)
+        keep[self._pending(uniq)[0]] = False
         for name in _MESSAGE_STATE:
             setattr(self, name, getattr(self, name)[keep])
 
@@ -191,32 +201,68 @@ class NodeMemory(nn.Module):
             self.ensure_capacity(int(nodes.max()) + 1)
         return nodes
 
+    def _pending(self, uniq: Tensor) -> tuple[Tensor, Tensor]:
+        """Pending entries addressed to the distinct ``uniq``, and each one's position in ``uniq``.
+
+        A position table over all rows: linear in the store, where ``isin`` would sort it.
+        """
+        pos = torch.full((self.capacity,), -1, dtype=torch.long, device=uniq.device)
+        pos[uniq] = torch.arange(len(uniq), device=uniq.device)
+        index = pos[self.msg_node]
+        sel = (index >= 0).nonzero().squeeze(1)
+        return sel, index[sel]
+
     def _updated(self, uniq: Tensor) -> tuple[Tensor, Tensor]:
-        """Memory and last update of the sorted unique ``uniq`` after applying their pending messages."""
+        """Memory and last update of the distinct ``uniq`` after applying their pending messages."""
         memory, last_update = self.memory[uniq], self.last_update[uniq]
-        sel = torch.isin(self.msg_node, uniq).nonzero().squeeze(1)
+        sel, index = self._pending(uniq)
         if sel.numel() == 0:
             return memory, last_update
-        node, t = self.msg_node[sel], self.msg_t[sel]
-        index = torch.searchsorted(uniq, node)
-        raw = torch.cat(
-            [
-                self.memory[node],
-                self.memory[self.msg_other[sel]],
-                self.time_enc(t - self.last_update[node]),
-                self.msg_feat[sel],
-            ],
-            dim=1,
-        )
+        t = self.msg_t[sel]
+        if self.aggregate is aggregate_last:
+            # Only each node's latest message counts: build just those (the same values, far less work).
+            last = last_messages(index, t, len(uniq))
+            rows = (last >= 0).nonzero().squeeze(1)
+            parts = self._messages(sel[last[rows]])
+        else:
+            aggregated, has = self.aggregate(torch.cat(self._messages(sel), 1), index, t, len(uniq))
+            rows = has.nonzero().squeeze(1)
+            parts = [aggregated[rows]]
+        # Only nodes with messages step the GRU: GRU(0, h) != h, so stepping all would drift idle nodes.
+        memory = memory.index_put((rows,), self._gru(parts, memory[rows]))
+        return memory, last_update.scatter_reduce(0, index, t, "amax")
+
+    def _messages(self, sel: Tensor) -> list[Tensor]:
+        """Messages of the pending entries ``sel`` from committed memory, as column blocks of one message."""
+        node = self.msg_node[sel]
+        raw = [
+            torch.cat([self.memory[node], self.memory[self.msg_other[sel]]], 1),
+            self.time_enc(self.msg_t[sel] - self.last_update[node]),
+            self.msg_feat[sel],
+        ]
+        if self.msg_src is None:
+            return [part for part in raw if part.size(1)]
+        raw = torch.cat(raw, 1)
         from_src = self.msg_from_src[sel]
         msg = raw.new_empty(len(sel), self.message_dim)
         msg[from_src] = self.msg_src(raw[from_src])
         msg[~from_src] = self.msg_dst(raw[~from_src])
-        aggregated, has = self.aggregate(msg, index, t, len(uniq))
-        # Only nodes with messages step the GRU: GRU(0, h) != h, so stepping all would drift idle nodes.
-        rows = has.nonzero().squeeze(1)
-        memory = memory.index_put((rows,), self.gru(aggregated[rows], memory[rows]))
-        return memory, last_update.scatter_reduce(0, index, t, "amax")
+        return [msg]
+
+    def _gru(self, parts: list[Tensor], h: Tensor) -> Tensor:
+        """``GRUCell(cat(parts), h)`` with each block through its own columns of the input weights: autograd
+        then computes input gradients only for blocks that need them (the time encoding, not memory rows)."""
+        gru = self.gru
+        gi, col = gru.bias_ih, 0
+        for part in parts:
+            gi = gi + F.linear(part, gru.weight_ih[:, col : col + part.size(1)])
+            col += part.size(1)
+        i_r, i_z, i_n = gi.chunk(3, 1)
+        h_r, h_z, h_n = F.linear(h, gru.weight_hh, gru.bias_hh).chunk(3, 1)
+        reset = torch.sigmoid(i_r + h_r)
+        update = torch.sigmoid(i_z + h_z)
+        new = torch.tanh(i_n + reset * h_n)
+        return new + update * (h - new)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         # State is sized by the stream, not the constructor: adopt the checkpoint's shapes before the copy.

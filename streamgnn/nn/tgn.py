@@ -136,15 +136,21 @@ class TGN(nn.Module):
         if len(inp.hops) < cfg.num_layers:
             raise ConfigError(f"the model embeds {cfg.num_layers} hops, the input has {len(inp.hops)}")
         hops = inp.hops[: cfg.num_layers]
+        if cfg.variant == "jodie":
+            memory, last_update = self.memory.get(inp.nodes)
+            dt = (inp.t.to(last_update) - last_update) / cfg.time_scale
+            return memory * (1 + self.time_proj(dt.to(memory.dtype).unsqueeze(-1)))
         levels = [inp.nodes, *(hop.nbr.reshape(-1) for hop in hops)]
         parts: list[list[Tensor]] = [[] for _ in levels]
         if self.memory is not None:
-            memory, last_update = self.memory.get(torch.cat(levels))
-            if cfg.variant == "jodie":
-                dt = (inp.t.to(last_update) - last_update) / cfg.time_scale
-                return memory * (1 + self.time_proj(dt.to(memory.dtype).unsqueeze(-1)))
-            for part, mem in zip(parts, memory.split([len(x) for x in levels]), strict=True):
-                part.append(mem)
+            # One memory row (pending messages applied) per distinct node of the whole tree, then gathered.
+            uniq, inverse = torch.unique(torch.cat(levels), return_inverse=True)
+            memory, _ = self.memory.get_unique(uniq)
+            index = inverse.split([len(x) for x in levels])
+            if not cfg.node_feature_dim:
+                return self.embedding([memory] * len(levels), hops, list(index))
+            for part, rows in zip(parts, index, strict=True):
+                part.append(memory[rows])
         if cfg.node_feature_dim:
             feats = [inp.node_feat, *(hop.node_feat for hop in hops)]
             if any(f is None for f in feats):
