@@ -83,18 +83,6 @@ class OnlineResult:
         return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
 
 
-def _seen(seen, eids: np.ndarray) -> np.ndarray:
-    """Read-only twin of the store's duplicate check: which event ids it has applied before."""
-    bits = seen.bits
-    out = np.zeros(len(eids), bool)
-    inside = (eids >= 0) & (eids < 8 * len(bits))
-    e = eids[inside]
-    out[inside] = ((bits[e >> 3] >> (e & 7).astype(np.uint8)) & 1).astype(bool)
-    if seen.outliers:
-        out |= np.fromiter((int(x) in seen.outliers for x in eids), bool, len(eids))
-    return out
-
-
 def _distinct(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct ``(node, time)`` pairs (sorted) and the index of each input pair among them."""
     order = np.lexsort((times, nodes))
@@ -256,7 +244,7 @@ class OnlineTrainer:
         eids = batch.eid[idx]
         first = np.zeros(len(idx), bool)
         first[np.unique(eids, return_index=True)[1]] = True
-        idx = idx[first & ~_seen(self.store.seen, eids)]
+        idx = idx[first & ~self.store.seen.contains(eids)]
         return idx[batch.kind[idx] == EventKind.EDGE_ADD]
 
     @staticmethod
