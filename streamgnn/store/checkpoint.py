@@ -33,7 +33,7 @@ FORMAT_VERSION = 1
 _VERSION_DIR = re.compile(r"^ckpt-(\d{6,})$")
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -81,12 +81,12 @@ def write_checkpoint(root: Path, arrays: dict[str, np.ndarray], manifest: dict, 
         "arrays": entries,
     }
     _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True).encode())
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     _write_file(root / "LATEST.tmp", final.name.encode())
     os.replace(root / "LATEST.tmp", root / "LATEST")
-    _fsync_dir(root)
+    fsync_dir(root)
     for old in versions(root)[:-keep] if keep > 0 else []:
         shutil.rmtree(root / f"ckpt-{old:06d}", ignore_errors=True)
     return final

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..store import TemporalGraphStore
-from ..store.checkpoint import read_checkpoint, write_checkpoint
+from ..store.checkpoint import fsync_dir, read_checkpoint, write_checkpoint
 
 _STEP_DIR = re.compile(r"^step-(\d{9,})$")
 
@@ -35,14 +35,6 @@ class TrainerCheckpoint:
     manifest: dict
     state: dict
     store: TemporalGraphStore
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def step_dirs(root: Path) -> list[Path]:
@@ -74,18 +66,18 @@ def save(
     torch.save(state, buf)
     blob = np.frombuffer(buf.getvalue(), np.uint8)
     write_checkpoint(tmp / "trainer", {"state": blob}, {**manifest, "kind": "trainer"}, keep=1)
-    _fsync_dir(tmp)
+    fsync_dir(tmp)
     if final.exists():  # the same step saved again (e.g. a resumed run re-saving): replace it whole
         shutil.rmtree(final)
     os.rename(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     latest_tmp = root / "LATEST.tmp"
     with open(latest_tmp, "wb") as f:
         f.write(final.name.encode())
         f.flush()
         os.fsync(f.fileno())
     os.replace(latest_tmp, root / "LATEST")
-    _fsync_dir(root)
+    fsync_dir(root)
     for old in step_dirs(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
