@@ -262,7 +262,7 @@ def test_growth_keeps_blocks_and_answers_across_many_small_batches():
     assert np.array_equal(s.external_ids(e.src), src) and np.array_equal(s.external_ids(e.dst), dst)
     hub = int(np.bincount(src).argmax())
     nb = s.neighbors(hub, direction="out")
-    assert len(nb) == int((src == hub).sum()) - 0 and np.all(np.diff(nb.t) >= 0)
+    assert len(nb) == int((src == hub).sum()) and np.all(np.diff(nb.t) >= 0)
     total = s.nbytes()["total"]
     assert total / n < 200
 

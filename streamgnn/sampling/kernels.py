@@ -316,9 +316,7 @@ def sample_hop(
     """
     graph = (start, deg, pool, edge_t, edge_del)
     n = len(roots)
-    nan = False
-    for i in range(n):
-        nan |= np.isnan(ts[i])
+    nan = np.isnan(ts).any()
     runs = _runs(n)
     _count(graph, num_nodes, roots, ts, k, direction, window, uniform, 0, n, runs)
     out = _outputs(runs[5], want_edge, edge_feat.shape[1], want_node, node_feat.shape[1])
@@ -358,9 +356,7 @@ def sample_hop_parallel(
     """
     graph = (start, deg, pool, edge_t, edge_del)
     n = len(roots)
-    nan = False
-    for i in range(n):
-        nan |= np.isnan(ts[i])
+    nan = np.isnan(ts).any()
     runs = _runs(n)
     bounds = np.linspace(0, n, chunks + 1).astype(np.int64)
     for c in prange(chunks):
