@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from streamgnn.errors import EventValidationError, UnknownNodeError
 from streamgnn.events import EventBatch, EventKind
+from streamgnn.partition import hash_partition
 from streamgnn.store import StoreConfig, TemporalGraphStore
 
 ADD, DEL, UPD = int(EventKind.EDGE_ADD), int(EventKind.EDGE_DELETE), int(EventKind.NODE_UPDATE)
@@ -124,6 +125,69 @@ def test_content_independent_of_batch_boundaries(rows, cuts):
         pieces.ingest(batch(rows[i : i + c]))
         i, k = i + c, k + 1
     assert whole.content_hash() == pieces.content_hash()
+
+
+def general_path_only(store: TemporalGraphStore) -> TemporalGraphStore:
+    store._screen = lambda batch: None
+    return store
+
+
+def outcome(store, report):
+    letters = [(d.reason, d.where, d.payload, d.index, d.eid) for d in report.dead_letters]
+    return report.applied, report.duplicates, report.late, letters, store.watermark, len(store.seen)
+
+
+messy_events = st.lists(
+    st.tuples(
+        st.sampled_from([ADD, ADD, ADD, ADD, DEL, UPD, 5]),
+        st.integers(0, 6),
+        st.integers(0, 6),
+        st.sampled_from([float(x) for x in range(30)] * 4 + [-1.0, math.nan, math.inf]),
+        st.integers(-2, 60),
+        st.sampled_from([0.5] * 10 + [math.nan]),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(messy_events, st.sampled_from([math.inf, 5.0, 0.0]), st.integers(1, 7), st.booleans())
+def test_fast_path_for_clean_batches_matches_the_general_path(rows, lateness, chunk, payloads):
+    """Batches of clean and dirty rows (bad kind or time, NaN weight or feature, seen, repeated or
+    out-of-bitmap ids, late, unknown-node or unmatched deletes): same reports and content either way."""
+    cfg = StoreConfig(num_partitions=3, allowed_lateness=lateness)
+    fast, general = TemporalGraphStore(cfg), general_path_only(TemporalGraphStore(cfg))
+    for i in range(0, len(rows), chunk):
+        part = rows[i : i + chunk]
+        w = np.array([r[5] for r in part], np.float32)
+        extra = dict(weight=w, features=np.stack([w, np.ones_like(w)], 1)) if payloads else {}
+        b = batch([r[:5] for r in part], **extra)
+        assert outcome(fast, fast.ingest(b)) == outcome(general, general.ingest(b))
+    assert fast.content_hash() == general.content_hash()
+
+
+def test_fast_path_changes_nothing_unless_the_whole_batch_is_clean():
+    s = TemporalGraphStore(StoreConfig(allowed_lateness=1.0))
+    late, n_late = s._screen(batch([(ADD, 1, 2, 5.0, 0), (ADD, 2, 3, 4.5, 1)]))
+    assert late.tolist() == [False, True] and n_late == 1
+    state = (s.watermark, len(s.seen), s.seen.bits.copy())
+    for rows in (
+        [(ADD, 1, 2, 6.0, 2), (ADD, 1, 2, 7.0, 2)],  # an id repeated in the batch
+        [(ADD, 1, 2, 6.0, 3), (ADD, 1, 2, 7.0, 0)],  # an id seen before
+        [(ADD, 1, 2, 6.0, 4), (ADD, 1, 2, 3.0, 5)],  # too late
+        [(ADD, 1, 2, 6.0, 6), (9, 1, 2, 7.0, 7)],  # unknown kind
+        [(ADD, 1, 2, 6.0, 8), (ADD, 1, 2, 7.0, 10**9)],  # an id beyond the bitmap
+    ):
+        assert s._screen(batch(rows)) is None
+        assert (s.watermark, len(s.seen)) == state[:2] and np.array_equal(s.seen.bits, state[2])
+
+
+def test_partition_hash_is_pinned():
+    """Producers and consumers in other processes and versions must agree on it."""
+    ids = np.array([0, 1, 2, -1, 123456789, 2**62, -(2**63)])
+    assert hash_partition(ids, 7).tolist() == [2, 2, 4, 0, 5, 4, 6]
+    assert hash_partition(ids, 1000).tolist() == [535, 465, 110, 936, 897, 75, 915]
 
 
 def test_query_sees_edges_up_to_t_not_deleted_at_t():

@@ -34,6 +34,20 @@ def _test_and_set(bits, eids, keep):
     return outliers
 
 
+@njit(cache=True)
+def _set_if_all_new(bits, eids):
+    """Set every id's bit if all lie in the bitmap, unseen and distinct; else leave ``bits`` as found."""
+    limit = 8 * len(bits)
+    for i in range(len(eids)):
+        e = eids[i]
+        if e < 0 or e >= limit or bits[e >> 3] & np.uint8(1 << (e & 7)):
+            for j in range(i):
+                bits[eids[j] >> 3] &= ~np.uint8(1 << (eids[j] & 7))
+            return False
+        bits[e >> 3] |= np.uint8(1 << (e & 7))
+    return True
+
+
 class SeenIds:
     def __init__(self) -> None:
         self.bits = np.zeros(MIN_BYTES, np.uint8)
@@ -56,6 +70,14 @@ class SeenIds:
         mask = keep.astype(bool)
         self.count += int(mask.sum())
         return mask
+
+    def mark_new(self, eids: np.ndarray) -> bool:
+        """``first_unseen`` for the common batch, where it would keep every id (and leave the bitmap's
+        size alone): marks them and says True; otherwise changes nothing and says False."""
+        if not _set_if_all_new(self.bits, eids):
+            return False
+        self.count += len(eids)
+        return True
 
     def _grow(self, size: int) -> None:
         """Widen the bitmap and move the outliers it now covers into it (an id lives in one place)."""

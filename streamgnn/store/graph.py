@@ -27,6 +27,7 @@ from .idmap import NodeIdMap
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 GROWTH = 1.125
 COMPACT_AT = 0.15  # a compacted pool fuller than this fraction of free rows grows instead
+_NO_WEIGHT = np.empty(0, np.float32)
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,11 @@ def _grow(arr: np.ndarray, n: int, fill=0) -> np.ndarray:
     out[: len(arr)] = arr
     out[len(arr) :] = fill
     return out
+
+
+def _rows(pool: np.ndarray) -> np.ndarray:
+    """A [capacity, 2] int32 pool as one int64 word per row (a view), for kernels that move whole rows."""
+    return pool.view(np.int64).reshape(-1)
 
 
 def _live(deleted_at: np.ndarray, t: float) -> np.ndarray:
@@ -174,63 +180,95 @@ class TemporalGraphStore:
         report = IngestReport()
         if not len(batch):
             return report
-        valid, letters = batch.validate(where)
-        report.dead_letters.extend(dataclasses.replace(d, payload=_payload(batch, d.index)) for d in letters)
-        orig = np.arange(len(batch))
-        if letters:
-            orig = np.delete(orig, [d.index for d in letters])
+        orig = None  # batch row of each row of ev (None: the same)
 
         def reject(rows: np.ndarray, reason) -> None:
             for i in rows:
-                j = int(orig[i])
+                j = int(i if orig is None else orig[i])
                 report.dead_letters.append(
                     DeadLetter(reason(i), where, _payload(batch, j), j, int(batch.eid[j]))
                 )
 
-        mismatch = self._reject_stream_mismatch(valid)
-        if mismatch:
-            reject(range(len(valid)), lambda i: mismatch)
-            return report
-        keep = self.seen.first_unseen(valid.eid)
-        report.duplicates = int((~keep).sum())
-        ev = valid if report.duplicates == 0 else valid.take(keep)
-        orig = orig if report.duplicates == 0 else orig[keep]
-        if not len(ev):
-            return report
-        wm_before = np.maximum.accumulate(np.concatenate([[self.watermark], ev.t]))[:-1]
-        too_late = ev.t < wm_before - self.config.allowed_lateness
-        reject(
-            np.flatnonzero(too_late),
-            lambda i: (
-                f"event at t={_py(ev.t[i])!r} is {wm_before[i] - ev.t[i]:g} behind the stream (newest "
-                f"t={_py(wm_before[i])!r}), beyond allowed_lateness={self.config.allowed_lateness:g}"
-            ),
-        )
-        late = ev.t < wm_before
-        if too_late.any():
-            ev, orig, late = ev.take(~too_late), orig[~too_late], late[~too_late]
-        if len(ev):
-            self.watermark = max(self.watermark, float(ev.t.max()))
-        src, dst = self._map_ids(ev)
-        unknown = (src < 0) | ((dst < 0) & (ev.kind == DELETE))
-        if unknown.any():
-            reject(
-                np.flatnonzero(unknown),
-                lambda i: f"delete names an unknown node ({_py(ev.src[i])!r} -> {_py(ev.dst[i])!r})",
+        screened = self._screen(batch)
+        if screened is not None:
+            ev, (late, n_late) = batch, screened
+        else:
+            valid, letters = batch.validate(where)
+            report.dead_letters.extend(
+                dataclasses.replace(d, payload=_payload(batch, d.index)) for d in letters
             )
-            ok = ~unknown
-            ev, orig, late, src, dst = ev.take(ok), orig[ok], late[ok], src[ok], dst[ok]
-        status, edge_of, upd_of = self._apply(ev, src, dst, late)
+            orig = np.delete(np.arange(len(batch)), [d.index for d in letters])
+            mismatch = self._reject_stream_mismatch(valid)
+            if mismatch:
+                reject(range(len(valid)), lambda i: mismatch)
+                return report
+            keep = self.seen.first_unseen(valid.eid)
+            report.duplicates = int((~keep).sum())
+            ev = valid if report.duplicates == 0 else valid.take(keep)
+            orig = orig if report.duplicates == 0 else orig[keep]
+            if not len(ev):
+                return report
+            wm_before = np.maximum.accumulate(np.concatenate([[self.watermark], ev.t]))[:-1]
+            too_late = ev.t < wm_before - self.config.allowed_lateness
+            reject(
+                np.flatnonzero(too_late),
+                lambda i: (
+                    f"event at t={_py(ev.t[i])!r} is {wm_before[i] - ev.t[i]:g} behind the stream (newest "
+                    f"t={_py(wm_before[i])!r}), beyond allowed_lateness={self.config.allowed_lateness:g}"
+                ),
+            )
+            late = ev.t < wm_before
+            if too_late.any():
+                ev, orig, late = ev.take(~too_late), orig[~too_late], late[~too_late]
+            if len(ev):
+                self.watermark = max(self.watermark, float(ev.t.max()))
+            n_late = int(late.sum())
+        src, dst = self._map_ids(ev)
+        counts = np.bincount(ev.kind, minlength=3)
+        if counts[DELETE]:  # only a delete can name an unknown node
+            unknown = (src < 0) | ((dst < 0) & (ev.kind == DELETE))
+            if unknown.any():
+                reject(
+                    np.flatnonzero(unknown),
+                    lambda i: f"delete names an unknown node ({_py(ev.src[i])!r} -> {_py(ev.dst[i])!r})",
+                )
+                ok = ~unknown
+                ev, late, src, dst = ev.take(ok), late[ok], src[ok], dst[ok]
+                orig = np.flatnonzero(ok) if orig is None else orig[ok]
+                counts, n_late = np.bincount(ev.kind, minlength=3), int(late.sum())
+        status, edge_of, upd_of = self._apply(ev, src, dst, late, counts)
+        nomatch = np.flatnonzero(status) if counts[DELETE] else ()
         reject(
-            np.flatnonzero(status == 1),
+            nomatch,
             lambda i: (
                 f"delete matched no live edge {_py(ev.src[i])!r} -> {_py(ev.dst[i])!r} at t={_py(ev.t[i])!r}"
             ),
         )
         self._write_payloads(ev, edge_of, upd_of)
-        report.applied = int((status == 0).sum())
-        report.late = int(late.sum())
+        report.applied = len(ev) - len(nomatch)
+        report.late = n_late
         return report
+
+    def _screen(self, batch: EventBatch) -> tuple[np.ndarray, int] | None:
+        """Per-row lateness and late count of a clean batch (int ids, every row valid, unseen and in time),
+        committed as the general path would; None, with nothing changed, for any other batch.
+
+        Most batches are clean, and for them the general path's dead-letter bookkeeping was most of the
+        per-batch cost.
+        """
+        if batch.string_ids or self._reject_stream_mismatch(batch):
+            return None
+        if batch.features is not None and batch.features.size and not np.isfinite(batch.features).all():
+            return None
+        late = np.empty(len(batch), bool)
+        weight = _NO_WEIGHT if batch.weight is None else batch.weight
+        clean, wm, n_late = K.screen(
+            batch.kind, batch.t, weight, self.watermark, self.config.allowed_lateness, late
+        )
+        if not clean or not self.seen.mark_new(batch.eid):
+            return None
+        self.watermark = float(wm)
+        return late, int(n_late)
 
     def _reject_stream_mismatch(self, ev: EventBatch) -> str | None:
         kind = "str" if ev.string_ids else "int"
@@ -248,47 +286,38 @@ class TemporalGraphStore:
         return None
 
     def _map_ids(self, ev: EventBatch) -> tuple[np.ndarray, np.ndarray]:
-        n = len(ev)
-        both = np.empty(2 * n, dtype=ev.src.dtype)
-        both[0::2], both[1::2] = ev.src, ev.dst
-        insert = np.empty(2 * n, bool)
-        insert[0::2] = ev.kind != DELETE
-        insert[1::2] = ev.kind == ADD
         before = self.ids.size
-        mapped = self.ids.map(both, insert)
-        src, dst = mapped[0::2], mapped[1::2]
-        dst = np.where(ev.kind == UPDATE, src, dst)
+        src, dst = self.ids.map_events(ev.kind, ev.src, ev.dst)
         if self.ids.size > before:
             self._add_nodes(before, self.ids.size)
         return src, dst
 
     def _add_nodes(self, lo: int, hi: int) -> None:
-        for name in ("start", "deg", "cap", "ustart", "udeg", "ucap"):
-            setattr(self, name, _grow(getattr(self, name), hi))
-        self.partition = _grow(self.partition, hi)
+        self._grow_together(("start", "deg", "cap", "ustart", "udeg", "ucap", "partition"), hi)
         self.partition[lo:hi] = hash_partition(
             self.ids.external(np.arange(lo, hi)), self.config.num_partitions
         )
 
-    def _apply(self, ev, src, dst, late):
-        n = len(ev)
-        n_add = int((ev.kind == ADD).sum())
-        n_del = int((ev.kind == DELETE).sum())
-        n_upd = int((ev.kind == UPDATE).sum())
+    def _grow_together(self, names: tuple[str, ...], n: int) -> None:
+        """``_grow`` arrays that always share one length, checking it once: most batches need no room."""
+        if n > len(getattr(self, names[0])):
+            for name in names:
+                setattr(self, name, _grow(getattr(self, name), n))
+
+    def _apply(self, ev, src, dst, late, counts):
+        n_add, n_del, n_upd = counts.tolist()
         c = self.counters
         self.edge_t = _grow(self.edge_t, int(c[K.EDGES]) + n_add)
         if n_del and not len(self.edge_del):
             self.edge_del = np.full(len(self.edge_t), np.inf)
         if len(self.edge_del):
             self.edge_del = _grow(self.edge_del, len(self.edge_t), np.inf)
-        self.del_src = _grow(self.del_src, int(c[K.DELETIONS]) + n_del)
-        self.del_dst = _grow(self.del_dst, int(c[K.DELETIONS]) + n_del)
-        self.del_t = _grow(self.del_t, int(c[K.DELETIONS]) + n_del)
-        self.upd_t = _grow(self.upd_t, int(c[K.UPDATES]) + n_upd)
-        self.upd_node = _grow(self.upd_node, int(c[K.UPDATES]) + n_upd)
-        status = np.zeros(n, np.int8)
-        edge_of = np.full(n, -1, np.int64)
-        upd_of = np.full(n, -1, np.int64)
+        self._grow_together(("del_src", "del_dst", "del_t"), int(c[K.DELETIONS]) + n_del)
+        self._grow_together(("upd_t", "upd_node"), int(c[K.UPDATES]) + n_upd)
+        n = len(ev)
+        status = np.empty(n, np.int8)
+        edge_of = np.empty(n, np.int64)
+        upd_of = np.empty(n, np.int64)
         i = 0
         while True:
             i = K.apply_events(
@@ -341,7 +370,7 @@ class TemporalGraphStore:
         live = int(self.counters[used] - self.counters[garbage]) + need
         size = max(len(pool), int(live / (1 - COMPACT_AT)) + 1024)
         fresh = np.zeros((size, 2), np.int32)
-        self.counters[used] = K.compact(start, deg, cap, pool, self.num_nodes, fresh)
+        self.counters[used] = K.compact(start, deg, cap, _rows(pool), self.num_nodes, _rows(fresh))
         self.counters[garbage] = 0
         if adj:
             self.pool = fresh
@@ -349,6 +378,14 @@ class TemporalGraphStore:
             self.upool = fresh
 
     def _write_payloads(self, ev: EventBatch, edge_of: np.ndarray, upd_of: np.ndarray) -> None:
+        if (
+            ev.weight is None
+            and ev.features is None
+            and self.edge_weight is None
+            and self.edge_feat is None
+            and self.node_feat is None
+        ):
+            return  # a stream without payloads, the common case: skip the masks below
         made = edge_of >= 0
         n_edges = self.num_edges
         if ev.weight is not None and self.edge_weight is None and made.any():

@@ -10,8 +10,10 @@ import numpy as np
 from numba import njit
 
 from ..errors import EventValidationError
+from ..events import EventKind
 
 _EMPTY = -1
+ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 
 
 @njit(cache=True)
@@ -21,27 +23,57 @@ def _slot(key, mask):
 
 
 @njit(cache=True)
+def _get(keys, vals, ext_of, key, insert, next_id):
+    """(internal id of ``key`` or -1, next free id), inserting ``key`` if absent and ``insert``.
+
+    Plain ``@njit`` on purpose: LLVM inlines it, while Numba's ``inline="always"`` made the loops
+    calling it 7x slower.
+    """
+    mask = len(keys) - 1
+    j = _slot(key, mask)
+    while vals[j] != _EMPTY and keys[j] != key:
+        j = (j + 1) & mask
+    if vals[j] != _EMPTY:
+        return vals[j], next_id
+    if not insert:
+        return -1, next_id
+    keys[j] = key
+    vals[j] = next_id
+    ext_of[next_id] = key
+    return next_id, next_id + 1
+
+
+@njit(cache=True)
+def _full(keys, ext_of, next_id):
+    """No room for one more id: the table would pass half load, or the reverse map is full."""
+    return 2 * (next_id + 1) > len(keys) or next_id >= len(ext_of)
+
+
+@njit(cache=True)
 def _find_or_insert(keys, vals, ids, insert, out, ext_of, next_id, first):
     """Map ``ids[first:]``; stop (returning the index) when the table reaches half load."""
-    mask = len(keys) - 1
     for i in range(first, len(ids)):
-        if 2 * (next_id + 1) > len(keys) or next_id >= len(ext_of):
+        if _full(keys, ext_of, next_id):
             return next_id, i
-        key = ids[i]
-        j = _slot(key, mask)
-        while vals[j] != _EMPTY and keys[j] != key:
-            j = (j + 1) & mask
-        if vals[j] != _EMPTY:
-            out[i] = vals[j]
-        elif insert[i]:
-            keys[j] = key
-            vals[j] = next_id
-            ext_of[next_id] = key
-            out[i] = next_id
-            next_id += 1
-        else:
-            out[i] = -1
+        out[i], next_id = _get(keys, vals, ext_of, ids[i], insert[i], next_id)
     return next_id, len(ids)
+
+
+@njit(cache=True)
+def _map_events(keys, vals, kind, src, dst, out_src, out_dst, ext_of, next_id, first):
+    """``_find_or_insert`` over src and dst interleaved (position ``2 i + side``), inserting a src unless
+    deleting and a dst when adding; an update's dst is its src."""
+    for p in range(first, 2 * len(kind)):
+        if _full(keys, ext_of, next_id):
+            return next_id, p
+        i = p >> 1
+        if p & 1 == 0:
+            out_src[i], next_id = _get(keys, vals, ext_of, src[i], kind[i] != DELETE, next_id)
+        elif kind[i] == UPDATE:
+            out_dst[i] = out_src[i]
+        else:
+            out_dst[i], next_id = _get(keys, vals, ext_of, dst[i], kind[i] == ADD, next_id)
+    return next_id, 2 * len(kind)
 
 
 @njit(cache=True)
@@ -99,11 +131,41 @@ class NodeIdMap:
                 self._keys, self._vals, ids64, ins, out, self._ext_int, self.size, first
             )
             self.size = int(size)
-            if first < n and self.size >= len(self._ext_int):
-                self._ext_int = np.resize(self._ext_int, int(len(self._ext_int) * 1.5) + 1024)
-            elif first < n:
-                self._grow(2 * len(self._keys))
+            if first < n:
+                self._make_room()
         return out
+
+    def map_events(self, kind: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Internal (src, dst) of events: ids enter in order of appearance (src before dst), a src
+        unless the event deletes, a dst only when it adds; unknown ids are -1; an update's dst is its src.
+        """
+        self._check_kind(src)
+        n = len(kind)
+        if self.kind == "str":
+            both = np.empty(2 * n, dtype=object)
+            both[0::2], both[1::2] = src, dst
+            insert = np.empty(2 * n, bool)
+            insert[0::2] = kind != DELETE
+            insert[1::2] = kind == ADD
+            mapped = self.map(both, insert)
+            return mapped[0::2], np.where(kind == UPDATE, mapped[0::2], mapped[1::2])
+        out_src, out_dst = np.empty(n, np.int64), np.empty(n, np.int64)
+        src64, dst64, first = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False), 0
+        while first < 2 * n:
+            size, first = _map_events(
+                self._keys, self._vals, kind, src64, dst64, out_src, out_dst, self._ext_int, self.size, first
+            )
+            self.size = int(size)
+            if first < 2 * n:
+                self._make_room()
+        return out_src, out_dst
+
+    def _make_room(self) -> None:
+        """Room for the id a kernel stopped at: the reverse map is full or the table at half load."""
+        if self.size >= len(self._ext_int):
+            self._ext_int = np.resize(self._ext_int, int(len(self._ext_int) * 1.5) + 1024)
+        else:
+            self._grow(2 * len(self._keys))
 
     def _grow(self, at_least: int) -> None:
         cap = len(self._keys)
