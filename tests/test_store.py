@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamgnn.errors import EventValidationError, UnknownNodeError
+from streamgnn.errors import ConfigError, EventValidationError, UnknownNodeError
 from streamgnn.events import EventBatch, EventKind
 from streamgnn.partition import hash_partition
 from streamgnn.store import StoreConfig, TemporalGraphStore
@@ -188,6 +188,42 @@ def test_partition_hash_is_pinned():
     ids = np.array([0, 1, 2, -1, 123456789, 2**62, -(2**63)])
     assert hash_partition(ids, 7).tolist() == [2, 2, 4, 0, 5, 4, 6]
     assert hash_partition(ids, 1000).tolist() == [535, 465, 110, 936, 897, 75, 915]
+    assert hash_partition(ids.reshape(7, 1), 7).tolist() == [[2], [2], [4], [0], [5], [4], [6]]
+    assert hash_partition(np.int64(123456789), 7) == 5
+    with pytest.raises(ConfigError, match="num_partitions"):
+        hash_partition(ids, 0)
+
+
+def test_both_paths_keep_the_watermark_of_negative_zero():
+    """The watermark is part of the content hash: a clean batch and a dirty one end on the same value."""
+    clean, dirty = TemporalGraphStore(), TemporalGraphStore()
+    clean.ingest(batch([(ADD, 1, 2, 0.0, 0), (ADD, 2, 3, -0.0, 1)]))
+    dirty.ingest(batch([(ADD, 1, 2, 0.0, 0), (ADD, 2, 3, -0.0, 1), (ADD, 1, 2, math.nan, 2)]))
+    assert repr(clean.watermark) == repr(dirty.watermark)
+    assert clean.content_hash() == dirty.content_hash()
+
+
+def test_hand_built_columns_of_other_dtypes_ingest_like_coerced_ones():
+    rows = [(ADD, 1, 2, 1.0, 0), (ADD, 2, 3, 2.0, 1)]
+    ref = TemporalGraphStore()
+    ref.ingest(batch(rows, weight=np.array([0.5, 2.0], np.float32)))
+    b = batch(rows)
+    odd = EventBatch(
+        b.kind.astype(np.float64), b.src, b.dst, b.t, b.eid, weight=np.array([0.5, 2.0], np.float16)
+    )
+    s = TemporalGraphStore()
+    assert s.ingest(odd).applied == 2
+    assert s.content_hash() == ref.content_hash()
+
+
+def test_a_batch_whose_only_rows_of_its_width_are_duplicates_writes_no_features():
+    s = TemporalGraphStore()
+    s.ingest(batch([(UPD, 1, 1, 1.0, 1)], features=np.ones((1, 2), np.float32)))
+    s.ingest(batch([(ADD, 1, 2, 1.0, 0)]))  # an edge without features: the edge width is still open
+    before = s.content_hash()
+    report = s.ingest(batch([(ADD, 1, 2, 1.0, 0)], features=np.ones((1, 3), np.float32)))
+    assert report.duplicates == 1 and report.applied == 0 and not report.dead_letters
+    assert s.content_hash() == before
 
 
 def test_query_sees_edges_up_to_t_not_deleted_at_t():

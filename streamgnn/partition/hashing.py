@@ -12,6 +12,8 @@ import zlib
 import numpy as np
 from numba import njit
 
+from ..errors import ConfigError
+
 
 @njit(cache=True)
 def _splitmix64_partitions(ids, num_partitions, out):
@@ -24,11 +26,16 @@ def _splitmix64_partitions(ids, num_partitions, out):
 
 
 def hash_partition(ids: np.ndarray, num_partitions: int) -> np.ndarray:
-    """Partition (int32) of each external node id, identical in every process."""
+    """Partition (int32) of each external node id, identical in every process; the shape of ``ids``."""
+    if num_partitions < 1:
+        raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
     ids = np.asarray(ids)
+    flat = ids.reshape(-1)
     if ids.dtype == object or ids.dtype.kind == "U":
-        h = np.fromiter((zlib.crc32(str(s).encode()) for s in ids.tolist()), dtype=np.uint64, count=len(ids))
-        return (h % np.uint64(num_partitions)).astype(np.int32)
-    out = np.empty(len(ids), np.int32)
-    _splitmix64_partitions(ids.astype(np.int64, copy=False).view(np.uint64), num_partitions, out)
-    return out
+        h = np.fromiter(
+            (zlib.crc32(str(s).encode()) for s in flat.tolist()), dtype=np.uint64, count=len(flat)
+        )
+        return (h % np.uint64(num_partitions)).astype(np.int32).reshape(ids.shape)
+    out = np.empty(len(flat), np.int32)
+    _splitmix64_partitions(flat.astype(np.int64, copy=False).view(np.uint64), num_partitions, out)
+    return out.reshape(ids.shape)

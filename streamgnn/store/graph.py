@@ -224,7 +224,7 @@ class TemporalGraphStore:
                 self.watermark = max(self.watermark, float(ev.t.max()))
             n_late = int(late.sum())
         src, dst = self._map_ids(ev)
-        counts = np.bincount(ev.kind, minlength=3)
+        counts = np.bincount(ev.kind.astype(np.intp, copy=False), minlength=3)
         if counts[DELETE]:  # only a delete can name an unknown node
             unknown = (src < 0) | ((dst < 0) & (ev.kind == DELETE))
             if unknown.any():
@@ -235,7 +235,7 @@ class TemporalGraphStore:
                 ok = ~unknown
                 ev, late, src, dst = ev.take(ok), late[ok], src[ok], dst[ok]
                 orig = np.flatnonzero(ok) if orig is None else orig[ok]
-                counts, n_late = np.bincount(ev.kind, minlength=3), int(late.sum())
+                counts, n_late = np.bincount(ev.kind.astype(np.intp), minlength=3), int(late.sum())
         status, edge_of, upd_of = self._apply(ev, src, dst, late, counts)
         nomatch = np.flatnonzero(status) if counts[DELETE] else ()
         reject(
@@ -258,16 +258,20 @@ class TemporalGraphStore:
         """
         if batch.string_ids or self._reject_stream_mismatch(batch):
             return None
+        if batch.kind.dtype != np.int8 or batch.t.dtype != np.float64:
+            return None  # hand-built columns: the kernel is compiled for the codecs' dtypes only
+        if batch.weight is not None and batch.weight.dtype != np.float32:
+            return None
         if batch.features is not None and batch.features.size and not np.isfinite(batch.features).all():
             return None
         late = np.empty(len(batch), bool)
         weight = _NO_WEIGHT if batch.weight is None else batch.weight
-        clean, wm, n_late = K.screen(
+        clean, n_late = K.screen(
             batch.kind, batch.t, weight, self.watermark, self.config.allowed_lateness, late
         )
         if not clean or not self.seen.mark_new(batch.eid):
             return None
-        self.watermark = float(wm)
+        self.watermark = max(self.watermark, float(batch.t.max()))  # as the general path (-0.0 and 0.0 too)
         return late, int(n_late)
 
     def _reject_stream_mismatch(self, ev: EventBatch) -> str | None:
@@ -392,20 +396,20 @@ class TemporalGraphStore:
             self.edge_weight = np.ones(len(self.edge_t), np.float32)
         if self.edge_weight is not None:
             self.edge_weight = _grow(self.edge_weight, n_edges, 1.0)
-            if ev.weight is not None:
+            if ev.weight is not None and made.any():
                 self.edge_weight[edge_of[made]] = ev.weight[made]
         if ev.features is not None and self.edge_feat is None and made.any():
             self.edge_feat = np.zeros((len(self.edge_t), ev.feature_dim), np.float32)
         if self.edge_feat is not None:
             self.edge_feat = _grow(self.edge_feat, n_edges)
-            if ev.features is not None:
+            if ev.features is not None and made.any():  # a batch of another width may hold only updates
                 self.edge_feat[edge_of[made]] = ev.features[made]
         upd = upd_of >= 0
         if ev.features is not None and self.node_feat is None and upd.any():
             self.node_feat = np.zeros((len(self.upd_t), ev.feature_dim), np.float32)
         if self.node_feat is not None:
             self.node_feat = _grow(self.node_feat, self.num_node_updates)
-            if ev.features is not None:
+            if ev.features is not None and upd.any():
                 self.node_feat[upd_of[upd]] = ev.features[upd]
 
     # ------------------------------------------------------------------ queries

@@ -74,21 +74,20 @@ def block_insert(start, deg, cap, pool, counters, v, nbr, code, t, key_t):
 
 @njit(cache=True)
 def screen(kind, t, weight, watermark, allowed_lateness, late):
-    """(True, watermark after the batch, late rows) with each row's lateness in ``late`` when every row
-    is valid and none too late; else (False, ...), and the general path sorts the rows out.
-    ``weight`` may be empty (an unweighted batch)."""
+    """(True, late rows) with each row's lateness in ``late`` when every row is valid and none too late;
+    else (False, 0), and the general path sorts the rows out. ``weight`` may be empty (unweighted)."""
     wm = watermark
     n_late = 0
     for i in range(len(kind)):
         ti = t[i]
         if kind[i] < 0 or kind[i] > 2 or not (ti >= 0.0 and ti < np.inf) or ti < wm - allowed_lateness:
-            return False, watermark, 0
+            return False, 0
         if len(weight) and not np.isfinite(weight[i]):
-            return False, watermark, 0
+            return False, 0
         late[i] = ti < wm
         n_late += late[i]
         wm = max(wm, ti)
-    return True, wm, n_late
+    return True, n_late
 
 
 @njit(cache=True)
