@@ -112,15 +112,16 @@ class PygTGN:
     no edge features, which is what our side runs.
     """
 
-    def __init__(self, events: EventBatch, seed: int = 0, lr: float = LR) -> None:
+    def __init__(self, events: EventBatch, seed: int = 0, lr: float = LR, device: str = "cpu") -> None:
         torch.manual_seed(seed)
+        self.device = torch.device(device)
         self.num_nodes = int(max(events.src.max(), events.dst.max())) + 1
         self.data = TemporalData(
             src=torch.from_numpy(events.src.astype(np.int64)),
             dst=torch.from_numpy(events.dst.astype(np.int64)),
             t=torch.from_numpy(events.t.astype(np.int64)),
             msg=torch.zeros(len(events), 1),
-        )
+        ).to(self.device)
         msg_dim = self.data.msg.size(-1)
         self.memory = TGNMemory(
             self.num_nodes, msg_dim, DIM, DIM,
@@ -128,15 +129,17 @@ class PygTGN:
         )  # fmt: skip
         self.gnn = GraphAttentionEmbedding(DIM, DIM, msg_dim, self.memory.time_enc)
         self.link_pred = LinkPredictor(DIM)
-        self.neighbor_loader = LastNeighborLoader(self.num_nodes, size=NUM_NEIGHBORS)
+        for module in (self.memory, self.gnn, self.link_pred):
+            module.to(self.device)
+        self.neighbor_loader = LastNeighborLoader(self.num_nodes, size=NUM_NEIGHBORS, device=self.device)
         params = set(self.memory.parameters()) | set(self.gnn.parameters()) | set(self.link_pred.parameters())
         self.optimizer = torch.optim.Adam(params, lr=lr)
         self.criterion = nn.BCEWithLogitsLoss()
-        self.assoc = torch.empty(self.num_nodes, dtype=torch.long)
+        self.assoc = torch.empty(self.num_nodes, dtype=torch.long, device=self.device)
 
     def _embed(self, n_id: Tensor) -> Tensor:
         n_id, edge_index, e_id = self.neighbor_loader(n_id)
-        self.assoc[n_id] = torch.arange(n_id.size(0))
+        self.assoc[n_id] = torch.arange(n_id.size(0), device=self.device)
         z, last_update = self.memory(n_id)
         return self.gnn(z, last_update, edge_index, self.data.t[e_id], self.data.msg[e_id])
 
@@ -163,6 +166,8 @@ class PygTGN:
             loss.backward()
             self.optimizer.step()
             self.memory.detach()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         return time.perf_counter() - t0
 
     @torch.no_grad()
@@ -177,14 +182,14 @@ class PygTGN:
         """Scores of events ``[lo, hi)`` and of ``neg [b, k]`` as their destinations, then observe."""
         self._eval_mode()
         batch = self.data[lo:hi]
-        neg_t = torch.from_numpy(neg.astype(np.int64))
+        neg_t = torch.from_numpy(neg.astype(np.int64)).to(self.device)
         z = self._embed(torch.cat([batch.src, batch.dst, neg_t.reshape(-1)]).unique())
         src = z[self.assoc[batch.src]]
         pos = self.link_pred(src, z[self.assoc[batch.dst]])
         k = neg.shape[1]
         negs = self.link_pred(src.repeat_interleave(k, 0), z[self.assoc[neg_t.reshape(-1)]]).view(-1, k)
         self._observe(batch)
-        return pos.numpy(), negs.numpy()
+        return pos.cpu().numpy(), negs.cpu().numpy()
 
     def _eval_mode(self) -> None:
         for module in (self.memory, self.gnn, self.link_pred):
@@ -198,6 +203,7 @@ def train_pyg_tgn(
     negatives: np.ndarray | None = None,
     seed: int = 0,
     lr: float = LR,
+    device: str = "cpu",
 ) -> TrainResult:
     """Train PyG's TGN for ``epochs`` on the first 70% of ``events``, then score the last 15%.
 
@@ -208,7 +214,7 @@ def train_pyg_tgn(
     train_end, val_end = split_points(len(events))
     if negatives is None:
         negatives = eval_negatives(events, val_end, seed=seed)
-    model = PygTGN(events, seed=seed, lr=lr)
+    model = PygTGN(events, seed=seed, lr=lr, device=device)
     rates = [train_end / model.train_epoch(train_end) for _ in range(epochs)]
     model.replay(train_end, val_end)
     test = score_test(model.batch_scores, (val_end, len(events)), negatives)

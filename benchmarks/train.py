@@ -1,6 +1,7 @@
 """Training throughput and accuracy: our TGN trainer against PyG's TGN on JODIE Wikipedia, same settings.
 
-python benchmarks/train.py [--quick] [--json] [--epochs N] [--plot PATH]    (also: streamgnn bench train)
+python benchmarks/train.py [--quick] [--json] [--epochs N] [--device cuda] [--plot PATH]
+(also: streamgnn bench train)
 
 Both sides: chronological 70/15/15 split by row, dims 100, batch 200, 10 latest neighbors, one attention
 layer, Adam 1e-4, no edge features; train events/s is the median over epochs. After the last epoch the
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="torch and Numba threads, both sides")
+    ap.add_argument("--device", default="cpu", help="torch device of both sides, e.g. cuda")
     ap.add_argument("--plot", default=None, help="write throughput and test scores as a PNG")
     ap.add_argument("--events", type=int, default=None, help=argparse.SUPPRESS)  # cap the stream (tests)
     args = ap.parse_args(argv)
@@ -84,11 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     events = events.take(slice(0, min(n, args.events or n)))
     _, val_end = split_points(len(events))
     negatives = eval_negatives(events, val_end)
-    config = TrainConfig(batch_size=BATCH_SIZE)
+    config = TrainConfig(batch_size=BATCH_SIZE, device=args.device)
 
     # Numba compiles (or loads cached kernels) on first use: keep that out of the timed epochs.
     online_latency(events.take(slice(0, min(WARMUP_EVENTS, len(events)))), config)
-    pyg = train_pyg_tgn(events, args.epochs, negatives=negatives)
+    pyg = train_pyg_tgn(events, args.epochs, negatives=negatives, device=args.device)
     ours = train_ours(events, args.epochs, negatives, config)
     latency_events = min(len(events), QUICK_LATENCY_EVENTS) if args.quick else len(events)
     online = online_latency(events.take(slice(0, latency_events)), config)
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         "events": len(events),
         "epochs": args.epochs,
         "threads": args.threads,
+        "device": args.device,
         "train_events_per_s": rate,
         "train_events_per_s_pyg": rate_pyg,
         "train_vs_pyg": rate / rate_pyg,
