@@ -132,7 +132,13 @@ def _sample_hop(graph, roots, ts, k, how, hop, feats, plain):
     ``sample_hop_plain`` (no features: fewer arrays to pass in and out) when it runs serially anyway."""
     if len(roots) < PARALLEL_MIN_ROOTS or (threads := numba.get_num_threads()) == 1:
         if plain:
-            ptr, root_index, nbr, eid, et, dt, nan = K.sample_hop_plain(*graph, roots, ts, k, *how, hop)
-            return ptr, root_index, nbr, eid, et, dt, None, None, nan
+            return _split_plain(len(roots), *K.sample_hop_plain(*graph, roots, ts, k, *how, hop))
         return K.sample_hop(*graph, roots, ts, k, *how, hop, *feats)
     return K.sample_hop_parallel(*graph, roots, ts, k, *how, hop, *feats, 4 * threads)
+
+
+def _split_plain(n, ints, floats, nan):
+    """``sample_hop_plain``'s buffers as ``sample_hop``'s outputs (views), for ``n`` roots."""
+    m = len(floats) >> 1
+    a, b = n + 1 + m, n + 1 + 2 * m
+    return ints[: n + 1], ints[n + 1 : a], ints[a:b], ints[b:], floats[:m], floats[m:], None, None, nan
