@@ -1,6 +1,12 @@
 """The examples a user copies from must run."""
 
+import json
+import os
 import runpy
+import socket
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -21,3 +27,42 @@ def test_readme_store_snippet_runs(tmp_path):
     exec(compile(block.replace('"ckpt/"', "CKPT"), "README.md", "exec"), {"CKPT": str(tmp_path)}, scope)
     store = scope["store"]
     assert store.num_edges == 2 and len(store.snapshot(25.0)) == 1
+
+
+def _run_example(args: list[str], tmp_path: Path) -> str:
+    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_file_example_trains_data_parallel_under_torchrun(tmp_path):
+    torchrun = str(Path(sys.executable).with_name("torchrun"))
+    out = _run_example(
+        [torchrun, "--nproc_per_node", "2", "--master_port", str(_free_port()),
+         str(EXAMPLES / "train_file.py"), "--events", "2000", "--checkpoint-every", "5"],
+        tmp_path,
+    )  # fmt: skip
+    summary = json.loads((tmp_path / "out/train_file/summary.json").read_text())
+    assert summary["events"] == 2000 and 0.5 < summary["metrics"]["ap"] <= 1.0
+    assert (tmp_path / "out/train_file/checkpoints/LATEST").exists()
+    assert out.count("2,000 events in") == 1  # rank 0 reports, rank 1 stays quiet
+
+
+def test_kafka_example_trains_from_a_topic_and_publishes_embeddings(kafka_bootstrap, tmp_path):
+    topic = f"example-{uuid.uuid4().hex[:10]}"
+    out = _run_example(
+        [sys.executable, str(EXAMPLES / "train_kafka.py"), "--bootstrap", kafka_bootstrap, "--topic", topic,
+         "--events", "2000", "--idle-timeout", "5"],
+        tmp_path,
+    )  # fmt: skip
+    assert "produced 157,474 events" in out and "2,000 events in" in out
+    summary = json.loads((tmp_path / "out/train_kafka/summary.json").read_text())
+    assert summary["events"] == 2000 and 0.5 < summary["metrics"]["ap"] <= 1.0
+    assert f"embeddings in {topic}-embeddings" in out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
