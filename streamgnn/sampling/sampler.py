@@ -70,6 +70,7 @@ class TemporalSampler:
         self.store = store
         self.config = dataclasses.replace(config or SamplerConfig(), **overrides)
         self.calls = 0
+        self._compiled: tuple[SamplerConfig, tuple] | None = None
 
     def sample(self, roots, t, *, key: int | None = None) -> SampledSubgraph:
         """Sample every hop of ``config.fanouts`` for ``roots`` at times ``t`` (scalar or per root).
@@ -81,7 +82,8 @@ class TemporalSampler:
         if roots.ndim != 1:
             raise ConfigError(f"roots must be 1-D, got shape {roots.shape}")
         if np.ndim(t) == 0:
-            times = np.full(len(roots), float(t))
+            times = np.empty(len(roots))
+            times.fill(t)
         else:
             times = np.array(t, np.float64)  # a copy: callers may pass read-only views
             if times.shape != roots.shape:
@@ -89,36 +91,35 @@ class TemporalSampler:
                     f"t must be a scalar or one time per root ({len(roots)}), got shape {times.shape}"
                 )
         cfg = self.config
+        how = self._how(cfg) + (_int64(self.calls if key is None else key),)
         store = self.store
-        call = self.calls if key is None else key
         # store.view()'s arrays, read directly (a view costs about a microsecond, a few percent of a call)
         graph = (store.start, store.deg, store.pool, store.edge_t, store.edge_del, store.num_nodes)
-        window = math.inf if cfg.window is None else float(cfg.window)
-        how = (DIRECTIONS[cfg.direction], window, cfg.strategy == "uniform", _int64(cfg.seed), _int64(call))
         want_edge = cfg.edge_features and store.edge_feat is not None
         want_node = cfg.node_features and store.node_feat is not None
-        feats = (
-            store.edge_feat if want_edge else _NO_FEATURES, want_edge,
-            store.ustart, store.udeg, store.upool, store.upd_t,
-            store.node_feat if want_node else _NO_FEATURES, want_node,
-        )  # fmt: skip
-        plain = not (want_edge or want_node)
+        feats = _feats(store, want_edge, want_node) if want_edge or want_node else None
         hops: list[SampledHop] = []
         q_nodes, q_t = roots, times
         for h, k in enumerate(cfg.fanouts):
             ptr, root_index, nbr, eid, et, dt, edge_x, node_x, nan = _sample_hop(
-                graph, q_nodes, q_t, k, how, h, feats, plain
+                graph, q_nodes, q_t, k, how, h, feats, store
             )
             if nan:  # only query times can be NaN (edge times, the later hops' queries, never are)
                 raise ConfigError("query times must not be NaN")
-            edge_x = edge_x if want_edge else None
-            node_x = node_x if want_node else None
             hops.append(SampledHop(ptr, root_index, nbr, eid, et, dt, q_t, edge_x, node_x))
             q_nodes, q_t = nbr, et
         if key is None:
             self.calls += 1
         root_x = store.node_features_internal(roots, times) if want_node else None
         return SampledSubgraph(roots, times, hops, root_x)
+
+    def _how(self, cfg: SamplerConfig) -> tuple:
+        """The kernels' form of ``cfg`` (direction code, window, uniform, seed), kept while ``cfg`` stays."""
+        if self._compiled is None or self._compiled[0] is not cfg:
+            window = math.inf if cfg.window is None else float(cfg.window)
+            how = (DIRECTIONS[cfg.direction], window, cfg.strategy == "uniform", _int64(cfg.seed))
+            self._compiled = (cfg, how)
+        return self._compiled[1]
 
 
 def _int64(x: int) -> int:
@@ -127,14 +128,28 @@ def _int64(x: int) -> int:
     return x - (1 << 64) if x >> 63 else x
 
 
-def _sample_hop(graph, roots, ts, k, how, hop, feats, plain):
+def _feats(store: TemporalGraphStore, want_edge: bool, want_node: bool) -> tuple:
+    """The feature arrays ``kernels.sample_hop`` takes (empty where not wanted)."""
+    return (
+        store.edge_feat if want_edge else _NO_FEATURES, want_edge,
+        store.ustart, store.udeg, store.upool, store.upd_t,
+        store.node_feat if want_node else _NO_FEATURES, want_node,
+    )  # fmt: skip
+
+
+def _sample_hop(graph, roots, ts, k, how, hop, feats, store):
     """``kernels.sample_hop``, in parallel when the hop has enough roots to pay for waking the threads, or
-    ``sample_hop_plain`` (no features: fewer arrays to pass in and out) when it runs serially anyway."""
-    if len(roots) < PARALLEL_MIN_ROOTS or (threads := numba.get_num_threads()) == 1:
-        if plain:
-            return _split_plain(len(roots), *K.sample_hop_plain(*graph, roots, ts, k, *how, hop))
-        return K.sample_hop(*graph, roots, ts, k, *how, hop, *feats)
-    return K.sample_hop_parallel(*graph, roots, ts, k, *how, hop, *feats, 4 * threads)
+    ``sample_hop_plain`` (no features, ``feats`` None: fewer arrays in and out) when it runs serially."""
+    serial = len(roots) < PARALLEL_MIN_ROOTS or (threads := numba.get_num_threads()) == 1
+    if serial and feats is None:
+        return _split_plain(len(roots), *K.sample_hop_plain(*graph, roots, ts, k, *how, hop))
+    f = feats if feats is not None else _feats(store, False, False)
+    if serial:
+        out = K.sample_hop(*graph, roots, ts, k, *how, hop, *f)
+    else:
+        out = K.sample_hop_parallel(*graph, roots, ts, k, *how, hop, *f, 4 * threads)
+    *arrays, edge_x, node_x, nan = out
+    return (*arrays, edge_x if f[1] else None, node_x if f[7] else None, nan)
 
 
 def _split_plain(n, ints, floats, nan):

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs ~0.6 us more, a few percent of a small call
 class SampledHop:
     """Neighbors of one hop's roots, grouped by root (CSR over roots), ascending edge time within a root.
 
@@ -57,7 +57,7 @@ class SampledHop:
         return nbr, eid, dt, mask
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SampledSubgraph:
     """Multi-hop sample: ``hops[0]`` has the roots as queries; ``hops[h]`` queries ``hops[h-1].nbr``.
 
