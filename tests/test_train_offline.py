@@ -69,3 +69,11 @@ def test_given_test_negatives_are_the_ones_ranked():
     assert result.test.mrr == pytest.approx(1 / 2.5)
     with pytest.raises(ConfigError, match="rows"):
         fit_offline(events, cfg, split=split, test_negatives=same[1:], score_val=False)
+
+
+def test_no_eval_negatives_means_no_mrr_offline_too():
+    events = stream(600)
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, dropout=0.0)
+    result = fit_offline(events, TrainConfig(model=model, batch_size=100, eval_negatives=0))
+    assert np.isnan(result.test.mrr) and np.isnan(result.val.mrr)
+    assert 0.0 < result.test.ap <= 1.0

@@ -142,3 +142,108 @@ def test_string_ids_node_updates_and_features_flow_through():
     assert trainer.store.num_node_updates == int((kind == 2).sum())
     assert np.isfinite(result.metrics.ap) and np.isfinite(result.metrics.mrr)
     assert trainer.table.embeddings(["u3", "i4"]).shape == (2, 8)
+
+
+class CountingSource:
+    """A replayable source that reports its offset the way ``KafkaSource.positions`` does: a batch counts as
+    consumed once it has been handed out."""
+
+    def __init__(self, events: EventBatch, size: int) -> None:
+        self.batches, self.offset = list(events.split(size)), 0
+
+    def __iter__(self):
+        for batch in self.batches:
+            self.offset += len(batch)
+            yield batch
+
+    def positions(self) -> dict[str, int]:
+        return {"p0": self.offset}
+
+
+def test_max_events_inside_a_source_batch_never_checkpoints_its_offsets(tmp_path):
+    cfg = config(batch_size=200, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    trainer = OnlineTrainer(cfg)  # the second source batch is one global batch, cut to its first 50 events
+    result = trainer.fit(CountingSource(stream(600), 150), max_events=200, progress=False)
+    assert result.events == 200 and trainer.store.num_edges == 200
+    saved = OnlineTrainer.resume(tmp_path)
+    assert saved.store.source_offsets == {"p0": 150}  # not 300: 100 events of that batch were never learned
+    assert saved.position == 150
+
+
+def test_consecutive_fits_and_replays_after_reset_learn_every_event():
+    events = stream(300)
+    trainer = OnlineTrainer(config())
+    first = trainer.fit(events[:150].split(50), progress=False)
+    second = trainer.fit(events[150:].split(50), progress=False)
+    assert (first.events, second.events) == (150, 150) and trainer.store.num_edges == 300
+    trainer.reset_stream()
+    assert trainer.fit(events.split(50), progress=False).events == 300 and trainer.store.num_edges == 300
+
+
+def test_feature_models_run_before_the_store_has_features():
+    events = stream(200)
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, node_feature_dim=3, num_neighbors=3)
+    trainer = OnlineTrainer(config(model=model))  # edges first: no node update has arrived yet
+    assert trainer.fit(events.split(50), progress=False).events == 200
+    history = TemporalGraphStore()
+    history.ingest(events[:100])  # history without edge features
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, edge_feature_dim=2, num_neighbors=3)
+    trainer = OnlineTrainer(config(model=model), history)
+    tail = events[100:]
+    feats = np.ones((len(tail), 2), np.float32)
+    tail = EventBatch.from_columns(src=tail.src, dst=tail.dst, t=tail.t, eid=tail.eid, features=feats)
+    assert trainer.fit(tail.split(50), progress=False).events == 100
+    with pytest.raises(ConfigError, match="edge_feature_dim=2"):
+        OnlineTrainer(config(), trainer.store)
+
+
+def test_node_updates_are_served_and_refresh_their_rows():
+    events = stream(200)
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, edge_feature_dim=2, node_feature_dim=3)
+    trainer = OnlineTrainer(config(model=model))
+    edges = EventBatch.from_columns(
+        src=events.src, dst=events.dst, t=events.t, eid=events.eid, features=np.ones((200, 2), np.float32)
+    )
+    trainer.fit(edges.split(50), progress=False)
+
+    def updates(nodes, t, eid, value):
+        n = len(nodes)
+        return EventBatch.from_columns(
+            kind=np.full(n, 2), src=nodes, dst=nodes, t=np.full(n, t), eid=np.arange(eid, eid + n),
+            features=np.full((n, 3), value, np.float32),
+        )  # fmt: skip
+
+    trainer.step(updates([99, 3], edges.t[-1] + 1, 1000, 0.0))  # node 99 exists only through its update
+    before = trainer.table.embeddings([3]).copy()
+    assert trainer.table.embeddings([99]).shape == (1, 8)
+    trainer.step(updates([3], edges.t[-1] + 2, 1002, 5.0))
+    assert not np.allclose(trainer.table.embeddings([3]), before)
+
+
+def test_history_nodes_are_served_from_the_start():
+    history = TemporalGraphStore()
+    history.ingest(stream(100))
+    trainer = OnlineTrainer(config(), history)
+    known = history.external_ids(np.arange(history.num_nodes))
+    assert trainer.table.embeddings(known).shape == (history.num_nodes, 16)
+
+
+def test_negative_strategies_that_cannot_hold_online_are_refused():
+    with pytest.raises(ConfigError, match="train_negatives='inductive'"):
+        config(train_negatives="inductive")
+    trainer = OnlineTrainer(config(eval_strategy="inductive"))
+    events = stream(100)
+    trainer.step(events[:50])
+    with pytest.raises(ConfigError, match="needs fixed negatives"):
+        trainer.step(events[50:])
+
+
+def test_resume_checkpoints_into_the_folder_it_was_loaded_from(tmp_path):
+    old, new = tmp_path / "old", tmp_path / "new"
+    trainer = OnlineTrainer(config(checkpoint_dir=str(old), checkpoint_every=2))
+    trainer.fit(stream(300)[:200].split(50), progress=False)
+    old.rename(new)
+    resumed = OnlineTrainer.resume(new)
+    resumed.fit(stream(300).split(50), progress=False)
+    assert not old.exists() and resumed.store.num_edges == 300
+    assert OnlineTrainer.resume(new).position == 300

@@ -63,6 +63,11 @@ class TrainConfig:
         for name in ("train_negatives", "eval_strategy"):
             if getattr(self, name) not in NEGATIVE_STRATEGIES:
                 raise ConfigError(f"{name} must be one of {NEGATIVE_STRATEGIES}, got {getattr(self, name)!r}")
+        if self.train_negatives == "inductive":
+            raise ConfigError(
+                "train_negatives='inductive' would draw destinations never seen before, but the trainer's "
+                "pool is exactly the destinations seen so far: use 'random' or 'historical'"
+            )
         if self.query_time not in QUERY_TIMES:
             raise ConfigError(f"query_time must be one of {QUERY_TIMES}, got {self.query_time!r}")
         if self.checkpoint_every and not self.checkpoint_dir:

@@ -94,6 +94,11 @@ def _distinct(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndar
     return nodes[first], times[first], rows
 
 
+def _or_zeros(feat: torch.Tensor | None, shape: torch.Size, dim: int) -> torch.Tensor | None:
+    """``feat``, or zeros ``[*shape, dim]`` where the model wants features and none were sampled."""
+    return feat if feat is not None or not dim else torch.zeros(*shape, dim)
+
+
 class OnlineTrainer:
     """Test-then-train over a stream, with running metrics, serving, checkpoints and data parallelism.
 
@@ -142,6 +147,7 @@ class OnlineTrainer:
         self.latency = LatencyTracker()
         self.steps = 0
         self.position = 0  # events consumed from the source
+        self._replayed = 0  # events a replayed source must skip (set by ``resume``)
         self.learned = 0
         self.dead_letter_count = 0
         self.negatives: NegativeSampler | None = None
@@ -149,6 +155,9 @@ class OnlineTrainer:
         self._touched: list[np.ndarray] = []
         self._waiting: list[tuple[float, int]] = []
         self._refreshes = 0
+        self._check_feature_widths()
+        if self.table is not None and self.store.num_nodes:
+            self.refresh(np.arange(self.store.num_nodes))  # history nodes are servable before any step
 
     # ------------------------------------------------------------------ per batch
     def step(
@@ -186,8 +195,13 @@ class OnlineTrainer:
             if negatives is not None:
                 neg_ids = self._known(np.asarray(negatives)[rows].reshape(-1)).reshape(m, -1)
                 neg_ok = np.ones(neg_ids.shape, bool) if negatives_valid is None else negatives_valid[rows]
-                rank = neg_ids.shape[1] > 0
+                rank = neg_ids.shape[1] > 0 and cfg.eval_negatives > 0
             else:
+                if cfg.eval_strategy == "inductive":
+                    raise ConfigError(
+                        "eval_strategy='inductive' needs fixed negatives (fit_offline draws them against the "
+                        "training split): online, every destination already seen is history"
+                    )
                 neg_ids = self.negatives.sample(
                     pre_src, pre_dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy,
                     groups=t, key=2 * self.steps,
@@ -227,13 +241,21 @@ class OnlineTrainer:
         self._observe_negatives(post_src, post_dst)
         self.learned += len(kept)
         self.steps += 1
-        self._serve(np.concatenate([post_src, post_dst]), arrival, len(batch))
+        self._serve(np.concatenate([post_src, post_dst, self._touched_otherwise(batch)]), arrival, len(batch))
         scored = kept if scoring else kept[:0]
         if scoring or training:
             self.metrics.add(pos, neg, rr, batch.t[scored], loss, time.perf_counter() - started)
         return StepResult(
             len(batch), len(kept), batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters
         )
+
+    def _touched_otherwise(self, batch: EventBatch) -> np.ndarray:
+        """Known nodes of the batch's node updates and edge deletions: their embeddings change too."""
+        upd, dele = batch.kind == EventKind.NODE_UPDATE, batch.kind == EventKind.EDGE_DELETE
+        if not (upd.any() or dele.any()):
+            return np.zeros(0, np.int64)
+        nodes = self._known(np.concatenate([batch.src[upd | dele], batch.dst[dele]]))
+        return nodes[nodes >= 0]
 
     def _fresh_rows(self, batch: EventBatch) -> np.ndarray:
         """Rows the store will apply as new edge additions: valid, first of their id, never applied before."""
@@ -259,11 +281,25 @@ class OnlineTrainer:
         dim = self.config.model.edge_feature_dim
         if not dim:
             return None
+        if not len(rows):
+            return np.zeros((0, dim), np.float32)
         if batch.feature_dim != dim:
             raise ConfigError(
                 f"the model expects {dim} edge features per event, the batch has {batch.feature_dim or 0}"
             )
         return batch.features[rows]
+
+    def _check_feature_widths(self) -> None:
+        mcfg, store = self.config.model, self.store
+        for label, want, have in (
+            ("edge", mcfg.edge_feature_dim, store.edge_feature_dim),
+            ("node", mcfg.node_feature_dim, store.node_feature_dim),
+        ):
+            if have is not None and want != have:
+                raise ConfigError(
+                    f"the store holds {have} {label} features per row but the model expects {want}: "
+                    f"set TGNConfig.{label}_feature_dim={have}"
+                )
 
     def _known(self, ext: np.ndarray) -> np.ndarray:
         """Internal ids, -1 where unknown (an empty store knows nothing, whatever the id type)."""
@@ -289,7 +325,16 @@ class OnlineTrainer:
             if sub.root_node_features is not None:
                 node_feat[roots >= 0] = sub.root_node_features[roots >= 0]
         inp = EmbeddingInput.from_subgraph(sub, mcfg.num_neighbors, node_feat, mcfg.num_layers)
-        return replace(inp, nodes=mem).to(self.device), rows
+        # A store without features yet (no node update so far, history without edge features) reads zeros.
+        hops = [
+            replace(
+                hop,
+                edge_feat=_or_zeros(hop.edge_feat, hop.mask.shape, mcfg.edge_feature_dim),
+                node_feat=_or_zeros(hop.node_feat, hop.mask.shape, mcfg.node_feature_dim),
+            )
+            for hop in inp.hops
+        ]
+        return replace(inp, nodes=mem, hops=hops).to(self.device), rows
 
     def _eval_input(self, pre_src, pre_dst, t, t_query, neg_ids, rank, lo, hi, blank):
         """Roots ``[src, dst, AP negative]`` at their query times, then (if ``rank``) every MRR candidate
@@ -422,11 +467,13 @@ class OnlineTrainer:
         ``positions`` method, as ``KafkaSource`` has) gives offsets to save with each checkpoint; such a
         source is trusted to start where the restored store's offsets say (build it with
         ``store=trainer.store``), and it is checkpointed only between its batches so offsets and state
-        agree. Any other source is replayed from its start, skipping the events already consumed.
+        agree. Any other source is replayed from its start: right after ``resume``, the events the
+        checkpoint had consumed are skipped.
         """
         cfg = self.config
         positions = positions or getattr(source, "positions", None)
-        skip = 0 if positions is not None else self.position
+        skip = 0 if positions is not None else self._replayed
+        self._replayed = 0
         start, start_events, last_ckpt = time.perf_counter(), self.position, self.steps
         saved: Path | None = None
         if max_events is not None:
@@ -443,7 +490,9 @@ class OnlineTrainer:
                 skip -= cut
                 for chunk in raw[cut:].split(cfg.batch_size):
                     if max_events is not None:
-                        chunk = chunk[: max(0, max_events - (self.position - start_events))]
+                        room = max(0, max_events - (self.position - start_events))
+                        cut_short |= len(chunk) > room
+                        chunk = chunk[:room]
                     if not len(chunk):
                         cut_short = True
                         break
@@ -486,6 +535,8 @@ class OnlineTrainer:
         self.sampler.store = self.store
         self.model.reset_state()
         self._rebuild_negatives()
+        self._check_feature_widths()
+        self.position = 0
 
     def _due(self, last: int) -> bool:
         every = self.config.checkpoint_every
@@ -549,8 +600,10 @@ class OnlineTrainer:
         """
         ckpt = checkpoint.load(Path(checkpoint_dir))
         man = ckpt.manifest
-        cfg = config or TrainConfig.from_dict(man["config"])
-        trainer = cls(cfg, ckpt.store, table=table, sink=sink, dist=dist)
+        # Saved config: checkpoints go on where they were loaded from, even if the folder moved.
+        cfg = config or replace(TrainConfig.from_dict(man["config"]), checkpoint_dir=str(checkpoint_dir))
+        trainer = cls(cfg, table=table, sink=sink, dist=dist)  # empty store: no refresh by an untrained model
+        trainer.reset_stream(ckpt.store)
         trainer.model.load_state_dict(ckpt.state["model"])
         trainer.optimizer.load_state_dict(ckpt.state["optimizer"])
         trainer.metrics.load_state_dict(ckpt.state["metrics"])
@@ -558,6 +611,7 @@ class OnlineTrainer:
         if "cuda_rng" in ckpt.state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(ckpt.state["cuda_rng"])
         trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
+        trainer._replayed = trainer.position
         trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])
         py = man["python_rng"]
         random.setstate((py[0], tuple(py[1]), py[2]))
