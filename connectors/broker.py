@@ -42,6 +42,17 @@ def _free_port(host: str) -> int:
         return s.getsockname()[1]
 
 
+def _in_use(host: str, port: int) -> bool:
+    """Whether something listens on the port (SO_REUSEADDR: a closed listener's TIME_WAIT is no bar)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def _answers(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
         return True
@@ -76,8 +87,18 @@ class LocalBroker:
 
     def start(self) -> LocalBroker:
         """Start Tansu and wait until it accepts connections; retries a port lost to a race."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                raise ConnectorError(
+                    f"the broker already runs on {self.bootstrap}; stop() it before starting again"
+                )
+            self.stop()  # it died on its own: clear it away
         binary = tansu_binary()
         fixed_port = self.port is not None
+        if fixed_port and _in_use(self.host, self.port):
+            raise ConnectorError(
+                f"port {self.port} on {self.host} is in use by another program; pick another port or none"
+            )
         for _ in range(1 if fixed_port else 5):
             port = self.port if fixed_port else _free_port(self.host)
             url = f"tcp://{self.host}:{port}"
@@ -89,7 +110,8 @@ class LocalBroker:
             )  # fmt: skip
             deadline = time.monotonic() + self.start_timeout_s
             while self._proc.poll() is None and time.monotonic() < deadline:
-                if _answers(self.host, port):
+                # still alive after answering: the answer came from Tansu, not another listener on the port
+                if _answers(self.host, port) and self._proc.poll() is None:
                     self.port = port
                     return self
                 time.sleep(0.05)

@@ -146,23 +146,26 @@ class CsvSource:
             yield reader.line_num, row
 
     def _rows(self, text: IO[str], where: str) -> Iterator[tuple[int, list[str]]]:
-        """(line number, fields) of every data row."""
+        """(line number, fields) of every data row; the header is the first row not blank or a comment."""
         if self.delimiter is None:
             rows: Iterable[tuple[int, list[str]]] = ((n, line.split()) for n, line in enumerate(text, 1))
         else:
             rows = self._csv_rows(text, where)
+        header = self.header
         for n, row in rows:
-            if not row or (n == 1 and self.header):
+            if not row or (self.comment and row[0].lstrip().startswith(self.comment)):
                 continue
-            if self.comment and row[0].lstrip().startswith(self.comment):
+            if header:
+                header = False
                 continue
             yield n, row
 
     def _batches(self) -> Iterator[EventBatch]:
         where = str(self.path)
-        # An undecodable byte becomes U+FFFD: it spoils one row instead of stopping the stream.
+        # An undecodable byte becomes U+FFFD: it spoils one row instead of stopping the stream. utf-8-sig
+        # drops the byte-order mark spreadsheet exports begin with, which would otherwise spoil the first row.
         with io.TextIOWrapper(
-            _open_binary(self.path), encoding="utf-8", errors="replace", newline=""
+            _open_binary(self.path), encoding="utf-8-sig", errors="replace", newline=""
         ) as text:
             ordinal = 0
             rows = self._rows(text, where)

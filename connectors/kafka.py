@@ -48,7 +48,10 @@ _RDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")  # librdkafka's own l
 
 BACKENDS = ("kafka-python", "confluent")
 CONTENT_TYPE_HEADER = "content-type"
+TRUNCATED_HEADER = "payload-truncated"  # on a dead letter cut short to fit its topic: the original size
+_DLQ_KEEP = 64 * 1024  # bytes of an oversized dead letter kept; if even that does not fit, none
 _BOM = b"\xef\xbb\xbf"
+_UNFIXED = -1  # a feature width not known yet (None means: no features)
 _MAX_REASON = 2000
 
 
@@ -168,6 +171,17 @@ def create_topic(
 # ---------------------------------------------------------------------------------------------- clients
 
 
+def _settings_error(client: str, config: Mapping, known: Mapping | None = None) -> ConfigError:
+    """A client rejected its settings. Its own message can quote values, passwords included, so name
+    only keys: the unknown ones where the client's setting names are known, else all of them."""
+    unknown = sorted(k for k in config if known is not None and k not in known)
+    if unknown:
+        return ConfigError(f"unknown {client} settings {unknown}; check their spelling")
+    return ConfigError(
+        f"invalid {client} settings among {sorted(config)}; check their values (not shown: may be secret)"
+    )
+
+
 def _producer_settings(backend: str, consumer_config: Mapping) -> dict:
     """The connection and security settings of a consumer config that a producer of the same client takes."""
     if backend == "kafka-python":
@@ -178,23 +192,56 @@ def _producer_settings(backend: str, consumer_config: Mapping) -> dict:
     return {k: v for k, v in consumer_config.items() if k.startswith(shared)}
 
 
+# librdkafka's connection and security settings in kafka-python's spelling, for create_topic's admin client
+_ADMIN_SPELLING = {
+    "security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism", "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password", "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile", "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password", "client.id": "client_id",
+}  # fmt: skip
+
+
+def _admin_settings(backend: str, producer_config: Mapping) -> dict:
+    """The settings of a producer config that ``create_topic``'s (kafka-python) admin client takes, so it
+    reaches a secured cluster the way the producer does."""
+    from kafka import KafkaAdminClient
+
+    if backend == "kafka-python":
+        return {k: v for k, v in producer_config.items() if k in KafkaAdminClient.DEFAULT_CONFIG}
+    out = {_ADMIN_SPELLING[k]: v for k, v in producer_config.items() if k in _ADMIN_SPELLING}
+    if "security_protocol" in out:
+        out["security_protocol"] = str(out["security_protocol"]).upper()  # librdkafka takes any case
+    return out
+
+
 class _Producer:
     """Both clients' producers behind one interface; a failed send is resent, so an outage loses nothing."""
 
-    def __init__(self, backend: str, bootstrap_servers: str, config: Mapping) -> None:
+    def __init__(
+        self, backend: str, bootstrap_servers: str, config: Mapping, *, shrink_oversize: bool = False
+    ) -> None:
         _check_backend(backend)
         self.backend = backend
         self._bootstrap, self._config = bootstrap_servers, dict(config)
+        self._shrink_oversize = shrink_oversize
         self._failed: collections.deque = collections.deque()
         self._backoff = _Backoff("Kafka produce")
         if backend == "kafka-python":
             from kafka import KafkaProducer
+            from kafka.errors import KafkaConfigurationError
 
-            self._p = KafkaProducer(bootstrap_servers=bootstrap_servers, **config)
+            try:
+                self._p = KafkaProducer(bootstrap_servers=bootstrap_servers, **config)
+            except (KafkaConfigurationError, ValueError, TypeError, AssertionError):
+                raise _settings_error("kafka-python producer", config, KafkaProducer.DEFAULT_CONFIG) from None
         else:
-            from confluent_kafka import Producer
+            from confluent_kafka import KafkaException, Producer
 
-            self._p = Producer({"bootstrap.servers": bootstrap_servers, "logger": _RDKAFKA_LOG, **config})
+            try:
+                self._p = Producer({"bootstrap.servers": bootstrap_servers, "logger": _RDKAFKA_LOG, **config})
+            except (KafkaException, ValueError, TypeError):
+                raise _settings_error("confluent-kafka producer", config) from None
 
     def partitions_for(self, topic: str) -> list[int]:
         """Partition ids of ``topic``, empty when it does not exist. Asks for all topics' metadata: asking for
@@ -214,15 +261,60 @@ class _Producer:
 
     def send(self, topic: str, value: bytes, *, key: bytes | None = None, partition: int | None = None,
              headers: list[tuple[str, bytes]] | None = None) -> None:  # fmt: skip
-        args = (topic, value, key, partition, headers)
+        self._deliver((topic, value, key, partition, headers))
+
+    def _deliver(self, args: tuple) -> None:
+        """Send, retrying what an outage explains and refusing what no retry can fix."""
         while True:
             try:
                 self._send(args)
                 return
-            except Exception as exc:  # noqa: BLE001 - client errors differ per backend; all are retried
+            except Exception as exc:  # noqa: BLE001 - client errors differ per backend; classified here
                 if isinstance(exc, ConnectorError | TypeError | ValueError):
                     raise
-                time.sleep(self._backoff.failed(exc, "send"))
+                if self._futile(exc):
+                    args = self._shrunk(args, exc)
+                else:
+                    time.sleep(self._backoff.failed(exc, "send"))
+
+    def _futile(self, exc: BaseException) -> bool:
+        """Errors resending cannot fix: a message over a size limit, a refused record, no authorization.
+        kafka-python marks them; librdkafka reports an outage (timed-out messages) as not retriable too, so
+        confluent errors are named."""
+        if _is_fatal(exc):
+            return True
+        if self.backend == "kafka-python":
+            from kafka.errors import KafkaError
+
+            return isinstance(exc, KafkaError) and not exc.retriable
+        from confluent_kafka import KafkaError, KafkaException
+
+        err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+        futile = (KafkaError.INVALID_RECORD, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                  KafkaError.CLUSTER_AUTHORIZATION_FAILED)  # fmt: skip
+        return isinstance(err, KafkaError) and (err.fatal() or err.code() in futile or _too_large(exc))
+
+    def _shrunk(self, args: tuple, exc: BaseException) -> tuple:
+        """A dead letter too large for its topic goes out cut short (so the source is not wedged), with a
+        ``payload-truncated`` header giving the original size; any other futile error raises."""
+        topic, value, key, partition, headers = args
+        if not (self._shrink_oversize and _too_large(exc) and value):
+            hint = (
+                "; send smaller messages (a lower batch_size) or raise the client's max_request_size / "
+                "message.max.bytes and the topic's max.message.bytes"
+                if _too_large(exc)
+                else ""
+            )
+            raise ConnectorError(
+                f"Kafka refused a message for topic {topic!r} and resending cannot help "
+                f"({type(exc).__name__}: {exc}){hint}"
+            )
+        original = dict(headers or ()).get(TRUNCATED_HEADER) or str(len(value)).encode()
+        headers = [h for h in headers or () if h[0] != TRUNCATED_HEADER] + [(TRUNCATED_HEADER, original)]
+        log.warning(
+            "a dead letter of %s bytes is too large for %r; sending it cut short", original.decode(), topic
+        )
+        return topic, value[: _DLQ_KEEP if len(value) > _DLQ_KEEP else 0], key, partition, headers
 
     def _send(self, args: tuple) -> None:
         topic, value, key, partition, headers = args
@@ -260,10 +352,11 @@ class _Producer:
                 pending = self._p.flush(max(0.1, left))
             if self._failed:
                 args, exc = self._failed.popleft()
-                time.sleep(self._backoff.failed(exc, "delivery"))
-                self._send(args)
+                if not self._futile(exc):
+                    time.sleep(self._backoff.failed(exc, "delivery"))
+                self._resend(args, exc)
                 while self._failed:
-                    self._send(self._failed.popleft()[0])
+                    self._resend(*self._failed.popleft())
             elif not pending:
                 self._backoff.ok()
                 return
@@ -272,12 +365,28 @@ class _Producer:
                     f"messages still unacknowledged after {timeout_s:g}s; check that the broker is reachable"
                 )
 
+    def _resend(self, args: tuple, exc: BaseException) -> None:
+        self._deliver(self._shrunk(args, exc) if self._futile(exc) else args)
+
     def close(self) -> None:
         try:
             self.flush()
         finally:
             if self.backend == "kafka-python":
                 self._p.close()
+
+
+_CONFLUENT_TOO_LARGE = ("MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE")
+
+
+def _too_large(exc: BaseException) -> bool:
+    """A message over the client's or the broker's size limit, as either client reports it."""
+    from kafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
+
+    if isinstance(exc, MessageSizeTooLargeError | RecordListTooLargeError):
+        return True
+    err = exc.args[0] if exc.args else None  # confluent: KafkaException(KafkaError)
+    return callable(getattr(err, "name", None)) and err.name() in _CONFLUENT_TOO_LARGE
 
 
 @dataclass
@@ -319,8 +428,8 @@ class _KafkaPythonConsumer:
 
         try:
             self.c = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group_id, **config)
-        except (KafkaConfigurationError, TypeError, AssertionError) as exc:
-            raise ConfigError(f"invalid kafka-python consumer setting: {exc}") from exc
+        except (KafkaConfigurationError, ValueError, TypeError, AssertionError):
+            raise _settings_error("kafka-python consumer", config, KafkaConsumer.DEFAULT_CONFIG) from None
         self.committed, self.failed = committed, failed
 
     def partitions_for(self, topic: str) -> list[int]:
@@ -473,8 +582,8 @@ class _ConfluentConsumer:
         conf["error_cb"] = on_error
         try:
             self.c = Consumer(conf)
-        except (KafkaException, ValueError, TypeError) as exc:
-            raise ConfigError(f"invalid confluent-kafka consumer setting: {exc}") from exc
+        except (KafkaException, ValueError, TypeError):
+            raise _settings_error("confluent-kafka consumer", config) from None
         self.failed = failed
 
     def partitions_for(self, topic: str) -> list[int]:
@@ -657,9 +766,10 @@ class KafkaSource:
     ``partitions=["edges:0", ...]`` reads exactly those; ``topics`` without a group reads every partition.
     Messages are JSON lines or binary batches (``content-type`` header; JSON when absent, binary when the
     payload starts with the binary magic). A message that cannot be decoded, or an event that fails
-    validation or does not fit the stream (id type, feature width, fixed by the first events), goes to
-    ``dead_letter_topic`` with headers ``reason``, ``source-topic``, ``source-partition``,
-    ``source-offset``; the stream goes on.
+    validation or does not fit the stream (id type, feature width: fixed by ``store`` where it has events,
+    else by the first events decoded), goes to ``dead_letter_topic`` with headers ``reason``,
+    ``source-topic``, ``source-partition``, ``source-offset``; the stream goes on. A dead letter too large
+    for that topic goes out cut short, with a ``payload-truncated`` header giving its original size.
 
     Partitions are merged into one stream ordered by (time, partition, offset): a row is handed out once
     no partition can still deliver an earlier one (each partition is in time order; one read up to its
@@ -753,7 +863,11 @@ class KafkaSource:
             settings = (
                 _producer_settings(backend, consumer_config) if producer_config is None else producer_config
             )
-            self._dlq = _Producer(backend, bootstrap_servers, settings)
+            try:
+                self._dlq = _Producer(backend, bootstrap_servers, settings, shrink_oversize=True)
+            except BaseException:
+                self._consumer.close()  # its client threads and sockets would outlive this failed source
+                raise
         self._dlq_dirty = False
 
         self._queues: dict[str, collections.deque[_Chunk]] = {}  # per partition, in offset order
@@ -765,7 +879,13 @@ class KafkaSource:
         self._paused: set[str] = set()
         self._reassigned = False
         self._handed: dict[str, tuple[int, int]] = {}  # per partition: (offset, rows) of a message half out
-        self._schema: tuple[bool, int | None] | None = None
+        # the stream's id type and feature width: a store that has seen events fixes them, or the first events
+        # decoded do, so they do not depend on where this process resumes
+        kind = None if store is None else store.ids.kind
+        self._string_ids: bool | None = None if kind is None else kind == "str"
+        width = None if store is None else store.edge_feature_dim
+        width = store.node_feature_dim if width is None and store is not None else width
+        self._width: int | None = _UNFIXED if width is None else width
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -1213,20 +1333,19 @@ class KafkaSource:
         return [(batch, np.full(len(batch), offset, np.int64))] if len(batch) else []
 
     def _mismatch(self, batch: EventBatch) -> str | None:
-        """Why ``batch`` cannot join this stream, or None; the first events seen fix id type and width."""
+        """Why ``batch`` cannot join this stream, or None; what the store did not fix, the first events do."""
         if not len(batch):
             return None
-        schema = (batch.string_ids, batch.feature_dim)
-        if self._schema is None:
-            self._schema = schema
-            return None
-        if schema[0] != self._schema[0]:
-            have, want = ("str", "int") if schema[0] else ("int", "str")
+        if self._string_ids is not None and batch.string_ids != self._string_ids:
+            have, want = ("str", "int") if batch.string_ids else ("int", "str")
             return f"node ids are {have} but this stream uses {want} ids; use one id type per stream"
-        if schema[1] != self._schema[1]:
-            have = "no features" if schema[1] is None else f"{schema[1]} features"
-            want = "no features" if self._schema[1] is None else f"{self._schema[1]} features"
+        width = batch.feature_dim
+        if self._width != _UNFIXED and width != self._width:
+            have = "no features" if width is None else f"{width} features"
+            want = "no features" if self._width is None else f"{self._width} features"
             return f"events carry {have} but this stream carries {want}; use one feature width per stream"
+        self._string_ids = batch.string_ids
+        self._width = width
         return None
 
     def _dead_letter(self, letter: DeadLetter, topic: str, partition: int, offset: int,
@@ -1283,31 +1402,35 @@ class EventProducer:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.topic, self.fmt, self.batch_size = topic, fmt, batch_size
         self._p = _Producer(backend, bootstrap_servers, producer_config)
-        self.num_partitions = len(self._p.partitions_for(topic))
-        if not self.num_partitions:
+        try:
+            self.num_partitions = len(self._p.partitions_for(topic))
+            if not self.num_partitions:
+                raise ConfigError(f"topic {topic!r} does not exist; create it first (create_topic)")
+        except BaseException:
             self._p.close()
-            raise ConfigError(f"topic {topic!r} does not exist; create it first (create_topic)")
+            raise
         self._ctype = [(CONTENT_TYPE_HEADER, (CONTENT_JSON if fmt == "json" else CONTENT_BINARY).encode())]
         self.messages = 0
 
     def send(self, batch: EventBatch) -> int:
-        """Queue ``batch`` (order kept within each partition); returns the number of messages."""
+        """Queue ``batch`` (order kept within each partition); returns the number of messages.
+
+        Everything is encoded before anything is sent, so a batch that cannot be encoded sends nothing."""
         if not len(batch):
             return 0
         parts = hash_partition(batch.src, self.num_partitions)
-        sent = 0
+        messages = []
         for p in np.unique(parts).tolist():
             sub = batch.take(parts == p)
-            key = str(p).encode()
             if self.fmt == "json":
                 values = encode_json_lines(sub).split(b"\n")[:-1]
             else:
                 values = [encode_binary(piece) for piece in sub.split(self.batch_size)]
-            for value in values:
-                self._p.send(self.topic, value, key=key, partition=p, headers=self._ctype)
-            sent += len(values)
-        self.messages += sent
-        return sent
+            messages += [(p, value) for value in values]
+        for p, value in messages:
+            self._p.send(self.topic, value, key=str(p).encode(), partition=p, headers=self._ctype)
+        self.messages += len(messages)
+        return len(messages)
 
     def flush(self, timeout_s: float = 120.0) -> None:
         """Block until everything sent is acknowledged (resending through outages)."""
@@ -1371,7 +1494,7 @@ def produce_dataset(
     if rate is not None and rate <= 0:
         raise ConfigError(f"rate must be > 0 events/s (or None for unthrottled), got {rate}")
     events = _load_events(name_or_path).sorted_by_time()
-    create_topic(bootstrap, topic, partitions)
+    create_topic(bootstrap, topic, partitions, **_admin_settings(backend, producer_config))
     start = time.perf_counter()
     with EventProducer(
         bootstrap, topic, fmt=fmt, batch_size=batch_size, backend=backend, **producer_config

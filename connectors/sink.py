@@ -24,7 +24,15 @@ def _ids(values) -> list:
     ids = np.asarray(values)
     if ids.ndim != 1:
         raise ConfigError(f"node ids must be 1-D, got shape {ids.shape}")
-    return ids.tolist()
+    out = ids.tolist()
+    if ids.dtype.kind in "OU":  # message keys are UTF-8: refuse an id that is not before anything is sent
+        try:
+            "".join(map(str, out)).encode()
+        except UnicodeEncodeError as exc:
+            raise ConfigError(
+                f"a node id holds a lone surrogate ({exc.object[exc.start]!a}), which is not Unicode text"
+            ) from None
+    return out
 
 
 def decode_embedding(value: bytes, content_type: str | None) -> tuple[np.ndarray, float | None]:
@@ -60,10 +68,13 @@ class KafkaSink:
             raise ConfigError("give embeddings_topic, predictions_topic or both")
         self.embeddings_topic, self.predictions_topic, self.fmt = embeddings_topic, predictions_topic, fmt
         self._p = _Producer(backend, bootstrap_servers, producer_config)
-        for topic in (embeddings_topic, predictions_topic):
-            if topic is not None and not self._p.partitions_for(topic):
-                self._p.close()
-                raise ConfigError(f"topic {topic!r} does not exist; create it first (create_topic)")
+        try:
+            for topic in (embeddings_topic, predictions_topic):
+                if topic is not None and not self._p.partitions_for(topic):
+                    raise ConfigError(f"topic {topic!r} does not exist; create it first (create_topic)")
+        except BaseException:
+            self._p.close()
+            raise
 
     def publish_embeddings(self, node_ids: Sequence, embeddings: np.ndarray, t: float | None = None) -> int:
         """One message per node (row ``i`` of ``embeddings`` for ``node_ids[i]``); returns the count."""

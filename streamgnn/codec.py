@@ -19,6 +19,7 @@ import json
 import struct
 import zlib
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
@@ -120,6 +121,15 @@ def _is_number(v: object) -> bool:
     return type(v) is float or (type(v) is int and -_FLOAT_LIMIT < v < _FLOAT_LIMIT)
 
 
+def _utf8_ok(text: str) -> bool:
+    """JSON escapes can spell lone surrogates, which no store, key or binary batch can encode."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _node_id(obj: dict, key: str) -> object:
     """The id, or a reason string wrapped in a tuple (ids may themselves be str)."""
     if key not in obj:
@@ -128,7 +138,11 @@ def _node_id(obj: dict, key: str) -> object:
     if type(v) is int:
         return v if _I64_MIN <= v < _I64_END else (f"'{key}' {v} is outside the int64 range",)
     if type(v) is str:
-        return v if v else (f"'{key}' is an empty string",)
+        if not v:
+            return (f"'{key}' is an empty string",)
+        if v.isascii() or _utf8_ok(v):
+            return v
+        return (f"'{key}' holds a lone surrogate (an unpaired \\ud800-\\udfff escape), not text",)
     return (f"'{key}' must be an int or str node id, got {type(v).__name__}",)
 
 
@@ -409,7 +423,10 @@ class _Reader:
                 ids = [text[a:b] for a, b in pairwise(bounds)]
             else:
                 raw = blob.tobytes()
-                ids = [raw[a:b].decode() for a, b in pairwise(bounds)]
+                try:
+                    ids = [raw[a:b].decode() for a, b in pairwise(bounds)]
+                except UnicodeDecodeError as exc:
+                    raise self.fail(f"column '{name}': an offset splits a UTF-8 character ({exc})") from exc
             out = np.empty(count, dtype=object)
             out[:] = ids
             return out
@@ -484,14 +501,20 @@ def decode(payload: bytes | str, content_type: str | None, where: str) -> tuple[
     """Decode a message by content type into valid rows and dead letters; never raises on bad input.
 
     Without a content type, a payload starting with the binary magic is binary and anything else JSON
-    lines. A binary payload that cannot be decoded becomes one dead letter carrying the whole payload.
+    lines. A binary payload that cannot be decoded becomes one dead letter carrying the whole payload; an
+    invalid row of a binary batch, one carrying that row as a one-row binary batch. A JSON payload
+    without a single event (empty or blank lines only) is a dead letter too.
     """
     ctype = content_type.split(";", 1)[0].strip().lower() if content_type else None
     if ctype is None:
         is_binary = not isinstance(payload, str) and bytes(payload[:4]) == MAGIC
         ctype = CONTENT_BINARY if is_binary else CONTENT_JSON
     if ctype in _JSON_TYPES:
-        return decode_json_lines(payload, where)
+        batch, letters = decode_json_lines(payload, where)
+        if not len(batch) and not letters:  # a message of only blank lines would vanish without a trace
+            reason = "message holds no events (empty or whitespace only); send an encoded EventBatch"
+            letters = [DeadLetter(reason=reason, where=where, payload=payload)]
+        return batch, letters
     if ctype != CONTENT_BINARY:
         reason = f"unsupported content type {content_type!r}; send {CONTENT_JSON} or {CONTENT_BINARY}"
         return EventBatch.empty(), [DeadLetter(reason=reason, where=where, payload=payload)]
@@ -502,4 +525,11 @@ def decode(payload: bytes | str, content_type: str | None, where: str) -> tuple[
         batch = decode_binary(payload, where)
     except CodecError as exc:
         return EventBatch.empty(), [DeadLetter(reason=str(exc), where=where, payload=bytes(payload))]
-    return batch.validate(where)
+    except Exception as exc:  # noqa: BLE001 - a decoder bug must cost one message, never the stream
+        reason = f"{where}: binary payload could not be decoded ({type(exc).__name__}: {exc})"
+        return EventBatch.empty(), [DeadLetter(reason=reason, where=where, payload=bytes(payload))]
+    valid, letters = batch.validate(where)
+    # each bad row travels as a one-row batch, so the dead letter can be inspected and replayed
+    return valid, [
+        replace(d, payload=encode_binary(batch.take(slice(d.index, d.index + 1)))) for d in letters
+    ]

@@ -370,3 +370,60 @@ def test_round_trip_property(batch):
         assert_same(out, batch)
     else:  # an empty payload carries no id type, weight or feature width
         assert len(out) == 0
+
+
+def _string_batch_with_src_offsets(offsets: list[int]) -> bytes:
+    """A valid-CRC binary batch of src ids ["é", "a"] whose src offsets are replaced by ``offsets``."""
+    payload = bytearray(
+        encode_binary(EventBatch.from_columns(src=["é", "a"], dst=["b", "c"], t=[1.0, 2.0], eid=[0, 1]))
+    )
+    at = 56  # header 20, kind padded to 24, t 16, eid 16: the src offsets follow
+    assert np.frombuffer(bytes(payload[at : at + 12]), "<u4").tolist() == [0, 2, 3]
+    payload[at : at + 12] = np.array(offsets, "<u4").tobytes()
+    return _patch_header(bytes(payload), crc=zlib.crc32(bytes(payload[20:])))
+
+
+def test_binary_string_offsets_splitting_a_character_are_a_dead_letter_not_a_crash():
+    crafted = _string_batch_with_src_offsets([0, 1, 3])  # cuts "é" (2 bytes) in half
+    with pytest.raises(CodecError, match="splits a UTF-8 character"):
+        decode_binary(crafted)
+    out, letters = decode(crafted, None, "edges:0@4")
+    assert len(out) == 0
+    assert [(d.where, d.payload) for d in letters] == [("edges:0@4", crafted)]
+    assert "splits a UTF-8 character" in letters[0].reason
+
+
+@pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "a\\udc80b"])
+def test_lone_surrogate_string_ids_are_dead_letters(escape):
+    """Valid JSON, but no UTF-8 can carry the id: the store, binary batches and message keys would fail."""
+    lines = [
+        '{"src": "ok", "dst": "fine", "t": 1, "eid": 1}',
+        '{"src": "ESC", "dst": "b", "t": 2, "eid": 2}'.replace("ESC", escape),
+        '{"src": "a", "dst": "ESC", "t": 3, "eid": 3}'.replace("ESC", escape),
+        '{"src": "\\ud83d\\ude00", "dst": "b", "t": 4, "eid": 4}',  # a surrogate pair is one character
+    ]
+    out, letters = decode("\n".join(lines).encode(), None, "w")
+    assert out.eid.tolist() == [1, 4] and out.src.tolist() == ["ok", "\U0001f600"]
+    assert [(d.index, d.eid) for d in letters] == [(1, 2), (2, 3)]
+    assert "'src' holds a lone surrogate" in letters[0].reason
+    assert "'dst' holds a lone surrogate" in letters[1].reason
+    encode_binary(out)  # what was accepted can be encoded
+
+
+def test_bad_binary_row_dead_letter_carries_the_row_as_a_replayable_batch():
+    batch = EventBatch.from_columns(
+        src=["a", "b", "c"], dst=["x", "y", "z"], t=[1.0, -5.0, 3.0], eid=[7, 8, 9], weight=[1, 2, 3]
+    )
+    out, letters = decode(encode_binary(batch), CONTENT_BINARY, "w")
+    assert out.eid.tolist() == [7, 9]
+    assert [(d.index, d.eid) for d in letters] == [(1, 8)]
+    assert_same(decode_binary(letters[0].payload), batch[1:2])
+
+
+@pytest.mark.parametrize("payload", [b"", b" ", b"\n", b"\r\n\t", b"\n\n  \n", "  "])
+@pytest.mark.parametrize("ctype", [None, CONTENT_JSON])
+def test_message_without_events_is_a_dead_letter(payload, ctype):
+    out, letters = decode(payload, ctype, "edges:0@9")
+    assert len(out) == 0
+    assert [(d.where, d.payload) for d in letters] == [("edges:0@9", payload)]
+    assert "no events" in letters[0].reason

@@ -76,6 +76,36 @@ def test_csv_source_whitespace_gzip_kinds_and_string_ids(tmp_path):
     assert "teleport" in source.dead_letters[0].reason
 
 
+@pytest.mark.parametrize("string_ids", [False, True])
+def test_csv_source_skips_a_byte_order_mark(tmp_path, string_ids):
+    """Spreadsheet exports start with a BOM, which would spoil the first row's first field."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeff1,2,0.5\n3,4,1.0\n".encode())
+    source = CsvSource(path, string_ids=string_ids)
+    batch = concat(list(source))
+    assert source.dead_letters == []
+    assert batch.src.tolist() == (["1", "3"] if string_ids else [1, 3])
+    assert batch.eid.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "head",
+    ["", "\ufeff", "\n", "# exported 2024\n", "\n# exported\n\n"],
+    ids=["plain", "bom", "blank", "comment", "both"],
+)
+@pytest.mark.parametrize("delimiter", [",", None])
+def test_csv_header_is_the_first_row_that_is_not_blank_or_a_comment(tmp_path, head, delimiter):
+    path = tmp_path / "edges.csv"
+    sep = delimiter or " "
+    rows = ["src,dst,t", "1,2,0.5", "# late note", "3,4,1.0"]
+    path.write_text(head + "\n".join(row.replace(",", sep) for row in rows) + "\n", encoding="utf-8")
+    source = CsvSource(path, header=True, comment="#", delimiter=delimiter)
+    batch = concat(list(source))
+    assert source.dead_letters == []
+    assert batch.src.tolist() == [1, 3]
+    assert batch.eid.tolist() == [0, 1]  # numbered by data row: the header is not one
+
+
 def test_csv_source_reads_a_shipped_konect_file_like_the_loader():
     from streamgnn.datasets._formats import DATA_DIR
 

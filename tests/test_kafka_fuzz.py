@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import zlib
 
 import numpy as np
 
@@ -200,3 +201,100 @@ def test_credentials_never_reach_logs_or_dead_letters(kafka_bootstrap, make_topi
     assert caplog.records, "nothing was logged, so the check below would prove nothing"
     leaked = [r for r in caplog.records if secret in r.getMessage()]
     assert not leaked, leaked[0].getMessage()
+
+
+def read_dead_letters(bootstrap: str, dlq: str, n: int) -> list:
+    """Exactly ``n`` records of the one-partition topic ``dlq``."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_bytes=2**22)
+    reader.assign([TopicPartition(dlq, 0)])
+    reader.seek_to_beginning()
+    letters: list = []
+    deadline = time.monotonic() + 20
+    while len(letters) < n and time.monotonic() < deadline:
+        for records in reader.poll(500).values():
+            letters += records
+    for records in reader.poll(500).values():  # anything beyond n
+        letters += records
+    reader.close()
+    assert len(letters) == n, [dict(r.headers).get("reason") for r in letters]
+    return letters
+
+
+def consume(source: KafkaSource, n: int) -> list[int]:
+    """Event ids until ``n`` arrived (30 s at most); the source must not stop on the way."""
+    eids: list[int] = []
+    deadline = time.monotonic() + 30
+    while len(eids) < n:
+        assert time.monotonic() < deadline, f"only {eids} arrived"
+        batch = source.poll(0.5)
+        if batch is not None:
+            eids += batch.eid.tolist()
+    return eids
+
+
+def test_payloads_the_codec_cannot_read_are_dead_letters_that_can_be_replayed(
+    kafka_bootstrap, make_topic, backend
+):
+    """A crafted binary batch (valid CRC, offsets cutting a UTF-8 character), a blank message and a binary
+    batch with one bad row: each costs only its own events, and the dead letter holds what failed."""
+    from kafka import KafkaProducer
+
+    from streamgnn.codec import decode_binary
+
+    topic, dlq = make_topic(1), make_topic(1)
+    split = bytearray(
+        encode_binary(EventBatch.from_columns(src=["é", "a"], dst=["b", "c"], t=[2.0, 2.0], eid=[20, 21]))
+    )
+    split[56:68] = np.array([0, 1, 3], "<u4").tobytes()  # the src offsets, after header, kind, t and eid
+    split[16:20] = zlib.crc32(bytes(split[20:])).to_bytes(4, "little")
+    one_bad = EventBatch.from_columns(src=["x", "y"], dst=["y", "z"], t=[4.0, -1.0], eid=[3, 40])
+
+    def event(eid: int) -> bytes:
+        return encode_json_event(EventBatch.from_columns(src=["s"], dst=["d"], t=[float(eid)], eid=[eid]), 0)
+
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for value, headers in [(event(1), None), (bytes(split), BIN_H), (b" \r\n\t", JSON_H), (event(2), None),
+                           (encode_binary(one_bad), BIN_H), (event(5), JSON_H)]:  # fmt: skip
+        producer.send(topic, value, headers=headers or [])
+    producer.flush()
+    producer.close()
+    with KafkaSource(
+        topic, bootstrap_servers=kafka_bootstrap, backend=backend, dead_letter_topic=dlq
+    ) as source:
+        assert consume(source, 4) == [1, 2, 3, 5]
+        assert source.stats.dead_letters == 3
+        source.positions()  # flushes the dead letters
+    split_letter, blank, bad_row = read_dead_letters(kafka_bootstrap, dlq, 3)
+    assert split_letter.value == bytes(split)
+    assert b"splits a UTF-8 character" in dict(split_letter.headers)["reason"]
+    assert blank.value == b" \r\n\t" and b"no events" in dict(blank.headers)["reason"]
+    assert dict(bad_row.headers)["source-offset"] == b"4"
+    assert decode_binary(bad_row.value).eid.tolist() == [40]  # the row itself, ready to fix and resend
+
+
+def test_dead_letter_too_large_for_its_topic_goes_out_cut_short(kafka_bootstrap, make_topic, backend):
+    """A malformed message just under the size limit no longer fits once the dead-letter headers are added;
+    resending it could never succeed, and must not hold up the good events behind it."""
+    from kafka import KafkaProducer
+
+    from streamgnn.connectors.kafka import TRUNCATED_HEADER
+
+    topic, dlq = make_topic(1), make_topic(1)
+    huge = b"{" + b"x" * 1_048_540
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, max_request_size=2**22)
+    producer.send(topic, huge)
+    producer.send(topic, encode_json_event(EventBatch.from_columns(src=[1], dst=[2], t=[1.0], eid=[1]), 0))
+    producer.flush()
+    producer.close()
+    with KafkaSource(
+        topic, bootstrap_servers=kafka_bootstrap, backend=backend, dead_letter_topic=dlq, max_poll_messages=1
+    ) as source:
+        assert consume(source, 1) == [1]
+        source.positions()
+    (letter,) = read_dead_letters(kafka_bootstrap, dlq, 1)
+    headers = dict(letter.headers)
+    assert headers[TRUNCATED_HEADER] == str(len(huge)).encode()
+    assert 0 < len(letter.value) < len(huge) and huge.startswith(letter.value)
+    assert b"invalid JSON" in headers["reason"] and headers["source-offset"] == b"0"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ import pytest
 
 from streamgnn.connectors.broker import LocalBroker
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, create_topic
+from streamgnn.errors import ConnectorError
 from streamgnn.events import concat
 from streamgnn.partition import hash_partition
 from streamgnn.store import StoreConfig, TemporalGraphStore
@@ -156,6 +158,23 @@ def test_broker_frozen_longer_than_client_timeouts_loses_nothing(own_broker, mak
     assert len(eids) == len(events), "events were delivered twice"
     assert np.array_equal(np.sort(eids), events.eid)
     assert any("retrying" in r.getMessage().lower() for r in caplog.records), "the outage went unlogged"
+
+
+def test_local_broker_refuses_a_second_start_and_a_port_another_program_holds(own_broker):
+    """A second start() would orphan the running Tansu; on a busy fixed port the readiness probe would
+    reach the other program and call that a started broker."""
+    pid, bootstrap = own_broker.pid, own_broker.bootstrap
+    with pytest.raises(ConnectorError, match="already runs"):
+        own_broker.start()
+    assert own_broker.pid == pid and own_broker.bootstrap == bootstrap
+    create_topic(bootstrap, "still-served", 1)  # the first broker still answers
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        busy = LocalBroker(port=other.getsockname()[1])
+        with pytest.raises(ConnectorError, match="in use"):
+            busy.start()
+        assert busy.pid is None
 
 
 if __name__ == "__main__":  # the worker process of the SIGKILL test

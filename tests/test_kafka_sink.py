@@ -106,3 +106,40 @@ def test_produce_dataset_from_a_file_at_a_rate(kafka_bootstrap, make_events, tmp
     assert np.array_equal(np.sort(got.eid), events.eid)
     with pytest.raises(ConfigError, match="rate"):
         produce_dataset(kafka_bootstrap, topic, path, 3, rate=0)
+
+
+@pytest.mark.parametrize(
+    ("backend", "producer_config", "admin"),
+    [
+        ("kafka-python", {"security_protocol": "SASL_SSL", "sasl_plain_password": "p", "linger_ms": 5},
+         {"security_protocol": "SASL_SSL", "sasl_plain_password": "p"}),
+        ("confluent", {"security.protocol": "sasl_ssl", "sasl.username": "u", "sasl.password": "p",
+                       "ssl.ca.location": "/ca.pem", "linger.ms": 5},
+         {"security_protocol": "SASL_SSL", "sasl_plain_username": "u", "sasl_plain_password": "p",
+          "ssl_cafile": "/ca.pem"}),
+    ],
+)  # fmt: skip
+def test_produce_dataset_creates_the_topic_with_the_producers_security_settings(
+    backend, producer_config, admin
+):
+    """create_topic's admin client must reach a secured cluster the way the producer does; producer-only
+    settings would make kafka-python's admin client refuse to start."""
+    from kafka import KafkaAdminClient
+
+    from streamgnn.connectors.kafka import _admin_settings
+
+    got = _admin_settings(backend, producer_config)
+    assert got == admin
+    assert set(got) <= set(KafkaAdminClient.DEFAULT_CONFIG)
+
+
+def test_sink_refuses_node_ids_no_message_key_can_carry(kafka_bootstrap, make_topic, backend):
+    topic = make_topic(1)
+    with KafkaSink(kafka_bootstrap, embeddings_topic=topic, predictions_topic=topic, backend=backend) as sink:
+        with pytest.raises(ConfigError, match="lone surrogate"):
+            sink.publish_embeddings(["ok", "bad\ud800"], np.ones((2, 4), np.float32))
+        with pytest.raises(ConfigError, match="lone surrogate"):
+            sink.publish_predictions(["a"], ["\udfff"], [0.5])
+        assert sink.publish_embeddings(["ok"], np.ones((1, 4), np.float32)) == 1
+    (record,) = read_all(kafka_bootstrap, topic, 1)
+    assert record.key == b"ok"

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 
 import numpy as np
 import pytest
 
-from streamgnn.codec import CONTENT_JSON, encode_json_lines
+from streamgnn.codec import CONTENT_JSON, encode_json_event, encode_json_lines
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, create_topic
-from streamgnn.errors import ConfigError
-from streamgnn.events import concat
+from streamgnn.connectors.sink import KafkaSink
+from streamgnn.errors import CodecError, ConfigError, ConnectorError
+from streamgnn.events import EventBatch, concat
 from streamgnn.partition import hash_partition
 from streamgnn.store import StoreConfig, TemporalGraphStore
 
@@ -160,3 +163,90 @@ def test_json_lines_messages_and_headerless_json_decode(kafka_bootstrap, make_to
         got = concat(drain(source, len(events)))
         assert source.stats.dead_letters == 0
     assert np.array_equal(got.eid, events.eid)
+
+
+def test_stream_schema_comes_from_the_store_not_from_where_the_source_resumes(
+    kafka_bootstrap, make_topic, backend
+):
+    """Resuming right at an event of the wrong id type or feature width must not make it the stream's."""
+    from kafka import KafkaProducer
+
+    topic = make_topic(1)
+    store = TemporalGraphStore(StoreConfig(num_partitions=2))
+    store.ingest(EventBatch.from_columns(src=[1], dst=[2], t=[0.0], eid=[0], features=[[0.5, 0.5]]))
+    assert store.ids.kind == "int" and store.edge_feature_dim == 2
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for src, dst, eid, features in [("a", "b", 1, None), (1, 2, 2, None), (1, 2, 3, [1.0, 2.0, 3.0]),
+                                    (1, 2, 4, [1.0, 2.0]), (2, 3, 5, [3.0, 4.0])]:  # fmt: skip
+        batch = EventBatch.from_columns(
+            src=[src], dst=[dst], t=[float(eid)], eid=[eid], features=None if features is None else [features]
+        )
+        producer.send(topic, encode_json_event(batch, 0))
+    producer.flush()
+    producer.close()
+    with KafkaSource(topic, bootstrap_servers=kafka_bootstrap, backend=backend, store=store) as source:
+        got = concat(drain(source, 2))
+        assert source.stats.dead_letters == 3
+    assert got.eid.tolist() == [4, 5]
+    assert store.ingest(got).dead_letters == []
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_bad_client_settings_name_only_keys_and_leave_no_client_behind(kafka_bootstrap, make_topic, backend):
+    """A misspelt password key must not print the password (client errors quote values), and a source whose
+    dead-letter producer fails must close the consumer it already made."""
+    topic = make_topic(1)
+    secret = "hunter2-must-not-show"
+    typo = {"sasl_plain_pasword": secret} if backend == "kafka-python" else {"sasl.pasword": secret}
+    key = next(iter(typo))
+    kw = {"bootstrap_servers": kafka_bootstrap, "backend": backend}
+    threads, fds = set(threading.enumerate()), _open_fds()
+    attempts = [
+        lambda: KafkaSource(topic, **kw, **typo),
+        lambda: KafkaSource(topic, **kw, dead_letter_topic=topic, producer_config=typo),
+        lambda: EventProducer(kafka_bootstrap, topic, backend=backend, **typo),
+        lambda: KafkaSink(kafka_bootstrap, embeddings_topic=topic, backend=backend, **typo),
+    ]
+    for attempt in attempts:
+        with pytest.raises(ConfigError) as info:
+            attempt()
+        assert key in str(info.value) and secret not in str(info.value)
+        assert info.value.__cause__ is None and info.value.__suppress_context__  # no traceback shows it
+    deadline = time.monotonic() + 5
+    while (set(threading.enumerate()) - threads or _open_fds() > fds) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(threading.enumerate()) - threads
+    assert _open_fds() <= fds
+
+
+def test_producer_sends_no_part_of_a_batch_it_cannot_send_whole(
+    kafka_bootstrap, make_topic, make_events, backend
+):
+    """A row that cannot be encoded, or a message over the size limit, raises before anything is queued;
+    an oversized message is refused at once rather than retried forever."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    topic = make_topic(2)
+    events = make_events(20)
+    t = events.t.copy()
+    t[np.flatnonzero(hash_partition(events.src, 2) == 1)[0]] = np.nan  # partition 0 would go out first
+    with EventProducer(kafka_bootstrap, topic, backend=backend) as producer:
+        with pytest.raises(CodecError, match="NaN"):
+            producer.send(EventBatch(events.kind, events.src, events.dst, t, events.eid))
+        assert producer.messages == 0
+    big = make_events(80_000)  # about 1.3 MB per partition as one binary message
+    with EventProducer(
+        kafka_bootstrap, topic, fmt="binary", batch_size=len(big), backend=backend
+    ) as producer:
+        began = time.monotonic()
+        with pytest.raises(ConnectorError, match="batch_size"):
+            producer.send(big)
+        assert time.monotonic() - began < 10
+        assert producer.send(events) == 2
+    reader = KafkaConsumer(bootstrap_servers=kafka_bootstrap)
+    ends = reader.end_offsets([TopicPartition(topic, p) for p in range(2)])
+    reader.close()
+    assert sorted(ends.values()) == [1, 1]  # the two binary messages of the good batch, nothing else
