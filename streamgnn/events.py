@@ -41,6 +41,19 @@ class DeadLetter:
     eid: int | None = None
 
 
+def _not_utf8(ids: np.ndarray) -> np.ndarray:
+    """Ids that cannot be UTF-8 encoded (lone surrogates): no message key, hash or checkpoint holds them."""
+    return np.array([not (s.isascii() or _encodes(s)) for s in ids], bool)
+
+
+def _encodes(s: str) -> bool:
+    try:
+        s.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _as_ids(name: str, values) -> np.ndarray:
     arr = np.asarray(values)
     if arr.dtype.kind == "U" and not isinstance(values, np.ndarray):
@@ -233,6 +246,8 @@ class EventBatch:
         if self.string_ids:
             empty = np.array([not s for s in self.src], bool) | np.array([not s for s in self.dst], bool)
             checks.append((empty, "empty node id"))
+            unencodable = _not_utf8(self.src) | _not_utf8(self.dst)
+            checks.append((unencodable, "node id is not valid UTF-8 (a lone surrogate)"))
         bad = np.logical_or.reduce([mask for mask, _ in checks])
         if not bad.any():
             return self, []

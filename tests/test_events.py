@@ -5,6 +5,7 @@ import pytest
 
 from streamgnn.errors import EventValidationError
 from streamgnn.events import EventBatch, EventKind, concat
+from streamgnn.store import TemporalGraphStore
 
 
 def test_from_columns_coerces_types_and_kind_names():
@@ -78,3 +79,16 @@ def test_sorted_split_concat_round_trip():
     assert np.array_equal(again.eid, s.eid) and np.array_equal(again.features, s.features.astype(np.float32))
     with pytest.raises(EventValidationError, match="feature widths"):
         concat([b.take(slice(0, 2)), EventBatch.from_columns(src=[1], t=[0], eid=[99])])
+
+
+def test_string_ids_that_are_not_utf8_are_dead_letters():
+    batch = EventBatch.from_columns(
+        src=["a", "\ud800", "b"], dst=["x", "y", "z\udfff"], t=[1.0, 2.0, 3.0], eid=[0, 1, 2]
+    )
+    valid, letters = batch.validate()
+    assert [d.index for d in letters] == [1, 2] and "UTF-8" in letters[0].reason
+    assert valid.src.tolist() == ["a"]
+    store = TemporalGraphStore()
+    report = store.ingest(batch)
+    assert report.applied == 1 and len(report.dead_letters) == 2
+    assert store.external_ids([0, 1]).tolist() == ["a", "x"]
