@@ -25,7 +25,7 @@ from itertools import pairwise
 import numpy as np
 
 from .errors import CodecError
-from .events import KIND_LABELS, KIND_NAMES, DeadLetter, EventBatch
+from .events import KIND_LABELS, KIND_NAMES, DeadLetter, EventBatch, encodes_utf8
 
 CONTENT_JSON = "application/x-streamgnn-jsonl"
 CONTENT_BINARY = "application/x-streamgnn-batch"
@@ -121,15 +121,6 @@ def _is_number(v: object) -> bool:
     return type(v) is float or (type(v) is int and -_FLOAT_LIMIT < v < _FLOAT_LIMIT)
 
 
-def _utf8_ok(text: str) -> bool:
-    """JSON escapes can spell lone surrogates, which no store, key or binary batch can encode."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _node_id(obj: dict, key: str) -> object:
     """The id, or a reason string wrapped in a tuple (ids may themselves be str)."""
     if key not in obj:
@@ -140,7 +131,7 @@ def _node_id(obj: dict, key: str) -> object:
     if type(v) is str:
         if not v:
             return (f"'{key}' is an empty string",)
-        if v.isascii() or _utf8_ok(v):
+        if v.isascii() or encodes_utf8(v):
             return v
         return (f"'{key}' holds a lone surrogate (an unpaired \\ud800-\\udfff escape), not text",)
     return (f"'{key}' must be an int or str node id, got {type(v).__name__}",)

@@ -43,10 +43,11 @@ class DeadLetter:
 
 def _not_utf8(ids: np.ndarray) -> np.ndarray:
     """Ids that cannot be UTF-8 encoded (lone surrogates): no message key, hash or checkpoint holds them."""
-    return np.array([not (s.isascii() or _encodes(s)) for s in ids], bool)
+    return np.array([not (s.isascii() or encodes_utf8(s)) for s in ids], bool)
 
 
-def _encodes(s: str) -> bool:
+def encodes_utf8(s: str) -> bool:
+    """False for text with lone surrogates (JSON escapes can spell them): no key, hash or file holds it."""
     try:
         s.encode()
     except UnicodeEncodeError:
