@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import ConfigError
+from ..events import encodes_utf8
 from .kafka import CONTENT_TYPE_HEADER, FORMATS, _Producer
 
 CONTENT_EMBEDDING_JSON = "application/json"
@@ -26,12 +27,9 @@ def _ids(values) -> list:
         raise ConfigError(f"node ids must be 1-D, got shape {ids.shape}")
     out = ids.tolist()
     if ids.dtype.kind in "OU":  # message keys are UTF-8: refuse an id that is not before anything is sent
-        try:
-            "".join(map(str, out)).encode()
-        except UnicodeEncodeError as exc:
-            raise ConfigError(
-                f"a node id holds a lone surrogate ({exc.object[exc.start]!a}), which is not Unicode text"
-            ) from None
+        bad = next((v for v in out if isinstance(v, str) and not encodes_utf8(v)), None)
+        if bad is not None:
+            raise ConfigError(f"node id {bad!a} holds a lone surrogate, which is not Unicode text")
     return out
 
 

@@ -325,16 +325,18 @@ class OnlineTrainer:
             if sub.root_node_features is not None:
                 node_feat[roots >= 0] = sub.root_node_features[roots >= 0]
         inp = EmbeddingInput.from_subgraph(sub, mcfg.num_neighbors, node_feat, mcfg.num_layers)
-        # A store without features yet (no node update so far, history without edge features) reads zeros.
-        hops = [
-            replace(
-                hop,
-                edge_feat=_or_zeros(hop.edge_feat, hop.mask.shape, mcfg.edge_feature_dim),
-                node_feat=_or_zeros(hop.node_feat, hop.mask.shape, mcfg.node_feature_dim),
-            )
-            for hop in inp.hops
-        ]
-        return replace(inp, nodes=mem, hops=hops).to(self.device), rows
+        if mcfg.edge_feature_dim or mcfg.node_feature_dim:
+            # A store without features yet (no node update so far, history without edge features) reads zeros.
+            hops = [
+                replace(
+                    hop,
+                    edge_feat=_or_zeros(hop.edge_feat, hop.mask.shape, mcfg.edge_feature_dim),
+                    node_feat=_or_zeros(hop.node_feat, hop.mask.shape, mcfg.node_feature_dim),
+                )
+                for hop in inp.hops
+            ]
+            inp = replace(inp, hops=hops)
+        return replace(inp, nodes=mem).to(self.device), rows
 
     def _eval_input(self, pre_src, pre_dst, t, t_query, neg_ids, rank, lo, hi, blank):
         """Roots ``[src, dst, AP negative]`` at their query times, then (if ``rank``) every MRR candidate
