@@ -15,7 +15,7 @@ from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.sampling import SamplerConfig, TemporalSampler
 from streamgnn.sampling import sampler as sampler_module
-from streamgnn.store import TemporalGraphStore
+from streamgnn.store import StoreConfig, TemporalGraphStore
 
 # ---------------------------------------------------------------------------------------------- reference
 
@@ -175,6 +175,22 @@ def test_late_events_follow_the_stores_time_order():
     assert store.external_ids(hop.nbr).tolist() == [2, 3, 1, 4, 3, 1, 4]
     assert hop.t.tolist() == [1.0, 2.0, 5.0, 7.0, 2.0, 5.0, 7.0]
     assert hop.ptr.tolist() == [0, 4, 7]
+
+
+def test_queries_at_and_after_the_newest_event():
+    """A query after every stored event (the streaming "now") takes the whole history; one at the newest
+    time still excludes the events at that time, and a late arrival behind the newest counts at once."""
+    store = TemporalGraphStore(StoreConfig(allowed_lateness=10.0))
+    store.ingest(EventBatch.from_columns(src=[0, 0, 0], dst=[1, 2, 3], t=[1.0, 4.0, 4.0], eid=[0, 1, 2]))
+    sampler = TemporalSampler(store, fanouts=(5,))
+    just_after = float(np.nextafter(4.0, np.inf))
+    hop = sampler.sample([0, 0, 0, 1], [4.0, just_after, 100.0, 100.0]).hops[0]
+    assert hop.ptr.tolist() == [0, 1, 4, 7, 8]
+    assert hop.t.tolist() == [1.0, 1.0, 4.0, 4.0, 1.0, 4.0, 4.0, 1.0]
+    store.ingest(EventBatch.from_columns(src=[0], dst=[4], t=[2.0], eid=[3]))  # late, kept
+    hop = sampler.sample([0, 0], [just_after, 3.0]).hops[0]
+    assert store.external_ids(hop.nbr).tolist() == [1, 4, 2, 3, 1, 4]
+    assert hop.t.tolist() == [1.0, 2.0, 4.0, 4.0, 1.0, 2.0]
 
 
 def random_store(n_events=6000, n_nodes=300, seed=0, features=False) -> TemporalGraphStore:

@@ -118,10 +118,12 @@ def _lockstep(rows, edge_t, base, lo, hi, ts, back, a, b):
 
 
 @njit(cache=True)
-def _count(graph, num_nodes, roots, ts, k, direction, window, uniform, a, b, runs):
+def _count(graph, num_nodes, newest, roots, ts, k, direction, window, uniform, a, b, runs):
     """Roots ``a..b``: their runs ``[lo, hi)`` (block at ``base``) and neighbor counts into ``ptr[i + 1]``.
 
-    For "recent" ``n_valid`` stops at ``k`` (the scan from the newest end need go no further).
+    For "recent" ``n_valid`` stops at ``k`` (the scan from the newest end need go no further). ``newest``
+    bounds every stored time from above (the store's watermark): a query after it needs neither a search
+    nor its newest entry's time, so streaming queries ("now") skip a dependent pair of misses per root.
     """
     start, deg, pool, edge_t, edge_del = graph
     rows = _rows(pool)
@@ -137,12 +139,15 @@ def _count(graph, num_nodes, roots, ts, k, direction, window, uniform, a, b, run
             _prefetch(rows, base[i] + hi[i] - 1)
             _prefetch(rows, base[i] + max(hi[i] - k, 0))
     for i in range(U(a), U(b)):
-        if hi[i] > 0:
+        if hi[i] > 0 and not ts[i] > newest:
             _prefetch(edge_t, _edge(rows[U(base[i] + hi[i] - 1)]))
     search = False
     for i in range(U(a), U(b)):  # a query after the newest entry (streaming: "now") needs no search
-        newest = _time(rows, edge_t, base[i] + hi[i] - 1) if hi[i] > 0 else -np.inf
-        lo[i] = hi[i] if newest < ts[i] else 0
+        if ts[i] > newest:
+            lo[i] = hi[i]
+            continue
+        last = _time(rows, edge_t, base[i] + hi[i] - 1) if hi[i] > 0 else -np.inf
+        lo[i] = hi[i] if last < ts[i] else 0
         search |= lo[i] < hi[i]
     if search:
         _lockstep(rows, edge_t, base, lo, hi, ts, 0.0, a, b)
@@ -335,21 +340,22 @@ def _outputs(ptr, want_edge, edge_dim, want_node, node_dim):
 
 @njit(cache=True)
 def sample_hop(
-    start, deg, pool, edge_t, edge_del, num_nodes, roots, ts, k, direction, window, uniform, seed, call, hop,
-    edge_feat, want_edge, ustart, udeg, upool, upd_t, node_feat, want_node,
+    start, deg, pool, edge_t, edge_del, num_nodes, newest, roots, ts, k, direction, window, uniform, seed,
+    call, hop, edge_feat, want_edge, ustart, udeg, upool, upd_t, node_feat, want_node,
 ):  # fmt: skip
     """One hop for ``roots`` at times ``ts``: ``(ptr, root_index, nbr, eid, t, dt, edge_x, node_x, nan)``.
 
-    ``k < 0`` takes every candidate. Uniform draws for root ``i`` come from ``mix(mix(key, hop), i)``
-    with ``key = mix(seed, call)`` (``rng.key_of``; ``seed`` and ``call`` are the int64 two's complements
-    of the 64-bit values). Feature rows (edge features of each sampled edge, node features of each
+    ``k < 0`` takes every candidate; ``newest`` is at least every stored edge time (the store's
+    watermark). Uniform draws for root ``i`` come from ``mix(mix(key, hop), i)`` with
+    ``key = mix(seed, call)`` (``rng.key_of``; ``seed`` and ``call`` are the int64 two's complements of
+    the 64-bit values). Feature rows (edge features of each sampled edge, node features of each
     neighbor at the edge's time) are gathered after the fill pass; unwanted ones come back with zero rows.
     ``nan``: some query time is NaN (the caller raises; the outputs are then meaningless).
     """
     graph = (start, deg, pool, edge_t, edge_del)
     n = len(roots)
     runs = _runs(n)
-    _count(graph, num_nodes, roots, ts, k, direction, window, uniform, 0, n, runs)
+    _count(graph, num_nodes, newest, roots, ts, k, direction, window, uniform, 0, n, runs)
     ptr = runs[4]
     root_index, nbr, eid, et, dt, edge_x, node_x = _outputs(
         ptr, want_edge, edge_feat.shape[1], want_node, node_feat.shape[1]
@@ -363,7 +369,8 @@ def sample_hop(
 
 @njit(cache=True)
 def sample_hop_plain(
-    start, deg, pool, edge_t, edge_del, num_nodes, roots, ts, k, direction, window, uniform, seed, call, hop
+    start, deg, pool, edge_t, edge_del, num_nodes, newest, roots, ts, k, direction, window, uniform, seed,
+    call, hop,
 ):  # fmt: skip
     """``sample_hop`` without features: ``(ints, floats, nan)``, ``ints`` holding ``ptr``, ``root_index``,
     ``nbr`` and ``eid`` back to back and ``floats`` ``t`` and ``dt`` (``sampler._split_plain`` slices them).
@@ -374,7 +381,7 @@ def sample_hop_plain(
     graph = (start, deg, pool, edge_t, edge_del)
     n = len(roots)
     runs = _runs(n)
-    _count(graph, num_nodes, roots, ts, k, direction, window, uniform, 0, n, runs)
+    _count(graph, num_nodes, newest, roots, ts, k, direction, window, uniform, 0, n, runs)
     m = _offsets(runs[4])
     ints = np.empty(n + 1 + 3 * m, np.int64)
     ints[: n + 1] = runs[4]
@@ -388,8 +395,8 @@ def sample_hop_plain(
 
 @njit(cache=True, parallel=True)
 def sample_hop_parallel(
-    start, deg, pool, edge_t, edge_del, num_nodes, roots, ts, k, direction, window, uniform, seed, call, hop,
-    edge_feat, want_edge, ustart, udeg, upool, upd_t, node_feat, want_node, chunks,
+    start, deg, pool, edge_t, edge_del, num_nodes, newest, roots, ts, k, direction, window, uniform, seed,
+    call, hop, edge_feat, want_edge, ustart, udeg, upool, upd_t, node_feat, want_node, chunks,
 ):  # fmt: skip
     """``sample_hop`` with each pass split into ``chunks`` runs of roots spread over the threads.
 
@@ -400,7 +407,8 @@ def sample_hop_parallel(
     runs = _runs(n)
     bounds = np.linspace(0, n, chunks + 1).astype(np.int64)
     for c in prange(chunks):
-        _count(graph, num_nodes, roots, ts, k, direction, window, uniform, bounds[c], bounds[c + 1], runs)
+        a, b = bounds[c], bounds[c + 1]
+        _count(graph, num_nodes, newest, roots, ts, k, direction, window, uniform, a, b, runs)
     ptr = runs[4]
     root_index, nbr, eid, et, dt, edge_x, node_x = _outputs(
         ptr, want_edge, edge_feat.shape[1], want_node, node_feat.shape[1]

@@ -94,7 +94,8 @@ class TemporalSampler:
         how = self._how(cfg) + (_int64(self.calls if key is None else key),)
         store = self.store
         # store.view()'s arrays, read directly (a view costs about a microsecond, a few percent of a call)
-        graph = (store.start, store.deg, store.pool, store.edge_t, store.edge_del, store.num_nodes)
+        graph = (store.start, store.deg, store.pool, store.edge_t, store.edge_del)
+        graph += (store.num_nodes, store.watermark)
         want_edge = cfg.edge_features and store.edge_feat is not None
         want_node = cfg.node_features and store.node_feat is not None
         feats = _feats(store, want_edge, want_node) if want_edge or want_node else None
