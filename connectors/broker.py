@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,7 +37,20 @@ def tansu_binary() -> Path:
     return path
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on now, for a server to bind next (the broker, a ``torch.distributed`` master).
+
+    It is drawn below the kernel's ephemeral range: the ports the OS hands to outgoing connections (Kafka
+    clients open many) come from that range, so none of them can take this one before the caller binds it.
+    """
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    rng = random.Random()
+    for _ in range(100):
+        port = rng.randrange(max(1024, low - 10000), low)
+        if not _in_use(host, port):
+            return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -100,7 +114,7 @@ class LocalBroker:
                 f"port {self.port} on {self.host} is in use by another program; pick another port or none"
             )
         for _ in range(1 if fixed_port else 5):
-            port = self.port if fixed_port else _free_port(self.host)
+            port = self.port if fixed_port else free_port(self.host)
             url = f"tcp://{self.host}:{port}"
             self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the broker; stop() closes it
             self._proc = subprocess.Popen(

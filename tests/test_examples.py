@@ -3,11 +3,12 @@
 import json
 import os
 import runpy
-import socket
 import subprocess
 import sys
 import uuid
 from pathlib import Path
+
+from streamgnn.connectors.broker import free_port
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -39,7 +40,7 @@ def _run_example(args: list[str], tmp_path: Path) -> str:
 def test_file_example_trains_data_parallel_under_torchrun(tmp_path):
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     out = _run_example(
-        [torchrun, "--nproc_per_node", "2", "--master_port", str(_free_port()),
+        [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()),
          str(EXAMPLES / "train_file.py"), "--events", "2000", "--checkpoint-every", "5"],
         tmp_path,
     )  # fmt: skip
@@ -61,8 +62,3 @@ def test_kafka_example_trains_from_a_topic_and_publishes_embeddings(kafka_bootst
     assert summary["events"] == 2000 and 0.5 < summary["metrics"]["ap"] <= 1.0
     assert f"embeddings in {topic}-embeddings" in out
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
