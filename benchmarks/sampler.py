@@ -1,6 +1,6 @@
 """Temporal neighbor sampling from the live store, against PyG's LastNeighborLoader and vectorized numpy.
 
-python benchmarks/sampler.py [--quick] [--json]    (also: streamgnn bench sampler)
+python benchmarks/sampler.py [--quick] [--json] [--plot PATH]    (also: streamgnn bench sampler)
 
 Each stream is replayed as in PyG's TGN example: batches of 200 events; for each batch, sample 600 roots
 (sources, destinations and one random destination per event) at the events' times, then insert the
@@ -295,6 +295,45 @@ def compile_costs() -> dict[str, float]:
     return out
 
 
+def headline(per: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The issue's top-level keys: each figure from the stream where it is weakest."""
+    out = {
+        key.replace(".ours", ""): min(p[key] for p in per.values())
+        for key in (
+            "recent10.ours_per_s", "recent10_vs_lastneighborloader", "uniform2hop.ours_per_s",
+            "uniform2hop_vs_numpy",
+        )
+    }  # fmt: skip
+    out["after_insert_call_ms"] = max(p["after_insert_call_ms"] for p in per.values())
+    return out
+
+
+METHODS = ("recent10.ours", "recent10.lnl", "recent10.numpy", "uniform2hop.ours", "uniform2hop.numpy")
+LABELS = ("recent-10\nours", "recent-10\nLastNeighbor-\nLoader", "recent-10\nnumpy", "uniform 10-10\nours",
+          "uniform 10-10\nnumpy")  # fmt: skip
+
+
+def plot(per: dict[str, dict[str, float]], path: str) -> None:
+    """Sampled neighbors/s of every method, one panel per stream, 1 and 2 threads side by side."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 3.6), tight_layout=True)
+    FigureCanvasAgg(fig)
+    width = 0.38
+    for ax, (name, res) in zip(fig.subplots(1, len(per), squeeze=False)[0], per.items(), strict=True):
+        for j, th in enumerate((1, 2)):
+            rates = [res[f"{m}_per_s@{th}t"] / 1e6 for m in METHODS]
+            xs = [i + (j - 0.5) * width for i in range(len(METHODS))]
+            bars = ax.bar(xs, rates, width, label=f"{th} thread{'s' if th > 1 else ''}")
+            ax.bar_label(bars, fmt="%.1f", fontsize=6)
+        ax.set_xticks(range(len(METHODS)), LABELS, fontsize=7)
+        ax.set_ylabel("sampled neighbors / s (millions)")
+        ax.set_title(f"{name}: recent-10 {res['recent10_vs_lastneighborloader']:.1f}x LastNeighborLoader")
+        ax.legend(fontsize=7)
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
@@ -304,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", type=int, default=None, help="synthetic stream size (default 10M, quick 1M)")
     ap.add_argument("--runs", type=int, default=None, help="runs per figure; the median is reported")
     ap.add_argument("--batches", type=int, default=None, help="batches of 200 events per run")
+    ap.add_argument("--plot", default=None, help="write neighbors/s per method and stream as a PNG")
     args = ap.parse_args(argv)
     events = args.events or (1_000_000 if args.quick else 10_000_000)
     runs = args.runs or (5 if args.quick else 9)
@@ -321,19 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (wikipedia(), power_law_stream(events)):
         per[stream.name] = measure(stream, runs, batches, threads)
         results.update({f"{stream.name}.{k}": v for k, v in per[stream.name].items()})
-    # Headline figures: the weaker of the two streams.
-    for key in (
-        "recent10.ours_per_s",
-        "recent10_vs_lastneighborloader",
-        "uniform2hop.ours_per_s",
-        "uniform2hop_vs_numpy",
-    ):
-        results[key.replace(".ours", "")] = min(p[key] for p in per.values())
-    results["after_insert_call_ms"] = max(p["after_insert_call_ms"] for p in per.values())
+    results.update(headline(per))
     results.update(compile_costs())
     results["load_avg_1m_after"] = os.getloadavg()[0]
     results["wall_s"] = time.perf_counter() - t_start
     report(results, args.json, "Temporal sampler: neighbors/s, medians of runs")
+    if args.plot:
+        plot(per, args.plot)
     return 0
 
 

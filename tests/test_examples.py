@@ -61,4 +61,3 @@ def test_kafka_example_trains_from_a_topic_and_publishes_embeddings(kafka_bootst
     summary = json.loads((tmp_path / "out/train_kafka/summary.json").read_text())
     assert summary["events"] == 2000 and 0.5 < summary["metrics"]["ap"] <= 1.0
     assert f"embeddings in {topic}-embeddings" in out
-
