@@ -38,7 +38,8 @@ class Reference:
         """Visible incident entries ``(t, eid, 0 out / 1 in, nbr)`` in block order."""
         out = []
         for e, (s, d, te, deleted) in enumerate(self.edges):
-            if not (te < tq and deleted > tq) or (window is not None and te < tq - window):
+            live = deleted > tq or deleted == math.inf  # at tq = inf: every edge never deleted
+            if not (te < tq and live) or (window is not None and te < tq - window):
                 continue
             if s == v and direction in ("both", "out"):
                 out.append((te, e, 0, d))
@@ -127,14 +128,14 @@ configs = st.builds(
     st.lists(event, max_size=40),
     st.lists(st.integers(0, 40), max_size=3),
     configs,
-    st.lists(st.tuples(st.integers(-1, 11), st.integers(0, 30)), min_size=1, max_size=12),
+    st.lists(st.tuples(st.integers(-1, 11), st.integers(0, 31)), min_size=1, max_size=12),
 )
 def test_matches_brute_force(raw, splits, cfg, queries):
     """Random streams with deletions, duplicate times, isolated and unknown roots; every hop checked."""
     events = timed(raw)
     store, ref = build(events, [s for s in splits if s <= len(events)])
     roots = np.array([v for v, _ in queries], np.int64)  # internal ids; >= num_nodes are unknown
-    times = np.array([tq / 2 for _, tq in queries])
+    times = np.array([tq / 2 if tq <= 30 else math.inf for _, tq in queries])  # inf: the whole history
     sub = TemporalSampler(store, cfg).sample(roots, times)
     assert np.array_equal(sub.roots, roots) and len(sub.hops) == len(cfg.fanouts)
     q_nodes, q_t = roots, times
@@ -362,6 +363,11 @@ def test_scalar_time_and_empty_queries():
         dict(direction="up"),
         dict(window=-1.0),
         dict(window=float("nan")),
+        dict(window="1"),
+        dict(fanouts=5),
+        dict(fanouts=(1.7,)),
+        dict(fanouts=(True,)),
+        dict(fanouts=(2**63,)),
     ],
 )
 def test_bad_config_is_refused(kw):
@@ -377,3 +383,19 @@ def test_bad_queries_are_refused():
         sampler.sample([0, 1], [1.0, 2.0, 3.0])
     with pytest.raises(ConfigError):
         sampler.sample([0], [float("nan")])
+    for roots in ([0.9], None, ["a"], [True]):  # a float id truncated to an int would name another node
+        with pytest.raises(ConfigError, match="roots must be integer ids"):
+            sampler.sample(roots, 1.0)
+    for t in ("x", None, ["1.0"]):
+        with pytest.raises(ConfigError, match="t must be a number"):
+            sampler.sample([0], t)
+
+
+def test_a_query_at_infinity_sees_every_edge_never_deleted():
+    store, _ = build([(0, 0, 1, 1.0), (0, 0, 2, 2.0), (0, 5, 6, 3.0)])
+    sampler = TemporalSampler(store, fanouts=(5,))
+    assert sampler.sample([0], math.inf).hops[0].t.tolist() == [1.0, 2.0]
+    ingest(store, Reference(), [(1, 5, 6, 4.0), (1, 0, 1, 5.0)], 3)  # deletions elsewhere and of 0-1
+    for direction in ("both", "out"):
+        hop = TemporalSampler(store, fanouts=(5,), direction=direction).sample([0], math.inf).hops[0]
+        assert hop.t.tolist() == [2.0]

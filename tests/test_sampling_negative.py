@@ -153,9 +153,48 @@ def test_eval_negatives_are_fixed_saved_and_looked_up(tmp_path):
         EvalNegatives.load(tmp_path / "bad.npy")
 
 
-@pytest.mark.parametrize("kw", [dict(num=0), dict(frac=1.5), dict(strategy="hard"), dict(groups=[0])])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(num=0), dict(num=2.0), dict(frac=1.5), dict(strategy="hard"), dict(groups=[0]), dict(groups=5)],
+)
 def test_bad_arguments_are_refused(kw):
     with pytest.raises(ConfigError):
         NegativeSampler([1, 2, 3]).sample([0, 0], [1, 2], **kw)
     with pytest.raises(ConfigError):
         NegativeSampler([])
+
+
+def test_bad_ids_are_refused():
+    for pool in ([-1, 5], [1.5, 2.0], [1 << 31]):  # -1 would be a draw indistinguishable from padding
+        with pytest.raises(ConfigError):
+            NegativeSampler(pool)
+    sampler = NegativeSampler([1, 2, 3])
+    with pytest.raises(ConfigError):
+        sampler.extend_pool([-4])
+    with pytest.raises(ConfigError):
+        sampler.sample([0.5], [1])
+    with pytest.raises(ConfigError, match="one per event"):
+        EvalNegatives.generate([1, 2, 3], [5, 6, 7], [1.0, 2.0, 3.0], [10], dst_pool=np.arange(4, 9), num=2)
+    with pytest.raises(ConfigError):
+        EvalNegatives(np.array([1, 2]), np.zeros((3, 4), np.int64))
+    with pytest.raises(ConfigError, match="unique"):
+        EvalNegatives(np.array([1, 1]), np.zeros((2, 4), np.int64))
+
+
+def test_numpy_seeds_and_keys_draw_as_python_ints():
+    pool, src, dst = np.arange(50), np.arange(5), np.arange(5) + 10
+    want = NegativeSampler(pool, seed=3).sample(src, dst, num=4, key=7)
+    got = NegativeSampler(pool, seed=np.int64(3)).sample(src, dst, num=4, key=np.uint64(7))
+    assert np.array_equal(got, want)
+    kw = dict(dst_pool=pool, num=4)
+    a = EvalNegatives.generate(src, dst, np.zeros(5), src, seed=np.int32(2), **kw)
+    assert np.array_equal(a.neg, EvalNegatives.generate(src, dst, np.zeros(5), src, seed=2, **kw).neg)
+
+
+def test_observed_destinations_join_the_pool():
+    """A historical negative is always a pool destination: history outside the pool joins it."""
+    sampler = NegativeSampler([5, 6, 7])
+    sampler.observe([0], [99])
+    assert 99 in sampler.pool
+    neg = sampler.sample([0], [5], num=2, strategy="historical")
+    assert neg[0, 0] == 99 and neg[0, 1] in (6, 7)

@@ -75,7 +75,10 @@ def _valid(code, edge_del, t, direction):
         return False
     if direction == IN and code >= 0:
         return False
-    return len(edge_del) == 0 or edge_del[decode(code)] > t
+    if len(edge_del) == 0:
+        return True
+    deleted = edge_del[decode(code)]
+    return deleted > t or deleted == np.inf  # never deleted: visible at t = inf ("now") too
 
 
 @njit(cache=True, inline="always")

@@ -19,30 +19,24 @@ import numpy as np
 from ..errors import ConfigError
 from .negative_kernels import draw_negatives
 from .rng import key_of
+from .types import int_ids
 
 STRATEGIES = ("random", "historical", "inductive")
 _MAX_ID = 1 << 31
 _LOW = (1 << 32) - 1
 
 
-def _ids(name: str, values) -> np.ndarray:
-    arr = np.ascontiguousarray(values, np.int64)
-    if arr.ndim != 1:
-        raise ConfigError(f"{name} must be 1-D, got shape {arr.shape}")
-    return arr
-
-
 class NegativeSampler:
     """Draws negative destinations for positive ``(src, dst)`` pairs.
 
-    ``dst_pool``: the destinations negatives come from (e.g. every destination of the stream). The
-    history (``observe``) holds the pairs seen so far, e.g. the training events; its node ids must lie
-    in ``[0, 2**31)`` (internal ids always do). Draws depend only on ``seed``, the call counter (or an
-    explicit ``key``) and the inputs.
+    ``dst_pool``: the destinations negatives come from (e.g. every destination of the stream); observed
+    destinations join it. The history (``observe``) holds the pairs seen so far, e.g. the training
+    events. Node ids must lie in ``[0, 2**31)`` (internal ids always do; ``-1`` pads the results).
+    Draws depend only on ``seed``, the call counter (or an explicit ``key``) and the inputs.
     """
 
     def __init__(self, dst_pool, *, seed: int = 0) -> None:
-        self.pool = np.unique(_ids("dst_pool", dst_pool))
+        self.pool = np.unique(_node_ids("dst_pool", dst_pool))
         if not len(self.pool):
             raise ConfigError("dst_pool is empty: there is nothing to draw negatives from")
         self.seed = seed
@@ -52,17 +46,18 @@ class NegativeSampler:
 
     def extend_pool(self, dst) -> None:
         """Add destinations that may be drawn from now on (new items appearing mid-stream)."""
-        self.pool = np.union1d(self.pool, _ids("dst", dst))
+        self.pool = _merge(self.pool, _node_ids("dst", dst))
 
     def observe(self, src, dst) -> None:
-        """Add pairs to the history (call after each training batch: they become "seen before")."""
-        src, dst = _ids("src", src), _ids("dst", dst)
+        """Add pairs to the history (call after each training batch: they become "seen before").
+
+        Their destinations join the pool, so a historical negative is always a pool destination."""
+        src, dst = _node_ids("src", src), _node_ids("dst", dst)
         if len(src) != len(dst):
             raise ConfigError(f"src has {len(src)} ids but dst has {len(dst)}")
-        if len(src) and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= _MAX_ID):
-            raise ConfigError("history node ids must lie in [0, 2**31); map external ids to internal ones")
         self._pairs = _merge(self._pairs, (src << 32) | dst)
         self._seen_dst = _merge(self._seen_dst, dst)
+        self.pool = _merge(self.pool, dst)
 
     def _runs(self, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         inside = (src >= 0) & (src < _MAX_ID)
@@ -89,14 +84,14 @@ class NegativeSampler:
         same group: ``groups`` labels the events (default: the whole call is one group, i.e. one batch;
         TGB uses the timestamp).
         """
-        src, dst = _ids("src", src), _ids("dst", dst)
+        src, dst = int_ids("src", src), int_ids("dst", dst)
         n = len(src)
         if len(dst) != n:
             raise ConfigError(f"src has {n} ids but dst has {len(dst)}")
         if strategy not in STRATEGIES:
             raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-        if num < 1 or not (0.0 <= frac <= 1.0):
-            raise ConfigError(f"need num >= 1 and 0 <= frac <= 1, got num={num}, frac={frac}")
+        if not isinstance(num, int | np.integer) or num < 1 or not (0.0 <= frac <= 1.0):
+            raise ConfigError(f"need an int num >= 1 and 0 <= frac <= 1, got num={num!r}, frac={frac!r}")
         if key is None:
             key = self.calls
             self.calls += 1
@@ -119,6 +114,13 @@ class NegativeSampler:
         return out
 
 
+def _node_ids(name: str, values) -> np.ndarray:
+    ids = int_ids(name, values)
+    if len(ids) and (ids.min() < 0 or ids.max() >= _MAX_ID):
+        raise ConfigError(f"{name}: node ids must lie in [0, 2**31); map external ids to internal ones")
+    return ids
+
+
 def _merge(sorted_unique: np.ndarray, new: np.ndarray) -> np.ndarray:
     """Insert ``new`` into a sorted unique array in O(len + new log new), not a full re-sort."""
     new = np.unique(new)
@@ -132,9 +134,10 @@ def _merge(sorted_unique: np.ndarray, new: np.ndarray) -> np.ndarray:
 def _positives_now(src: np.ndarray, dst: np.ndarray, groups) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per event, the run of ``excl`` holding the destinations of its (group, src) positives."""
     n = len(src)
-    g = np.zeros(n, np.int64) if groups is None else np.unique(np.asarray(groups), return_inverse=True)[1]
-    if len(g) != n:
-        raise ConfigError(f"groups has {len(g)} labels for {n} events")
+    labels = None if groups is None else np.asarray(groups)
+    if labels is not None and labels.shape != (n,):
+        raise ConfigError(f"groups must hold one label per event ({n}), got shape {labels.shape}")
+    g = np.zeros(n, np.int64) if labels is None else np.unique(labels, return_inverse=True)[1]
     _, cell = np.unique(np.stack([g.reshape(-1), src]), axis=1, return_inverse=True)
     cell = cell.reshape(-1)
     order = np.argsort(cell, kind="stable")
@@ -152,6 +155,12 @@ class EvalNegatives:
 
     eid: np.ndarray  # int64[n]
     neg: np.ndarray  # int64[n, N]
+
+    def __post_init__(self) -> None:
+        if self.neg.ndim != 2 or len(self.neg) != len(self.eid):
+            raise ConfigError(f"need a row of negatives per event id: {len(self.eid)} ids, {self.neg.shape}")
+        if len(np.unique(self.eid)) != len(self.eid):
+            raise ConfigError("eid must be unique: it is the key negatives are looked up by")
 
     @classmethod
     def generate(
@@ -173,9 +182,9 @@ class EvalNegatives:
 
         ``history`` is the ``(src, dst)`` of the training events. Depends only on the arguments.
         """
-        eid = _ids("eid", eid)
-        if len(np.unique(eid)) != len(eid):
-            raise ConfigError("eid must be unique: it is the key negatives are looked up by")
+        eid = int_ids("eid", eid)
+        if len(eid) != len(np.atleast_1d(src)):
+            raise ConfigError(f"eid has {len(eid)} ids for {len(np.atleast_1d(src))} events: one per event")
         sampler = NegativeSampler(dst_pool, seed=seed)
         if history is not None:
             sampler.observe(*history)
@@ -188,7 +197,7 @@ class EvalNegatives:
 
     def lookup(self, eid) -> np.ndarray:
         """``int64[len(eid), N]``: the stored negatives of these events."""
-        eid = _ids("eid", eid)
+        eid = int_ids("eid", eid)
         order = np.argsort(self.eid, kind="stable")
         pos = np.minimum(np.searchsorted(self.eid, eid, sorter=order), max(len(order) - 1, 0))
         found = order[pos] if len(order) else pos

@@ -44,6 +44,6 @@ def stream_key(seed, a):
 
 
 def key_of(seed: int, a: int) -> np.uint64:
-    """``stream_key`` for Python ints of any sign (taken modulo 2**64)."""
+    """``stream_key`` for integers of any sign and type (Python or numpy; taken modulo 2**64)."""
     m = (1 << 64) - 1
-    return np.uint64(stream_key(np.uint64(seed & m), np.uint64(a & m)))
+    return np.uint64(stream_key(np.uint64(int(seed) & m), np.uint64(int(a) & m)))

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..store import TemporalGraphStore
 from . import kernels as K
-from .types import SampledHop, SampledSubgraph
+from .types import SampledHop, SampledSubgraph, int_ids
 
 STRATEGIES = ("recent", "uniform")
 DIRECTIONS = {"both": K.BOTH, "out": K.OUT, "in": K.IN}
@@ -48,15 +48,21 @@ class SamplerConfig:
     node_features: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fanouts", tuple(int(k) for k in self.fanouts))
-        if not self.fanouts or any(k == 0 or k < -1 for k in self.fanouts):
-            raise ConfigError(f"fanouts must be a non-empty sequence of ints >= 1 or -1, got {self.fanouts}")
+        try:
+            fanouts = () if isinstance(self.fanouts, str) else tuple(self.fanouts)
+        except TypeError:  # a bare int, None
+            fanouts = ()
+        if not fanouts or not all(_is_int(k) and (k == -1 or 1 <= k < 2**31) for k in fanouts):
+            raise ConfigError(
+                f"fanouts must be a non-empty sequence of ints >= 1 (or -1: all), got {self.fanouts!r}"
+            )
+        object.__setattr__(self, "fanouts", tuple(int(k) for k in fanouts))
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.direction not in DIRECTIONS:
             raise ConfigError(f"direction must be one of {tuple(DIRECTIONS)}, got {self.direction!r}")
-        if self.window is not None and not (self.window >= 0):
-            raise ConfigError(f"window must be >= 0 (or None for no window), got {self.window}")
+        if self.window is not None and not (_is_real(self.window) and self.window >= 0):
+            raise ConfigError(f"window must be a number >= 0 (or None for no window), got {self.window!r}")
 
 
 class TemporalSampler:
@@ -78,18 +84,15 @@ class TemporalSampler:
         ``key`` names the random stream (default: the call counter, which then advances); pass a fixed
         key to make a call's uniform draws independent of the calls before it, e.g. in evaluation.
         """
-        roots = np.ascontiguousarray(roots, np.int64)
-        if roots.ndim != 1:
-            raise ConfigError(f"roots must be 1-D, got shape {roots.shape}")
-        if np.ndim(t) == 0:
-            times = np.empty(len(roots))
-            times.fill(t)
-        else:
-            times = np.array(t, np.float64)  # a copy: callers may pass read-only views
-            if times.shape != roots.shape:
-                raise ConfigError(
-                    f"t must be a scalar or one time per root ({len(roots)}), got shape {times.shape}"
-                )
+        roots = int_ids("roots", roots)
+        times = np.array(t)  # a copy: callers may pass read-only views
+        if times.dtype.kind not in "iuf" and times.size:
+            raise ConfigError(f"t must be a number or one number per root, got {times.dtype} values")
+        times = times.astype(np.float64, copy=False)
+        if times.ndim == 0:
+            times = np.full(len(roots), times)
+        elif times.shape != roots.shape:
+            raise ConfigError(f"t must be a scalar or one time per root ({len(roots)}), got {times.shape}")
         cfg = self.config
         how = self._how(cfg) + (_int64(self.calls if key is None else key),)
         store = self.store
@@ -121,6 +124,14 @@ class TemporalSampler:
             how = (DIRECTIONS[cfg.direction], window, cfg.strategy == "uniform", _int64(cfg.seed))
             self._compiled = (cfg, how)
         return self._compiled[1]
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool | np.bool_)
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, float | np.floating) or _is_int(x)
 
 
 def _int64(x: int) -> int:

@@ -7,6 +7,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..errors import ConfigError
+
+
+def int_ids(name: str, values) -> np.ndarray:
+    """``values`` as a contiguous 1-D int64 array of node or event ids; floats, bools and strings are refused
+    (a float id truncated to an int would sample some other node without a word)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind not in "iu" and arr.size:
+        example = arr.ravel()[:1].tolist()[0]
+        raise ConfigError(f"{name} must be integer ids, got {arr.dtype} values such as {example!r}")
+    if arr.ndim != 1:
+        raise ConfigError(f"{name} must be 1-D, got shape {arr.shape}")
+    return np.ascontiguousarray(arr, np.int64)
+
 
 @dataclass(slots=True)  # not frozen: a frozen init costs ~0.6 us more, a few percent of a small call
 class SampledHop:
