@@ -496,6 +496,9 @@ def decode(payload: bytes | str, content_type: str | None, where: str) -> tuple[
     invalid row of a binary batch, one carrying that row as a one-row binary batch. A JSON payload
     without a single event (empty or blank lines only) is a dead letter too.
     """
+    if payload is None:  # a Kafka tombstone, or a message without a value
+        reason = "message has no value (a tombstone?); send an encoded EventBatch"
+        return EventBatch.empty(), [DeadLetter(reason=reason, where=where, payload=b"")]
     ctype = content_type.split(";", 1)[0].strip().lower() if content_type else None
     if ctype is None:
         is_binary = not isinstance(payload, str) and bytes(payload[:4]) == MAGIC

@@ -61,10 +61,8 @@ def _as_ids(name: str, values) -> np.ndarray:
         arr = np.array(list(values), dtype=object)  # numpy would turn [1, "a"] into ["1", "a"] silently
     if arr.ndim != 1:
         raise EventValidationError(f"column '{name}' must be 1-D, got shape {arr.shape}")
-    if arr.dtype.kind in "iu":
-        if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
-            raise EventValidationError(f"column '{name}' has ids above int64 range")
-        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind in "iuf":
+        return _to_int64(name, arr, "node ids must be int or str")
     if arr.dtype.kind in "UO":
         if arr.size == 0:
             return np.empty(0, dtype=object)
@@ -77,27 +75,45 @@ def _as_ids(name: str, values) -> np.ndarray:
                 f"column '{name}' row {bad[0]}: node id must be int or str, got {type(out[bad[0]]).__name__}"
             )
         if all(isinstance(v, int | np.integer) for v in out):
-            return out.astype(np.int64)
+            try:
+                return out.astype(np.int64)
+            except OverflowError:
+                raise EventValidationError(f"column '{name}' has ids outside the int64 range") from None
         if any(isinstance(v, int | np.integer) for v in out):
             raise EventValidationError(
                 f"column '{name}' mixes int and str node ids; use one id type per stream"
             )
         return out
-    if arr.dtype.kind == "f":
-        if arr.size and not np.all(np.isfinite(arr) & (arr == np.round(arr))):
-            raise EventValidationError(
-                f"column '{name}' holds non-integer floats; node ids must be int or str"
-            )
-        return arr.astype(np.int64)
     raise EventValidationError(f"column '{name}' has dtype {arr.dtype}; node ids must be int64 or str")
 
 
+def _to_int64(name: str, arr: np.ndarray, hint: str) -> np.ndarray:
+    """An integer or integral-float column as int64: a value outside int64 is refused, never wrapped (a
+    wrapped id would name another node or event, e.g. a duplicate that is then dropped)."""
+    if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
+        raise EventValidationError(f"column '{name}' has values above the int64 range; {hint}")
+    if arr.dtype.kind == "f" and arr.size:
+        ok = np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) < 2.0**63)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise EventValidationError(
+                f"column '{name}' row {i} holds {arr[i].item()!r}: non-integer floats or values outside "
+                f"the int64 range are refused; {hint}"
+            )
+    return arr.astype(np.int64, copy=False)
+
+
 def _as_numeric(name: str, values, dtype, ndim: int) -> np.ndarray:
-    arr = np.asarray(values)
+    try:
+        arr = np.asarray(values)
+    except ValueError as exc:  # ragged rows
+        raise EventValidationError(f"column '{name}' is not a rectangular array: {exc}") from None
     if arr.ndim != ndim:
         raise EventValidationError(f"column '{name}' must be {ndim}-D, got shape {arr.shape}")
     if arr.dtype.kind not in "iufb" or arr.dtype.kind == "b":
         raise EventValidationError(f"column '{name}' must be numeric, got dtype {arr.dtype}")
+    if dtype is np.int64:
+        return _to_int64(name, arr, f"'{name}' must hold integers")
     return arr.astype(dtype, copy=False)
 
 
@@ -169,13 +185,7 @@ class EventBatch:
                 raise EventValidationError("column 'kind' out of int8 range")
             kind_a = kind_a.astype(np.int8)
         t_a = _as_numeric("t", t, np.float64, 1)
-        eid_raw = np.asarray(eid)
-        integral = (
-            np.isfinite(eid_raw) & (eid_raw == np.round(eid_raw)) if eid_raw.dtype.kind == "f" else True
-        )
-        if not np.all(integral):
-            raise EventValidationError("column 'eid' holds non-integer values")
-        eid_a = _as_numeric("eid", eid_raw, np.int64, 1)
+        eid_a = _as_numeric("eid", eid, np.int64, 1)
         w_a = None if weight is None else _as_numeric("weight", weight, np.float32, 1)
         f_a = None
         if features is not None:

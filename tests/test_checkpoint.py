@@ -96,6 +96,53 @@ def test_consistent_but_forged_content_is_refused(tmp_path):
         TemporalGraphStore.load(tmp_path)
 
 
+def forge(d, name, array):
+    """Replace one array of checkpoint ``d`` and recompute its checksum, as a deliberate forger would."""
+    np.save(d / f"{name}.npy", array)
+    manifest = json.loads((d / "manifest.json").read_text())
+    data = (d / f"{name}.npy").read_bytes()
+    manifest["arrays"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+    (d / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    "name, change",
+    [
+        ("adj_indptr", lambda a: np.r_[a[:-1], 50_000_000]),  # past the pool: the kernels read out of bounds
+        ("adj_indptr", lambda a: a[:-1]),
+        ("adj", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 1, 1 << 30, a).astype(a.dtype)),
+        ("adj", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 0, 1 << 30, a).astype(a.dtype)),
+        ("upd_node", lambda a: a[:-1]),
+        ("edge_t", lambda a: a[:-1]),
+    ],
+)
+def test_forged_structure_is_refused_before_any_kernel_reads_it(tmp_path, name, change):
+    s = TemporalGraphStore()
+    s.ingest(stream(n=300))
+    d = s.save(tmp_path)
+    forge(d, name, change(np.load(d / f"{name}.npy")))
+    with pytest.raises(CheckpointError, match="inconsistent"):
+        TemporalGraphStore.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: {**m, "arrays": {k: {"sha256": v["sha256"]} for k, v in m["arrays"].items()}},
+        lambda m: [m],
+        lambda m: {**m, "arrays": [1, 2]},
+        lambda m: {**m, "source_offsets": [1, 2]},
+    ],
+)
+def test_malformed_manifest_is_refused(tmp_path, edit):
+    s = TemporalGraphStore()
+    s.ingest(stream(n=50))
+    d = s.save(tmp_path)
+    (d / "manifest.json").write_text(json.dumps(edit(json.loads((d / "manifest.json").read_text()))))
+    with pytest.raises(CheckpointError):
+        TemporalGraphStore.load(tmp_path)
+
+
 def test_object_arrays_are_never_unpickled(tmp_path):
     s = TemporalGraphStore()
     s.ingest(stream(n=100))

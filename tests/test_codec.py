@@ -319,6 +319,10 @@ def test_decode_dispatches_and_dead_letters_bad_payloads():
     out, letters = decode(b"<xml/>", "text/xml", "w")
     assert len(out) == 0 and "unsupported content type" in letters[0].reason
 
+    for ctype in (None, CONTENT_BINARY):  # a tombstone (no value) is a dead letter, not a crash
+        out, letters = decode(None, ctype, "w")
+        assert len(out) == 0 and "no value" in letters[0].reason
+
 
 def test_decode_binary_rows_still_validated():
     batch = EventBatch.from_columns(src=[1, 2, 3], dst=[4, 5, 6], t=[1.0, float("nan"), 3.0], eid=[7, 8, 9])

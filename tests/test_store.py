@@ -127,6 +127,41 @@ def test_content_independent_of_batch_boundaries(rows, cuts):
     assert whole.content_hash() == pieces.content_hash()
 
 
+def test_same_content_whatever_the_arrival_order_of_event_ids(tmp_path):
+    """The seen-id set is saved and hashed in one form, wherever ids sit in memory (bitmap or outliers:
+    that depends on the order they came in and on a restore mid-stream), and -0.0 and 0.0 are one
+    watermark."""
+
+    def edges(eids, t=None):
+        n = len(eids)
+        t = np.zeros(n) if t is None else np.asarray(t, float)
+        return EventBatch.from_columns(src=np.zeros(n, np.int64), dst=np.ones(n, np.int64), t=t, eid=eids)
+
+    late_big = TemporalGraphStore()
+    late_big.ingest(edges([600_000]))  # beyond the bitmap while the set is small: an outlier
+    late_big.ingest(edges(list(range(300_001))))
+    at_once = TemporalGraphStore()
+    at_once.ingest(edges([600_000, *range(300_001)]))
+    assert late_big.content_hash() == at_once.content_hash()
+
+    run = TemporalGraphStore()
+    run.ingest(edges([*range(40_001), 530_000]))
+    run.save(tmp_path)
+    restored = TemporalGraphStore.load(tmp_path)
+    for store in (run, restored):
+        store.ingest(edges([700_000]))
+    assert restored.content_hash() == run.content_hash()
+    assert restored.ingest(edges([700_000, 530_000, 5, -3])).duplicates == 3
+
+    for times in ([0.0, -0.0], [-0.0, 0.0]):
+        whole, parts = TemporalGraphStore(), TemporalGraphStore()
+        whole.ingest(edges([1, 2], times))
+        parts.ingest(edges([1], times[:1]))
+        parts.ingest(edges([2], times[1:]))
+        assert whole.content_hash() == parts.content_hash()
+        assert math.copysign(1.0, whole.watermark) == 1.0
+
+
 def general_path_only(store: TemporalGraphStore) -> TemporalGraphStore:
     store._screen = lambda batch: None
     return store
@@ -309,6 +344,23 @@ def test_string_ids_round_trip():
     ]
     with pytest.raises(UnknownNodeError, match="dave"):
         s.node_index(["dave"])
+
+
+def test_queries_with_odd_ids_never_name_another_node():
+    s = TemporalGraphStore()
+    s.ingest(batch([(0, -1, 7, 0.0, 0)], features=[[1.0]]))
+    assert s.node_index([2**64 - 1], strict=False).tolist() == [-1]  # would wrap onto node -1
+    assert s.node_index(np.array([7.0, 7.5]), strict=False).tolist() == [1, -1]  # 7.0 is 7, as at ingest
+    with pytest.raises(UnknownNodeError):
+        s.neighbors(2**64 - 1)
+    with pytest.raises(ConfigError, match="1-D"):
+        s.node_index([[7]])
+    assert s.edge_features([0]).tolist() == [[1.0]]
+    for bad in ([-1], [1], [0.0]):  # -1 would read the last (spare) row, 1 one past the edges
+        with pytest.raises(ConfigError, match="edge ids"):
+            s.edge_features(bad)
+    with pytest.raises(EventValidationError, match="num_partitions"):
+        StoreConfig(num_partitions=2.5)
 
 
 def test_node_features_are_versioned_by_time():

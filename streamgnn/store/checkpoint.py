@@ -108,6 +108,8 @@ def read_checkpoint(root: Path, version: int | None = None) -> tuple[dict, dict[
         manifest = json.loads((d / "manifest.json").read_text())
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"checkpoint {d} has no readable manifest ({exc}).{hint}") from exc
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("arrays", {}), dict):
+        raise CheckpointError(f"checkpoint {d}: the manifest is not a JSON object of arrays.{hint}")
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint {d} is format {manifest.get('format')!r} v{manifest.get('format_version')!r}; "
@@ -120,10 +122,11 @@ def read_checkpoint(root: Path, version: int | None = None) -> tuple[dict, dict[
             data = path.read_bytes()
         except OSError as exc:
             raise CheckpointError(f"checkpoint {d} lacks array {key!r} ({exc}).{hint}") from exc
-        if len(data) != meta["bytes"] or hashlib.sha256(data).hexdigest() != meta["sha256"]:
+        meta = meta if isinstance(meta, dict) else {}
+        if len(data) != meta.get("bytes") or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
             raise CheckpointError(
                 f"checkpoint {d}: array {key!r} is truncated or altered (size {len(data)} vs "
-                f"{meta['bytes']}, checksum mismatch).{hint}"
+                f"{meta.get('bytes')}, checksum mismatch).{hint}"
             )
         try:
             arrays[key] = np.load(io.BytesIO(data), allow_pickle=False)
@@ -197,11 +200,42 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         c[K.USED], c[K.UUSED] = len(store.pool), len(store.upool)
         c[K.EDGES], c[K.UPDATES], c[K.DELETIONS] = len(store.edge_t), len(store.upd_t), len(store.del_t)
         store.source_offsets = {str(k): int(v) for k, v in manifest.get("source_offsets", {}).items()}
-    except (KeyError, ValueError, TypeError) as exc:
+        _check_structure(store, a)
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise CheckpointError(f"checkpoint under {root} is inconsistent: {exc!r}") from exc
     if store.content_hash() != manifest.get("content_hash"):
         raise CheckpointError(f"checkpoint under {root} does not reproduce its content hash; refusing it")
     return store
+
+
+def _check_structure(store, a: dict[str, np.ndarray]) -> None:
+    """Raise ValueError unless every index in the arrays points inside what it indexes: the kernels that
+    rebuild and hash the store do no bounds checks, so a forged checkpoint must stop here, not crash them."""
+    n, e, u = store.num_nodes, len(store.edge_t), len(store.upd_t)
+
+    def need(ok, what: str) -> None:
+        if not ok:
+            raise ValueError(f"{what} ({n} nodes, {e} edges, {u} node updates)")
+
+    for name, ptr, rows in (
+        ("adj", a["adj_indptr"], len(store.pool)),
+        ("upd_adj", a["upd_indptr"], len(store.upool)),
+    ):
+        need(ptr.ndim == 1 and len(ptr) == n + 1, f"{name}: its indptr must hold one entry per node plus one")
+        need(ptr[0] == 0 and ptr[-1] == rows and (np.diff(ptr) >= 0).all(), f"{name}: indptr is not a CSR")
+    codes = store.pool[:, 1].astype(np.int64)
+    need((store.pool[:, 0] >= 0).all() and (store.pool[:, 0] < n).all(), "adj: a neighbor is not a node")
+    need(
+        ((codes >= 0) & (codes < e) | (codes < 0) & (-codes - 1 < e)).all(), "adj: an edge id is out of range"
+    )
+    need(((store.upool[:, 1] >= 0) & (store.upool[:, 1] < u)).all(), "upd_adj: an update id is out of range")
+    need(len(store.partition) == n and len(store.upd_node) == u, "partition or upd_node has the wrong length")
+    need(((store.upd_node >= 0) & (store.upd_node < n)).all(), "upd_node: a node id is out of range")
+    need(len(store.edge_del) in (0, e), "edge_del must be empty or hold one time per edge")
+    d = len(store.del_t)
+    need(len(store.del_src) == d and len(store.del_dst) == d, "the deletion log's columns differ in length")
+    for col, rows in (("edge_weight", e), ("edge_feat", e), ("node_feat", u)):
+        need(getattr(store, col) is None or len(getattr(store, col)) == rows, f"{col} has the wrong length")
 
 
 def _blocks(indptr: np.ndarray, adj: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

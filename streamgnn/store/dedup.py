@@ -107,10 +107,22 @@ class SeenIds:
         return self.bits.nbytes + 72 * len(self.outliers)
 
     def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Bitmap trimmed after its last set byte (so equal sets give equal arrays) and sorted outliers."""
-        nz = np.flatnonzero(self.bits)
+        """The set in a canonical form: a bitmap of the ids in ``[0, cut)``, trimmed after its last set byte,
+        and the other ids sorted, where ``cut`` depends only on the set's size. Where an id lives in memory
+        depends on the order ids came in (the bitmap grows with the count), so equal sets could otherwise
+        give different bytes (batch boundaries, a checkpoint restored mid-stream)."""
+        cut = max(MIN_BYTES, MAX_BYTES_PER_EVENT * self.count)
+        bits = np.zeros(cut, np.uint8)
+        n = min(cut, len(self.bits))
+        bits[:n] = self.bits[:n]
+        beyond = np.flatnonzero(np.unpackbits(self.bits[n:], bitorder="little")) + 8 * n
+        rest = [e for e in self.outliers if not 0 <= e < 8 * cut]
+        for e in self.outliers:
+            if 0 <= e < 8 * cut:
+                bits[e >> 3] |= np.uint8(1 << (e & 7))
+        nz = np.flatnonzero(bits)
         end = int(nz[-1]) + 1 if len(nz) else 0
-        return self.bits[:end].copy(), np.array(sorted(self.outliers), dtype=np.int64)
+        return bits[:end], np.array(sorted(rest + beyond.tolist()), dtype=np.int64)
 
     @classmethod
     def from_arrays(cls, bits: np.ndarray, outliers: np.ndarray) -> SeenIds:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import EventValidationError, UnknownNodeError
+from ..errors import ConfigError, EventValidationError, UnknownNodeError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..partition import hash_partition
 from . import kernels as K
@@ -39,8 +39,8 @@ class StoreConfig:
     allowed_lateness: float = math.inf
 
     def __post_init__(self) -> None:
-        if self.num_partitions < 1:
-            raise EventValidationError(f"num_partitions must be >= 1, got {self.num_partitions}")
+        if not isinstance(self.num_partitions, int | np.integer) or self.num_partitions < 1:
+            raise EventValidationError(f"num_partitions must be an int >= 1, got {self.num_partitions!r}")
         if not (self.allowed_lateness >= 0):
             raise EventValidationError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
 
@@ -221,7 +221,7 @@ class TemporalGraphStore:
             if too_late.any():
                 ev, orig, late = ev.take(~too_late), orig[~too_late], late[~too_late]
             if len(ev):
-                self.watermark = max(self.watermark, float(ev.t.max()))
+                self.watermark = self._advance(float(ev.t.max()))
             n_late = int(late.sum())
         src, dst = self._map_ids(ev)
         counts = np.bincount(ev.kind.astype(np.intp, copy=False), minlength=3)
@@ -271,8 +271,13 @@ class TemporalGraphStore:
         )
         if not clean or not self.seen.mark_new(batch.eid):
             return None
-        self.watermark = max(self.watermark, float(batch.t.max()))  # as the general path (-0.0 and 0.0 too)
+        self.watermark = self._advance(float(batch.t.max()))
         return late, int(n_late)
+
+    def _advance(self, newest: float) -> float:
+        """The watermark after a batch whose newest time is ``newest``; +0.0 for a zero of either sign, so
+        the store's bytes do not depend on which zero came first or on the batch boundaries."""
+        return max(self.watermark, newest) + 0.0
 
     def _reject_stream_mismatch(self, ev: EventBatch) -> str | None:
         kind = "str" if ev.string_ids else "int"
@@ -423,6 +428,8 @@ class TemporalGraphStore:
         arr = np.asarray(ext_ids, dtype=object if self.ids.kind == "str" else None)
         if arr.ndim == 0:
             arr = arr.reshape(1)
+        if arr.ndim != 1:
+            raise ConfigError(f"node ids must be a scalar or 1-D, got shape {arr.shape}")
         got = self.ids.lookup(arr)
         if strict and (got < 0).any():
             bad = arr[got < 0][:5].tolist()
@@ -524,7 +531,13 @@ class TemporalGraphStore:
         return self.node_features_internal(self.node_index(nodes), t)
 
     def edge_features(self, eids: np.ndarray) -> np.ndarray | None:
-        return None if self.edge_feat is None else self.edge_feat[np.asarray(eids, np.int64)]
+        """Feature rows of internal edge ids (as samplers return them); None if the stream has none."""
+        if self.edge_feat is None:
+            return None
+        eids = np.asarray(eids)
+        if eids.size and (eids.dtype.kind not in "iu" or eids.min() < 0 or eids.max() >= self.num_edges):
+            raise ConfigError(f"edge ids must be ints in [0, {self.num_edges}): the store's internal ids")
+        return self.edge_feat[eids.astype(np.int64, copy=False)]
 
     # ------------------------------------------------------------------ partitions
     def partition_sizes(self) -> np.ndarray:

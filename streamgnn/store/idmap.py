@@ -180,9 +180,19 @@ class NodeIdMap:
         if self.kind is None:
             return np.full(len(np.asarray(ids, dtype=object).reshape(-1)), -1, np.int64)
         ids = np.asarray(ids, dtype=object if self.kind == "str" else None)
-        if self.kind == "int" and ids.dtype.kind not in "iu":
+        if self.kind == "str":
+            return self.map(ids.astype(object), insert=False)
+        if ids.dtype.kind not in "iuf":
             return np.full(len(ids), -1, np.int64)
-        return self.map(ids.astype(object) if self.kind == "str" else ids.astype(np.int64), insert=False)
+        if ids.dtype.kind == "u":  # beyond int64: no stored id, and a cast would wrap onto one
+            ok = ids <= np.iinfo(np.int64).max
+        elif ids.dtype.kind == "f":  # integral floats name ints, as ingest reads them
+            ok = np.isfinite(ids) & (ids == np.round(ids)) & (np.abs(ids) < 2.0**63)
+        else:
+            return self.map(ids.astype(np.int64, copy=False), insert=False)
+        out = self.map(np.where(ok, ids, 0).astype(np.int64), insert=False)
+        out[~ok] = -1
+        return out
 
     def external(self, internal) -> np.ndarray:
         internal = np.asarray(internal, dtype=np.int64)
