@@ -1463,6 +1463,8 @@ def _load_events(name_or_path: str | Path) -> EventBatch:
     """A shared dataset by name, or a file of JSON lines (``.jsonl``/``.json``) or one binary batch."""
     path = Path(name_or_path)
     if not path.is_file():
+        if path.suffix or len(path.parts) > 1:  # meant as a file, not a dataset name
+            raise ConfigError(f"no events file at {path}; give an existing .jsonl/.json or binary batch file")
         from ..datasets import load
 
         return load(str(name_or_path))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
@@ -35,10 +36,15 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per process")
     ap.add_argument("--out", default="out/train_file", help="folder for metrics.png and summary.json")
-    ap.add_argument("--checkpoint-dir", default="out/train_file/checkpoints")
+    ap.add_argument(
+        "--checkpoint-dir", default=None, help="default: out/train_file/<dataset or file name>/checkpoints"
+    )
     ap.add_argument("--checkpoint-every", type=int, default=100, help="batches between checkpoints")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    # one folder per source: resuming one dataset's checkpoint on another would mix their graphs
+    name = Path(args.csv).stem if args.csv else args.dataset
+    checkpoint_dir = args.checkpoint_dir or f"out/train_file/{name}/checkpoints"
 
     if args.csv:
         columns = [None if c == "-" else c for c in args.columns.split(",")]
@@ -50,7 +56,7 @@ def main() -> None:
         batch_size=args.batch_size,
         lr=args.lr,
         device=args.device,
-        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_dir=checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
     )
     result = run_online(

@@ -37,8 +37,9 @@ def main() -> None:
     ap.add_argument("--idle-timeout", type=float, default=10.0, help="stop after this long without data")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="out/train_kafka")
-    ap.add_argument("--checkpoint-dir", default="out/train_kafka/checkpoints")
+    ap.add_argument("--checkpoint-dir", default=None, help="default: out/train_kafka/<topic>/checkpoints")
     args = ap.parse_args()
+    checkpoint_dir = args.checkpoint_dir or f"out/train_kafka/{args.topic}/checkpoints"
     torch.set_num_threads(args.threads)
 
     with contextlib.ExitStack() as stack:
@@ -53,12 +54,12 @@ def main() -> None:
         sink = stack.enter_context(KafkaSink(bootstrap, embeddings_topic=embeddings_topic, fmt="binary"))
         config = TrainConfig(
             model=TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10),
-            checkpoint_dir=args.checkpoint_dir,
+            checkpoint_dir=checkpoint_dir,
             checkpoint_every=100,
             publish_every=20,
         )
-        if (Path(args.checkpoint_dir) / "LATEST").exists():
-            trainer = OnlineTrainer.resume(args.checkpoint_dir, config=config, sink=sink)
+        if (Path(checkpoint_dir) / "LATEST").exists():
+            trainer = OnlineTrainer.resume(checkpoint_dir, config=config, sink=sink)
             print(f"resumed at {trainer.position:,} events, offsets {trainer.store.source_offsets}")
         else:
             trainer = OnlineTrainer(config, sink=sink)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
 from pathlib import Path
 
+from . import datasets
 from .connectors.broker import LocalBroker
 from .connectors.kafka import KafkaSource, create_topic, produce_dataset
 from .connectors.sink import KafkaSink
@@ -34,8 +36,11 @@ def _count_published(bootstrap: str, topic: str) -> int:
 
 
 def run_demo(events: int | None, out: str, dataset: str = "jodie_wikipedia", quiet: bool = False) -> int:
+    datasets.info(dataset)  # an unknown name fails here, before a broker starts
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # Every demo is a fresh run against a fresh broker: an earlier run's checkpoints would not match it.
+    shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
     topic, embeddings_topic = "events", "embeddings"
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:

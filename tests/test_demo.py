@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from streamgnn.cli import main
 
 
@@ -14,3 +16,19 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     png = (tmp_path / "metrics.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert "online AP" in capsys.readouterr().out
+
+
+def test_cli_reports_mistakes_without_a_traceback(tmp_path, capsys):
+    assert main(["demo", "--dataset", "nope", "--out", str(tmp_path)]) == 2
+    assert "unknown dataset 'nope'" in capsys.readouterr().err
+    missing = str(tmp_path / "events.jsonl")
+    assert main(["produce", missing, "--bootstrap", "127.0.0.1:1", "--topic", "t"]) == 2
+    assert "no events file" in capsys.readouterr().err
+    for bad in (
+        ["demo", "--events", "-5"],
+        ["produce", "x", "--bootstrap", "b", "--topic", "t", "--partitions", "0"],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(bad)
+        assert exit_.value.code == 2
+        assert "must be a positive integer" in capsys.readouterr().err

@@ -46,7 +46,7 @@ def test_file_example_trains_data_parallel_under_torchrun(tmp_path):
     )  # fmt: skip
     summary = json.loads((tmp_path / "out/train_file/summary.json").read_text())
     assert summary["events"] == 2000 and 0.5 < summary["metrics"]["ap"] <= 1.0
-    assert (tmp_path / "out/train_file/checkpoints/LATEST").exists()
+    assert (tmp_path / "out/train_file/jodie_wikipedia/checkpoints/LATEST").exists()
     assert out.count("2,000 events in") == 1  # rank 0 reports, rank 1 stays quiet
 
 

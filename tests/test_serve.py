@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from streamgnn.errors import UnknownNodeError
+from streamgnn.errors import ConfigError, UnknownNodeError
 from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
 from streamgnn.serve import EmbeddingTable, LatencyTracker
@@ -84,6 +84,30 @@ def test_publish_sends_changed_rows_once_and_retries_after_a_failure():
     np.testing.assert_array_equal(ids2, [2])
     np.testing.assert_array_equal(vectors2, [[5.0, 5.0, 5.0]])
     assert (t2, t4, ids4.tolist()) == (2.0, 3.0, [4])
+
+
+def test_a_row_rewritten_while_the_sink_works_goes_out_again():
+    """Same stream time, new vector (the watermark did not move): the newer row must still be published."""
+    table = EmbeddingTable(dim=2)
+    table.update(np.array([1]), [[1.0, 1.0]], t=10.0)
+
+    class RewritingSink(FlakySink):
+        def publish_embeddings(self, node_ids, embeddings, t=None) -> int:
+            if not self.calls:  # the trainer refreshes node 1 while the first publish is in flight
+                table.update(np.array([1]), [[2.0, 2.0]], t=10.0)
+            return super().publish_embeddings(node_ids, embeddings, t)
+
+    sink = RewritingSink()
+    assert [table.publish(sink), table.publish(sink), table.publish(sink)] == [1, 1, 0]
+    assert [c[1].tolist() for c in sink.calls] == [[[1.0, 1.0]], [[2.0, 2.0]]]
+
+
+def test_plain_lists_of_string_ids_work_and_mixed_kinds_are_refused():
+    table = EmbeddingTable(dim=2)
+    table.update(["a", "b"], np.eye(2), t=1.0)
+    np.testing.assert_array_equal(table.embeddings(["b"]), [[0.0, 1.0]])
+    with pytest.raises(ConfigError):
+        table.update([3], np.eye(2)[:1], t=2.0)
 
 
 def test_latency_percentiles_weight_each_batch_by_its_events():

@@ -136,3 +136,22 @@ def test_sigkill_at_a_random_batch_then_resume_matches_an_uninterrupted_run(tmp_
 
 if __name__ == "__main__":
     worker(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))
+
+
+def test_a_rerun_into_the_same_folder_never_loses_its_latest_checkpoint(tmp_path: Path):
+    """Steps of an abandoned, longer run go when a new run saves an earlier step: LATEST always exists."""
+    from streamgnn.store import TemporalGraphStore
+    from streamgnn.train import checkpoint
+
+    store = TemporalGraphStore()
+    for step in (6, 12):  # the first run
+        checkpoint.save(
+            tmp_path, step, store, {}, {"step": step}, {"store_hash": store.content_hash()}, keep=2
+        )
+    for step in (1, 2):  # a rerun from scratch
+        checkpoint.save(
+            tmp_path, step, store, {}, {"step": step}, {"store_hash": store.content_hash()}, keep=2
+        )
+        assert (tmp_path / (tmp_path / "LATEST").read_text()).is_dir()
+    assert [p.name for p in checkpoint.step_dirs(tmp_path)] == ["step-000000001", "step-000000002"]
+    assert checkpoint.load(tmp_path).state == {"step": 2}

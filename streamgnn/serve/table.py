@@ -38,7 +38,8 @@ class EmbeddingTable:
         self._ids = NodeIdMap()
         self._vectors = np.zeros((0, dim), np.float32)
         self._time = np.zeros(0, np.float64)
-        self._dirty = np.zeros(0, bool)
+        self._version = np.zeros(0, np.int64)  # bumped by every write; 0: never written
+        self._sent = np.zeros(0, np.int64)  # the version a sink last took
 
     def __len__(self) -> int:
         return self._ids.size
@@ -46,26 +47,31 @@ class EmbeddingTable:
     def update(self, node_ids, vectors, t: float) -> None:
         """Set the rows of ``node_ids`` (external ids, unique) to ``vectors [n, dim]``, computed at ``t``."""
         node_ids = np.asarray(node_ids)
+        if node_ids.dtype.kind in "US":  # a plain list of strings: numpy makes it fixed-width text
+            node_ids = node_ids.astype(object)
         vectors = np.asarray(vectors, np.float32)
         if vectors.shape != (len(node_ids), self.dim):
             raise ConfigError(f"expected vectors of shape ({len(node_ids)}, {self.dim}), got {vectors.shape}")
         with self._lock:
-            rows = self._ids.map(node_ids)
+            try:
+                rows = self._ids.map(node_ids)
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"node ids must be ints or strs, one kind per table: {exc}") from None
             if self._ids.size > len(self._vectors):
                 self._grow(self._ids.size)
             self._vectors[rows] = vectors
             self._time[rows] = t
-            self._dirty[rows] = True
+            self._version[rows] += 1
 
     def _grow(self, n: int) -> None:
         cap = max(n, 2 * len(self._vectors), 1024)
         vectors = np.zeros((cap, self.dim), np.float32)
         vectors[: len(self._vectors)] = self._vectors
-        time = np.zeros(cap, np.float64)
-        time[: len(self._time)] = self._time
-        dirty = np.zeros(cap, bool)
-        dirty[: len(self._dirty)] = self._dirty
-        self._vectors, self._time, self._dirty = vectors, time, dirty
+        self._vectors = vectors
+        self._time, self._version, self._sent = (
+            np.concatenate([a, np.zeros(cap - len(a), a.dtype)])
+            for a in (self._time, self._version, self._sent)
+        )
 
     def _rows(self, node_ids) -> np.ndarray:
         ids = np.asarray(node_ids)
@@ -88,16 +94,18 @@ class EmbeddingTable:
 
     def publish(self, sink: EmbeddingSink) -> int:
         """Send the rows changed since the last successful publish, one call per computation time; returns
-        how many rows were sent. Rows stay marked changed until the sink took them, so a failure retries."""
+        how many rows were sent. A row counts as sent at the version the sink took: a failure retries it,
+        and a row rewritten while the sink worked goes out again next time (even at the same time)."""
         with self._lock:
-            rows = np.flatnonzero(self._dirty[: self._ids.size])
+            n = self._ids.size
+            rows = np.flatnonzero(self._version[:n] != self._sent[:n])
             ids = self._ids.external(rows)
             vectors = self._vectors[rows].copy()
             stamp = self._time[rows].copy()
+            version = self._version[rows].copy()
         for t in np.unique(stamp):
             at = stamp == t
             sink.publish_embeddings(ids[at], vectors[at], float(t))
             with self._lock:
-                sent = rows[at]
-                self._dirty[sent[self._time[sent] == t]] = False
+                self._sent[rows[at]] = version[at]
         return len(rows)

@@ -78,7 +78,12 @@ def save(
         os.fsync(f.fileno())
     os.replace(latest_tmp, root / "LATEST")
     fsync_dir(root)
-    for old in step_dirs(root)[:-keep]:
+    steps = step_dirs(root)
+    # Steps after this one belong to an abandoned run (a rerun from scratch into the same folder): drop
+    # them, so the newest ``keep`` are this run's and LATEST always names one that is kept.
+    later = [p for p in steps if int(_STEP_DIR.match(p.name).group(1)) > step]
+    mine = [p for p in steps if p not in later]
+    for old in later + mine[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
