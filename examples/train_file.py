@@ -30,6 +30,8 @@ def main() -> None:
     ap.add_argument("--dataset", default="jodie_wikipedia", help="a shipped dataset (streamgnn datasets)")
     ap.add_argument("--csv", default=None, help="read this delimited file instead of a dataset")
     ap.add_argument("--columns", default="src,dst,t", help="CSV columns in file order ('-' skips one)")
+    ap.add_argument("--header", action="store_true", help="the CSV's first row names its columns")
+    ap.add_argument("--delimiter", default=",", help="CSV delimiter; 'space' splits on runs of whitespace")
     ap.add_argument("--events", type=int, default=None, help="stop after this many events")
     ap.add_argument("--batch-size", type=int, default=200)
     ap.add_argument("--lr", type=float, default=1e-4)
@@ -48,7 +50,11 @@ def main() -> None:
 
     if args.csv:
         columns = [None if c == "-" else c for c in args.columns.split(",")]
-        source, total = CsvSource(args.csv, columns=columns, batch_size=args.batch_size), None
+        delimiter = None if args.delimiter == "space" else args.delimiter
+        source = CsvSource(
+            args.csv, columns=columns, delimiter=delimiter, header=args.header, batch_size=args.batch_size
+        )
+        total = None
     else:
         source, total = DatasetSource(args.dataset, batch_size=args.batch_size), info(args.dataset).rows
     config = TrainConfig(

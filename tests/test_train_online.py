@@ -247,3 +247,19 @@ def test_resume_checkpoints_into_the_folder_it_was_loaded_from(tmp_path):
     resumed.fit(stream(300).split(50), progress=False)
     assert not old.exists() and resumed.store.num_edges == 300
     assert OnlineTrainer.resume(new).position == 300
+
+
+def test_rows_a_file_source_could_not_parse_count_as_dead_letters(tmp_path):
+    """The result's dead letters include the source's own (an undeclared header, a malformed row), not only
+    the store's (a delete naming a node never seen)."""
+    from streamgnn.connectors.files import CsvSource
+
+    rows = ["src,dst,t,eid,kind"] + [f"{i % 7},{10 + i % 5},{i},{i},0" for i in range(300)]
+    rows[100] = "3,oops,99"
+    rows.append("1,999,400,300,1")
+    path = tmp_path / "events.csv"
+    path.write_text("\n".join(rows) + "\n")
+    source = CsvSource(path, columns=("src", "dst", "t", "eid", "kind"), batch_size=60)
+    result = OnlineTrainer(config()).fit(source, progress=False)
+    assert result.events == 300 and len(source.dead_letters) == 2
+    assert result.dead_letters == 3

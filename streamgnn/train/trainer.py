@@ -485,8 +485,10 @@ class OnlineTrainer:
             disable=not (progress and self.dist.is_main),
         )  # fmt: skip
         cut_short = False  # stopped inside a source batch: its offsets would claim unprocessed events
+        batches = iter(source)  # (a file source starts its pass's dead-letter list here)
+        letters_before = _source_dead_letters(source)
         try:
-            for raw in source:
+            for raw in batches:
                 arrival = time.perf_counter()
                 cut = min(skip, len(raw))
                 skip -= cut
@@ -513,6 +515,7 @@ class OnlineTrainer:
                     saved, last_ckpt = self.save_checkpoint(positions()), self.steps
         finally:
             bar.close()
+            self.dead_letter_count += _source_dead_letters(source) - letters_before
         if cfg.checkpoint_every and self.steps > last_ckpt and not (positions is not None and cut_short):
             saved = self.save_checkpoint(None if positions is None else positions())
         if self._touched or self._waiting:
@@ -622,3 +625,12 @@ class OnlineTrainer:
         if trainer.table is not None:
             trainer.refresh(np.arange(trainer.store.num_nodes))
         return trainer
+
+
+def _source_dead_letters(source) -> int:
+    """Dead letters a source made itself (rows it could not parse or decode): file sources list this
+    pass's, the Kafka source counts them in ``stats``. ``OnlineResult.dead_letters`` adds the store's."""
+    letters = getattr(source, "dead_letters", None)
+    if isinstance(letters, list):
+        return len(letters)
+    return int(getattr(getattr(source, "stats", None), "dead_letters", 0))
