@@ -186,8 +186,10 @@ def _parse_all(lines: list[str]) -> list[object] | None:
 
     Lines are joined with ``\\n,null,``: a string cannot run across the raw newline (strict JSON), and a
     line that is not exactly one JSON value shifts the ``null`` sentinels, so the bulk result is used only
-    when it lines up with the lines. Fooling this takes a line that spells out the sentinel itself, which
-    can smuggle in no event its sender could not have sent as a valid line anyway.
+    when it lines up with the lines and every line gave an object (events are objects; a line that gave
+    anything else sends all lines down the careful path, so its reason and line number are right). Fooling
+    this takes lines that leave a container open and spell out the sentinel themselves: a sender can only
+    garble its own message that way, never another's.
     """
     try:
         parsed = _loads("[" + "\n,null,".join(lines) + "]")
@@ -195,7 +197,8 @@ def _parse_all(lines: list[str]) -> list[object] | None:
         return None
     if len(parsed) != 2 * len(lines) - 1 or parsed[1::2].count(None) != len(lines) - 1:
         return None
-    return parsed[::2]
+    events = parsed[::2]
+    return events if all(type(e) is dict for e in events) else None
 
 
 def _parse_one(line: str) -> object:

@@ -233,6 +233,16 @@ def test_lines_that_only_parse_when_joined_are_all_dead():
     assert all(d.reason.startswith("invalid JSON") for d in letters)
 
 
+def test_a_valid_line_between_glued_ones_is_decoded_not_blamed():
+    # The bulk parse lines up ([1 ... 2], 1, event) but line 2's own event would be blamed as "not an
+    # object" and line 3 accepted: any line that is not an object sends the message down the careful path.
+    e1, e3 = '{"src":1,"dst":2,"t":1,"eid":1}', '{"src":5,"dst":6,"t":3,"eid":3}'
+    batch, letters = decode_json_lines("\n".join(["[1", e1, "2],null,1,null," + e3]))
+    assert batch.eid.tolist() == [1]
+    assert [d.where for d in letters] == ["json:line 1", "json:line 3"]
+    assert all(d.reason.startswith("invalid JSON") for d in letters)
+
+
 def test_string_cannot_span_lines():
     batch, letters = decode_json_lines('{"src": "a", "dst": "b", "t": 0, "eid": 0, "s": "\n"}')
     assert len(batch) == 0
