@@ -8,6 +8,7 @@ embeddings published to a compacted topic and read back; a PNG plot and a JSON s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import shutil
 import time
@@ -76,14 +77,14 @@ def run_demo(events: int | None, out: str, dataset: str = "jodie_wikipedia", qui
         sink.flush()
         published = _count_published(broker.bootstrap, embeddings_topic)
         plot = plot_windows(result.windows, out_dir / "metrics.png")
-        write_summary(result, out_dir / "summary.json")
+        result = dataclasses.replace(result, plot_path=plot, summary_path=out_dir / "summary.json")
+        write_summary(result, result.summary_path)
     summary = json.loads((out_dir / "summary.json").read_text())
     summary.update(
         dataset=dataset,
         broker="tansu (local, stopped)",
         nodes_with_published_embeddings=published,
         wall_seconds=time.perf_counter() - started,
-        plot=str(plot),
     )
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     m = result.metrics

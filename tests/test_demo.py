@@ -13,6 +13,8 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert summary["events"] == 1200
     assert summary["nodes_with_published_embeddings"] > 0
     assert 0.0 <= summary["metrics"]["ap"] <= 1.0
+    assert summary["plot_path"] == str(tmp_path / "metrics.png")
+    assert summary["summary_path"] == str(tmp_path / "summary.json")
     png = (tmp_path / "metrics.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert "online AP" in capsys.readouterr().out

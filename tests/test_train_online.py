@@ -176,8 +176,15 @@ def test_consecutive_fits_and_replays_after_reset_learn_every_event():
     first = trainer.fit(events[:150].split(50), progress=False)
     second = trainer.fit(events[150:].split(50), progress=False)
     assert (first.events, second.events) == (150, 150) and trainer.store.num_edges == 300
+    served = trainer.table.updated_at(trainer.store.external_ids(np.arange(trainer.store.num_nodes)))
+    assert len(trainer.table) == trainer.store.num_nodes and served.max() >= events.t[-1]
     trainer.reset_stream()
-    assert trainer.fit(events.split(50), progress=False).events == 300 and trainer.store.num_edges == 300
+    assert len(trainer.table) == 0  # the old pass's rows are not served as current
+    assert trainer.fit(events[:100].split(50), progress=False).events == 100
+    assert len(trainer.table) == trainer.store.num_nodes
+    assert trainer.table.updated_at(trainer.store.external_ids([0])).max() < events.t[100]
+    assert trainer.fit(events[100:].split(50), progress=False).events == 200
+    assert trainer.store.num_edges == 300
 
 
 def test_feature_models_run_before_the_store_has_features():

@@ -35,14 +35,19 @@ class EmbeddingTable:
             raise ConfigError(f"embedding dim must be >= 1, got {dim}")
         self.dim = dim
         self._lock = threading.Lock()
-        self._ids = NodeIdMap()
-        self._vectors = np.zeros((0, dim), np.float32)
-        self._time = np.zeros(0, np.float64)
-        self._version = np.zeros(0, np.int64)  # bumped by every write; 0: never written
-        self._sent = np.zeros(0, np.int64)  # the version a sink last took
+        self.clear()
 
     def __len__(self) -> int:
         return self._ids.size
+
+    def clear(self) -> None:
+        """Forget every row (a new pass over the stream starts); readers then get ``UnknownNodeError``."""
+        with self._lock:
+            self._ids = NodeIdMap()
+            self._vectors = np.zeros((0, self.dim), np.float32)
+            self._time = np.zeros(0, np.float64)
+            self._version = np.zeros(0, np.int64)  # bumped by every write; 0: never written
+            self._sent = np.zeros(0, np.int64)  # the version a sink last took
 
     def update(self, node_ids, vectors, t: float) -> None:
         """Set the rows of ``node_ids`` (external ids, unique) to ``vectors [n, dim]``, computed at ``t``."""

@@ -542,6 +542,11 @@ class OnlineTrainer:
         self._rebuild_negatives()
         self._check_feature_widths()
         self.position = 0
+        self._touched, self._waiting = [], []  # node ids of the old store
+        if self.table is not None:  # the old pass's rows would be served as current
+            self.table.clear()
+            if self.store.num_nodes:
+                self.refresh(np.arange(self.store.num_nodes))
 
     def _due(self, last: int) -> bool:
         every = self.config.checkpoint_every
