@@ -104,20 +104,36 @@ def _lockstep(rows, edge_t, base, lo, hi, ts, back, a, b):
     """For roots ``a..b``: the first position in ``[lo[i], hi[i])`` of the block at ``base[i]`` whose edge
     time is >= ``ts[i] - back``, left in both ``lo[i]`` and ``hi[i]``.
 
-    All roots' binary searches advance one level per sweep: each probe (a pool row, then that edge's
-    time) is a dependent pair of cache misses, but the probes of different roots are independent.
+    All roots' binary searches advance one level per sweep, and a sweep runs in stages (prefetch every
+    probed row, then every probed edge's time, then compare), so each root's pair of dependent misses
+    overlaps with every other root's; roots whose search has ended leave the sweeps.
     """
-    active = True
-    while active:
-        active = False
-        for i in range(a, b):
+    m = b - a
+    act = np.empty(m, np.int64)  # the roots still searching, compacted after each sweep
+    na = 0
+    for i in range(a, b):
+        if lo[i] < hi[i]:
+            act[na] = i
+            na += 1
+    while na:
+        for q in range(na):
+            i = act[q]
+            _prefetch(rows, base[i] + ((lo[i] + hi[i]) >> 1))
+        for q in range(na):
+            i = act[q]
+            _prefetch(edge_t, _edge(rows[U(base[i] + ((lo[i] + hi[i]) >> 1))]))
+        still = 0
+        for q in range(na):
+            i = act[q]
+            mid = (lo[i] + hi[i]) >> 1
+            if _time(rows, edge_t, base[i] + mid) < ts[i] - back:
+                lo[i] = mid + 1
+            else:
+                hi[i] = mid
             if lo[i] < hi[i]:
-                mid = (lo[i] + hi[i]) >> 1
-                if _time(rows, edge_t, base[i] + mid) < ts[i] - back:
-                    lo[i] = mid + 1
-                else:
-                    hi[i] = mid
-                active = True
+                act[still] = i
+                still += 1
+        na = still
 
 
 @njit(cache=True)
