@@ -30,6 +30,18 @@ def test_readme_store_snippet_runs(tmp_path):
     assert store.num_edges == 2 and len(store.snapshot(25.0)) == 1
 
 
+def test_readme_sampling_snippet_runs(tmp_path, monkeypatch):
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    block = readme.split("## Sample temporal neighborhoods", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    hop, sub, neg, fixed = scope["hop"], scope["sub"], scope["neg"], scope["fixed"]
+    assert hop.num_roots == 400 and 0 < len(hop) <= 4000 and (hop.t < hop.query_t[hop.root_index]).all()
+    assert sub.hops[1].num_roots == len(sub.hops[0]) and neg.shape == (200, 1)
+    assert fixed.neg.shape == (200, 100) and (tmp_path / "eval_negatives.npy").exists()
+
+
 def _run_example(args: list[str], tmp_path: Path) -> str:
     env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
