@@ -62,7 +62,7 @@ def _as_ids(name: str, values) -> np.ndarray:
     if arr.ndim != 1:
         raise EventValidationError(f"column '{name}' must be 1-D, got shape {arr.shape}")
     if arr.dtype.kind in "iuf":
-        return _to_int64(name, arr, "node ids must be int or str")
+        return to_int64(name, arr, "node ids must be int or str")
     if arr.dtype.kind in "UO":
         if arr.size == 0:
             return np.empty(0, dtype=object)
@@ -87,7 +87,7 @@ def _as_ids(name: str, values) -> np.ndarray:
     raise EventValidationError(f"column '{name}' has dtype {arr.dtype}; node ids must be int64 or str")
 
 
-def _to_int64(name: str, arr: np.ndarray, hint: str) -> np.ndarray:
+def to_int64(name: str, arr: np.ndarray, hint: str) -> np.ndarray:
     """An integer or integral-float column as int64: a value outside int64 is refused, never wrapped (a
     wrapped id would name another node or event, e.g. a duplicate that is then dropped)."""
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
@@ -113,7 +113,7 @@ def _as_numeric(name: str, values, dtype, ndim: int) -> np.ndarray:
     if arr.dtype.kind not in "iufb" or arr.dtype.kind == "b":
         raise EventValidationError(f"column '{name}' must be numeric, got dtype {arr.dtype}")
     if dtype is np.int64:
-        return _to_int64(name, arr, f"'{name}' must hold integers")
+        return to_int64(name, arr, f"'{name}' must hold integers")
     return arr.astype(dtype, copy=False)
 
 

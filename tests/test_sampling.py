@@ -384,11 +384,19 @@ def test_bad_queries_are_refused():
     with pytest.raises(ConfigError):
         sampler.sample([0], [float("nan")])
     for roots in ([0.9], None, ["a"], [True]):  # a float id truncated to an int would name another node
-        with pytest.raises(ConfigError, match="roots must be integer ids"):
+        with pytest.raises(ConfigError, match="roots"):
             sampler.sample(roots, 1.0)
     for t in ("x", None, ["1.0"]):
         with pytest.raises(ConfigError, match="t must be a number"):
             sampler.sample([0], t)
+
+
+def test_roots_may_be_a_scalar_integral_floats_or_python_ints():
+    store, _ = build([(0, 0, 1, 1.0), (0, 0, 2, 2.0)])
+    sampler = TemporalSampler(store, fanouts=(5,))
+    want = sampler.sample([0], 5.0).hops[0].nbr.tolist()
+    for roots in (0, np.int32(0), [0.0], np.array([0], dtype=object)):
+        assert sampler.sample(roots, 5.0).hops[0].nbr.tolist() == want
 
 
 def test_a_query_at_infinity_sees_every_edge_never_deleted():

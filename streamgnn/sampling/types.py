@@ -7,19 +7,29 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import ConfigError
+from ..errors import ConfigError, EventValidationError
+from ..events import to_int64
 
 
 def int_ids(name: str, values) -> np.ndarray:
-    """``values`` as a contiguous 1-D int64 array of node or event ids; floats, bools and strings are refused
-    (a float id truncated to an int would sample some other node without a word)."""
+    """``values`` (a scalar or 1-D) as a contiguous int64 array of node or event ids. Integral floats and
+    Python ints in object arrays are ids as at ingest; fractional floats, bools and strings are refused (a
+    float id truncated to an int would sample some other node without a word)."""
     arr = np.asarray(values)
-    if arr.dtype.kind not in "iu" and arr.size:
+    if arr.ndim == 0:
+        arr = arr.reshape(1)
+    if arr.ndim != 1:
+        raise ConfigError(f"{name} must be a scalar or 1-D, got shape {arr.shape}")
+    if arr.dtype.kind == "O" and all(isinstance(v, int | np.integer) and v is not True and v is not False
+                                     for v in arr.tolist()):  # fmt: skip
+        arr = np.array(arr.tolist()) if arr.size else arr.astype(np.int64)
+    if arr.size and (arr.dtype.kind not in "iuf" or arr.dtype.kind == "O"):
         example = arr.ravel()[:1].tolist()[0]
         raise ConfigError(f"{name} must be integer ids, got {arr.dtype} values such as {example!r}")
-    if arr.ndim != 1:
-        raise ConfigError(f"{name} must be 1-D, got shape {arr.shape}")
-    return np.ascontiguousarray(arr, np.int64)
+    try:
+        return np.ascontiguousarray(to_int64(name, arr, "ids must be integers"))
+    except EventValidationError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @dataclass(slots=True)  # not frozen: a frozen init costs ~0.6 us more, a few percent of a small call
