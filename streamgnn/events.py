@@ -93,12 +93,14 @@ def to_int64(name: str, arr: np.ndarray, hint: str) -> np.ndarray:
     if arr.dtype.kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
         raise EventValidationError(f"column '{name}' has values above the int64 range; {hint}")
     if arr.dtype.kind == "f" and arr.size:
-        ok = np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) < 2.0**63)
+        ok = (
+            np.isfinite(arr) & (arr == np.round(arr)) & (np.abs(arr) <= 2.0**53)
+        )  # beyond, floats are not exact
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             raise EventValidationError(
-                f"column '{name}' row {i} holds {arr[i].item()!r}: non-integer floats or values outside "
-                f"the int64 range are refused; {hint}"
+                f"column '{name}' row {i} holds {arr[i].item()!r}: non-integer floats, and floats beyond "
+                f"2**53 (not exact: outside the int64 range or rounded), are refused; {hint}"
             )
     return arr.astype(np.int64, copy=False)
 

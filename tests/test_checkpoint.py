@@ -90,9 +90,9 @@ def test_consistent_but_forged_content_is_refused(tmp_path):
     s.ingest(stream())
     d = s.save(tmp_path)
     manifest = json.loads((d / "manifest.json").read_text())
-    manifest["watermark"] = 1.0
+    manifest["watermark"] = 1.0  # below the newest edge: samplers would see edges after their query times
     (d / "manifest.json").write_text(json.dumps(manifest))
-    with pytest.raises(CheckpointError, match="content hash"):
+    with pytest.raises(CheckpointError, match="watermark 1.0 is below"):
         TemporalGraphStore.load(tmp_path)
 
 
@@ -140,6 +140,17 @@ def test_malformed_manifest_is_refused(tmp_path, edit):
     d = s.save(tmp_path)
     (d / "manifest.json").write_text(json.dumps(edit(json.loads((d / "manifest.json").read_text()))))
     with pytest.raises(CheckpointError):
+        TemporalGraphStore.load(tmp_path)
+
+
+def test_a_forged_hash_over_changed_content_is_refused(tmp_path):
+    s = TemporalGraphStore()
+    s.ingest(stream())
+    d = s.save(tmp_path)
+    manifest = json.loads((d / "manifest.json").read_text())
+    manifest["watermark"] += 5.0  # consistent with the edges, but not what was hashed
+    (d / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="content hash"):
         TemporalGraphStore.load(tmp_path)
 
 

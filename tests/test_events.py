@@ -35,6 +35,7 @@ def test_from_columns_coerces_types_and_kind_names():
         ({"src": [1], "t": [0], "eid": np.array([2**64 - 1], np.uint64)}, "above the int64 range"),
         ({"src": [1], "t": [0], "eid": [2**63]}, "above the int64 range"),
         ({"src": [1], "t": [0], "eid": [1e19]}, "outside the int64"),
+        ({"src": [np.uint64(2**62 + 1), 1], "t": [0, 0], "eid": [0, 1]}, "beyond 2\\*\\*53"),
         ({"src": [1e19, -1], "t": [0, 0], "eid": [0, 1]}, "'src' row 0"),
         ({"src": [-1, 2**63], "t": [0, 0], "eid": [0, 1]}, "outside the int64"),
         ({"src": [2**64], "t": [0], "eid": [0]}, "outside the int64 range"),

@@ -90,7 +90,12 @@ class NegativeSampler:
             raise ConfigError(f"src has {n} ids but dst has {len(dst)}")
         if strategy not in STRATEGIES:
             raise ConfigError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-        if not isinstance(num, int | np.integer) or num < 1 or not (0.0 <= frac <= 1.0):
+        if (
+            not isinstance(num, int | np.integer)
+            or isinstance(num, bool)
+            or num < 1
+            or not (0.0 <= frac <= 1.0)
+        ):
             raise ConfigError(f"need an int num >= 1 and 0 <= frac <= 1, got num={num!r}, frac={frac!r}")
         if key is None:
             key = self.calls

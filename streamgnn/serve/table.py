@@ -43,6 +43,7 @@ class EmbeddingTable:
     def clear(self) -> None:
         """Forget every row (a new pass over the stream starts); readers then get ``UnknownNodeError``."""
         with self._lock:
+            self._generation = getattr(self, "_generation", 0) + 1  # a publish in flight must not mark rows
             self._ids = NodeIdMap()
             self._vectors = np.zeros((0, self.dim), np.float32)
             self._time = np.zeros(0, np.float64)
@@ -108,9 +109,12 @@ class EmbeddingTable:
             vectors = self._vectors[rows].copy()
             stamp = self._time[rows].copy()
             version = self._version[rows].copy()
+            generation = self._generation
         for t in np.unique(stamp):
             at = stamp == t
             sink.publish_embeddings(ids[at], vectors[at], float(t))
             with self._lock:
+                if self._generation != generation:  # cleared meanwhile: these rows are gone
+                    return len(rows)
                 self._sent[rows[at]] = version[at]
         return len(rows)

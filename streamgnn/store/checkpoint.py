@@ -177,6 +177,8 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
             ext[:] = [raw[offs[i] : offs[i + 1]].decode() for i in range(len(offs) - 1)]
         else:
             ext = a.get("ext_int", np.zeros(0, np.int64))
+            if ext.ndim != 1 or ext.dtype != np.int64:
+                raise ValueError(f"ext_int must be 1-D int64, got {ext.dtype} {ext.shape}")
         store.ids = NodeIdMap.from_external(kind, ext)
         store.watermark = float(manifest["watermark"])
         store.partition = a["partition"].astype(np.int32)
@@ -201,7 +203,7 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         c[K.EDGES], c[K.UPDATES], c[K.DELETIONS] = len(store.edge_t), len(store.upd_t), len(store.del_t)
         store.source_offsets = {str(k): int(v) for k, v in manifest.get("source_offsets", {}).items()}
         _check_structure(store, a)
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+    except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise CheckpointError(f"checkpoint under {root} is inconsistent: {exc!r}") from exc
     if store.content_hash() != manifest.get("content_hash"):
         raise CheckpointError(f"checkpoint under {root} does not reproduce its content hash; refusing it")
@@ -212,6 +214,8 @@ def _check_structure(store, a: dict[str, np.ndarray]) -> None:
     """Raise ValueError unless every index in the arrays points inside what it indexes: the kernels that
     rebuild and hash the store do no bounds checks, so a forged checkpoint must stop here, not crash them."""
     n, e, u = store.num_nodes, len(store.edge_t), len(store.upd_t)
+    if not (e == 0 or store.watermark >= store.edge_t.max()):  # samplers trust it as an upper bound
+        raise ValueError(f"watermark {store.watermark} is below the newest edge time {store.edge_t.max()}")
 
     def need(ok, what: str) -> None:
         if not ok:

@@ -486,12 +486,16 @@ class OnlineTrainer:
         )  # fmt: skip
         cut_short = False  # stopped inside a source batch: its offsets would claim unprocessed events
         batches = iter(source)  # (a file source starts its pass's dead-letter list here)
-        letters_before = _source_dead_letters(source)
+        letters_seen = _source_dead_letters(source)
         try:
             for raw in batches:
                 arrival = time.perf_counter()
                 cut = min(skip, len(raw))
                 skip -= cut
+                letters = _source_dead_letters(source)  # counted as they come, so checkpoints hold them,
+                if cut < len(raw) or not len(raw):  # but not again for batches a resumed run replays
+                    self.dead_letter_count += letters - letters_seen
+                letters_seen = letters
                 for chunk in raw[cut:].split(cfg.batch_size):
                     if max_events is not None:
                         room = max(0, max_events - (self.position - start_events))
@@ -515,7 +519,8 @@ class OnlineTrainer:
                     saved, last_ckpt = self.save_checkpoint(positions()), self.steps
         finally:
             bar.close()
-            self.dead_letter_count += _source_dead_letters(source) - letters_before
+            if not skip:
+                self.dead_letter_count += _source_dead_letters(source) - letters_seen
         if cfg.checkpoint_every and self.steps > last_ckpt and not (positions is not None and cut_short):
             saved = self.save_checkpoint(None if positions is None else positions())
         if self._touched or self._waiting:
@@ -543,10 +548,8 @@ class OnlineTrainer:
         self._check_feature_widths()
         self.position = 0
         self._touched, self._waiting = [], []  # node ids of the old store
-        if self.table is not None:  # the old pass's rows would be served as current
-            self.table.clear()
-            if self.store.num_nodes:
-                self.refresh(np.arange(self.store.num_nodes))
+        if self.table is not None:  # the old pass's rows would be served as current; the next refresh
+            self.table.clear()  # (each step's, or resume's once the state is loaded) serves the new ones
 
     def _due(self, last: int) -> bool:
         every = self.config.checkpoint_every
