@@ -20,10 +20,9 @@ def int_ids(name: str, values) -> np.ndarray:
         arr = arr.reshape(1)
     if arr.ndim != 1:
         raise ConfigError(f"{name} must be a scalar or 1-D, got shape {arr.shape}")
-    if arr.dtype.kind == "O" and all(isinstance(v, int | np.integer) and v is not True and v is not False
-                                     for v in arr.tolist()):  # fmt: skip
-        arr = np.array(arr.tolist()) if arr.size else arr.astype(np.int64)
-    if arr.size and (arr.dtype.kind not in "iuf" or arr.dtype.kind == "O"):
+    if arr.dtype.kind == "O":  # Python ints become an int array; anything else keeps a refused dtype
+        arr = np.array(arr.tolist())
+    if arr.size and arr.dtype.kind not in "iuf":
         example = arr.ravel()[:1].tolist()[0]
         raise ConfigError(f"{name} must be integer ids, got {arr.dtype} values such as {example!r}")
     try:

@@ -35,6 +35,7 @@ class EmbeddingTable:
             raise ConfigError(f"embedding dim must be >= 1, got {dim}")
         self.dim = dim
         self._lock = threading.Lock()
+        self._generation = 0  # bumped by clear(): a publish in flight must not mark rows of a cleared table
         self.clear()
 
     def __len__(self) -> int:
@@ -43,7 +44,7 @@ class EmbeddingTable:
     def clear(self) -> None:
         """Forget every row (a new pass over the stream starts); readers then get ``UnknownNodeError``."""
         with self._lock:
-            self._generation = getattr(self, "_generation", 0) + 1  # a publish in flight must not mark rows
+            self._generation += 1
             self._ids = NodeIdMap()
             self._vectors = np.zeros((0, self.dim), np.float32)
             self._time = np.zeros(0, np.float64)
