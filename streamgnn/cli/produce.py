@@ -1,0 +1,38 @@
+"""``streamgnn produce``: load a dataset or an events file into a Kafka topic."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._args import positive_int
+
+
+def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    from ..connectors.kafka import produce_dataset
+
+    report = produce_dataset(
+        args.bootstrap,
+        args.topic,
+        args.source,
+        partitions=args.partitions,
+        rate=args.rate,
+        fmt=args.format,
+        batch_size=args.batch_size,
+    )
+    print(
+        f"produced {report.events:,} events in {report.messages:,} messages to {args.topic} "
+        f"({report.seconds:.1f} s)"
+    )
+    return 0
+
+
+def register(sub) -> None:
+    pr = sub.add_parser("produce", help="load a dataset or events file into a Kafka topic")
+    pr.add_argument("source", help="dataset name, or a .jsonl/.json events file or binary batch file")
+    pr.add_argument("--bootstrap", required=True)
+    pr.add_argument("--topic", required=True)
+    pr.add_argument("--partitions", type=positive_int, default=1)
+    pr.add_argument("--rate", type=float, default=None, help="events per second (default: full speed)")
+    pr.add_argument("--format", choices=("json", "binary"), default="json")
+    pr.add_argument("--batch-size", type=positive_int, default=1000)
+    pr.set_defaults(func=_run)
