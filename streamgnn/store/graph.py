@@ -21,6 +21,7 @@ from ..errors import ConfigError, EventValidationError, UnknownNodeError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..partition import hash_partition
 from . import kernels as K
+from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
 from .dedup import SeenIds
 from .idmap import NodeIdMap
 
@@ -152,6 +153,7 @@ class TemporalGraphStore:
         self.del_dst = np.zeros(0, np.int32)
         self.del_t = np.zeros(0, np.float64)
         self.source_offsets: dict[str, int] = {}
+        self._journal: EdgeJournal | None = None  # new edges' endpoints, while a ChangeFeed is open
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -237,6 +239,8 @@ class TemporalGraphStore:
                 orig = np.flatnonzero(ok) if orig is None else orig[ok]
                 counts, n_late = np.bincount(ev.kind.astype(np.intp), minlength=3), int(late.sum())
         status, edge_of, upd_of = self._apply(ev, src, dst, late, counts)
+        if self._journal is not None and not self._journal.record(edge_of, src, dst):
+            self._journal = None  # every feed was closed or dropped
         nomatch = np.flatnonzero(status) if counts[DELETE] else ()
         reject(
             nomatch,
@@ -534,10 +538,96 @@ class TemporalGraphStore:
         """Feature rows of internal edge ids (as samplers return them); None if the stream has none."""
         if self.edge_feat is None:
             return None
-        eids = np.asarray(eids)
-        if eids.size and (eids.dtype.kind not in "iu" or eids.min() < 0 or eids.max() >= self.num_edges):
+        return self.edge_feat[self._edge_ids(eids)]
+
+    # ------------------------------------------------------------------ change logs (see ``changes``)
+    def log_position(self) -> LogPosition:
+        """The end of each log now: a reader that has consumed everything stands here."""
+        c = self.counters
+        return LogPosition(int(c[K.EDGES]), int(c[K.DELETIONS]), int(c[K.UPDATES]))
+
+    def change_feed(self, position: LogPosition | None = None) -> ChangeFeed:
+        """A reader of everything appended after ``position`` (default: now); see ``changes``."""
+        position = self.log_position() if position is None else position
+        self._check_position(position)
+        if self._journal is None:
+            self._journal = EdgeJournal(self.num_edges)
+        feed = ChangeFeed(self, position)
+        self._journal.feeds.add(feed)
+        return feed
+
+    def changes_since(self, position: LogPosition) -> StoreChanges:
+        """The log entries after ``position``: O(change) when an open feed's journal covers it, else one
+        pass over the adjacency for the new edges' endpoints."""
+        self._check_position(position)
+        end = self.log_position()
+        lo, hi = position.edges, end.edges
+        if self._journal is not None and self._journal.covers(lo):
+            src, dst = self._journal.endpoints(lo, hi)
+        elif hi > lo:
+            full = self.edges()
+            src, dst = full.src[lo:hi], full.dst[lo:hi]
+        else:
+            src = dst = np.zeros(0, np.int64)
+        d0, d1, u0, u1 = position.deletions, end.deletions, position.updates, end.updates
+        return StoreChanges(
+            position,
+            end,
+            self._table(np.arange(lo, hi), src, dst),
+            self.del_src[d0:d1].astype(np.int64),
+            self.del_dst[d0:d1].astype(np.int64),
+            self.del_t[d0:d1].copy(),
+            self.upd_node[u0:u1].astype(np.int64),
+            self.upd_t[u0:u1].copy(),
+            np.arange(u0, u1),
+            None if self.node_feat is None else self.node_feat[u0:u1].copy(),
+        )
+
+    def _check_position(self, position: LogPosition) -> None:
+        if not isinstance(position, LogPosition):
+            raise ConfigError(f"position must be a LogPosition, got {type(position).__name__}")
+        end = self.log_position()
+        if position.edges > end.edges or position.deletions > end.deletions or position.updates > end.updates:
+            raise ConfigError(f"{position} is beyond this store's logs ({end}): a position of another store?")
+
+    def _trim_journal(self) -> None:
+        if self._journal is not None:
+            self._journal.trim()
+
+    def _forget_feed(self, feed: ChangeFeed) -> None:
+        if self._journal is not None:
+            self._journal.feeds.discard(feed)
+            if not len(self._journal.feeds):
+                self._journal = None
+
+    def deleted_at(self, eids) -> np.ndarray:
+        """Deletion time of internal edge ids (inf: live); a delete arriving later may still lower it."""
+        e = self._edge_ids(eids)
+        return self.edge_del[e] if len(self.edge_del) else np.full(len(e), np.inf)
+
+    def edges_between(self, src, dst) -> tuple[np.ndarray, EdgeTable]:
+        """Every edge ``src[i] -> dst[i]`` (internal ids), deleted ones too: ``(pair, table)`` where
+        ``table`` row j is an edge of pair ``pair[j]``. Costs O(out-degree of each src)."""
+        src, dst = self._node_ids(src), self._node_ids(dst)
+        if len(src) != len(dst):
+            raise ConfigError(f"src has {len(src)} ids but dst has {len(dst)}")
+        room = int(self.deg[src].sum()) if len(src) else 0
+        pair, e = np.empty(room, np.int64), np.empty(room, np.int64)
+        n = pair_edges(self.start, self.deg, self.pool, src, dst, pair, e)
+        pair, e = pair[:n], e[:n]
+        return pair, self._table(e, src[pair], dst[pair])
+
+    def _edge_ids(self, eids) -> np.ndarray:
+        e = np.asarray(eids)
+        if e.size and (e.dtype.kind not in "iu" or e.min() < 0 or e.max() >= self.num_edges):
             raise ConfigError(f"edge ids must be ints in [0, {self.num_edges}): the store's internal ids")
-        return self.edge_feat[eids.astype(np.int64, copy=False)]
+        return e.astype(np.int64, copy=False)
+
+    def _node_ids(self, nodes) -> np.ndarray:
+        v = np.asarray(nodes)
+        if v.ndim != 1 or (v.size and (v.dtype.kind not in "iu" or v.min() < 0 or v.max() >= self.num_nodes)):
+            raise ConfigError(f"internal node ids must be a 1-D array of ints in [0, {self.num_nodes})")
+        return v.astype(np.int64, copy=False)
 
     # ------------------------------------------------------------------ partitions
     def partition_sizes(self) -> np.ndarray:
@@ -574,6 +664,7 @@ class TemporalGraphStore:
             + (0 if self.node_feat is None else self.node_feat.nbytes),
             "id_map": self.ids.nbytes(),
             "seen_event_ids": self.seen.nbytes(),
+            "change_journal": 0 if self._journal is None else self._journal.nbytes(),
         }
         parts["total"] = sum(parts.values())
         return parts
