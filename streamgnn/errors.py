@@ -30,3 +30,7 @@ class ConfigError(StreamGNNError, ValueError):
 
 class ConnectorError(StreamGNNError):
     """A source or sink failed in a way that retrying will not fix."""
+
+
+class SnapshotError(StreamGNNError, ValueError):
+    """A snapshot cannot be cut as asked (a time before the last one, a node beyond a fixed node count)."""
