@@ -31,12 +31,13 @@ events and feature updates.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from ..errors import SnapshotError
 from ..store import LogPosition, StoreChanges, TemporalGraphStore
-from .pairs import PairTable
+from .pairs import PairTable, key_pairs, pair_keys
 from .queue import TimeQueue
 from .snapshot import Snapshot, emit
 from .spec import SnapshotSpec
@@ -89,6 +90,12 @@ class SnapshotBuilder:
             self.updates.cols["feat"] = np.zeros((len(queued), dim), np.float32)
         self.updates.push({"t": ch.upd_t, "id": ch.upd_index, "node": ch.upd_node, "feat": feats})
 
+    def earliest(self) -> float | None:
+        """The earliest time among the events read but not yet due (None: nothing pending)."""
+        self._read()
+        heads = [float(q.cols["t"][q.head]) for q in (self.edges, self.deletes, self.updates) if len(q)]
+        return min(heads, default=None)
+
     # ------------------------------------------------------------------ one step
     def advance(self, t: float) -> Snapshot:
         """The snapshot at ``t`` from everything the store holds now (call once the events up to ``t`` are
@@ -100,6 +107,7 @@ class SnapshotBuilder:
         self._read()
         due = self.edges.pop(t, inclusive=spec.kind == "state")
         self._see(due)
+        arrived = self._arrived(due)
         if spec.kind == "window":  # edges at exactly t enter the next window, but their nodes exist at t
             self._see(self.edges.peek(t))
         if spec.kind == "state":
@@ -123,7 +131,15 @@ class SnapshotBuilder:
             decay[live], self._features(n), n,
         )  # fmt: skip
         self.t, self.index = t, self.index + 1
-        return snap
+        return replace(snap, arrived=arrived)
+
+    def _arrived(self, due: dict) -> np.ndarray:
+        if not due or not len(due["src"]):
+            return np.zeros((2, 0), np.int64)
+        keys = np.unique(pair_keys(*canonical(due["src"], due["dst"], self.spec.undirected)))
+        out = np.stack(key_pairs(keys))
+        out.flags.writeable = False
+        return out
 
     def _see(self, edges: dict) -> None:
         if edges and len(edges["src"]):
@@ -144,8 +160,7 @@ class SnapshotBuilder:
     def _recount(self, t: float, src: np.ndarray, dst: np.ndarray) -> None:
         """Recount the pairs named by due deletes from the store's edges of those pairs."""
         pairs, spec = self.pairs, self.spec
-        keys = np.unique((src << 32) | dst)
-        src, dst = keys >> 32, keys & ((1 << 32) - 1)
+        src, dst = key_pairs(np.unique(pair_keys(src, dst)))
         slots = pairs.find(src, dst)
         known = slots >= 0
         src, dst, slots = src[known], dst[known], slots[known]

@@ -23,7 +23,12 @@ _LOW = (1 << 32) - 1
 
 
 def pair_keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """One int64 per pair (internal ids are below 2**31), ordered by (src, dst)."""
     return (np.asarray(src, np.int64) << 32) | np.asarray(dst, np.int64)
+
+
+def key_pairs(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return keys >> 32, keys & _LOW
 
 
 class PairTable:
@@ -73,8 +78,7 @@ class PairTable:
         return out
 
     def endpoints(self) -> tuple[np.ndarray, np.ndarray]:
-        key = self.key[: self.n]
-        return key >> 32, key & _LOW
+        return key_pairs(self.key[: self.n])
 
     def live(self) -> np.ndarray:
         return self.count[: self.n] > 0

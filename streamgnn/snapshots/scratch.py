@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import SnapshotError
 from ..store import LogPosition, TemporalGraphStore
 from .builder import canonical, decay_terms
-from .pairs import pair_keys
+from .pairs import key_pairs, pair_keys
 from .snapshot import Snapshot, emit
 from .spec import SnapshotSpec
 
@@ -48,4 +48,4 @@ def snapshot_at(store: TemporalGraphStore, t: float, spec: SnapshotSpec, *, inde
     if high > n:
         raise SnapshotError(f"node id {high - 1} appears by t={t} but the spec fixes num_nodes={n}")
     x = store.node_features_internal(np.arange(n), t) if store.node_feature_dim else None
-    return emit(spec, t, index, keys >> 32, keys & ((1 << 32) - 1), count, wsum, decay, x, n)
+    return emit(spec, t, index, *key_pairs(keys), count, wsum, decay, x, n)

@@ -24,8 +24,10 @@ from .spec import SnapshotSpec
 @dataclass(frozen=True)
 class Snapshot:
     """``edge_index`` int64 [2, E] and ``edge_weight`` float32 [E] over ``num_nodes`` nodes; ``x`` float32
-    [num_nodes, F] or None. ``y`` and ``extra`` hold targets once a target is attached (see ``targets``).
-    Arrays are read-only: consecutive snapshots may share them."""
+    [num_nodes, F] or None. ``arrived`` (int64 [2, A], from the incremental builder only): the distinct
+    pairs with an edge that became due since the previous snapshot, what link prediction predicts. ``y``
+    and ``extra`` hold targets once a target is attached (see ``targets``). Arrays are read-only:
+    consecutive snapshots may share them."""
 
     t: float
     index: int
@@ -33,6 +35,7 @@ class Snapshot:
     edge_weight: np.ndarray
     x: np.ndarray | None
     num_nodes: int
+    arrived: np.ndarray | None = None
     y: np.ndarray | None = None
     extra: dict[str, np.ndarray] = field(default_factory=dict)
 
@@ -69,6 +72,30 @@ class Snapshot:
     def nbytes(self) -> int:
         arrays = [self.edge_index, self.edge_weight, self.x, self.y, *self.extra.values()]
         return sum(a.nbytes for a in arrays if a is not None)
+
+
+_ARRAYS = ("edge_index", "edge_weight", "x", "arrived", "y")
+
+
+def snapshot_state(snap: Snapshot, prefix: str) -> tuple[dict[str, np.ndarray], dict]:
+    """A snapshot as named arrays plus JSON values, for checkpoints (``snapshot_from_state`` inverts)."""
+    arrays = {f"{prefix}{k}": getattr(snap, k) for k in _ARRAYS if getattr(snap, k) is not None}
+    arrays.update({f"{prefix}extra.{k}": v for k, v in snap.extra.items()})
+    return arrays, {"t": snap.t, "index": snap.index, "num_nodes": snap.num_nodes}
+
+
+def snapshot_from_state(arrays: dict[str, np.ndarray], values: dict, prefix: str) -> Snapshot:
+    got = {
+        k: _frozen(np.array(arrays[f"{prefix}{k}"])) if f"{prefix}{k}" in arrays else None for k in _ARRAYS
+    }
+    extra = {
+        k[len(prefix) + 6 :]: _frozen(np.array(v))
+        for k, v in arrays.items()
+        if k.startswith(f"{prefix}extra.")
+    }
+    return Snapshot(
+        float(values["t"]), int(values["index"]), num_nodes=int(values["num_nodes"]), extra=extra, **got
+    )
 
 
 def _frozen(a: np.ndarray | None) -> np.ndarray | None:
