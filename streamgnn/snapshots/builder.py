@@ -137,9 +137,7 @@ class SnapshotBuilder:
         if not due or not len(due["src"]):
             return np.zeros((2, 0), np.int64)
         keys = np.unique(pair_keys(*canonical(due["src"], due["dst"], self.spec.undirected)))
-        out = np.stack(key_pairs(keys))
-        out.flags.writeable = False
-        return out
+        return np.stack(key_pairs(keys))
 
     def _see(self, edges: dict) -> None:
         if edges and len(edges["src"]):

@@ -26,8 +26,8 @@ class Snapshot:
     """``edge_index`` int64 [2, E] and ``edge_weight`` float32 [E] over ``num_nodes`` nodes; ``x`` float32
     [num_nodes, F] or None. ``arrived`` (int64 [2, A], from the incremental builder only): the distinct
     pairs with an edge that became due since the previous snapshot, what link prediction predicts. ``y``
-    and ``extra`` hold targets once a target is attached (see ``targets``). Arrays are read-only:
-    consecutive snapshots may share them."""
+    and ``extra`` hold targets once a target is attached (see ``targets``). Treat the arrays as read-only:
+    consecutive snapshots may share them (left writable because PyTorch warns about read-only arrays)."""
 
     t: float
     index: int
@@ -46,9 +46,7 @@ class Snapshot:
     def canonical(self) -> Snapshot:
         """The same snapshot with edges sorted by ``(src, dst)``: equal views compare equal."""
         order = np.lexsort(self.edge_index[::-1])
-        return replace(
-            self, edge_index=_frozen(self.edge_index[:, order]), edge_weight=_frozen(self.edge_weight[order])
-        )
+        return replace(self, edge_index=self.edge_index[:, order], edge_weight=self.edge_weight[order])
 
     def to_pyg(self):
         """A PyG ``Data`` as PyTorch Geometric Temporal's signals yield it (``edge_attr`` = weights)."""
@@ -66,6 +64,7 @@ class Snapshot:
             edge_attr=tensor(self.edge_weight),
             y=tensor(self.y),
             num_nodes=self.num_nodes,
+            t=self.t,
             **{k: tensor(v) for k, v in self.extra.items()},
         )
 
@@ -85,23 +84,11 @@ def snapshot_state(snap: Snapshot, prefix: str) -> tuple[dict[str, np.ndarray], 
 
 
 def snapshot_from_state(arrays: dict[str, np.ndarray], values: dict, prefix: str) -> Snapshot:
-    got = {
-        k: _frozen(np.array(arrays[f"{prefix}{k}"])) if f"{prefix}{k}" in arrays else None for k in _ARRAYS
-    }
-    extra = {
-        k[len(prefix) + 6 :]: _frozen(np.array(v))
-        for k, v in arrays.items()
-        if k.startswith(f"{prefix}extra.")
-    }
+    got = {k: np.array(arrays[f"{prefix}{k}"]) if f"{prefix}{k}" in arrays else None for k in _ARRAYS}
+    extra = {k[len(prefix) + 6 :]: np.array(v) for k, v in arrays.items() if k.startswith(f"{prefix}extra.")}
     return Snapshot(
         float(values["t"]), int(values["index"]), num_nodes=int(values["num_nodes"]), extra=extra, **got
     )
-
-
-def _frozen(a: np.ndarray | None) -> np.ndarray | None:
-    if a is not None:
-        a.flags.writeable = False
-    return a
 
 
 def emit(
@@ -135,4 +122,4 @@ def emit(
         )
         deg = np.log1p(deg[:num_nodes]).astype(np.float32)
         x = deg if x is None else np.concatenate([x, deg], axis=1)
-    return Snapshot(float(t), index, _frozen(edge_index), _frozen(weight), _frozen(x), int(num_nodes))
+    return Snapshot(float(t), index, edge_index, weight, x, int(num_nodes))

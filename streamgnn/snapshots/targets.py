@@ -35,11 +35,6 @@ from .pairs import key_pairs, pair_keys
 from .snapshot import Snapshot, snapshot_from_state, snapshot_state
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
-
-
 @dataclass(frozen=True)
 class NodeTarget:
     column: int = 0
@@ -80,7 +75,7 @@ class NodeLabeler:
             for j, past in enumerate(self.history):  # older snapshots may have fewer nodes: zeros
                 lagged[: len(past), j] = past
             x = np.concatenate([lagged, snap.x], axis=1) if tg.keep_features else lagged
-            self.waiting.append(replace(snap, x=_frozen(x)))
+            self.waiting.append(replace(snap, x=x))
         elif not tg.lags:
             x = snap.x if tg.horizon else np.delete(snap.x, tg.column, axis=1)
             self.waiting.append(replace(snap, x=x))
@@ -90,7 +85,7 @@ class NodeLabeler:
             y = col[: early.num_nodes]
             if len(y) < early.num_nodes:
                 raise SnapshotError(f"snapshot t={snap.t} has fewer nodes than t={early.t}")
-            ready.append(replace(early, y=_frozen(y.astype(np.int64 if tg.classes else np.float32))))
+            ready.append(replace(early, y=y.astype(np.int64 if tg.classes else np.float32)))
         return ready
 
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
@@ -176,7 +171,7 @@ class LinkLabeler:
             [np.concatenate([src, np.repeat(src, tg.negatives)]), np.concatenate([dst, neg.reshape(-1)])]
         )
         label = np.concatenate([np.ones(len(src), np.float32), np.zeros(neg.size, np.float32)])
-        return replace(snap, y=_frozen(label), extra={**snap.extra, "link_index": _frozen(index)})
+        return replace(snap, y=label, extra={**snap.extra, "link_index": index})
 
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         arrays, values = {"seen": self.seen}, {"pooled": self.pooled, "previous": None}
