@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..events import EventBatch
-from ..store import LogPosition, TemporalGraphStore
+from ..store import TemporalGraphStore
 from .builder import SnapshotBuilder
 from .snapshot import Snapshot
 from .spec import SnapshotSpec
@@ -45,13 +46,13 @@ class SnapshotStream:
         *,
         target: NodeTarget | NextLinks | None = None,
         lateness: float | None = None,
-        position: LogPosition | None = None,
+        builder: SnapshotBuilder | None = None,
     ) -> None:
         self.store, self.spec, self.target = store, spec, target
         self.lateness = store.config.allowed_lateness if lateness is None else float(lateness)
         if not self.lateness >= 0:
             raise ConfigError(f"lateness must be >= 0, got {lateness!r}")
-        self.builder = SnapshotBuilder(store, spec, position=position)
+        self.builder = builder or SnapshotBuilder(store, spec)
         self.labeler = None if target is None else target.labeler()
         self.first: float | None = None  # the schedule's first time, fixed by the first event seen
         self.next = 0  # index of the next snapshot to cut
@@ -116,11 +117,7 @@ class SnapshotStream:
         """The stream as ``state()`` saw it, over ``store`` restored from the same checkpoint."""
         builder_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("builder.")}
         builder = SnapshotBuilder.from_state(store, builder_arrays, values["builder"])
-        stream = cls(
-            store, builder.spec, target=target, lateness=values["lateness"], position=builder.position
-        )
-        stream.builder.close()
-        stream.builder = builder
+        stream = cls(store, builder.spec, target=target, lateness=values["lateness"], builder=builder)
         if stream.labeler is not None:
             if values["labeler"] is None:
                 raise ConfigError("the checkpoint has no labeler state: it was saved without a target")
@@ -132,6 +129,42 @@ class SnapshotStream:
             int(values["consumed"]),
         )
         return stream
+
+    def save(self, root: str | Path, source_offsets: dict[str, int] | None = None, keep: int = 2) -> Path:
+        """Checkpoint the stream with its store (and the source's offsets) under ``root``, atomically."""
+        from ..train import checkpoint
+
+        tensors, values = self.tensor_state()
+        manifest = {"stream": values, "store_hash": self.store.content_hash()}
+        return checkpoint.save(
+            Path(root), self.next, self.store, dict(source_offsets or {}), tensors, manifest, keep
+        )
+
+    @classmethod
+    def load(cls, root: str | Path, *, target: NodeTarget | NextLinks | None = None) -> SnapshotStream:
+        """The stream and its store as the newest checkpoint under ``root`` holds them."""
+        from ..train import checkpoint
+
+        ckpt = checkpoint.load(Path(root))
+        return cls.from_tensor_state(ckpt.store, ckpt.state, ckpt.manifest["stream"], target=target)
+
+    def tensor_state(self) -> tuple[dict, dict]:
+        """``state()`` with tensors for arrays, as trainer checkpoints hold them (loaded without pickle)."""
+        import torch
+
+        arrays, values = self.state()
+        return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}, values
+
+    @classmethod
+    def from_tensor_state(
+        cls,
+        store: TemporalGraphStore,
+        tensors: dict,
+        values: dict,
+        *,
+        target: NodeTarget | NextLinks | None = None,
+    ) -> SnapshotStream:
+        return cls.from_state(store, {k: v.numpy() for k, v in tensors.items()}, values, target=target)
 
 
 def live_snapshots(

@@ -287,14 +287,14 @@ class SnapshotTrainer:
         cfg = self.config
         if not cfg.checkpoint_dir or self.stream is None:
             raise ConfigError("checkpoints need config.checkpoint_dir and a live run (run_live)")
-        arrays, values = self.stream.state()
+        tensors, values = self.stream.tensor_state()
         positions = getattr(self._source, "positions", None)
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "hidden": None if self.state is None else list(self.state),
             "inner": self.cell.inner_state(),
-            "stream": {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()},
+            "stream": tensors,
             "torch_rng": torch.get_rng_state(),
         }
         py = random.getstate()
@@ -329,8 +329,9 @@ class SnapshotTrainer:
         hidden_state = ckpt.state["hidden"]
         trainer.state = None if hidden_state is None else tuple(hidden_state)
         trainer.cell.load_inner_state(ckpt.state["inner"])
-        arrays = {k: v.numpy() for k, v in ckpt.state["stream"].items()}
-        trainer.stream = SnapshotStream.from_state(ckpt.store, arrays, man["stream"], target=target)
+        trainer.stream = SnapshotStream.from_tensor_state(
+            ckpt.store, ckpt.state["stream"], man["stream"], target=target
+        )
         trainer.steps = int(man["steps"])
         trainer.metrics = [SnapshotMetrics(**m) for m in man["metrics"]]
         torch.set_rng_state(ckpt.state["torch_rng"])
