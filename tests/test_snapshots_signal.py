@@ -145,7 +145,7 @@ def test_node_targets_horizon_classes_and_bad_columns():
         build_signal(store, spec, target=NodeTarget(column=5), until=5.0)
     with pytest.raises(ConfigError, match="horizon=0"):
         NodeTarget(lags=2, horizon=0)
-    with pytest.raises(SnapshotError, match="SnapshotBuilder"):
+    with pytest.raises(SnapshotError, match="arrivals=True"):
         NextLinks().labeler().push(
             SnapshotBuilder(store, spec).advance(1.0).__class__(0.0, 0, None, None, None, 0)
         )

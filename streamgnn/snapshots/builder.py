@@ -56,12 +56,20 @@ def decay_terms(spec: SnapshotSpec, t: float, times: np.ndarray) -> np.ndarray:
 
 class SnapshotBuilder:
     """Cuts snapshots of ``store`` at non-decreasing times with ``advance``; starts from ``position``
-    (default: the beginning of the store's logs, so a store with history is read once)."""
+    (default: the beginning of the store's logs, so a store with history is read once). ``arrivals``: fill
+    ``Snapshot.arrived`` (the pairs due since the last snapshot; link prediction needs them)."""
 
-    def __init__(self, store: TemporalGraphStore, spec: SnapshotSpec, *, position: LogPosition | None = None):
+    def __init__(
+        self,
+        store: TemporalGraphStore,
+        spec: SnapshotSpec,
+        *,
+        position: LogPosition | None = None,
+        arrivals: bool = False,
+    ):
         if not isinstance(spec, SnapshotSpec):
             raise SnapshotError(f"spec must be a SnapshotSpec, got {type(spec).__name__}")
-        self.store, self.spec = store, spec
+        self.store, self.spec, self.arrivals = store, spec, arrivals
         self.feed = store.change_feed(position or LogPosition())
         self.pairs = PairTable()
         self.edges, self.deletes, self.updates = TimeQueue(), TimeQueue(), TimeQueue()
@@ -107,7 +115,7 @@ class SnapshotBuilder:
         self._read()
         due = self.edges.pop(t, inclusive=spec.kind == "state")
         self._see(due)
-        arrived = self._arrived(due)
+        arrived = self._arrived(due) if self.arrivals else None
         if spec.kind == "window":  # edges at exactly t enter the next window, but their nodes exist at t
             self._see(self.edges.peek(t))
         if spec.kind == "state":
@@ -277,7 +285,7 @@ class SnapshotBuilder:
                   "x": self.x, "ver_t": self.ver_t, "ver_i": self.ver_i}  # fmt: skip
         pos = self.position
         values = {"spec": self.spec.as_dict(), "t": self.t, "index": self.index, "high": self.high,
-                  "position": [pos.edges, pos.deletions, pos.updates]}  # fmt: skip
+                  "position": [pos.edges, pos.deletions, pos.updates], "arrivals": self.arrivals}  # fmt: skip
         return arrays, values
 
     @classmethod
@@ -285,7 +293,8 @@ class SnapshotBuilder:
         cls, store: TemporalGraphStore, arrays: dict[str, np.ndarray], values: dict
     ) -> SnapshotBuilder:
         spec = SnapshotSpec.from_dict(values["spec"])
-        b = cls(store, spec, position=LogPosition(*(int(v) for v in values["position"])))
+        position = LogPosition(*(int(v) for v in values["position"]))
+        b = cls(store, spec, position=position, arrivals=bool(values["arrivals"]))
         b.pairs = PairTable.from_state({k[6:]: v for k, v in arrays.items() if k.startswith("pairs_")})
         b.edges = TimeQueue.from_state(arrays, "edges_")
         b.deletes = TimeQueue.from_state(arrays, "deletes_")

@@ -24,7 +24,7 @@ from .spec import SnapshotSpec
 @dataclass(frozen=True)
 class Snapshot:
     """``edge_index`` int64 [2, E] and ``edge_weight`` float32 [E] over ``num_nodes`` nodes; ``x`` float32
-    [num_nodes, F] or None. ``arrived`` (int64 [2, A], from the incremental builder only): the distinct
+    [num_nodes, F] or None. ``arrived`` (int64 [2, A], from a builder asked for arrivals): the distinct
     pairs with an edge that became due since the previous snapshot, what link prediction predicts. ``y``
     and ``extra`` hold targets once a target is attached (see ``targets``). Treat the arrays as read-only:
     consecutive snapshots may share them (left writable because PyTorch warns about read-only arrays)."""

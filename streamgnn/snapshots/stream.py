@@ -52,7 +52,7 @@ class SnapshotStream:
         self.lateness = store.config.allowed_lateness if lateness is None else float(lateness)
         if not self.lateness >= 0:
             raise ConfigError(f"lateness must be >= 0, got {lateness!r}")
-        self.builder = builder or SnapshotBuilder(store, spec)
+        self.builder = builder or SnapshotBuilder(store, spec, arrivals=isinstance(target, NextLinks))
         self.labeler = None if target is None else target.labeler()
         self.first: float | None = None  # the schedule's first time, fixed by the first event seen
         self.next = 0  # index of the next snapshot to cut
