@@ -19,12 +19,14 @@ def late_stream(n=2400, seed=0):
     rng = np.random.default_rng(seed)
     t = np.sort(rng.uniform(0, 1200, n))
     order = np.argsort(t + rng.uniform(0, 15, n), kind="stable")
-    kind = rng.choice([EventKind.EDGE_ADD] * 8 + [EventKind.EDGE_DELETE, EventKind.NODE_UPDATE], n).astype(np.int8)
+    kind = rng.choice([EventKind.EDGE_ADD] * 8 + [EventKind.EDGE_DELETE, EventKind.NODE_UPDATE], n).astype(
+        np.int8
+    )
     kind[(kind == EventKind.EDGE_DELETE) & (t < 200)] = EventKind.EDGE_ADD
     src, dst = rng.integers(0, 30, n), rng.integers(0, 30, n)
     feats = rng.normal(size=(n, 2)).astype(np.float32)
-    return EventBatch.from_columns(kind=kind[order], src=src[order], dst=dst[order], t=t[order], eid=np.arange(n),
-                                   features=feats[order])  # fmt: skip
+    return EventBatch.from_columns(kind=kind[order], src=src[order], dst=dst[order], t=t[order],
+                                   eid=np.arange(n), features=feats[order])  # fmt: skip
 
 
 def consume(bootstrap, topic, store, stream, out, stop_after=None):

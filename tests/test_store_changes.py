@@ -40,7 +40,7 @@ def concat(parts, name):
     return np.concatenate([getattr(p, name) for p in parts])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(rows, st.lists(st.integers(1, 9), min_size=1, max_size=8), st.sampled_from([math.inf, 4.0]))
 def test_feed_reads_are_the_whole_log_in_pieces(events, cuts, lateness):
     store = TemporalGraphStore(StoreConfig(allowed_lateness=lateness))
@@ -73,7 +73,7 @@ def test_feed_reads_are_the_whole_log_in_pieces(events, cuts, lateness):
         assert (edges.deleted_at[p.edges.eid] <= p.edges.deleted_at).all()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(rows)
 def test_edges_between_finds_every_instance_of_a_pair(events):
     store = TemporalGraphStore()

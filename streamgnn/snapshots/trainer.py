@@ -235,7 +235,7 @@ class SnapshotTrainer:
         cfg = self.config
         bptt = cfg.bptt or 1
         started, window, saved = time.perf_counter(), [], None
-        bar = tqdm(unit="snapshot", disable=not progress, dynamic_ncols=True)
+        bar = tqdm(unit="snapshot", initial=self.steps, disable=not progress, dynamic_ncols=True)
         self.model.train()
         try:
             for snap in snapshots:
