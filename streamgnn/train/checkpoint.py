@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import re
 import shutil
 from dataclasses import dataclass
@@ -114,3 +115,32 @@ def load(root: Path, map_location: torch.device | str = "cpu") -> TrainerCheckpo
     if store.content_hash() != manifest.get("store_hash"):
         raise CheckpointError(f"{path}: the store does not match the trainer state it was saved with")
     return TrainerCheckpoint(path, manifest, state, store)
+
+
+def torch_rngs() -> dict:
+    """The torch RNG states a checkpoint's tensor state holds (dropout draws continue where they were)."""
+    state = {"torch_rng": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def host_rngs() -> dict:
+    """The Python and numpy global RNG states, as JSON values for the manifest."""
+    py = random.getstate()
+    np_state = np.random.get_state(legacy=True)
+    return {
+        "python_rng": [py[0], list(py[1]), py[2]],
+        "numpy_rng": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+    }
+
+
+def restore_rngs(state: dict, manifest: dict) -> None:
+    """Set every RNG ``torch_rngs`` and ``host_rngs`` captured."""
+    torch.set_rng_state(state["torch_rng"])
+    if "cuda_rng" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    py = manifest["python_rng"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    nps = manifest["numpy_rng"]
+    np.random.set_state((nps[0], np.asarray(nps[1], np.uint32), *nps[2:]))
