@@ -193,12 +193,16 @@ class EmbeddingsReader:
 
 
 def check_reachable(bootstrap_servers: str, timeout_s: float = 10.0) -> None:
-    """Raise ``ConnectorError`` naming the address when no broker answers there."""
-    from kafka import KafkaConsumer
-    from kafka.errors import NoBrokersAvailable
+    """Raise ``ConnectorError`` naming the addresses tried when none of them accepts a connection (a job
+    says so at once instead of retrying in the background)."""
+    import socket
 
-    try:
-        KafkaConsumer(bootstrap_servers=bootstrap_servers, request_timeout_ms=int(timeout_s * 1000) + 1000,
-                      api_version_auto_timeout_ms=int(timeout_s * 1000)).close()  # fmt: skip
-    except NoBrokersAvailable:
-        raise ConnectorError(f"no Kafka broker answers at {bootstrap_servers}") from None
+    tried = []
+    for address in bootstrap_servers.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout_s).close()
+            return
+        except (OSError, ValueError) as exc:
+            tried.append(f"{address.strip()} ({exc})")
+    raise ConnectorError(f"no Kafka broker reachable at {', '.join(tried)}")
