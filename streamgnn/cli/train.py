@@ -57,7 +57,8 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     import torch
 
-    from ..train.job import TrainJob, latency_text
+    from ..train.job import TrainJob
+    from ..train.online import latency_text
 
     cfg = config_from_args(args)
     train = cfg.train

@@ -18,7 +18,6 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..errors import ConfigError
@@ -205,10 +204,3 @@ class TrainJob:
             plot_windows(result.windows, out / "metrics.png")
             write_summary(result, out / "summary.json")
         return result
-
-
-def latency_text(result: OnlineResult) -> str:
-    """Arrival-to-queryable latency, or why there is none (no event was processed)."""
-    if not np.isfinite(result.latency_p50_ms):
-        return "no events processed, so no latency"
-    return f"arrival->queryable p50 {result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms"
