@@ -81,9 +81,10 @@ def test_lookups_topk_errors_updates_and_metrics(kafka_bootstrap, published):
         assert status == 200 and got["metric"] == "cosine" and got["query"] == 3
         assert [n["id"] for n in got["neighbors"]] == cosine_top(vectors, vectors[3], 5, exclude=3)
         status, got = call(f"{url}/topk", {"vector": vectors[10].tolist(), "k": 3, "metric": "dot"})
-        assert status == 200 and [n["id"] for n in got["neighbors"]] == np.argsort(-(vectors @ vectors[10]))[
-            :3
-        ].tolist()
+        assert (
+            status == 200
+            and [n["id"] for n in got["neighbors"]] == np.argsort(-(vectors @ vectors[10]))[:3].tolist()
+        )
         status, got = call(f"{url}/topk", {"id": 7, "k": 60})  # a zero vector: all scores 0, the rest listed
         assert status == 200 and len(got["neighbors"]) == 59
         assert {n["score"] for n in got["neighbors"]} == {0.0}
