@@ -1,11 +1,15 @@
 """The temporal graph store: growable per-node adjacency, deletions, versioned features, checkpoints."""
 
 from .changes import ChangeFeed, LogPosition, StoreChanges
-from .graph import EdgeTable, IngestReport, StoreConfig, TCSRView, TemporalGraphStore
+from .contract import FeatureStore, FeatureView, GraphStore, TCSRView
+from .graph import EdgeTable, IngestReport, StoreConfig, TemporalGraphStore
 
 __all__ = [
     "ChangeFeed",
     "EdgeTable",
+    "FeatureStore",
+    "FeatureView",
+    "GraphStore",
     "IngestReport",
     "LogPosition",
     "StoreChanges",
