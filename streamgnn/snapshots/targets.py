@@ -138,7 +138,7 @@ class LinkLabeler:
     def push(self, snap: Snapshot) -> list[Snapshot]:
         if snap.arrived is None:
             raise SnapshotError(
-                "NextLinks needs snapshots from a SnapshotBuilder (they carry the arrived pairs)"
+                "NextLinks needs the arrived pairs: SnapshotBuilder(arrivals=True), as SnapshotStream makes"
             )
         ready = [] if self.previous is None else [self._label(self.previous, snap.arrived)]
         if snap.num_nodes > self.pooled:
