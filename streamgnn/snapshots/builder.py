@@ -94,7 +94,7 @@ class SnapshotBuilder:
         dim = self.store.node_feature_dim or 0
         feats = ch.upd_features if ch.upd_features is not None else np.zeros((len(ch.upd_t), dim), np.float32)
         queued = self.updates.cols.get("feat")
-        if queued is not None and queued.shape[1] < dim:  # versions read before the stream had features
+        if queued is not None and queued.shape[1] == 0 < dim:  # versions read before the stream had features
             self.updates.cols["feat"] = np.zeros((len(queued), dim), np.float32)
         self.updates.push({"t": ch.upd_t, "id": ch.upd_index, "node": ch.upd_node, "feat": feats})
 

@@ -319,7 +319,9 @@ class SnapshotTrainer:
         hidden: int | None = None,
     ) -> SnapshotTrainer:
         """A trainer (with its store and snapshot stream) as the newest checkpoint under ``checkpoint_dir``
-        left it; ``cell`` is a layer of the same shape, ``target`` the one the run used."""
+        left it; ``cell`` is a layer of the same shape, ``target`` the one the run used. Continue with
+        ``run_live(source)``: a file source is replayed and skips what was consumed; build a KafkaSource with
+        ``store=trainer.stream.store`` so it seeks to the offsets the checkpoint holds."""
         ckpt = checkpoint.load(Path(checkpoint_dir))
         man = ckpt.manifest
         config = dataclasses.replace(SnapshotTrainConfig(**man["config"]), checkpoint_dir=str(checkpoint_dir))
