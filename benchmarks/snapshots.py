@@ -9,8 +9,9 @@ python benchmarks/snapshots.py [--quick] [--json] [--plot PATH]    (also: stream
 - memory: window snapshots over a synthetic power-law stream (10M events; 1M with --quick): the builder's
   own bytes against the largest snapshot, and their growth from the first half of the stream to the second.
 - chickenpox: PGT's GConvGRU example (lags 4, 80/20 split, Adam 0.01, no state across snapshots, one step
-  per epoch) trained by ``SnapshotTrainer`` on our signal (the JSON replayed as events through the store)
-  and by PGT's example loop on the signal PGT's own loader class builds from the same file; test MSE.
+  per epoch; --quick: the first 261 weeks, 1 epoch) trained by ``SnapshotTrainer`` on our signal (the JSON
+  replayed as events through the store) and by PGT's example loop on the signal PGT's own loader class
+  builds from the same file; test MSE.
 - bitcoin_otc: monthly window snapshots, next-month link prediction with GConvGRU (degree features, state
   carried, a step per snapshot), against a snapshot EdgeBank and preferential attachment on the same
   chronological split and the same negatives (20 per positive): AUC and MRR, averaged over the test snapshots.
@@ -114,20 +115,24 @@ def memory(n: int, snapshots: int = 100) -> dict:
     store = TemporalGraphStore()
     builder = SnapshotBuilder(store, spec)
     tracemalloc.start()
-    tracemalloc.reset_peak()
-    held, snap_bytes, store_bytes, t = [], [], [], spec.start
+    held, snap_bytes, store_bytes, cut_peaks, t = [], [], [], [], spec.start
     bar = tqdm(total=n, desc="memory", unit="ev", unit_scale=True, leave=False)
+    peak = 0
     for batch in stream.split(10_000):
         store.ingest(batch)
         bar.update(len(batch))
         while store.watermark > t:
+            before, ingest_peak = tracemalloc.get_traced_memory()
+            peak = max(peak, ingest_peak)
+            tracemalloc.reset_peak()
             snap = builder.advance(t)  # used, then dropped: nothing holds old snapshots
+            cut_peaks.append(tracemalloc.get_traced_memory()[1] - before)
             held.append(builder.nbytes())
             snap_bytes.append(snap.nbytes())
             store_bytes.append(store.nbytes()["total"])
             t += every
     bar.close()
-    _, peak = tracemalloc.get_traced_memory()
+    peak = max(peak, tracemalloc.get_traced_memory()[1])
     tracemalloc.stop()
     half = len(held) // 2
     return {
@@ -137,6 +142,8 @@ def memory(n: int, snapshots: int = 100) -> dict:
         "memory_snapshot_max_mb": max(snap_bytes) / 1e6,
         "memory_window_events": int(every),
         "memory_builder_vs_snapshot": max(held) / max(snap_bytes),
+        "memory_builder_bytes_per_window_event": max(held) / every,
+        "memory_cut_peak_mb": max(cut_peaks) / 1e6,
         "memory_builder_growth": max(held[half:]) / max(held[:half]),
         "memory_store_mb": store_bytes[-1] / 1e6,
         "memory_peak_traced_mb": peak / 1e6,
@@ -294,6 +301,9 @@ def plot(results: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+PARTS = ("travian", "memory", "chickenpox", "bitcoin")
+
+
 def collect(
     *,
     days: int,
@@ -303,15 +313,27 @@ def collect(
     chickenpox_epochs: int,
     bitcoin_epochs: int,
     weeks: int = 521,
+    parts: tuple[str, ...] = PARTS,
 ) -> dict:
-    """Every figure of the benchmark (keys starting with ``_`` feed the plot only)."""
-    return {
-        **travian(days, repeats),
-        **memory(events),
-        **chickenpox(seeds, chickenpox_epochs, weeks),
-        **bitcoin(seeds, bitcoin_epochs),
-        "load_average": os.getloadavg(),
+    """The figures of ``parts`` (keys starting with ``_`` feed the plot only)."""
+    run = {
+        "travian": lambda: travian(days, repeats),
+        "memory": lambda: memory(events),
+        "chickenpox": lambda: chickenpox(seeds, chickenpox_epochs, weeks),
+        "bitcoin": lambda: bitcoin(seeds, bitcoin_epochs),
     }
+    results = {}
+    for part in parts:
+        results.update(run[part]())
+    return {**results, "load_average": os.getloadavg()}
+
+
+def _parts(text: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in text.split(","))
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown parts {unknown}; choose from {', '.join(PARTS)}")
+    return parts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -325,7 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--plot", default=None, help="write the four figures as one PNG, e.g. --plot snapshots.png"
     )
+    ap.add_argument(
+        "--only", type=_parts, default=PARTS, help=f"some of {', '.join(PARTS)}, e.g. --only memory"
+    )
     args = ap.parse_args(argv)
+    if args.plot and args.only != PARTS:
+        ap.error("--plot draws every part: leave out --only")
     if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
         ap.error(f"--plot: the folder of {args.plot} does not exist")
     set_threads(1)
@@ -338,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds=seeds,
         chickenpox_epochs=args.epochs or (1 if quick else 20),
         bitcoin_epochs=3 if quick else 30,
+        weeks=261 if quick else 521,
+        parts=args.only,
     )
     if args.plot:
         plot(results, args.plot)
