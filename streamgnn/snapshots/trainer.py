@@ -231,10 +231,15 @@ class SnapshotTrainer:
     def run(
         self, snapshots: Iterable, *, progress: bool = True, max_snapshots: int | None = None
     ) -> SnapshotTrainResult:
-        """Test-then-train over ``snapshots`` as they come (an iterator may be live)."""
+        """Test-then-train over ``snapshots`` as they come (an iterator may be live). Checkpoints (live runs
+        only) fall every ``checkpoint_every`` snapshots and at the end of the stream."""
         cfg = self.config
+        if cfg.checkpoint_every and self.stream is None:
+            raise ConfigError(
+                "checkpoints hold the snapshot stream's position: use run_live, or checkpoint_every=0"
+            )
         bptt = cfg.bptt or 1
-        started, window, saved = time.perf_counter(), [], None
+        started, window, saved, ended = time.perf_counter(), [], None, False
         bar = tqdm(unit="snapshot", initial=self.steps, disable=not progress, dynamic_ncols=True)
         self.model.train()
         try:
@@ -253,10 +258,14 @@ class SnapshotTrainer:
                     saved = self.save_checkpoint()
                 if max_snapshots is not None and self.steps >= max_snapshots:
                     break
+            else:
+                ended = True
         finally:
             bar.close()
         if window:
             self._step(window)
+        if ended and cfg.checkpoint_every and (saved is None or self.steps % cfg.checkpoint_every):
+            saved = self.save_checkpoint()  # the stream's end (a cut-short run keeps its last regular one)
         return self._result(started, saved)
 
     def run_live(
