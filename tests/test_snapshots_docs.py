@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from streamgnn.cli import main as cli
@@ -77,3 +78,15 @@ def test_cli_writes_the_signal_python_builds(tmp_path, capsys):
     assert got.node_ids.tolist() == want.node_ids.tolist() and got.meta["spec"]["every"] == 100.0
     assert cli(["snapshots", *args]) == 2  # the folder is not empty now: refused before any work
     assert "not an empty folder" in capsys.readouterr().err
+
+
+DOCUMENTED = "spec snapshot pairs queue builder scratch targets stream signal cells files baselines metrics"
+
+
+@pytest.mark.parametrize("module", DOCUMENTED.split())
+def test_the_examples_in_the_docstrings_run(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(f"streamgnn.snapshots.{module}"))
+    assert result.attempted and not result.failed

@@ -8,13 +8,14 @@ them; ``live_snapshots`` yields them from a running source as they become final;
 
 from .baselines import SnapshotEdgeBank, SnapshotPreferentialAttachment
 from .builder import SnapshotBuilder
+from .metrics import SnapshotMetrics, SnapshotTrainResult
 from .scratch import snapshot_at
 from .signal import build_signal, to_signal
 from .snapshot import Snapshot
 from .spec import SnapshotSpec
 from .stream import SnapshotStream, live_snapshots
 from .targets import NextLinks, NodeTarget
-from .trainer import SnapshotMetrics, SnapshotTrainConfig, SnapshotTrainer, SnapshotTrainResult
+from .trainer import SnapshotTrainConfig, SnapshotTrainer
 
 __all__ = [
     "NextLinks",

@@ -22,9 +22,9 @@ from collections import deque
 import numpy as np
 
 from ..errors import ConfigError
+from .metrics import SnapshotMetrics, link_snapshot_metrics
 from .pairs import key_pairs, pair_keys
 from .snapshot import Snapshot
-from .trainer import SnapshotMetrics, link_snapshot_metrics
 
 
 class SnapshotEdgeBank:

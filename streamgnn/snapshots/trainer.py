@@ -27,18 +27,17 @@ import math
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..train import checkpoint
-from ..train.metrics import link_metrics, reciprocal_ranks
 from .cells import RecurrentCell
+from .metrics import SnapshotMetrics, SnapshotTrainResult, link_snapshot_metrics, plot_metrics
 from .snapshot import Snapshot
 from .spec import SnapshotSpec
 from .stream import SnapshotStream, live_snapshots
@@ -77,35 +76,6 @@ class SnapshotTrainConfig:
             raise ConfigError(f"checkpoint_every must be an int >= 0, got {self.checkpoint_every!r}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
-
-
-@dataclass(frozen=True)
-class SnapshotMetrics:
-    """One scored snapshot: ``loss`` and the task's metrics (NaN where they do not apply)."""
-
-    index: int
-    t: float
-    phase: str  # "train", "test" (offline) or "online"
-    loss: float
-    mse: float = math.nan
-    accuracy: float = math.nan
-    auc: float = math.nan
-    ap: float = math.nan
-    mrr: float = math.nan
-
-
-@dataclass
-class SnapshotTrainResult:
-    metrics: list[SnapshotMetrics]
-    seconds: float
-    checkpoint: Path | None = None
-    plot_path: Path | None = None
-    summary: dict = field(default_factory=dict)
-
-    def mean(self, name: str, phase: str | None = None) -> float:
-        values = [getattr(m, name) for m in self.metrics if phase is None or m.phase == phase]
-        values = [v for v in values if not math.isnan(v)]
-        return float(np.mean(values)) if values else math.nan
 
 
 class _Heads(torch.nn.Module):
@@ -362,46 +332,12 @@ class SnapshotTrainer:
 
     def plot(self, path: str | Path) -> Path:
         """Loss and the task's metric per snapshot, as a PNG (Agg; touches no global backend)."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-
-        path = Path(path)
-        fig = Figure(figsize=(9, 5), tight_layout=True)
-        FigureCanvasAgg(fig)
-        top, bottom = fig.subplots(2, 1, sharex=True)
-        names = {"regression": ("mse",), "classification": ("accuracy",), "link": ("auc", "ap", "mrr")}
-        for phase in ("train", "test", "online"):
-            ms = [m for m in self.metrics if m.phase == phase]
-            if not ms:
-                continue
-            x = [m.index for m in ms]
-            for name in names[self.config.task]:
-                top.plot(x, [getattr(m, name) for m in ms], marker=".", label=f"{name} ({phase})")
-            bottom.plot(x, [m.loss for m in ms], marker=".", label=phase)
-        top.set_ylabel("metric per snapshot")
-        top.legend(loc="best")
-        top.grid(alpha=0.3)
-        bottom.set_ylabel("loss")
-        bottom.set_xlabel("snapshot")
-        bottom.grid(alpha=0.3)
-        fig.savefig(path, dpi=110)
-        return path
+        return plot_metrics(self.metrics, self.config.task, path)
 
 
 def _weight(data) -> torch.Tensor | None:
     w = getattr(data, "edge_attr", None)
     return None if w is None else w.float()
-
-
-def link_snapshot_metrics(logits: np.ndarray, labels: np.ndarray, t: float, loss: float) -> SnapshotMetrics:
-    """AUC and AP of positives against all their negatives, MRR of each against its own (NextLinks layout)."""
-    pos = labels == 1
-    n_pos = int(pos.sum())
-    if not n_pos:
-        return SnapshotMetrics(-1, t, "", loss)
-    neg = logits[~pos].reshape(n_pos, -1)  # the layout of NextLinks: q negatives per positive, in order
-    m = link_metrics(logits[pos], neg.reshape(-1), reciprocal_ranks(logits[pos], neg))
-    return SnapshotMetrics(-1, t, "", loss, auc=m.auc, ap=m.ap, mrr=m.mrr)
 
 
 def _postfix(m: SnapshotMetrics) -> dict[str, str]:
