@@ -200,8 +200,15 @@ def test_bad_client_settings_name_only_keys_and_leave_no_client_behind(kafka_boo
     dead-letter producer fails must close the consumer it already made."""
     topic = make_topic(1)
     secret = "hunter2-must-not-show"
-    typo = {"sasl_plain_pasword": secret} if backend == "kafka-python" else {"sasl.pasword": secret}
-    key = next(iter(typo))
+    if backend == "kafka-python":
+        typo = {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_pasword": secret,
+        }
+    else:
+        typo = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.pasword": secret}
+    key = list(typo)[-1]
     kw = {"bootstrap_servers": kafka_bootstrap, "backend": backend}
     threads, fds = set(threading.enumerate()), _open_fds()
     attempts = [

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ...errors import ConfigError
+from ...errors import ConfigError, OffsetOutOfRangeError
 from .producer import CONTENT_TYPE_HEADER
 
 TP = tuple[str, int]
@@ -37,6 +37,22 @@ def split_key(key: str) -> TP:
     if not sep or not part.isdigit():
         raise ConfigError(f"offset key {key!r} is not 'topic:partition' (e.g. 'edges:0')")
     return topic, int(part)
+
+
+START_POLICIES = ("earliest", "latest")  # where a partition with no saved or committed offset starts
+
+
+def out_of_range(tp: TP, position: int, low: int | None, end: int | None) -> OffsetOutOfRangeError:
+    """The error for a partition whose next offset lies outside its log ``[low, end)``."""
+    key = partition_key(*tp)
+    where = "after the end" if end is not None and position > end else "before the start"
+    span = f"[{'?' if low is None else low}, {'?' if end is None else end}]"
+    return OffsetOutOfRangeError(
+        f"partition {key}: the next offset to read, {position}, is {where} of its log {span}: the topic was "
+        "recreated or truncated (a broker that lost its data, or retention), and reading on would skip "
+        f"events. To read what the log holds now from its start, pass start_offsets={{{key!r}: 0}} or a "
+        "store without these offsets"
+    )
 
 
 @dataclass
@@ -75,7 +91,8 @@ class Consumer(Protocol):
         """What arrived within ``timeout_s`` (at once if something was already fetched)."""
 
     def caught_up(self, parts: list[TP]) -> set[TP]:
-        """The partitions read up to the end offset the broker last reported."""
+        """The partitions read up to the end offset the broker last reported; raises
+        ``OffsetOutOfRangeError`` for one whose position the broker confirms is beyond that end."""
 
     def set_paused(self, parts: list[TP], paused: bool) -> None:
         """Stop or restart fetching ``parts`` while polling goes on (group membership survives)."""
