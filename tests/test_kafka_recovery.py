@@ -174,5 +174,39 @@ def test_local_broker_refuses_a_second_start_and_a_port_another_program_holds(ow
         assert busy.pid is None
 
 
+HOLDER = """
+import sys, time
+from streamgnn.connectors.broker import LocalBroker
+broker = LocalBroker().start()
+print(broker.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_local_broker_dies_with_the_process_that_started_it(sig):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(holder.stdout.readline())
+        assert _alive(pid)
+        holder.send_signal(sig)
+        holder.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(pid):  # re-parented to init if it outlived its parent
+            assert time.monotonic() < deadline, f"broker {pid} outlived its parent ({sig.name})"
+            time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it counts as dead)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
 if __name__ == "__main__":  # the worker process of the SIGKILL test
     consume_with_checkpoints(*sys.argv[1:])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -257,3 +258,29 @@ def test_producer_sends_no_part_of_a_batch_it_cannot_send_whole(
     ends = reader.end_offsets([TopicPartition(topic, p) for p in range(2)])
     reader.close()
     assert sorted(ends.values()) == [1, 1]  # the two binary messages of the good batch, nothing else
+
+
+def test_a_store_from_another_stream_stops_the_source_with_one_loud_error(
+    kafka_bootstrap, make_topic, make_events, backend, caplog
+):
+    """Every event of the topic has string ids, the store int ids: a configuration error, said once at
+    ERROR level and then raised, not thousands of quiet dead letters."""
+    topic = make_topic(1)
+    store = TemporalGraphStore(StoreConfig(num_partitions=2))
+    store.ingest(make_events(10))
+    events = make_events(300)
+    named = EventBatch.from_columns(
+        src=[f"n{i}" for i in events.src], dst=[f"n{i}" for i in events.dst], t=events.t, eid=events.eid
+    )
+    with EventProducer(kafka_bootstrap, topic, fmt="json", backend=backend) as producer:
+        producer.send(named)
+    caplog.set_level(logging.ERROR)
+    with (
+        KafkaSource(topic, bootstrap_servers=kafka_bootstrap, backend=backend, store=store) as source,
+        pytest.raises(ConfigError, match="none of the first 100 events .* fits the store .*str but this"),
+    ):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert source.poll(0.2) is None
+    errors = [r for r in caplog.records if "do not fit the store" in r.getMessage()]
+    assert len(errors) == 1, [r.getMessage() for r in caplog.records]

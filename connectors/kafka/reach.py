@@ -70,7 +70,7 @@ def check_reachable(bootstrap_servers: str, timeout_s: float, *, tls: bool) -> N
     tried = ", ".join(failures)
     raise ConnectorError(
         f"no Kafka broker reachable at {bootstrap_servers} within {timeout_s:g}s: {tried}{hint} "
-        "(connect_timeout_s sets how long to try)"
+        "(connect_timeout_s, or --connect-timeout, sets how long to try)"
     )
 
 
