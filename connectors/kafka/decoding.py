@@ -1,9 +1,13 @@
 """Kafka messages into EventBatch rows: JSON lines or binary batches, bad ones out as dead letters.
 
 A message's format comes from its ``content-type`` header; without one, a payload starting with the binary
-magic is binary and anything else JSON lines. Every event must fit the stream's schema (id type and
-feature width), fixed by the store the source feeds where it has events, else by the first events decoded,
-so that it does not depend on where a reader resumes.
+magic is binary and anything else JSON lines. One exception keeps JSON topics fast: a poll whose every
+message is exactly one valid JSON event object is read as JSON without looking at the headers (reading them
+costs confluent-kafka more than the whole decode), whatever they say.
+
+Every event must fit the stream's schema (id type and feature width), fixed by the store the source feeds
+where it has events, else by the first events decoded, so that it does not depend on where a reader
+resumes.
 
 A store whose schema the topic does not match is a configuration error (a checkpoint of another stream),
 not a stream of bad events: the first mismatch is logged at ERROR level naming both schemas, and if none of
@@ -27,6 +31,7 @@ from ...errors import ConfigError
 from ...events import DeadLetter, EventBatch
 from .consumer import Fetched, partition_key
 from .dead_letters import DeadLetters
+from .fastjson import fast_rows
 from .merge import Chunk, join_rows
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,11 @@ class StreamDecoder:
 
     def decode(self, f: Fetched) -> Chunk:
         """Decode one partition's messages; dead letters go out before the chunk becomes visible."""
+        self.messages += len(f.offsets)
+        if all(f.values):  # the usual JSON topic: every message one event, headers not even read
+            batch = fast_rows(f.values, f"{f.topic}:{f.partition}")
+            if batch is not None and self._mismatch(batch, count=False) is None:
+                return self._chunk(f, [(batch, np.array(f.offsets, np.int64))])
         pieces: list[tuple[EventBatch, np.ndarray]] = []
         run: list[int] = []
         for i, (value, ctype) in enumerate(zip(f.values, f.ctypes, strict=True)):
@@ -63,20 +73,27 @@ class StreamDecoder:
             pieces += self._decode_one(f, i)
         if run:
             pieces += self._decode_json_run(f, run)
-        self.messages += len(f.offsets)
+        return self._chunk(f, pieces)
+
+    @staticmethod
+    def _chunk(f: Fetched, pieces: list[tuple[EventBatch, np.ndarray]]) -> Chunk:
         # every piece passed _mismatch(), so they share id type and feature width and concatenate
         batch = join_rows([b for b, _ in pieces])
         origin = np.concatenate([o for _, o in pieces]) if pieces else np.zeros(0, np.int64)
         return Chunk(partition_key(f.topic, f.partition), batch, origin, f.offsets[-1] + 1)
 
     def _decode_json_run(self, f: Fetched, run: list[int]) -> list[tuple[EventBatch, np.ndarray]]:
-        """Fast path: consecutive JSON messages decoded as one payload; any trouble means one by one."""
+        """Consecutive JSON messages: one event per message through msgspec (``fast_rows``), else decoded
+        as one payload by the codec; any trouble means one by one, where each dead letter gets its reason."""
         values = [f.values[i] for i in run]
+        offsets = np.array([f.offsets[i] for i in run], np.int64)
+        batch = fast_rows(values, f"{f.topic}:{f.partition}")
+        if batch is not None and self._mismatch(batch, count=False) is None:
+            return [(batch, offsets)]
         joined = b"\n".join(values)
         if _BOM not in joined:  # a byte-order mark is only skipped at the start of a payload
             batch, letters = decode_json_lines(joined, f"{f.topic}:{f.partition}")
             if not letters and self._mismatch(batch, count=False) is None:
-                offsets = np.array([f.offsets[i] for i in run], np.int64)
                 if len(batch) == len(values) and joined.count(b"\n") == len(values) - 1:
                     return [(batch, offsets)]  # one event per message, the usual case
                 rows = [v.count(b"\n") + 1 - v.endswith(b"\n") for v in values]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 
 from ...errors import ConnectorError
-from .consumer import TP, Fetched, OnAssign, OnCommit, OnFailure, OnRevoke, content_type, out_of_range
+from .consumer import TP, Fetched, OnAssign, OnCommit, OnFailure, OnRevoke, content_types, out_of_range
 from .reach import starting
 from .settings import settings_error
 
@@ -104,12 +105,9 @@ class KafkaPythonConsumer:
             raise out_of_range((tp.topic, tp.partition), offset, low, end) from None
         for tp, records in fetched.items():
             if records:
-                out.append(
-                    Fetched(
-                        tp.topic, tp.partition, [r.offset for r in records], [r.value for r in records],
-                        [content_type(r.headers) for r in records],
-                    )
-                )  # fmt: skip
+                offsets, values = list(map(_OFFSET, records)), list(map(_VALUE, records))
+                ctypes = content_types(list(map(_HEADERS, records)))
+                out.append(Fetched(tp.topic, tp.partition, offsets, values, ctypes))
         return out
 
     def _unstick_resumed(self) -> None:
@@ -171,6 +169,9 @@ class KafkaPythonConsumer:
 
     def close(self) -> None:
         self.c.close(autocommit=False)
+
+
+_OFFSET, _VALUE, _HEADERS = (operator.attrgetter(name) for name in ("offset", "value", "headers"))
 
 
 _UNTESTED = (
