@@ -9,28 +9,13 @@ import time
 
 import numpy as np
 import pytest
+from test_kafka_source import drain
 
 from streamgnn.connectors.broker import LocalBroker
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, create_topic
 from streamgnn.errors import OffsetOutOfRangeError
 from streamgnn.events import EventBatch, concat
 from streamgnn.store import StoreConfig, TemporalGraphStore
-
-
-def consume(source: KafkaSource, n: int, store: TemporalGraphStore | None = None) -> EventBatch:
-    """Exactly ``n`` events (waiting for them, not for time), then nothing more."""
-    got, count = [], 0
-    deadline = time.monotonic() + 120
-    while count < n:
-        assert time.monotonic() < deadline, f"{count} of {n} events"
-        batch = source.poll(0.5)
-        if batch is not None:
-            got.append(batch)
-            count += len(batch)
-            if store is not None:
-                store.ingest(batch)
-    assert count == n
-    return concat(got)
 
 
 def slowed(source: KafkaSource, pause_s: float, every: int = 2) -> None:
@@ -74,7 +59,8 @@ def test_replay_on_a_slow_loaded_host_builds_the_time_ordered_store(
             topic, bootstrap_servers=kafka_bootstrap, backend=backend, max_poll_messages=25
         ) as source:
             slowed(source, pause_s=1.5)
-            consume(source, len(events), store)
+            for batch in drain(source, len(events), timeout_s=120):
+                store.ingest(batch)
     finally:
         stop.set()
         spinner.join()
@@ -155,7 +141,7 @@ def test_a_recreated_topic_is_an_error_not_a_silent_skip(own_broker, make_events
         producer.send(events[:300])
     source = KafkaSource(topic, bootstrap_servers=own_broker.bootstrap, backend=backend).start()
     try:
-        consume(source, 300)
+        drain(source, 300)
         assert source.positions() == {f"{topic}:0": 300}
         own_broker.stop()
         own_broker.start()  # same port, empty memory storage
