@@ -59,7 +59,8 @@ class KafkaSource:
     Modes: ``topics`` + ``group_id`` joins a consumer group that spreads partitions over its members;
     ``partitions=["edges:0", ...]`` reads exactly those; ``topics`` without a group reads every partition.
     Messages are JSON lines or binary batches (``content-type`` header; JSON when absent, binary when the
-    payload starts with the binary magic). A message that cannot be decoded, or an event that fails
+    payload starts with the binary magic; a poll of messages that are each one valid JSON event is read as
+    JSON without reading headers, see ``decoding``). A message that cannot be decoded, or an event that fails
     validation or does not fit the stream (id type, feature width: fixed by ``store`` where it has events,
     else by the first events decoded), goes to ``dead_letter_topic`` with headers ``reason``,
     ``source-topic``, ``source-partition``, ``source-offset``; the stream goes on. A dead letter too large
