@@ -58,20 +58,18 @@ def fast_rows(values: list[bytes], where: str) -> EventBatch | None:
     src, dst = _ids(list(map(_SRC, events))), _ids(list(map(_DST, events)))
     if src is None or dst is None or src.dtype != dst.dtype:
         return None
-    weights = list(map(_WEIGHT, events))
-    weight = None
-    if weights.count(None) != n:
-        weight = np.array([1.0 if w is None else w for w in weights], np.float32)
-    feats = list(map(_FEATURES, events))
-    features = None
-    if feats.count(None) != n:
-        if None in feats or len(set(map(len, feats))) != 1:
-            return None
-        features = np.array(feats, np.float32).reshape(n, len(feats[0]))
+    weights, feats = list(map(_WEIGHT, events)), list(map(_FEATURES, events))
+    weight = features = None
+    if feats.count(None) != n and (None in feats or len(set(map(len, feats))) != 1):
+        return None
+    with np.errstate(over="ignore"):  # float32 overflow becomes inf, which validation refuses
+        if weights.count(None) != n:
+            weight = np.array([1.0 if w is None else w for w in weights], np.float32)
+        if feats.count(None) != n:
+            features = np.array(feats, np.float32).reshape(n, len(feats[0]))
     t = np.array(list(map(_T, events)), np.float64)
     eid = np.array(list(map(_EID, events)), np.int64)
-    with np.errstate(over="ignore"):  # float32 overflow becomes inf, which validation refuses
-        batch = EventBatch(kind, src, dst, t, eid, weight, features)
+    batch = EventBatch(kind, src, dst, t, eid, weight, features)
     valid, invalid = batch.validate(where)
     return None if invalid else valid
 
