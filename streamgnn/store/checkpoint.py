@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CheckpointError
+from ..partition import PartitionerConfig
 from . import kernels as K
 from .dedup import SeenIds
 from .idmap import NodeIdMap
@@ -147,6 +148,7 @@ def save_store(
         "config": {
             "num_partitions": store.config.num_partitions,
             "allowed_lateness": store.config.allowed_lateness,
+            "partitioner": store.config.partitioner.to_dict(),
         },
         "id_kind": store.ids.kind,
         "watermark": store.watermark,
@@ -169,7 +171,10 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         raise CheckpointError(f"{root} holds a {manifest.get('kind')!r} checkpoint, not a store")
     try:
         cfg = manifest["config"]
-        store = TemporalGraphStore(StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"])))
+        partitioner = PartitionerConfig.from_dict(cfg.get("partitioner", {"name": "hash"}))
+        store = TemporalGraphStore(
+            StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"]), partitioner)
+        )
         kind = manifest["id_kind"]
         if kind == "str":
             offs, raw = a["ext_str_offsets"], a["ext_str_bytes"].tobytes()
@@ -203,6 +208,9 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         c[K.EDGES], c[K.UPDATES], c[K.DELETIONS] = len(store.edge_t), len(store.upd_t), len(store.del_t)
         store.source_offsets = {str(k): int(v) for k, v in manifest.get("source_offsets", {}).items()}
         _check_structure(store, a)
+        prefix = "partitioner_"
+        state = {k[len(prefix) :]: v for k, v in a.items() if k.startswith(prefix)}
+        store.partitioner.restore(state, store.partition, store.num_edges)
     except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise CheckpointError(f"checkpoint under {root} is inconsistent: {exc!r}") from exc
     if store.content_hash() != manifest.get("content_hash"):
