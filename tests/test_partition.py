@@ -196,11 +196,11 @@ def test_hdrf_score_by_hand():
     rep[1, 0] = 0b10  # v in partition 1
     loads = np.array([5, 5, 5], np.int64)
     # d(u)=9, d(v)=1: theta(u)=0.9, so g(u)=1.1 < g(v)=1.9: the edge joins v's replica, u is the one cut
-    assert E.hdrf_choice(rep, loads, 9.0, 1.0, 0, 1, 1.0, 1.0) == 1
-    assert E.hdrf_choice(rep, loads, 1.0, 9.0, 0, 1, 1.0, 1.0) == 0
+    assert E.hdrf_choice(rep, loads, 5, 5, 9.0, 1.0, 0, 1, 1.0, 1.0) == 1
+    assert E.hdrf_choice(rep, loads, 5, 5, 1.0, 9.0, 0, 1, 1.0, 1.0) == 0
     # balance: lambda (max - load) / (eps + max - min) outweighs replicas when large
     loads = np.array([50, 50, 0], np.int64)
-    assert E.hdrf_choice(rep, loads, 1.0, 9.0, 0, 1, 10.0, 1.0) == 2
+    assert E.hdrf_choice(rep, loads, 0, 50, 1.0, 9.0, 0, 1, 10.0, 1.0) == 2
 
 
 def test_quality_on_planted_communities():

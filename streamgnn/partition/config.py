@@ -29,24 +29,25 @@ class RebalanceConfig:
     Every ``every_edges`` edges of the stream (0: only when asked), at that exact stream position:
     partitions holding more than ``max_imbalance`` times the mean vertex count are drained (their
     vertices move to the partition below the limit holding most of their neighbors); then, if the cut of
-    the last ``window_edges`` edges exceeds ``(1 + cut_drift)`` times the cut right after the previous
-    refinement, the window's vertices are re-placed from their whole adjacency with the partitioner's own
-    score (restreaming), each only when that beats staying by more than ``min_gain``. At most
-    ``max_moves`` vertices move per check.
+    the last ``window_edges`` edges is above ``max_window_cut`` (0: always), the window's vertices are
+    re-placed from their whole adjacency with the partitioner's own score (restreaming them, up to
+    ``passes`` times), each only when that beats staying by more than ``min_gain``. At most ``max_moves``
+    vertices move per check.
     """
 
     every_edges: int = 0
     max_imbalance: float = 1.2
-    cut_drift: float = 0.0
+    max_window_cut: float = 0.0
     min_gain: float = 0.0
     max_moves: int = 100_000
+    passes: int = 3
 
     def __post_init__(self) -> None:
-        for key, lo in (("every_edges", 0), ("max_moves", 1)):
+        for key, lo in (("every_edges", 0), ("max_moves", 1), ("passes", 1)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ConfigError(f"rebalance {key} must be an int >= {lo}, got {value!r}")
-        for key, lo in (("max_imbalance", 1.0), ("cut_drift", 0.0), ("min_gain", 0.0)):
+        for key, lo in (("max_imbalance", 1.0), ("max_window_cut", 0.0), ("min_gain", 0.0)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int | float) or not (lo <= value < math.inf):
                 raise ConfigError(f"rebalance {key} must be finite and >= {lo}, got {value!r}")

@@ -25,39 +25,38 @@ PENDING = -1
 
 
 @njit(cache=True)
-def _has(rep, v, p):
-    return (rep[v, p >> 6] >> np.uint64(p & 63)) & np.uint64(1)
-
-
-@njit(cache=True)
 def _add_replica(rep, vcount, labels, v, p):
-    if not _has(rep, v, p):
-        rep[v, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+    w = p >> 6
+    bit = np.uint64(1) << np.uint64(p & 63)
+    word = rep[v, w]
+    if (word & bit) == 0:
+        rep[v, w] = word | bit
         vcount[p] += 1
     if labels[v] < 0:
         labels[v] = p
 
 
 @njit(cache=True)
-def hdrf_choice(rep, loads, du, dv, u, v, lam, eps):
-    k = len(loads)
-    lo = loads[0]
-    hi = loads[0]
-    for p in range(1, k):
-        lo = min(lo, loads[p])
-        hi = max(hi, loads[p])
+def hdrf_choice(rep, loads, lo, hi, du, dv, u, v, lam, eps):
+    """HDRF's partition for edge (u, v) given partial degrees, edge loads and their min ``lo``/max ``hi``."""
     theta_u = du / (du + dv)
-    theta_v = 1.0 - theta_u
+    g_u = 2.0 - theta_u
+    g_v = 1.0 + theta_u
+    scale = lam / (eps + hi - lo)
     best = -1
     best_s = 0.0
-    for p in range(k):
-        s = lam * (hi - loads[p]) / (eps + hi - lo)
-        if _has(rep, u, p):
-            s += 2.0 - theta_u
-        if _has(rep, v, p):
-            s += 2.0 - theta_v
-        if best < 0 or s > best_s or (s == best_s and loads[p] < loads[best]):
-            best, best_s = p, s
+    for w in range(rep.shape[1]):
+        ru = rep[u, w]
+        rv = rep[v, w]
+        for p in range(w * 64, min(len(loads), w * 64 + 64)):
+            bit = np.uint64(1) << np.uint64(p & 63)
+            s = (hi - loads[p]) * scale
+            if ru & bit:
+                s += g_u
+            if rv & bit:
+                s += g_v
+            if best < 0 or s > best_s or (s == best_s and loads[p] < loads[best]):
+                best, best_s = p, s
     return best
 
 
@@ -67,6 +66,12 @@ def observe(kind, src, dst, first_edge, labels, deg, rep, vhash, loads, vcount, 
     """Place each added edge (internal edge ids from ``first_edge`` on, in order); ``dest[i]`` (if given)
     receives where event i goes: its edge's partition, or its source's master for updates and deletes."""
     e = first_edge
+    k = len(loads)
+    lo = loads.min()
+    hi = loads.max()
+    at_lo = 0  # partitions whose load is ``lo``
+    for p in range(k):
+        at_lo += loads[p] == lo
     for i in range(len(kind)):
         u = src[i]
         if kind[i] == ADD:
@@ -75,12 +80,19 @@ def observe(kind, src, dst, first_edge, labels, deg, rep, vhash, loads, vcount, 
             if v != u:
                 deg[v] += 1
             if method == HDRF:
-                p = hdrf_choice(rep, loads, float(deg[u]), float(deg[v]), u, v, lam, eps)
+                p = hdrf_choice(rep, loads, lo, hi, float(deg[u]), float(deg[v]), u, v, lam, eps)
             else:
-                p = vhash[u] if deg[u] <= deg[v] else vhash[v]
+                p = np.int64(vhash[u] if deg[u] <= deg[v] else vhash[v])
             edge_part[e] = p
             e += 1
+            if loads[p] == lo:
+                at_lo -= 1
             loads[p] += 1
+            hi = max(hi, loads[p])
+            if at_lo == 0:
+                lo += 1
+                for q in range(k):
+                    at_lo += loads[q] == lo
             _add_replica(rep, vcount, labels, u, p)
             _add_replica(rep, vcount, labels, v, p)
             if len(dest):

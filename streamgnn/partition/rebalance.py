@@ -24,7 +24,7 @@ import numpy as np
 from . import rebalance_kernels as R
 
 log = logging.getLogger(__name__)
-REASONS = ("imbalance", "cut_drift", "manual")
+REASONS = ("imbalance", "window_cut", "manual")
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,13 @@ class RebalanceState:
     def __init__(self) -> None:
         self.by_reason = dict.fromkeys(REASONS, 0)
         self.checks = 0
-        self.baseline_cut = 0.0  # the window's cut right after the last refinement
+        self.last_cut = 0.0  # the window's cut right after the last refinement
 
     def arrays(self) -> dict[str, np.ndarray]:
         counts = [self.by_reason[r] for r in REASONS] + [self.checks]
         return {
             "rebalance_counts": np.array(counts, np.int64),
-            "rebalance_cut": np.array([self.baseline_cut]),
+            "rebalance_cut": np.array([self.last_cut]),
         }
 
     def load(self, arrays: dict[str, np.ndarray]) -> None:
@@ -64,7 +64,7 @@ class RebalanceState:
             raise ValueError("the rebalancing counters have the wrong shape or are negative")
         self.by_reason = dict(zip(REASONS, counts[:-1].tolist(), strict=True))
         self.checks = int(counts[-1])
-        self.baseline_cut = float(cut[0])
+        self.last_cut = float(cut[0])
 
 
 def window_cut(labels: np.ndarray, recent: np.ndarray) -> float:
@@ -99,23 +99,26 @@ def check(part, labels: np.ndarray, graph, edge_limit: int, reason: str | None =
         done.append(_record(part, moved[:nm], old, to[:nm], "imbalance", edge_limit, detail))
     recent = part.recent_edges()
     before = window_cut(labels, recent)
-    bound = state.baseline_cut * (1 + cfg.cut_drift)
+    bound = cfg.max_window_cut
     if budget > 0 and len(recent) and (before > bound or reason == "manual"):
         cands = np.unique(recent.reshape(-1)).astype(np.int64)
         moved, to = np.empty(len(cands), np.int64), np.empty(len(cands), np.int32)
         c = part.config
         n = max(part.vertices_seen, c.expected_nodes)
         alpha = 0.0 if c.alpha is None else c.alpha
-        old_all = labels[cands].copy()
-        nm = R.refine(cands, graph.start, graph.deg, graph.pool, edge_limit, labels, part.sizes, counts, n,
-                      part.edges_seen, part.method_id, c.balance_slack, c.gamma, alpha, cfg.min_gain, budget,
-                      moved, to)  # fmt: skip
-        state.baseline_cut = window_cut(labels, recent)
-        why = reason or "cut_drift"
-        after = state.baseline_cut
-        detail = f"window cut {before:.3f} -> {after:.3f} (bound {bound:.3f}) over {len(recent)} edges"
-        old = old_all[np.searchsorted(cands, moved[:nm])]
-        done.append(_record(part, moved[:nm], old, to[:nm], why, edge_limit, detail))
+        old = labels[cands].copy()
+        for _ in range(cfg.passes):
+            nm = R.refine(cands, graph.start, graph.deg, graph.pool, edge_limit, labels, part.sizes, counts, n,
+                          part.edges_seen, part.method_id, c.balance_slack, c.gamma, alpha, cfg.min_gain,
+                          budget - int((labels[cands] != old).sum()), moved, to)  # fmt: skip
+            if nm <= len(cands) // 100:
+                break
+        changed = np.flatnonzero(labels[cands] != old)
+        state.last_cut = window_cut(labels, recent)
+        why = reason or "window_cut"
+        after = state.last_cut
+        detail = f"window cut {before:.3f} -> {after:.3f} (bound {bound:g}) over {len(recent)} edges"
+        done.append(_record(part, cands[changed], old[changed], labels[cands[changed]], why, edge_limit, detail))
     return [m for m in done if len(m)]
 
 
