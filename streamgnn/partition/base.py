@@ -38,11 +38,13 @@ PENDING = -1
 class Routes:
     """Where a batch's events go, for a router: ``dest[i]`` the partition of event i (-1: its source
     vertex still waits), and the vertices placed during the batch with ``at`` = ``2 i`` (while event i
-    was processed) or ``2 i + 1`` (after it)."""
+    was processed) or ``2 i + 1`` (after it). Edge partitioners add ``both[i, p]``: whether partition p
+    held replicas of both ends of delete i when it came (the partitions that may hold its edge)."""
 
     dest: np.ndarray
     placed: np.ndarray
     at: np.ndarray
+    both: np.ndarray | None = None
 
 
 class Partitioner:

@@ -34,6 +34,8 @@ def _add_replica(rep, vcount, labels, v, p):
         vcount[p] += 1
     if labels[v] < 0:
         labels[v] = p
+        return True
+    return False
 
 
 @njit(cache=True)
@@ -62,10 +64,14 @@ def hdrf_choice(rep, loads, lo, hi, du, dv, u, v, lam, eps):
 
 @njit(cache=True)
 def observe(kind, src, dst, first_edge, labels, deg, rep, vhash, loads, vcount, edge_part, method, lam, eps,
-            dest):  # fmt: skip
-    """Place each added edge (internal edge ids from ``first_edge`` on, in order); ``dest[i]`` (if given)
-    receives where event i goes: its edge's partition, or its source's master for updates and deletes."""
+            dest, log_v, log_at, both):  # fmt: skip
+    """Place each added edge (internal edge ids from ``first_edge`` on, in order); returns the next edge id
+    and how many vertices got their first replica. ``dest[i]`` (if given) receives where event i goes: its
+    edge's partition, or its source's master for updates and deletes (-1: none yet); ``log_v``/``log_at``
+    (if given) the vertices that got their first replica, at ``2 i`` for event i; ``both[i]`` (if given) a
+    delete's partitions holding replicas of both its ends, as they are then (bitmaps like ``rep``)."""
     e = first_edge
+    logged = 0
     k = len(loads)
     lo = loads.min()
     hi = loads.max()
@@ -93,10 +99,16 @@ def observe(kind, src, dst, first_edge, labels, deg, rep, vhash, loads, vcount, 
                 lo += 1
                 for q in range(k):
                     at_lo += loads[q] == lo
-            _add_replica(rep, vcount, labels, u, p)
-            _add_replica(rep, vcount, labels, v, p)
+            for x in (u, v):
+                if _add_replica(rep, vcount, labels, x, p) and len(log_v):
+                    log_v[logged] = x
+                    log_at[logged] = 2 * i
+                    logged += 1
             if len(dest):
                 dest[i] = p
         elif len(dest):
             dest[i] = labels[u] if u >= 0 else PENDING
-    return e
+            if kind[i] == DELETE and len(both) and u >= 0 and dst[i] >= 0:
+                for w in range(rep.shape[1]):
+                    both[i, w] = rep[u, w] & rep[dst[i], w]
+    return e, logged

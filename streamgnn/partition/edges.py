@@ -45,6 +45,7 @@ class EdgePartitioner(Partitioner):
         self.deg = np.zeros(0, np.int64)
         self.rep = np.zeros((0, self.words), np.uint64)
         self.vhash = np.zeros(0, np.int32)
+        self.flushed = np.zeros(0, bool)  # placed by ``flush`` before any edge
         self.loads = np.zeros(self.num_partitions, np.int64)
         self.vcount = np.zeros(self.num_partitions, np.int64)
         self._edge_part = np.zeros(0, np.int16)
@@ -66,6 +67,7 @@ class EdgePartitioner(Partitioner):
         self.deg = _grow(self.deg, hi, 0)
         self.rep = _grow(self.rep, hi, 0)
         self.vhash = _grow(self.vhash, hi, 0)
+        self.flushed = _grow(self.flushed, hi, False)
         self.vhash[lo:hi] = hash_partition(external, self.num_partitions)
         self.num_vertices = hi
 
@@ -73,20 +75,31 @@ class EdgePartitioner(Partitioner):
         n_add = int(np.count_nonzero(kind == E.ADD))
         self._edge_part = _grow(self._edge_part, self.num_edges + n_add, -1)
         dest = np.empty(len(kind) if routes else 0, np.int32)
+        log_v, log_at = (np.empty(2 * n_add if routes else 0, np.int64) for _ in range(2))
+        both = np.zeros((len(kind) if routes else 0, self.words), np.uint64)
         c = self.config
-        self.num_edges = E.observe(
+        self.num_edges, logged = E.observe(
             kind, src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False), self.num_edges, labels,
             self.deg, self.rep, self.vhash, self.loads, self.vcount, self._edge_part, self._method,
-            c.hdrf_lambda, c.hdrf_epsilon, dest,
+            c.hdrf_lambda, c.hdrf_epsilon, dest, log_v, log_at, both,
         )  # fmt: skip
         if not routes:
             return None
-        empty = np.zeros(0, np.int64)
-        return Routes(dest, empty, empty)
+        bits = np.unpackbits(both.view(np.uint8), axis=1, bitorder="little")[:, : self.num_partitions]
+        return Routes(dest, log_v[:logged], log_at[:logged], bits.astype(bool))
+
+    def flush(self, labels) -> np.ndarray:
+        """Vertices without an edge get their hash partition as master (no replica): the end of a stream."""
+        waiting = np.flatnonzero(labels[: self.num_vertices] == PENDING)
+        labels[waiting] = self.vhash[waiting]
+        self.flushed[waiting] = True
+        return waiting
 
     @property
     def pending(self) -> int:
-        return int((self.deg[: self.num_vertices] == 0).sum())
+        """Vertices without an edge and not flushed (no master yet)."""
+        n = self.num_vertices
+        return int(((self.deg[:n] == 0) & ~self.flushed[:n]).sum())
 
     def replicas(self, vertices: np.ndarray) -> np.ndarray:
         """``[len(vertices), k]`` bool: which partitions hold a replica of each vertex."""
@@ -103,6 +116,7 @@ class EdgePartitioner(Partitioner):
             degree=self.deg[:n],
             replicas=self.rep[:n],
             vertex_hash=self.vhash[:n],
+            flushed=self.flushed[:n],
             edge_partition=self.edge_partition,
         )
         return out
@@ -125,11 +139,15 @@ class EdgePartitioner(Partitioner):
             and (vhash.min() < 0 or vhash.max() >= k)
         ):
             raise ValueError("an edge or vertex hash names a partition out of range")
+        flushed = arrays.get("flushed", np.zeros(n, bool))
+        if flushed.shape != (n,):
+            raise ValueError("the edge partitioner's flushed flags do not match the vertices")
         self.deg, self.rep, self.vhash = deg.astype(np.int64), rep.astype(np.uint64), vhash.astype(np.int32)
+        self.flushed = flushed.astype(bool)
         self._edge_part, self.num_edges, self.num_vertices = part.astype(np.int16), num_edges, n
         self.loads = np.bincount(part, minlength=k).astype(np.int64)
         self.vcount = self.replicas(np.arange(n)).sum(axis=0).astype(np.int64)
-        if int(self.deg.sum()) > 2 * num_edges or ((labels >= 0) != (self.deg > 0)).any():
+        if int(self.deg.sum()) > 2 * num_edges or ((labels >= 0) != ((self.deg > 0) | self.flushed)).any():
             raise ValueError("the edge partitioner's degrees disagree with the edges and labels")
 
 

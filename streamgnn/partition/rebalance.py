@@ -108,9 +108,10 @@ def check(part, labels: np.ndarray, graph, edge_limit: int, reason: str | None =
         alpha = 0.0 if c.alpha is None else c.alpha
         old = labels[cands].copy()
         for _ in range(cfg.passes):
-            nm = R.refine(cands, graph.start, graph.deg, graph.pool, edge_limit, labels, part.sizes, counts, n,
-                          part.edges_seen, part.method_id, c.balance_slack, c.gamma, alpha, cfg.min_gain,
-                          budget - int((labels[cands] != old).sum()), moved, to)  # fmt: skip
+            left = budget - int((labels[cands] != old).sum())
+            nm = R.refine(cands, graph.start, graph.deg, graph.pool, edge_limit, labels, part.sizes, counts,
+                          n, part.edges_seen, part.method_id, c.balance_slack, c.gamma, alpha, cfg.min_gain,
+                          left, moved, to)  # fmt: skip
             if nm <= len(cands) // 100:
                 break
         changed = np.flatnonzero(labels[cands] != old)
@@ -118,7 +119,9 @@ def check(part, labels: np.ndarray, graph, edge_limit: int, reason: str | None =
         why = reason or "window_cut"
         after = state.last_cut
         detail = f"window cut {before:.3f} -> {after:.3f} (bound {bound:g}) over {len(recent)} edges"
-        done.append(_record(part, cands[changed], old[changed], labels[cands[changed]], why, edge_limit, detail))
+        done.append(
+            _record(part, cands[changed], old[changed], labels[cands[changed]], why, edge_limit, detail)
+        )
     return [m for m in done if len(m)]
 
 
