@@ -83,18 +83,18 @@ def register(sub) -> None:
         "--partitions", type=positive_int, default=8, help="graph partitions = output partitions (8)"
     )
     p.add_argument("--partitioner", choices=METHODS, default="fennel", help="placement method (fennel)")
-    p.add_argument("--buffer-edges", type=positive_int, default=1,
-                   help="LDG/Fennel: edges a new vertex waits for before it is placed (1: at first sight)")  # fmt: skip
-    p.add_argument("--buffer-time", type=_non_negative, default=float("inf"),
-                   help="LDG/Fennel: the most stream time a new vertex waits, e.g. 3600 (default: no limit)")  # fmt: skip
+    buffer = "LDG/Fennel: edges a new vertex waits for before it is placed, e.g. 4 (1: at first sight)"
+    p.add_argument("--buffer-edges", type=positive_int, default=1, help=buffer)
+    wait = "LDG/Fennel: the most stream time a new vertex waits, e.g. 3600 (default: no limit)"
+    p.add_argument("--buffer-time", type=_non_negative, default=float("inf"), help=wait)
     p.add_argument("--checkpoint", default=None, help="checkpoint folder for resuming, e.g. router-ckpt")
     p.add_argument("--checkpoint-every", type=positive_int, default=100_000, help="input events (100000)")
     p.add_argument("--format", choices=("binary", "json"), default="binary", help="output messages (binary)")
     p.add_argument("--batch-size", type=positive_int, default=1000, help="events per binary message (1000)")
     p.add_argument("--dead-letter-topic", default=None, help="where undecodable or invalid events go")
     p.add_argument("--max-events", type=positive_int, default=None, help="stop after this many input events")
-    p.add_argument("--idle-timeout", type=_non_negative, default=None,
-                   help="stop after this many seconds without input, e.g. 30 (default: run forever)")  # fmt: skip
+    idle = "stop after this many seconds without input, e.g. 30 (default: run forever)"
+    p.add_argument("--idle-timeout", type=_non_negative, default=None, help=idle)
     p.add_argument("--flush", action="store_true", help="at the stop, place waiting vertices and publish")
     p.add_argument("--report", default=None, help="write the routing report here (JSON)")
     p.add_argument("--plot", default=None, help="write cut/balance at each checkpoint here (PNG)")
