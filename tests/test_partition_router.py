@@ -162,3 +162,29 @@ def test_router_refuses_rebalancing_and_bad_settings():
         PartitionRouter("x:1", "a", "b", 2, partitioner={"name": "ldg", "rebalance": {"every_edges": 5}})
     with pytest.raises(ConfigError, match="reads"):
         PartitionRouter("x:1", "a", "a", 2)
+
+
+def test_readme_partition_snippet_runs(kafka_bootstrap, tmp_path, monkeypatch):
+    import uuid
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = (
+        readme.split("## Partition the graph as it streams", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    )
+    raw, events = f"raw-{uuid.uuid4().hex[:8]}", f"events-{uuid.uuid4().hex[:8]}"
+    block = block.replace("localhost:9092", kafka_bootstrap).replace('"raw"', repr(raw))
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(block.replace('"events"', repr(events)), "README.md", "exec"), scope)
+    assert scope["report"].edge_cut < 0.6 and scope["report"].vertices_moved == sum(
+        len(m) for m in scope["moves"]
+    )
+    assert (tmp_path / "partition.png").exists()
+    routed = scope["routed"]
+    assert (
+        routed.events == 59_835
+        and routed.published == 59_835
+        and 1.0 < routed.partitioning.replication_factor < 5
+    )
+    assert (tmp_path / "router-ckpt" / "LATEST").exists()
