@@ -59,7 +59,8 @@ def test_every_query_answers_the_same_after_a_move(caplog):
     assert any("moved" in r.message and "manual" in r.message for r in caplog.records)
     report = partition_report(store)
     assert report.vertices_moved == moved and report.moves_by_reason["manual"] == moved
-    assert report.vertex_balance <= 1.1 + 1e-9  # Fennel's capacity holds through the moves
+    cap = 1.1 * store.partitioner.vertices_seen / 4  # Fennel's capacity (waiting vertices count in n) holds
+    assert max(report.vertex_loads) <= cap
 
 
 def test_streaming_rebalance_lowers_the_cut_and_keeps_answers():
@@ -75,7 +76,7 @@ def test_streaming_rebalance_lowers_the_cut_and_keeps_answers():
         timeline.record(moving)
     timeline.record(moving, force=True)
     assert moving.partitioner.moved > 0
-    assert moving.partitioner.rebalance_state.by_reason["cut_drift"] == moving.partitioner.moved
+    assert moving.partitioner.rebalance_state.by_reason["window_cut"] == moving.partitioner.moved
     assert moving.edge_cut() < 0.85 * plain.edge_cut()
     nodes = np.unique(events.src)[:20]
     times = [float(np.quantile(events.t, q)) for q in (0.3, 0.95)]
