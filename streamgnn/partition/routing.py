@@ -165,12 +165,7 @@ class RoutingState:
     def checkpoint(self) -> tuple[dict[str, np.ndarray], dict]:
         """The state as plain arrays and a JSON-safe dict (for ``write_checkpoint``)."""
         arrays = {f"partitioner_{k}": v for k, v in self.partitioner.state_arrays().items()}
-        if self.ids.kind == "str":
-            encoded = [s.encode() for s in self.ids.all_external().tolist()]
-            arrays["ext_str_offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
-            arrays["ext_str_bytes"] = np.frombuffer(b"".join(encoded), np.uint8)
-        else:
-            arrays["ext_int"] = self.ids.all_external().astype(np.int64)
+        arrays.update(self.ids.to_arrays())
         arrays["labels"] = self.labels[: self.ids.size]
         arrays["seen_bits"], arrays["seen_outliers"] = self.seen.to_arrays()
         held = encode_binary(self.held) if len(self.held) else b""
@@ -187,14 +182,7 @@ class RoutingState:
 
     def restore(self, a: dict[str, np.ndarray], meta: dict) -> None:
         """Load ``checkpoint()`` output; raises ValueError (or KeyError) where it is inconsistent."""
-        kind = meta["id_kind"]
-        if kind == "str":
-            offs, raw = a["ext_str_offsets"], a["ext_str_bytes"].tobytes()
-            ext = np.empty(len(offs) - 1, dtype=object)
-            ext[:] = [raw[offs[i] : offs[i + 1]].decode() for i in range(len(offs) - 1)]
-        else:
-            ext = a.get("ext_int", np.zeros(0, np.int64))
-        self.ids = NodeIdMap.from_external(kind, ext)
+        self.ids = NodeIdMap.from_arrays(meta["id_kind"], a)
         self.labels = a["labels"].astype(np.int32).copy()
         self.seen = SeenIds.from_arrays(a["seen_bits"], a["seen_outliers"])
         self.counts.update({k: int(v) for k, v in meta["counts"].items()})

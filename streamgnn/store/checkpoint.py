@@ -175,16 +175,7 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         store = TemporalGraphStore(
             StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"]), partitioner)
         )
-        kind = manifest["id_kind"]
-        if kind == "str":
-            offs, raw = a["ext_str_offsets"], a["ext_str_bytes"].tobytes()
-            ext = np.empty(len(offs) - 1, dtype=object)
-            ext[:] = [raw[offs[i] : offs[i + 1]].decode() for i in range(len(offs) - 1)]
-        else:
-            ext = a.get("ext_int", np.zeros(0, np.int64))
-            if ext.ndim != 1 or ext.dtype != np.int64:
-                raise ValueError(f"ext_int must be 1-D int64, got {ext.dtype} {ext.shape}")
-        store.ids = NodeIdMap.from_external(kind, ext)
+        store.ids = NodeIdMap.from_arrays(manifest["id_kind"], a)
         store.watermark = float(manifest["watermark"])
         store.partition = a["partition"].astype(np.int32)
         store.start, store.deg, store.pool = _blocks(a["adj_indptr"], a["adj"])

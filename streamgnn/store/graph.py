@@ -626,12 +626,7 @@ class TemporalGraphStore:
         if self.node_feat is not None:
             out["node_feat"] = self.node_feat[:u]
         out.update({f"partitioner_{k}": v for k, v in self.partitioner.state_arrays().items()})
-        if self.ids.kind == "str":
-            encoded = [s.encode() for s in self.ids.all_external().tolist()]
-            out["ext_str_offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
-            out["ext_str_bytes"] = np.frombuffer(b"".join(encoded), np.uint8)
-        else:
-            out["ext_int"] = self.ids.all_external().astype(np.int64)
+        out.update(self.ids.to_arrays())
         return out
 
     def content_hash(self) -> str:
