@@ -35,9 +35,8 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     kafka = None
     if args.kafka:
         from ..connectors.kafka import KafkaSource
-        from ..serve.reader import check_reachable
 
-        check_reachable(cfg.kafka.bootstrap)
+        cfg.kafka.check_reachable()
         kafka = KafkaSource(
             cfg.kafka.events_topic, bootstrap_servers=cfg.kafka.bootstrap, store=store,
             dead_letter_topic=cfg.kafka.dead_letter_topic,

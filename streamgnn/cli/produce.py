@@ -18,6 +18,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         rate=args.rate,
         fmt=args.format,
         batch_size=args.batch_size,
+        connect_timeout_s=args.connect_timeout,
     )
     print(
         f"produced {report.events:,} events in {report.messages:,} messages to {args.topic} "
@@ -42,4 +43,9 @@ def register(sub) -> None:
     pr.add_argument("--rate", type=float, default=None, help="events per second (default: full speed)")
     pr.add_argument("--format", choices=("json", "binary"), default="json", help="message format (json)")
     pr.add_argument("--batch-size", type=positive_int, default=1000, help="events per binary message (1000)")
+    pr.add_argument(
+        "--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+        help="give up, with one line naming the address, when no broker answers within this long "
+        "(default 10, e.g. --connect-timeout 30)",
+    )  # fmt: skip
     pr.set_defaults(func=_run)

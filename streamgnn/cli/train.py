@@ -68,9 +68,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     total = None
     kafka = dict(bootstrap=cfg.kafka.bootstrap) if args.kafka or args.publish else {}
     if args.kafka:
-        from ..serve.reader import check_reachable
-
-        check_reachable(cfg.kafka.bootstrap)
+        cfg.kafka.check_reachable()
         kafka.update(topic=cfg.kafka.events_topic, dead_letter_topic=cfg.kafka.dead_letter_topic)
     else:
         kafka["source"], total = event_source(args, train.batch_size)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CheckpointError
+from ..partition import PartitionerConfig
 from . import kernels as K
 from .dedup import SeenIds
 from .idmap import NodeIdMap
@@ -147,6 +148,7 @@ def save_store(
         "config": {
             "num_partitions": store.config.num_partitions,
             "allowed_lateness": store.config.allowed_lateness,
+            "partitioner": store.config.partitioner.to_dict(),
         },
         "id_kind": store.ids.kind,
         "watermark": store.watermark,
@@ -169,17 +171,11 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         raise CheckpointError(f"{root} holds a {manifest.get('kind')!r} checkpoint, not a store")
     try:
         cfg = manifest["config"]
-        store = TemporalGraphStore(StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"])))
-        kind = manifest["id_kind"]
-        if kind == "str":
-            offs, raw = a["ext_str_offsets"], a["ext_str_bytes"].tobytes()
-            ext = np.empty(len(offs) - 1, dtype=object)
-            ext[:] = [raw[offs[i] : offs[i + 1]].decode() for i in range(len(offs) - 1)]
-        else:
-            ext = a.get("ext_int", np.zeros(0, np.int64))
-            if ext.ndim != 1 or ext.dtype != np.int64:
-                raise ValueError(f"ext_int must be 1-D int64, got {ext.dtype} {ext.shape}")
-        store.ids = NodeIdMap.from_external(kind, ext)
+        partitioner = PartitionerConfig.from_dict(cfg.get("partitioner", {"name": "hash"}))
+        store = TemporalGraphStore(
+            StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"]), partitioner)
+        )
+        store.ids = NodeIdMap.from_arrays(manifest["id_kind"], a)
         store.watermark = float(manifest["watermark"])
         store.partition = a["partition"].astype(np.int32)
         store.start, store.deg, store.pool = _blocks(a["adj_indptr"], a["adj"])
@@ -203,6 +199,9 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         c[K.EDGES], c[K.UPDATES], c[K.DELETIONS] = len(store.edge_t), len(store.upd_t), len(store.del_t)
         store.source_offsets = {str(k): int(v) for k, v in manifest.get("source_offsets", {}).items()}
         _check_structure(store, a)
+        prefix = "partitioner_"
+        state = {k[len(prefix) :]: v for k, v in a.items() if k.startswith(prefix)}
+        store.partitioner.restore(state, store.partition, store.num_edges)
     except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise CheckpointError(f"checkpoint under {root} is inconsistent: {exc!r}") from exc
     if store.content_hash() != manifest.get("content_hash"):

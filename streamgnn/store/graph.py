@@ -19,7 +19,7 @@ import torch
 
 from ..errors import ConfigError, EventValidationError, UnknownNodeError
 from ..events import DeadLetter, EventBatch, EventKind
-from ..partition import hash_partition
+from ..partition import PartitionerConfig, make_partitioner
 from . import kernels as K
 from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
 from .contract import FeatureView, TCSRView
@@ -35,16 +35,21 @@ _NO_WEIGHT = np.empty(0, np.float32)
 @dataclass(frozen=True)
 class StoreConfig:
     """``allowed_lateness``: how far (in stream time) behind the newest event a late event may be and
-    still be placed in time order; later ones are dead-lettered. ``inf`` accepts any order."""
+    still be placed in time order; later ones are dead-lettered. ``inf`` accepts any order.
+    ``partitioner``: how vertices (or edges) are placed in the ``num_partitions`` partitions: a method name
+    (``"hash"``, ``"ldg"``, ``"fennel"``, ``"hdrf"``, ``"dbh"``), a mapping of ``PartitionerConfig`` fields
+    or a ``PartitionerConfig``; stored as a ``PartitionerConfig``."""
 
     num_partitions: int = 1
     allowed_lateness: float = math.inf
+    partitioner: PartitionerConfig | str = "hash"
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_partitions, int | np.integer) or self.num_partitions < 1:
             raise EventValidationError(f"num_partitions must be an int >= 1, got {self.num_partitions!r}")
         if not (self.allowed_lateness >= 0):
             raise EventValidationError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
+        object.__setattr__(self, "partitioner", PartitionerConfig.parse(self.partitioner))
 
 
 @dataclass
@@ -121,7 +126,8 @@ class TemporalGraphStore:
         self.watermark = -math.inf
         self.seen = SeenIds()
         self.counters = np.zeros(K.NUM_COUNTERS, np.int64)
-        self.partition = np.zeros(0, np.int32)
+        self.partition = np.zeros(0, np.int32)  # written by the partitioner (-1: a vertex waits)
+        self.partitioner = make_partitioner(self.config.partitioner, self.config.num_partitions)
         self.start = np.zeros(0, np.int64)
         self.deg = np.zeros(0, np.int64)
         self.cap = np.zeros(0, np.int64)
@@ -231,6 +237,7 @@ class TemporalGraphStore:
         status, edge_of, upd_of = self._apply(ev, src, dst, late, counts)
         if self._journal is not None and not self._journal.record(edge_of, src, dst):
             self._journal = None  # every feed was closed or dropped
+        self.partitioner.observe(self.partition, ev.kind, src, dst, ev.t, graph=self.view)
         nomatch = np.flatnonzero(status) if counts[DELETE] else ()
         reject(
             nomatch,
@@ -297,9 +304,7 @@ class TemporalGraphStore:
 
     def _add_nodes(self, lo: int, hi: int) -> None:
         self._grow_together(("start", "deg", "cap", "ustart", "udeg", "ucap", "partition"), hi)
-        self.partition[lo:hi] = hash_partition(
-            self.ids.external(np.arange(lo, hi)), self.config.num_partitions
-        )
+        self.partitioner.add_vertices(self.partition, lo, hi, self.ids.external(np.arange(lo, hi)))
 
     def _grow_together(self, names: tuple[str, ...], n: int) -> None:
         """``_grow`` arrays that always share one length, checking it once: most batches need no room."""
@@ -640,16 +645,16 @@ class TemporalGraphStore:
 
     # ------------------------------------------------------------------ partitions
     def partition_sizes(self) -> np.ndarray:
-        """Vertices per partition."""
-        return np.bincount(self.partition[: self.num_nodes], minlength=self.config.num_partitions)
+        """Vertices per partition (placed ones: a vertex waiting for the partitioner is in none)."""
+        p = self.partition[: self.num_nodes]
+        return np.bincount(p[p >= 0], minlength=self.config.num_partitions)
 
     def edge_cut(self) -> float:
-        """Fraction of edges whose endpoints live in different partitions."""
+        """Fraction of edges (with both ends placed) whose endpoints live in different partitions."""
         table = self.edges()
-        if not len(table):
-            return 0.0
-        p = self.partition
-        return float((p[table.src] != p[table.dst]).mean())
+        p_src, p_dst = self.partition[table.src], self.partition[table.dst]
+        placed = (p_src >= 0) & (p_dst >= 0)
+        return float((p_src != p_dst)[placed].mean()) if placed.any() else 0.0
 
     # ------------------------------------------------------------------ accounting, identity, persistence
     def nbytes(self) -> dict[str, int]:
@@ -674,6 +679,7 @@ class TemporalGraphStore:
             "id_map": self.ids.nbytes(),
             "seen_event_ids": self.seen.nbytes(),
             "change_journal": 0 if self._journal is None else self._journal.nbytes(),
+            "partitioner": sum(a.nbytes for a in self.partitioner.state_arrays().values()),
         }
         parts["total"] = sum(parts.values())
         return parts
@@ -710,18 +716,16 @@ class TemporalGraphStore:
             out["edge_feat"] = self.edge_feat[:e]
         if self.node_feat is not None:
             out["node_feat"] = self.node_feat[:u]
-        if self.ids.kind == "str":
-            encoded = [s.encode() for s in self.ids.all_external().tolist()]
-            out["ext_str_offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
-            out["ext_str_bytes"] = np.frombuffer(b"".join(encoded), np.uint8)
-        else:
-            out["ext_int"] = self.ids.all_external().astype(np.int64)
+        out.update({f"partitioner_{k}": v for k, v in self.partitioner.state_arrays().items()})
+        out.update(self.ids.to_arrays())
         return out
 
     def content_hash(self) -> str:
         """SHA-256 over the logical content: equal stores hash equal whatever their batch history."""
         h = hashlib.sha256()
         h.update(repr((self.ids.kind, self.config.num_partitions, self.watermark)).encode())
+        if self.config.partitioner.stateful:
+            h.update(repr(self.config.partitioner).encode())
         for name, arr in sorted(self.logical_arrays().items()):
             h.update(name.encode())
             h.update(str(arr.dtype).encode() + str(arr.shape).encode())
