@@ -34,6 +34,7 @@ from tqdm import tqdm
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..nn import TGN, EmbeddingInput
+from ..nn.gather import gather_rows
 from ..sampling import NegativeSampler, SamplerConfig, TemporalSampler
 from ..serve import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..store import TemporalGraphStore
@@ -383,7 +384,7 @@ class OnlineTrainer:
         local = 0.0
         if n:
             z = model(inp)
-            logits = model.predictor.candidates(z[rows[:n]], z, rows[n:].view(2, n).T)
+            logits = model.predictor.candidates(gather_rows(z, rows[:n]), z, rows[n:].view(2, n).T)
             pos, neg = logits.unbind(1)
             w_pos = torch.from_numpy(keep[lo:hi].astype(np.float32)).to(self.device)
             loss = (
@@ -580,6 +581,13 @@ class OnlineTrainer:
         }
         if torch.cuda.is_available():
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
+        if self.table is not None:  # served rows, as computed when their nodes were last touched
+            rows = self.table.state_dict()
+            state["table"] = {
+                k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in rows.items()
+            }
+            touched = np.concatenate(self._touched) if self._touched else np.zeros(0, np.int64)
+            state["touched"] = torch.from_numpy(touched.astype(np.int64))
         return state
 
     def _manifest(self) -> dict:
@@ -591,6 +599,7 @@ class OnlineTrainer:
             "position": self.position,
             "learned": self.learned,
             "dead_letters": self.dead_letter_count,
+            "refreshes": self._refreshes,
             "python_rng": [py[0], list(py[1]), py[2]],
             "numpy_rng": [np_state[0], np_state[1].tolist(), *np_state[2:]],
             "store_hash": self.store.content_hash(),
@@ -630,9 +639,18 @@ class OnlineTrainer:
         random.setstate((py[0], tuple(py[1]), py[2]))
         nps = man["numpy_rng"]
         np.random.set_state((nps[0], np.asarray(nps[1], np.uint32), *nps[2:]))
-        if trainer.table is not None:
+        if trainer.table is not None and "table" in ckpt.state:  # serve what the interrupted run served
+            trainer.table.load_state_dict({k: _plain(v) for k, v in ckpt.state["table"].items()})
+            trainer._touched = [ckpt.state["touched"].numpy()]
+            trainer._refreshes = int(man["refreshes"])
+        elif trainer.table is not None:  # the run served nothing (serve_every=0): embed every node now
             trainer.refresh(np.arange(trainer.store.num_nodes))
         return trainer
+
+
+def _plain(value):
+    """A tensor from a checkpoint as a numpy array (other values as they are)."""
+    return value.numpy() if isinstance(value, torch.Tensor) else value
 
 
 def _source_dead_letters(source) -> int:
