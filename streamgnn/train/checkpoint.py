@@ -6,6 +6,11 @@ checkpoint (``TemporalGraphStore.save``, which also holds the source offsets); `
 ``weights_only=True``), checksummed by ``write_checkpoint``, with a JSON manifest of config, counters and
 the numpy/python RNG states. A step directory is assembled under a temporary name, fsynced and renamed,
 then ``LATEST`` is replaced, so a crash at any instant leaves the previous checkpoint whole.
+
+Every byte is verified before anything is deserialized (see ``streamgnn.store.checkpoint``): ``LATEST``
+holds the step's name and its trainer manifest's SHA-256, the trainer manifest the store manifest's, so a
+``LATEST`` naming another step, also an older kept one, is refused. Resume an older step on purpose by
+passing its directory: ``OnlineTrainer.resume(root / "step-000000100")``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import torch
 
 from ..errors import CheckpointError
 from ..store import TemporalGraphStore
-from ..store.checkpoint import fsync_dir, read_checkpoint, write_checkpoint
+from ..store.checkpoint import fsync_dir, read_checkpoint, read_latest, write_checkpoint, write_latest
 
 _STEP_DIR = re.compile(r"^step-(\d{9,})$")
 
@@ -65,19 +70,15 @@ def save(
     buf = io.BytesIO()
     torch.save(state, buf)
     blob = np.frombuffer(buf.getvalue(), np.uint8)
-    write_checkpoint(tmp / "trainer", {"state": blob}, {**manifest, "kind": "trainer"}, keep=1)
+    store_manifest = read_latest(tmp / "store")[1]
+    manifest = {**manifest, "kind": "trainer", "store_manifest_sha256": store_manifest}
+    write_checkpoint(tmp / "trainer", {"state": blob}, manifest, keep=1)
     fsync_dir(tmp)
     if final.exists():  # the same step saved again (e.g. a resumed run re-saving): replace it whole
         shutil.rmtree(final)
     os.rename(tmp, final)
     fsync_dir(root)
-    latest_tmp = root / "LATEST.tmp"
-    with open(latest_tmp, "wb") as f:
-        f.write(final.name.encode())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(latest_tmp, root / "LATEST")
-    fsync_dir(root)
+    write_latest(root, final.name, read_latest(final / "trainer")[1])
     steps = step_dirs(root)
     # Steps after this one belong to an abandoned run (a rerun from scratch into the same folder): drop
     # them, so the newest ``keep`` are this run's and LATEST always names one that is kept.
@@ -94,23 +95,28 @@ def load(root: Path, map_location: torch.device | str = "cpu") -> TrainerCheckpo
     if _STEP_DIR.match(root.name):
         path = root
     else:
-        try:
-            path = root / (root / "LATEST").read_text().strip()
-        except OSError as exc:
-            present = [p.name for p in step_dirs(root)]
+        hint = f" Checkpoints present: {[p.name for p in step_dirs(root)]}."
+        name, digest = read_latest(root, hint)
+        if not _STEP_DIR.match(name):
+            raise CheckpointError(f"{root}/LATEST names {name!r}, not a trainer checkpoint step.{hint}")
+        path = root / name
+        if read_latest(path / "trainer")[1] != digest:
             raise CheckpointError(
-                f"no trainer checkpoint at {root}: LATEST is missing ({exc}); checkpoints present: {present}"
-            ) from exc
+                f"{root}/LATEST names {name} but was written for another checkpoint (or is altered); resume "
+                f"an older step by passing its directory.{hint}"
+            )
     manifest, arrays = read_checkpoint(path / "trainer")
     if manifest.get("kind") != "trainer" or "state" not in arrays:
         raise CheckpointError(f"{path / 'trainer'} is not a trainer checkpoint")
-    try:
+    if read_latest(path / "store")[1] != manifest.get("store_manifest_sha256"):
+        raise CheckpointError(f"{path}: the store is not the one the trainer state was saved with")
+    store = TemporalGraphStore.load(path / "store")
+    if store.content_hash() != manifest.get("store_hash"):
+        raise CheckpointError(f"{path}: the store does not match the trainer state it was saved with")
+    try:  # last: every byte is verified by now
         state = torch.load(
             io.BytesIO(arrays["state"].tobytes()), map_location=map_location, weights_only=True
         )
     except Exception as exc:  # torch raises a variety of unpickling errors for foreign content
         raise CheckpointError(f"{path}: the trainer state does not load as plain tensors ({exc})") from exc
-    store = TemporalGraphStore.load(path / "store")
-    if store.content_hash() != manifest.get("store_hash"):
-        raise CheckpointError(f"{path}: the store does not match the trainer state it was saved with")
     return TrainerCheckpoint(path, manifest, state, store)

@@ -578,6 +578,8 @@ class OnlineTrainer:
             "optimizer": self.optimizer.state_dict(),
             "metrics": self.metrics.state_dict(),
             "torch_rng": torch.get_rng_state(),
+            "python_rng": _python_rng(),
+            "numpy_rng": _numpy_rng(),
         }
         if torch.cuda.is_available():
             state["cuda_rng"] = torch.cuda.get_rng_state_all()
@@ -591,8 +593,6 @@ class OnlineTrainer:
         return state
 
     def _manifest(self) -> dict:
-        py = random.getstate()
-        np_state = np.random.get_state(legacy=True)
         return {
             "config": self.config.as_dict(),
             "steps": self.steps,
@@ -600,8 +600,6 @@ class OnlineTrainer:
             "learned": self.learned,
             "dead_letters": self.dead_letter_count,
             "refreshes": self._refreshes,
-            "python_rng": [py[0], list(py[1]), py[2]],
-            "numpy_rng": [np_state[0], np_state[1].tolist(), *np_state[2:]],
             "store_hash": self.store.content_hash(),
         }
 
@@ -635,9 +633,9 @@ class OnlineTrainer:
         trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
         trainer._replayed = trainer.position
         trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])
-        py = man["python_rng"]
+        py = ckpt.state["python_rng"]
         random.setstate((py[0], tuple(py[1]), py[2]))
-        nps = man["numpy_rng"]
+        nps = ckpt.state["numpy_rng"]
         np.random.set_state((nps[0], np.asarray(nps[1], np.uint32), *nps[2:]))
         if trainer.table is not None and "table" in ckpt.state:  # serve what the interrupted run served
             trainer.table.load_state_dict({k: _plain(v) for k, v in ckpt.state["table"].items()})
@@ -646,6 +644,17 @@ class OnlineTrainer:
         elif trainer.table is not None:  # the run served nothing (serve_every=0): embed every node now
             trainer.refresh(np.arange(trainer.store.num_nodes))
         return trainer
+
+
+def _python_rng() -> list:
+    py = random.getstate()
+    return [py[0], list(py[1]), py[2]]
+
+
+def _numpy_rng() -> list:
+    """numpy's global RNG state as plain values (in the state blob, not the manifest: 624 words)."""
+    state = np.random.get_state(legacy=True)
+    return [state[0], state[1].tolist(), *state[2:]]
 
 
 def _plain(value):
