@@ -23,6 +23,7 @@ try:
 except ImportError:  # run as a script
     from common import report, set_threads
 
+from streamgnn.cli._args import positive_int
 from streamgnn.connectors.broker import LocalBroker
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, available_backends, create_topic
 from streamgnn.datasets import load
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a run under a minute (fewer events and runs)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--repeats", type=positive_int, default=None, help="timed runs per figure (e.g. 5)")
     args = ap.parse_args(argv)
     set_threads(1)
     repeats = args.repeats or (3 if args.quick else 5)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import positive_int
+from ._args import output_dir, positive_int
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
@@ -16,7 +16,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 def register(sub) -> None:
     d = sub.add_parser("demo", help="the end-to-end job on an embedded default")
     d.add_argument("--events", type=positive_int, default=None, help="stop after this many events")
-    d.add_argument("--out", default="out/demo", help="report folder (plot, JSON summary)")
+    d.add_argument("--out", type=output_dir, default="out/demo", help="report folder (plot, JSON summary)")
     d.add_argument("--dataset", default="jodie_wikipedia")
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=_run)
