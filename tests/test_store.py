@@ -78,43 +78,18 @@ def store_snapshot(store, t):
     return sorted(zip(ext(snap.src).tolist(), ext(snap.dst).tolist(), snap.t.tolist(), strict=True))
 
 
-events = st.lists(
-    st.tuples(
-        st.sampled_from([ADD, ADD, ADD, DEL]),
-        st.integers(0, 6),
-        st.integers(0, 6),
-        st.integers(0, 30).map(float),
-        st.integers(0, 60),
-    ),
-    min_size=1,
-    max_size=60,
-)
+def rows(kinds, nodes, **size):
+    """Lists of ``(kind, src, dst, t, eid)`` rows."""
+    node = st.integers(0, nodes)
+    row = st.tuples(st.sampled_from(kinds), node, node, st.integers(0, 30).map(float), st.integers(0, 60))
+    return st.lists(row, **size)
 
 
+events = rows([ADD, ADD, ADD, DEL], 6, min_size=1, max_size=60)
 # Streams that open with deletes and node updates (before the store holds any edge), then mix in adds:
 # times are drawn at random, so many adds arrive late, after deletes of their pair.
 opening_first = st.tuples(
-    st.lists(
-        st.tuples(
-            st.sampled_from([DEL, UPD]),
-            st.integers(0, 4),
-            st.integers(0, 4),
-            st.integers(0, 30).map(float),
-            st.integers(0, 60),
-        ),
-        min_size=1,
-        max_size=8,
-    ),
-    st.lists(
-        st.tuples(
-            st.sampled_from([ADD, ADD, DEL, UPD]),
-            st.integers(0, 4),
-            st.integers(0, 4),
-            st.integers(0, 30).map(float),
-            st.integers(0, 60),
-        ),
-        max_size=40,
-    ),
+    rows([DEL, UPD], 4, min_size=1, max_size=8), rows([ADD, ADD, DEL, UPD], 4, max_size=40)
 ).map(lambda parts: parts[0] + parts[1])
 any_stream = st.one_of(events, opening_first)
 
