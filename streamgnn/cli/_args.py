@@ -41,6 +41,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def seconds(text: str) -> float:
+    """A finite number of seconds >= 0 (where 0 means "every time" or "off", as the option says)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
 def topic_name(text: str) -> str:
     """A legal Kafka topic name: 1 to 249 of ``a-z A-Z 0-9 . _ -``, not ``.`` or ``..``."""
     if not _TOPIC.match(text) or text in (".", ".."):
