@@ -27,6 +27,7 @@ try:
 except ImportError:  # run as a script
     from common import report, set_threads
 
+from streamgnn.cli._args import positive_int
 from streamgnn.connectors.broker import LocalBroker
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, available_backends, create_topic
 from streamgnn.datasets import load
@@ -101,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a run under a minute (fewer events and runs)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--repeats", type=positive_int, default=None, help="timed runs per figure (e.g. 5)")
     ap.add_argument(
-        "--events", type=int, default=None, help="at most this many events per topic (a smoke run)"
+        "--events", type=positive_int, default=None, help="at most this many events per topic (a smoke run)"
     )
     args = ap.parse_args(argv)
     set_threads(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import positive_int
+from ._args import positive_float, positive_int, topic_name
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
@@ -38,9 +38,11 @@ def register(sub) -> None:
     )
     pr.add_argument("source", help="dataset name, or a .jsonl/.json events file or binary batch file")
     pr.add_argument("--bootstrap", required=True, help="Kafka, e.g. localhost:9092")
-    pr.add_argument("--topic", required=True, help="the topic to write, e.g. events")
+    pr.add_argument("--topic", type=topic_name, required=True, help="the topic to write, e.g. events")
     pr.add_argument("--partitions", type=positive_int, default=1, help="topic partitions (1)")
-    pr.add_argument("--rate", type=float, default=None, help="events per second (default: full speed)")
+    pr.add_argument(
+        "--rate", type=positive_float, default=None, help="events per second, e.g. 1000 (default: full speed)"
+    )
     pr.add_argument("--format", choices=("json", "binary"), default="json", help="message format (json)")
     pr.add_argument("--batch-size", type=positive_int, default=1000, help="events per binary message (1000)")
     pr.add_argument(

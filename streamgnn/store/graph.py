@@ -259,10 +259,6 @@ class TemporalGraphStore:
         """
         if batch.string_ids or self._reject_stream_mismatch(batch):
             return None
-        if batch.kind.dtype != np.int8 or batch.t.dtype != np.float64:
-            return None  # hand-built columns: the kernel is compiled for the codecs' dtypes only
-        if batch.weight is not None and batch.weight.dtype != np.float32:
-            return None
         if batch.features is not None and batch.features.size and not np.isfinite(batch.features).all():
             return None
         late = np.empty(len(batch), bool)
@@ -699,7 +695,8 @@ class TemporalGraphStore:
             "adj_indptr": indptr,
             "adj": adj,
             "edge_t": self.edge_t[:e],
-            "edge_del": self.edge_del[:e] if len(self.edge_del) else np.zeros(0),
+            # empty until a delete applies: whether a batch's unmatched delete made room is no content
+            "edge_del": self.edge_del[:e] if self.counters[K.DELETIONS] else np.zeros(0),
             "del_src": self.del_src[:d],
             "del_dst": self.del_dst[:d],
             "del_t": self.del_t[:d],
