@@ -184,6 +184,24 @@ def test_an_applied_delete_still_ends_a_late_add_it_covers():
     assert store_snapshot(s, 5.0) == [] and store_snapshot(s, 100.0) == [(1, 2, 6.0)]
 
 
+def test_equal_add_and_delete_times_apply_in_arrival_order():
+    """A delete ends the adds at or before its time that came before it; an add at the delete's time that
+    comes after it (in order or late) is a new instance, whatever the batch boundaries."""
+    rows = [
+        (ADD, 1, 2, 5.0, 0),
+        (DEL, 1, 2, 5.0, 1),
+        (ADD, 3, 4, 9.0, 2),
+        (ADD, 1, 2, 5.0, 3),
+        (ADD, 1, 2, 4.0, 4),
+    ]
+    for cut in range(len(rows) + 1):
+        s = TemporalGraphStore()
+        for part in (rows[:cut], rows[cut:]):
+            if part:
+                s.ingest(batch(part))
+        assert [e for e in store_snapshot(s, 100.0) if e[0] == 1] == [(1, 2, 5.0)], cut
+
+
 def test_same_content_whatever_the_arrival_order_of_event_ids(tmp_path):
     """The seen-id set is saved and hashed in one form, wherever ids sit in memory (bitmap or outliers:
     that depends on the order they came in and on a restore mid-stream), and -0.0 and 0.0 are one
