@@ -1,15 +1,15 @@
 """Store checkpoints: atomic, verified, pickle-free, resumable."""
 
-import hashlib
 import json
 
 import numpy as np
 import pytest
+from forgery import forge, reseal
 
 from streamgnn.errors import CheckpointError
 from streamgnn.events import EventBatch
 from streamgnn.store import StoreConfig, TemporalGraphStore
-from streamgnn.store.checkpoint import read_latest, versions, write_latest
+from streamgnn.store.checkpoint import read_latest, versions
 
 
 def stream(n=3000, seed=0, strings=False):
@@ -94,24 +94,6 @@ def test_consistent_but_forged_content_is_refused(tmp_path):
     reseal(d, manifest)
     with pytest.raises(CheckpointError, match="watermark 1.0 is below"):
         TemporalGraphStore.load(tmp_path)
-
-
-def reseal(d, manifest):
-    """Write ``manifest`` into checkpoint ``d`` with a matching checksum and LATEST, as a forger would."""
-    data = json.dumps(manifest).encode()
-    (d / "manifest.json").write_bytes(data)
-    digest = hashlib.sha256(data).hexdigest()
-    (d / "manifest.sha256").write_text(f"{digest}\n")
-    write_latest(d.parent, d.name, digest)
-
-
-def forge(d, name, array):
-    """Replace one array of checkpoint ``d`` and recompute every checksum, as a deliberate forger would."""
-    np.save(d / f"{name}.npy", array, allow_pickle=array.dtype == object)
-    manifest = json.loads((d / "manifest.json").read_text())
-    data = (d / f"{name}.npy").read_bytes()
-    manifest["arrays"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    reseal(d, manifest)
 
 
 @pytest.mark.parametrize(
