@@ -82,10 +82,11 @@ class MPIExchange(Exchange):
         failures: FailureModel | None = None,
         per_lane: bool = False,
         memory: bool = False,
+        exact: bool = True,
     ):
         self.transport = transport
         self.owner = np.asarray(owner, np.int64)
-        super().__init__(np.flatnonzero(self.owner == transport.rank), failures, per_lane, memory)
+        super().__init__(np.flatnonzero(self.owner == transport.rank), failures, per_lane, memory, exact)
         self._plan: tuple[ShiftOperator, _Plan] | None = None
 
     def plan(self) -> _Plan:
@@ -100,7 +101,7 @@ class MPIExchange(Exchange):
     def _deliver(self, values: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
         plan = self.plan()
         kk = plan.kept(keep)
-        got = _Exchange.apply(values, self, plan, kk, self.round)
+        got = _Exchange.apply(values, self, plan, kk, self.round).unbind(-2)
         arrived = np.zeros((plan.lanes, len(self.rows), self.shift.max_degree), bool)
         ok = np.isin(plan.in_src, [self.transport.rank, *self._arrived])
         arrived[plan.in_l[ok], plan.in_r[ok], plan.in_d[ok]] = True

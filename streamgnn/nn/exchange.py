@@ -5,8 +5,9 @@ and gets back what each row's in-neighbors delivered this round (``Received``). 
 every node in one process (training and the centralized simulation); ``streamgnn.agents.MPIExchange``
 computes the rows of the agents on one MPI rank and moves the values by point-to-point messages. Both number
 their rounds the same way and ask the same seeded ``FailureModel`` which links deliver, so under the same
-model they deliver the same messages, and both sum in the same order (``sum_slots``), forward and backward:
-a decentralized run equals the centralized one bit for bit.
+model they deliver the same messages, and both sum in the same order (``sum_slots``):
+a decentralized run computes the values the centralized one computes (the backward pass of training
+sums gradients in another order here than over MPI: equal up to rounding).
 
 Between steps (a time step of a controller, a repeated inference) an exchange can keep each row's last
 delivered value per neighbor and its age in steps (``memory=True``), for aggregations that reuse stale
@@ -18,12 +19,13 @@ messages. Memory follows neighbors by id, so it survives graphs that change betw
 >>> ex = LocalExchange()
 >>> ex.begin_step(S)
 >>> got = ex.receive(torch.tensor([[[1.0], [2.0]]]))  # one lane, two nodes, one feature
->>> got.values[0, :, 0, 0].tolist(), ex.round
+>>> got.values[0][0, :, 0].tolist(), ex.round
 ([2.0, 1.0], 1)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,40 +39,30 @@ from .shift import ShiftOperator
 NEVER = 1 << 30  # the age of a slot that never delivered
 
 
-def sum_slots(parts: Tensor) -> Tensor:
-    """``[..., S, F] -> [..., F]`` summed slot by slot in order: the same bits for a row wherever it runs
-    (a library reduction may reassociate differently for different shapes)."""
-    out = parts[..., 0, :]
-    for s in range(1, parts.shape[-2]):
-        out = out + parts[..., s, :]
+def sum_slots(parts: Tensor | Sequence[Tensor]) -> Tensor:
+    """``[..., S, F]`` (or ``S`` tensors ``[..., F]``) -> ``[..., F]`` summed slot by slot in order: the
+    same bits for a row wherever it runs (a library reduction may reassociate for other shapes)."""
+    slots = parts.unbind(-2) if isinstance(parts, Tensor) else parts  # unbind: one backward op for all slots
+    out = slots[0]
+    for part in slots[1:]:
+        out = out + part
     return out
 
 
 @dataclass
 class Received:
-    """What the computed rows got in one round. ``values [B, n, D, F]`` (zeros where nothing arrived),
-    ``fresh [B|1, n, D]`` delivered now, ``memory``/``age`` the last delivered value per slot and its age in
-    steps (None without memory), and the rows' slice of the shift operator."""
+    """What the computed rows got in one round: ``values``, one ``[B, n, F]`` tensor per neighbor slot (only
+    where ``fresh`` do they hold a message; elsewhere anything finite), ``fresh [B|1, n, D]`` delivered now,
+    ``memory [B, n, D, F]``/``age [B, n, D]`` the last delivered value per slot and its age in steps (None
+    without memory), and the rows' slice of the shift operator."""
 
-    values: Tensor
+    values: tuple[Tensor, ...]
     fresh: Tensor
     weights: Tensor
     self_weights: Tensor
     valid: Tensor
     memory: Tensor | None = None
     age: Tensor | None = None
-
-
-def lane_take(table: Tensor, lanes: int) -> Tensor:
-    """Broadcast a ``[1, ...]`` per-graph table to ``lanes`` lanes (per-lane tables pass through)."""
-    return table.expand(lanes, *table.shape[1:]) if table.shape[0] == 1 else table
-
-
-def gather_lanes(values: Tensor, index: Tensor) -> Tensor:
-    """``values [B, N, F]`` at ``index [1|B, n, S]`` -> ``[B, n, S, F]``."""
-    if index.shape[0] == 1:
-        return values[:, index[0]]
-    return values[torch.arange(values.shape[0]).view(-1, 1, 1), index]
 
 
 class Exchange:
@@ -82,11 +74,13 @@ class Exchange:
         failures: FailureModel | None = None,
         per_lane: bool = False,
         memory: bool = False,
+        exact: bool = True,
     ):
         self.rows = np.asarray(rows, np.int64)
         self.failures = failures if failures is not None else NoFailures()
         self.per_lane = per_lane
         self.memory = memory
+        self.exact = exact
         self.round = 0
         self.shift: ShiftOperator | None = None
         self._slot = 0
@@ -101,10 +95,9 @@ class Exchange:
         if not self.memory:
             self._mem.clear()
 
-    def reset(self) -> None:
-        """Forget memory (rounds keep counting, so failures stay fresh)."""
+    def clear_memory(self) -> None:
+        """Forget every remembered message (new lanes: other signals); rounds keep counting."""
         self._mem.clear()
-        self.failures.reset()
 
     def receive(self, values: Tensor) -> Received:
         """One communication round: ``values [B, n, F]`` of the rows computed here -> what they received."""
@@ -119,23 +112,23 @@ class Exchange:
         self.round += 1
         rows = torch.from_numpy(self.rows)
         fresh = delivered & shift.valid[:, rows]
-        got = torch.where(fresh.unsqueeze(-1), got, torch.zeros((), dtype=got.dtype))
         rec = Received(got, fresh, shift.weights[:, rows], shift.self_weights[:, rows], shift.valid[:, rows])
         if self.memory:
             self._remember(rec, shift.neighbors[:, self.rows])
         self._slot += 1
         return rec
 
-    def _deliver(self, values: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
-        """``(values [B, n, D, F], delivered [B|1, n, D])`` for the computed rows; ``keep`` is the failure
-        model's mask over the whole graph."""
+    def _deliver(self, values: Tensor, keep: Tensor) -> tuple[tuple[Tensor, ...], Tensor]:
+        """``(one [B, n, F] tensor per slot, delivered [B|1, n, D])`` for the computed rows; ``keep`` is the
+        failure model's mask over the whole graph."""
         raise NotImplementedError
 
     def _remember(self, rec: Received, ids: np.ndarray) -> None:
-        lanes, n, d = rec.values.shape[0], rec.values.shape[1], rec.values.shape[2]
+        values = torch.stack(rec.values, dim=-2).detach()
+        lanes, n, d = values.shape[0], values.shape[1], values.shape[2]
         prev = self._mem.get(self._slot)
         if prev is None or prev[1].shape[0] != lanes:
-            mem = torch.zeros_like(rec.values)
+            mem = torch.zeros_like(values)
             age = torch.full((lanes, n, d), NEVER, dtype=torch.long)
         else:
             prev_ids, mem, age = prev
@@ -146,7 +139,7 @@ class Exchange:
         fresh = rec.fresh.expand(lanes, n, d)
         self._mem[self._slot] = (
             ids,
-            torch.where(fresh.unsqueeze(-1), rec.values.detach(), mem),
+            torch.where(fresh.unsqueeze(-1), values, mem),
             torch.where(fresh, 0, age),
         )
 
@@ -172,38 +165,31 @@ def _align(prev_ids: np.ndarray, mem: Tensor, age: Tensor, ids: np.ndarray) -> t
     return new_mem, new_age
 
 
-class _Gather(torch.autograd.Function):
-    """Neighbor values, with a backward that sums each sender's gradients over its receivers in ascending
-    order (``ShiftOperator.reverse``), as an MPI run does with the gradients it gets back."""
-
-    @staticmethod
-    def forward(ctx, values, index, rev_node, rev_slot):
-        ctx.save_for_backward(rev_node, rev_slot)
-        return gather_lanes(values, index)
-
-    @staticmethod
-    def backward(ctx, grad):
-        rev_node, rev_slot = ctx.saved_tensors
-        return reverse_sum(grad, rev_node, rev_slot), None, None, None
-
-
 def reverse_sum(grad: Tensor, rev_node: Tensor, rev_slot: Tensor) -> Tensor:
     """``grad [B, N, D, F]`` per receiving slot -> ``[B, N, F]`` per sender, summed in receiver order."""
-    lanes = grad.shape[0]
-    if rev_node.shape[-1] == 0:
-        return grad.new_zeros(lanes, grad.shape[1], grad.shape[-1])
-    node, slot = lane_take(rev_node, lanes), lane_take(rev_slot, lanes)
-    lane = torch.arange(lanes).view(-1, 1, 1)
-    parts = grad[lane, node.clamp(min=0), slot.clamp(min=0)]
-    parts = torch.where((node >= 0).unsqueeze(-1), parts, torch.zeros((), dtype=grad.dtype))
-    return sum_slots(parts)
+    lanes, n, d, feats = grad.shape
+    width = rev_node.shape[-1]
+    if width == 0:
+        return grad.new_zeros(lanes, n, feats)
+    flat = torch.cat([grad.reshape(lanes, n * d, feats), grad.new_zeros(lanes, 1, feats)], dim=1)
+    index = torch.where(rev_node >= 0, rev_node * d + rev_slot, n * d)  # padding -> the zero row
+    if index.shape[0] == 1:
+        return sum_slots([flat[:, i] for i in index[0].unbind(-1)])
+    lane = torch.arange(lanes).view(-1, 1)
+    return sum_slots([flat[lane, i] for i in index.unbind(-1)])
 
 
 class LocalExchange(Exchange):
     """Every node in one process: the centralized computation, the simulation under failures, training."""
 
-    def __init__(self, failures: FailureModel | None = None, per_lane: bool = False, memory: bool = False):
-        super().__init__(np.zeros(0, np.int64), failures, per_lane, memory)
+    def __init__(
+        self,
+        failures: FailureModel | None = None,
+        per_lane: bool = False,
+        memory: bool = False,
+        exact: bool = True,
+    ):
+        super().__init__(np.zeros(0, np.int64), failures, per_lane, memory, exact)
 
     def begin_step(self, shift: ShiftOperator) -> None:
         self.rows = np.arange(shift.num_nodes)
@@ -213,6 +199,8 @@ class LocalExchange(Exchange):
         shift = self.shift
         if values.shape[1] != shift.num_nodes:
             raise ConfigError(f"values for {values.shape[1]} nodes on a graph of {shift.num_nodes}")
-        node, slot = shift.reverse
-        got = _Gather.apply(values, shift.gather_index, torch.from_numpy(node), torch.from_numpy(slot))
-        return got, keep
+        index = shift.gather_index
+        if index.shape[0] == 1:  # slot by slot: [B, N, F] each, small and cache-friendly
+            return tuple(values[:, i] for i in index[0].unbind(-1)), keep
+        lane = torch.arange(values.shape[0]).view(-1, 1)
+        return tuple(values[lane, i] for i in index.unbind(-1)), keep

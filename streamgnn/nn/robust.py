@@ -11,13 +11,14 @@ every graph filter, because filters only ever call an aggregation on a ``Receive
   with ``memory=True`` and steps that follow each other in time (a controller's time steps, a repeated
   inference on a persisting observation).
 
-Sums run slot by slot in neighbor order, so each row's result is the same bits wherever it is computed.
+Sums run slot by slot in neighbor order, so each row's result is the same wherever it is computed (a lost
+message's zero term may differ in sign between a simulation and a real run: values compare equal).
 
 >>> import torch
 >>> from streamgnn.nn.exchange import Received
->>> got = Received(values=torch.tensor([[[[1.0], [0.0]]]]), fresh=torch.tensor([[[True, False]]]),
-...                weights=torch.tensor([[[0.5, 0.5]]]), self_weights=torch.zeros(1, 1),
-...                valid=torch.tensor([[[True, True]]]))
+>>> got = Received(values=(torch.tensor([[[1.0]]]), torch.tensor([[[0.0]]])),
+...                fresh=torch.tensor([[[True, False]]]), weights=torch.tensor([[[0.5, 0.5]]]),
+...                self_weights=torch.zeros(1, 1), valid=torch.tensor([[[True, True]]]))
 >>> own = torch.zeros(1, 1, 1)
 >>> Aggregation()(own, got).item(), Aggregation(normalize=True)(own, got).item()
 (0.5, 1.0)
@@ -69,14 +70,18 @@ class Aggregation:
         fresh, w = got.fresh, got.weights
         zero = torch.zeros((), dtype=w.dtype)
         coef = torch.where(fresh, w, zero)
-        values = got.values
+        values = list(got.values)
         if self.max_age and got.memory is not None:
             table = torch.tensor([self.decay**a for a in range(self.max_age + 1)], dtype=w.dtype)
             stale = ~fresh & got.valid & (got.age <= self.max_age)
-            factor = table[got.age.clamp(max=self.max_age)]
-            coef = torch.where(stale, w * factor, coef)
-            values = torch.where(stale.unsqueeze(-1), got.memory, values)
-        out = sum_slots(coef.unsqueeze(-1) * values)
+            coef = torch.where(stale, w * table[got.age.clamp(max=self.max_age)], coef)
+            mem = got.memory.unbind(-2)
+            values = [
+                torch.where(s.unsqueeze(-1), m, v)
+                for s, m, v in zip(stale.unbind(-1), mem, values, strict=True)
+            ]
+        terms = [c.unsqueeze(-1) * v for c, v in zip(coef.unbind(-1), values, strict=True)]
+        out = sum_slots(terms)
         if self.normalize:
             total = sum_slots(w.abs().unsqueeze(-1))
             heard = sum_slots(coef.abs().unsqueeze(-1))
