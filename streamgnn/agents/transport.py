@@ -17,6 +17,8 @@ collective-free helpers ``send_object``/``recv_object`` carry the few setup mess
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
 
@@ -25,7 +27,7 @@ from mpi4py import MPI
 
 from ..errors import ConfigError
 
-KINDS = {"forward": 0, "backward": 1, "mix": 2, "done": 3, "object": 4}
+KINDS = {"forward": 0, "backward": 1, "mix": 2, "env": 3, "done": 4, "object": 5}
 
 
 def poll(test: Callable[[], bool], deadline_s: float | None = None) -> bool:
@@ -64,7 +66,13 @@ def recv_object(comm: MPI.Comm, source: int, deadline_s: float | None = None):
 class Transport:
     """Bundles between this rank and its neighbors' ranks; counts bytes, losses and failed ranks."""
 
-    def __init__(self, comm: MPI.Comm | None = None, deadline_s: float | None = None, patience: int = 3):
+    def __init__(
+        self,
+        comm: MPI.Comm | None = None,
+        deadline_s: float | None = None,
+        patience: int = 3,
+        die_at_round: int | None = None,
+    ):
         if deadline_s is not None and deadline_s <= 0:
             raise ConfigError(f"deadline_s must be positive or None, got {deadline_s}")
         if patience < 1:
@@ -72,6 +80,8 @@ class Transport:
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.deadline_s, self.patience = deadline_s, patience
+        self.die_at_round = die_at_round  # fault injection: SIGKILL ourselves at this forward round
+        self.forward_rounds = 0
         self._tag_ub = int(self.comm.Get_attr(MPI.TAG_UB))
         self.failed: set[int] = set()
         self.peers: set[int] = set()
@@ -89,6 +99,10 @@ class Transport:
     ) -> dict[int, np.ndarray]:
         """Send ``sends[dest]`` (any dtype, sent as bytes) and receive ``recv_nbytes[src]`` bytes from each
         source; returns the raw bytes of every bundle that arrived in time (failed ranks are skipped)."""
+        if kind == "forward":
+            if self.die_at_round is not None and self.forward_rounds >= self.die_at_round:
+                os.kill(os.getpid(), signal.SIGKILL)
+            self.forward_rounds += 1
         tag = self.tag(round_, kind)
         recvs: dict[int, tuple[MPI.Request, np.ndarray]] = {}
         for src, nbytes in recv_nbytes.items():

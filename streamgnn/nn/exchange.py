@@ -82,6 +82,7 @@ class Exchange:
         self.memory = memory
         self.exact = exact
         self.round = 0
+        self.message_bytes = 0  # values delivered to the rows here, counted per link and lane
         self.shift: ShiftOperator | None = None
         self._slot = 0
         self._mem: dict[int, tuple[np.ndarray, Tensor, Tensor]] = {}
@@ -112,6 +113,7 @@ class Exchange:
         self.round += 1
         rows = torch.from_numpy(self.rows)
         fresh = delivered & shift.valid[:, rows]
+        self.message_bytes += int(fresh.sum()) * (lanes // fresh.shape[0]) * values.shape[2] * values.element_size()
         rec = Received(got, fresh, shift.weights[:, rows], shift.self_weights[:, rows], shift.valid[:, rows])
         if self.memory:
             self._remember(rec, shift.neighbors[:, self.rows])

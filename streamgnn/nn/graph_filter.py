@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import math
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,6 +157,6 @@ class GraphNN(nn.Module):
             blob = torch.load(path, weights_only=True)
             model = cls(GraphNNConfig.from_dict(blob["config"]))
             model.load_state_dict(blob["state"])
-        except (OSError, KeyError, RuntimeError, TypeError, ValueError) as exc:
+        except (OSError, KeyError, RuntimeError, TypeError, ValueError, pickle.UnpicklingError) as exc:
             raise CheckpointError(f"{path}: not a GraphNN checkpoint ({exc})") from exc
         return model
