@@ -5,6 +5,8 @@ the network forward over the lossy links (one round per shift), and backpropagat
 message goes back to its sender over the same link, so agent ``i`` gets the gradient of the *whole* loss
 ``sum_j loss_j`` with respect to its own parameters, from messages only. It takes a local Adam step, then mixes
 its parameters with its neighbors' (decentralized SGD, Metropolis weights ``1 / (1 + max(deg_i, deg_j))``).
+With gradient tracking (default) the step follows a gossiped estimate of the agents' average gradient rather
+than the agent's own (``DecentralizedTrainer._track``).
 Links fail in every round, forward, backward and mixing alike (the ``Exchange``'s failure model): a lost
 parameter message just leaves that neighbor out of this mix.
 
@@ -43,6 +45,7 @@ class DecentralizedConfig:
     lr: float = 3e-3
     mix_rate: float = 1.0
     compression: str = "none"
+    tracking: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -158,6 +161,9 @@ class DecentralizedTrainer:
         self.opt = torch.optim.Adam(self.params.values(), lr=config.lr)
         theta0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
         self.mixer = Mixer(exchange, theta0, config.compression, config.mix_rate)
+        self.tracker = Mixer(exchange, torch.zeros_like(theta0), config.compression, config.mix_rate)
+        self.direction: Tensor | None = None  # the tracked average gradient (gradient tracking)
+        self.last_grad: Tensor | None = None
         self.rng = np.random.default_rng(mix_seed(config.seed, 7))
         self.losses: list[float] = []
         self.feature_bytes = 0
@@ -177,14 +183,38 @@ class DecentralizedTrainer:
         )
         self.opt.zero_grad()
         loss.backward()
-        self.opt.step()
         self.feature_bytes += 2 * (ex.message_bytes - before)  # each message's gradient goes back
+        if cfg.tracking:
+            self._track(ex)
+        self.opt.step()
         keep = ex.failures.keep(task.shift, ex.round)[0].numpy()
         unflatten(self.mixer.mix(flatten(self.params), keep, ex.round), self.params)
         ex.round += 1
         n = max(out.shape[1], 1)
         self.losses.append(float(loss.detach()) / n)
         return self.losses[-1]
+
+    def _track(self, ex: Exchange) -> None:
+        """Gradient tracking: ``d_i <- mix(d)_i + g_i - g_i(previous step)`` follows the agents' *average*
+        gradient, so each agent's Adam sees what centralized Adam sees (plain gossip SGD would average the
+        agents' separately normalized steps)."""
+        grad = torch.cat([p.grad.reshape(p.shape[0], -1) for p in self.params.values()], dim=1)
+        if self.direction is None:
+            self.direction = grad.clone()
+        else:
+            keep = ex.failures.keep(self.task.shift, ex.round)[0].numpy()
+            self.direction = self.tracker.mix(self.direction, keep, ex.round) + grad - self.last_grad
+            ex.round += 1
+        self.last_grad = grad
+        at = 0
+        for p in self.params.values():
+            size = p[0].numel()
+            p.grad.copy_(self.direction[:, at : at + size].reshape(p.shape))
+            at += size
+
+    @property
+    def mixing_bytes(self) -> int:
+        return self.mixer.bytes_sent + self.tracker.bytes_sent
 
     def train(self, desc: str | None = None) -> list[float]:
         bar = tqdm(range(self.config.steps), desc=desc, disable=desc is None, leave=False)

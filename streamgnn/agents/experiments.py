@@ -244,7 +244,7 @@ def run_decentralized(agents, task: SourceLocalization, setup: DecentralizedSetu
         trainer = DecentralizedTrainer(new_model(), task, ex, run_cfg)
         trainer.train(desc=None if quiet or not agents.is_root else f"decentralized {spec}")
         counts = trainer.correct_counts(agents.exchange())
-        sums = agents.total(np.array([*counts, trainer.mixer.bytes_sent, trainer.feature_bytes]))
+        sums = agents.total(np.array([*counts, trainer.mixing_bytes, trainer.feature_bytes]))
         loss = agents.total(np.array(trainer.losses) * len(agents.nodes))
         if sums is not None:
             result["decentralized"][spec] = {
