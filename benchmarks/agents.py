@@ -57,7 +57,9 @@ def presets(quick: bool) -> dict:
         task = SourceLocConfig(nodes=50, communities=5, train=1000, test=100)
         return {
             "task": task,
-            "sweep": SweepConfig(probs=(0.0, 0.3), variants=("plain", ROBUST), fit=FitConfig(steps=150, batch=32)),
+            "sweep": SweepConfig(
+                probs=(0.0, 0.3), variants=("plain", ROBUST), fit=FitConfig(steps=150, batch=32)
+            ),
             "flocking": None,
             "dsgd": DecentralizedSetup(DecentralizedConfig(steps=60), ("none", COMPRESSED)),
         }
@@ -71,7 +73,9 @@ def presets(quick: bool) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="a smoke run under a minute (smaller graph, short training)")
+    ap.add_argument(
+        "--quick", action="store_true", help="a smoke run under a minute (smaller graph, short training)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--plot", default=None, help="folder for agents_source_loc.png, agents_flocking.png, ...")
     ap.add_argument("--no-flocking", action="store_true", help="skip the flocking sweep")
@@ -128,14 +132,24 @@ def main(argv: list[str] | None = None) -> int:
         results["flocking_velocity_variance"] = fcurves
         results["flocking_baselines"] = flocking_baselines(setup, fsweep.seed)
         if args.plot:
-            plot_curves(fcurves, fsweep.probs, "mean velocity variance (lower is better)",
-                        Path(args.plot) / "agents_flocking.png", "flocking, 50 agents",
-                        results["flocking_baselines"])  # fmt: skip
+            plot_curves(
+                fcurves,
+                fsweep.probs,
+                "mean velocity variance (lower is better)",
+                Path(args.plot) / "agents_flocking.png",
+                "flocking, 50 agents",
+                results["flocking_baselines"],
+            )
     results["seconds"] = time.perf_counter() - start
     results["load_average"] = list(os.getloadavg())
     if args.plot:
-        plot_curves(curves, sweep.probs, "test accuracy (every agent)", Path(args.plot) / "agents_source_loc.png",
-                    f"source localization, {task.config.nodes} agents")  # fmt: skip
+        plot_curves(
+            curves,
+            sweep.probs,
+            "test accuracy (every agent)",
+            Path(args.plot) / "agents_source_loc.png",
+            f"source localization, {task.config.nodes} agents",
+        )
         plot_decentralized(dec, Path(args.plot) / "agents_decentralized.png")
     report(results, args.json, "agents: robustness to link failures, decentralized training")
     return 0

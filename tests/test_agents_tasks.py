@@ -120,7 +120,9 @@ def test_decentralized_training_learns_and_compression_cuts_mixing_bytes():
         torch.manual_seed(0)
         model = GraphNN(GraphNNConfig((5, 8, 4), taps=3, aggregation=Aggregation(normalize=True)))
         ex = LocalExchange(Bernoulli(0.1, seed=3), exact=False)
-        trainer = DecentralizedTrainer(model, task, ex, DecentralizedConfig(steps=80, lr=2e-2, compression=spec))
+        trainer = DecentralizedTrainer(
+            model, task, ex, DecentralizedConfig(steps=80, lr=2e-2, compression=spec)
+        )
         losses = trainer.train()
         correct, total = trainer.correct_counts(LocalExchange())
         return np.mean(losses[:5]), np.mean(losses[-5:]), correct / total, trainer.mixing_bytes

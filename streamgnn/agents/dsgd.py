@@ -3,12 +3,12 @@
 Each step all agents take the same minibatch of training signals (each sees only its own reading of them), run
 the network forward over the lossy links (one round per shift), and backpropagate: the gradient of a received
 message goes back to its sender over the same link, so agent ``i`` gets the gradient of the *whole* loss
-``sum_j loss_j`` with respect to its own parameters, from messages only. It takes a local Adam step, then mixes
-its parameters with its neighbors' (decentralized SGD, Metropolis weights ``1 / (1 + max(deg_i, deg_j))``).
-With gradient tracking (default) the step follows a gossiped estimate of the agents' average gradient rather
-than the agent's own (``DecentralizedTrainer._track``).
-Links fail in every round, forward, backward and mixing alike (the ``Exchange``'s failure model): a lost
-parameter message just leaves that neighbor out of this mix.
+``sum_j loss_j`` with respect to its own parameters, from messages only. It takes a local Adam step, then
+mixes its parameters with its neighbors' (decentralized SGD, Metropolis weights ``1 / (1 + max(deg_i,
+deg_j))``). With gradient tracking (default) the step follows a gossiped estimate of the agents' average
+gradient rather than the agent's own (``DecentralizedTrainer._track``). Links fail in every round, forward,
+backward and mixing alike (the ``Exchange``'s failure model): a lost parameter message just leaves that
+neighbor out of this mix.
 
 Mixing messages can be compressed (``compress.TopK``, ``compress.Quantize``) with error feedback, CHOCO-style:
 the sender keeps, per link, the copy of its parameters the receiver holds, sends the compressed difference and
@@ -17,8 +17,7 @@ the agents' average where both directions of a link deliver. Loss decisions come
 so sender and receiver copies never disagree.
 
 The same code runs every agent in one process (``LocalExchange``) or the agents of one MPI rank
-(``MPIExchange``, parameters mixed through its transport).
-"""
+(``MPIExchange``, parameters mixed through its transport)."""
 
 from __future__ import annotations
 
@@ -225,5 +224,5 @@ class DecentralizedTrainer:
         return self.losses
 
     def correct_counts(self, exchange: Exchange) -> tuple[int, int]:
-        """Test predictions of this rank's agents, each with its own parameters (failure-free ``exchange``)."""
+        """Test predictions of this rank's agents, each with its own parameters (lossless ``exchange``)."""
         return correct_counts(self.forward, self.task, exchange)

@@ -33,10 +33,14 @@ from ..nn.robust import Aggregation
 from .dsgd import DecentralizedConfig, DecentralizedTrainer
 from .fit import FitConfig, fit
 from .flocking import Flocking, FlockingConfig, imitation_batches, velocity_variance
-from .source_loc import SourceLocalization, SourceLocConfig, correct_counts
+from .source_loc import SourceLocalization, correct_counts
 
 HOLD = dict(max_age=2, decay=0.8)
-TRAININGS = {"plain": (False, Aggregation()), "res": (True, Aggregation()), "res+norm": (True, Aggregation(True))}
+TRAININGS = {
+    "plain": (False, Aggregation()),
+    "res": (True, Aggregation()),
+    "res+norm": (True, Aggregation(True)),
+}
 VARIANTS = {
     "plain": ("plain", Aggregation()),
     "plain+normalized": ("plain", Aggregation(normalize=True)),
@@ -94,7 +98,9 @@ def source_loc_batches(task: SourceLocalization):
 
 def node_cross_entropy(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Every node's logits ``[B, N, C]`` against the signal's label ``[B]``."""
-    return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.repeat_interleave(out.shape[1]))
+    return torch.nn.functional.cross_entropy(
+        out.reshape(-1, out.shape[-1]), y.repeat_interleave(out.shape[1])
+    )
 
 
 def train_source_loc(task: SourceLocalization, sweep: SweepConfig, quiet=False) -> dict[str, GraphNN]:
@@ -108,7 +114,9 @@ def sweep_source_loc(agents, models, task, sweep: SweepConfig, rounds: int = 3, 
     out: dict = {}
     for kind, p, v in tqdm(_points(sweep), desc="sweep", disable=quiet or not agents.is_root, leave=False):
         base, agg = VARIANTS[v]
-        ex = agents.exchange(make_failures(kind, p, mix_seed(sweep.seed, 5)), per_lane=True, memory=agg.max_age > 0)
+        ex = agents.exchange(
+            make_failures(kind, p, mix_seed(sweep.seed, 5)), per_lane=True, memory=agg.max_age > 0
+        )
         counts = correct_counts(models[base].with_aggregation(agg), task, ex, rounds if agg.max_age else 1)
         total = agents.total(np.array(counts))
         if total is not None:
@@ -158,14 +166,18 @@ class FlockingSetup:
     test_episodes: int = 10
 
 
-def train_flocking(setup: FlockingSetup, sweep: SweepConfig, quiet=False) -> tuple[dict[str, GraphNN], np.ndarray]:
+def train_flocking(
+    setup: FlockingSetup, sweep: SweepConfig, quiet=False
+) -> tuple[dict[str, GraphNN], np.ndarray]:
     env = Flocking(setup.env)
     batches, scale = imitation_batches(env, setup.train_episodes, mix_seed(sweep.seed, 21))
     models = train_variants(6, 2, batches, torch.nn.functional.mse_loss, sweep, quiet)
     return models, scale
 
 
-def flocking_run(agents, model: GraphNN, setup: FlockingSetup, scale, failures, memory: bool, seed: int) -> float:
+def flocking_run(
+    agents, model: GraphNN, setup: FlockingSetup, scale, failures, memory: bool, seed: int
+) -> float:
     """Mean velocity variance of a closed-loop run of ``model`` as the agents' controller (every rank
     simulates the physics; each agent computes its own acceleration from messages)."""
     env = Flocking(setup.env)
@@ -190,15 +202,22 @@ def flocking_baselines(setup: FlockingSetup, seed: int) -> dict[str, float]:
     pos, vel = env.initial(setup.test_episodes, mix_seed(seed, 31))
     _, v_exp, _ = env.rollout(pos, vel, lambda p, v, t: env.expert(p, v))
     _, v_none, _ = env.rollout(pos, vel, lambda p, v, t: np.zeros_like(p))
-    return {"centralized": float(velocity_variance(v_exp).mean()), "no_control": float(velocity_variance(v_none).mean())}
+    return {
+        "centralized": float(velocity_variance(v_exp).mean()),
+        "no_control": float(velocity_variance(v_none).mean()),
+    }
 
 
-def sweep_flocking(agents, models, scale, setup: FlockingSetup, sweep: SweepConfig, quiet=False) -> dict | None:
+def sweep_flocking(
+    agents, models, scale, setup: FlockingSetup, sweep: SweepConfig, quiet=False
+) -> dict | None:
     out: dict = {}
     for kind, p, v in tqdm(_points(sweep), desc="flocking", disable=quiet or not agents.is_root, leave=False):
         base, agg = VARIANTS[v]
         failures = make_failures(kind, p, mix_seed(sweep.seed, 5))
-        var = flocking_run(agents, models[base].with_aggregation(agg), setup, scale, failures, agg.max_age > 0, sweep.seed)
+        var = flocking_run(
+            agents, models[base].with_aggregation(agg), setup, scale, failures, agg.max_age > 0, sweep.seed
+        )
         out.setdefault(kind, {}).setdefault(v, []).append(var)
     return out if agents.is_root else None
 
@@ -215,7 +234,9 @@ class DecentralizedSetup:
     hidden: int = 32
 
 
-def run_decentralized(agents, task: SourceLocalization, setup: DecentralizedSetup, quiet=False) -> dict | None:
+def run_decentralized(
+    agents, task: SourceLocalization, setup: DecentralizedSetup, quiet=False
+) -> dict | None:
     """Centralized training (rank 0) against decentralized training with each compression: test accuracy
     (each agent with its own parameters, no failures), mixing and feature-message bytes, loss curves."""
     cfg = setup.train

@@ -2,14 +2,13 @@
 
 ``agents`` point masses start on a jittered grid with random velocities (a common drift plus a spread per
 agent) and steer by accelerations. The centralized controller (Tanner, Jadbabaie and Pappas, as in the alelab
-flocking experiments) knows every agent's state:
-``u_i = -sum_j (v_i - v_j) + 2 sum_{|r_ij| < repel} r_ij (1/|r_ij|^4 + 1/|r_ij|^2)``, each component clipped to
-``accel_max``: all velocities align while nobody collides. A decentralized agent senses only the agents within
-``comm_radius`` (its relative positions and velocities give 6 features: the sums of ``v_i - v_j``,
-``r_ij/|r_ij|^4`` and ``r_ij/|r_ij|^2`` over them) and talks only to them; a graph network over that
-time-varying communication graph (``D^-1 A``: each agent averages what its neighbors send) learns to output the
-centralized controller's acceleration. The score is the velocity variance ``mean_i |v_i - mean(v)|^2`` over the
-run, lower is better.
+flocking experiments) knows every agent's state: ``u_i = -sum_j (v_i - v_j) + 2 sum_{|r_ij| < repel} r_ij
+(1/|r_ij|^4 + 1/|r_ij|^2)``, each component clipped to ``accel_max``: all velocities align while nobody
+collides. A decentralized agent senses only the agents within ``comm_radius`` (its relative positions and
+velocities give 6 features: the sums of ``v_i - v_j``, ``r_ij/|r_ij|^4`` and ``r_ij/|r_ij|^2`` over them) and
+talks only to them; a graph network over that time-varying communication graph (``D^-1 A``: each agent
+averages what its neighbors send) learns to output the centralized controller's acceleration. The score is the
+velocity variance ``mean_i |v_i - mean(v)|^2`` over the run, lower is better.
 
 The environment (positions, who is in range) is physics: simulated identically by every process, not part of
 the agents' computation.
@@ -75,8 +74,8 @@ class Flocking:
 
     def initial(self, episodes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """``(positions, velocities)``, each ``[episodes, agents, 2]``: a grid whose spacing keeps every agent
-        within ``comm_radius`` of a neighbor and ``min_dist`` away from all, jittered, and velocities uniform in
-        ``+-init_velocity`` around a common drift."""
+        within ``comm_radius`` of a neighbor and ``min_dist`` away from all, jittered, and velocities
+        uniform in ``+-init_velocity`` around a common drift."""
         c, rng = self.config, np.random.default_rng(seed)
         side = int(np.ceil(np.sqrt(c.agents)))
         spacing = (c.comm_radius + c.min_dist) / (2 * np.sqrt(2))
@@ -110,7 +109,7 @@ class Flocking:
         return np.clip(-dv.sum(2) + 2 * (fourth + second), -c.accel_max, c.accel_max)
 
     def observe(self, pos: np.ndarray, vel: np.ndarray) -> tuple[np.ndarray, ShiftOperator]:
-        """What each agent senses (``[B, N, 6]``) and the communication graph's shift operator (``D^-1 A``)."""
+        """What each agent senses (``[B, N, 6]``) and the communication graph's shift (``D^-1 A``)."""
         a = self.adjacency(pos)
         dv, _ = _differences(vel)
         fourth, second = self._repel(pos, a > 0)

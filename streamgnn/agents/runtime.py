@@ -44,7 +44,9 @@ class LocalAgents:
         self.nodes = np.arange(num_agents)
         self.failed_ranks: list[int] = []
 
-    def exchange(self, failures: FailureModel | None = None, per_lane=False, memory=False, exact=True) -> Exchange:
+    def exchange(
+        self, failures: FailureModel | None = None, per_lane=False, memory=False, exact=True
+    ) -> Exchange:
         ex = LocalExchange(failures, per_lane, memory, exact)
         ex.rows = self.nodes
         return ex
@@ -104,7 +106,9 @@ class MPIAgents:
     def bytes_sent(self) -> int:
         return self.transport.bytes_sent
 
-    def exchange(self, failures: FailureModel | None = None, per_lane=False, memory=False, exact=True) -> Exchange:
+    def exchange(
+        self, failures: FailureModel | None = None, per_lane=False, memory=False, exact=True
+    ) -> Exchange:
         from .mpi_exchange import MPIExchange
 
         return MPIExchange(self.transport, self.owner, failures, per_lane, memory, exact)
@@ -152,7 +156,10 @@ class MPIAgents:
         full[:, rows] = local
         others = [r for r in range(self.size) if r != self.rank]
         sends = dict.fromkeys(others, local.detach().contiguous().numpy())
-        sizes = {r: local.shape[0] * int((self.owner == r).sum()) * local.shape[2] * local.element_size() for r in others}
+        sizes = {
+            r: local.shape[0] * int((self.owner == r).sum()) * local.shape[2] * local.element_size()
+            for r in others
+        }
         got = self.transport.exchange(self._env_round, "env", sends, sizes)
         self._env_round += 1
         for r, raw in got.items():

@@ -55,7 +55,9 @@ def _agents(args, num_agents: int):
     from ..agents.runtime import LocalAgents, MPIAgents
 
     if "PMI_SIZE" in os.environ or "OMPI_COMM_WORLD_SIZE" in os.environ:
-        return MPIAgents(num_agents, deadline_s=args.deadline, patience=args.patience, die_at_round=_die(args))
+        return MPIAgents(
+            num_agents, deadline_s=args.deadline, patience=args.patience, die_at_round=_die(args)
+        )
     return LocalAgents(num_agents)
 
 
@@ -69,7 +71,9 @@ def _sweep(args):
     from ..agents.fit import FitConfig
 
     fit = FitConfig(steps=args.fit_steps, batch=args.batch, lr=args.lr, seed=args.seed)
-    return SweepConfig(args.probs, args.kinds, args.keep, args.taps, args.hidden, fit, args.variants, args.seed)
+    return SweepConfig(
+        args.probs, args.kinds, args.keep, args.taps, args.hidden, fit, args.variants, args.seed
+    )
 
 
 def _write(out: Path, name: str, summary: dict, quiet: bool) -> None:
@@ -106,8 +110,9 @@ def _source_loc(args, rest) -> int:
     from ..agents.source_loc import SourceLocalization, SourceLocConfig
 
     out = _out_dir(args.out)
-    task_cfg = SourceLocConfig(args.nodes, args.communities, args.p_in, args.p_out, args.max_time, args.train,
-                               args.test, args.seed)  # fmt: skip
+    task_cfg = SourceLocConfig(
+        args.nodes, args.communities, args.p_in, args.p_out, args.max_time, args.train, args.test, args.seed
+    )
     sweep = _sweep(args)
     if 0.0 not in sweep.probs:
         raise ConfigError("--probs must include 0 (the failure-free accuracy the others are compared with)")
@@ -124,7 +129,9 @@ def _source_loc(args, rest) -> int:
             "ranks": agents.size,
             "probs": list(sweep.probs),
             "accuracy": curves,
-            "retained_at_0_3": {k: retained(c, sweep.probs) for k, c in curves.items()} if 0.3 in sweep.probs else {},
+            "retained_at_0_3": {k: retained(c, sweep.probs) for k, c in curves.items()}
+            if 0.3 in sweep.probs
+            else {},
             "robust_variant": ROBUST,
             "verify": {name: ok for name, ok in checks},
             "failed_ranks_seen": {r: f for r, f in enumerate(failed) if f},
@@ -137,8 +144,13 @@ def _source_loc(args, rest) -> int:
                 print(f"verify {name}: {'equal' if ok else 'DIFFERENT'}")
             print(f"failed ranks seen: {summary['failed_ranks_seen']}")
         _write(out, "source_loc.json", summary, args.quiet)
-        plot_curves(curves, sweep.probs, "test accuracy (every agent)", out / "source_loc.png",
-                    f"source localization, {task_cfg.nodes} agents, {agents.size} ranks")  # fmt: skip
+        plot_curves(
+            curves,
+            sweep.probs,
+            "test accuracy (every agent)",
+            out / "source_loc.png",
+            f"source localization, {task_cfg.nodes} agents, {agents.size} ranks",
+        )
         if checks and not all(ok for _, ok in checks):
             return _end(agents, 1)
     return _end(agents)
@@ -151,12 +163,19 @@ def _verify_sweep(args, sweep):
 
 
 def _flocking(args, rest) -> int:
-    from ..agents.experiments import FlockingSetup, flocking_baselines, plot_curves, sweep_flocking, train_flocking
+    from ..agents.experiments import (
+        FlockingSetup,
+        flocking_baselines,
+        plot_curves,
+        sweep_flocking,
+        train_flocking,
+    )
     from ..agents.flocking import FlockingConfig
 
     out = _out_dir(args.out)
-    setup = FlockingSetup(FlockingConfig(agents=args.agents, steps=args.sim_steps), args.train_episodes,
-                          args.test_episodes)  # fmt: skip
+    setup = FlockingSetup(
+        FlockingConfig(agents=args.agents, steps=args.sim_steps), args.train_episodes, args.test_episodes
+    )
     sweep = _sweep(args)
     agents = _agents(args, args.agents)
     start = time.perf_counter()
@@ -178,8 +197,14 @@ def _flocking(args, rest) -> int:
             _print_curves(curves, sweep.probs, "{:7.3f}")
             print("  " + "  ".join(f"{k}: {v:.3f}" for k, v in base.items()))
         _write(out, "flocking.json", summary, args.quiet)
-        plot_curves(curves, sweep.probs, "mean velocity variance (lower is better)", out / "flocking.png",
-                    f"flocking, {args.agents} agents imitating the centralized controller", base)  # fmt: skip
+        plot_curves(
+            curves,
+            sweep.probs,
+            "mean velocity variance (lower is better)",
+            out / "flocking.png",
+            f"flocking, {args.agents} agents imitating the centralized controller",
+            base,
+        )
     return _end(agents)
 
 
@@ -189,8 +214,9 @@ def _train(args, rest) -> int:
     from ..agents.source_loc import SourceLocalization, SourceLocConfig
 
     out = _out_dir(args.out)
-    task_cfg = SourceLocConfig(args.nodes, args.communities, args.p_in, args.p_out, args.max_time, args.train,
-                               args.test, args.seed)  # fmt: skip
+    task_cfg = SourceLocConfig(
+        args.nodes, args.communities, args.p_in, args.p_out, args.max_time, args.train, args.test, args.seed
+    )
     train = DecentralizedConfig(args.fit_steps, args.batch, args.lr, args.mix_rate, "none", args.seed)
     setup = DecentralizedSetup(train, args.compression, args.failure_p, args.taps, args.hidden)
     task = SourceLocalization(task_cfg)
@@ -199,17 +225,25 @@ def _train(args, rest) -> int:
     if agents.is_root:
         central = result["centralized"]["accuracy"]
         full = result["decentralized"].get("none")
-        for spec, run in result["decentralized"].items():
+        for run in result["decentralized"].values():
             run["accuracy_vs_central"] = run["accuracy"] / central
             if full:
                 run["mixing_bytes_vs_full"] = run["mixing_bytes"] / full["mixing_bytes"]
         if not args.quiet:
             print(f"centralized: accuracy {central:.3f}")
             for spec, run in result["decentralized"].items():
-                print(f"decentralized {spec}: accuracy {run['accuracy']:.3f} ({run['accuracy_vs_central']:.3f} of "
-                      f"centralized), mixing {run['mixing_bytes'] / 1e6:.1f} MB, features "
-                      f"{run['feature_bytes'] / 1e6:.1f} MB")  # fmt: skip
-        _write(out, "decentralized.json", {"task": task_cfg.to_dict(), "ranks": agents.size, **result}, args.quiet)
+                print(
+                    f"decentralized {spec}: accuracy {run['accuracy']:.3f} "
+                    f"({run['accuracy_vs_central']:.3f} of "
+                    f"centralized), mixing {run['mixing_bytes'] / 1e6:.1f} MB, features "
+                    f"{run['feature_bytes'] / 1e6:.1f} MB"
+                )
+        _write(
+            out,
+            "decentralized.json",
+            {"task": task_cfg.to_dict(), "ranks": agents.size, **result},
+            args.quiet,
+        )
         plot_decentralized(result, out / "decentralized.png")
     return _end(agents)
 
@@ -223,29 +257,54 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int) -> None:
     g.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
     g.add_argument("--taps", type=positive_int, default=5, help="filter taps K per layer (K-1 rounds each)")
     g.add_argument("--hidden", type=positive_int, default=32, help="hidden features per agent (default 32)")
-    g.add_argument("--keep", type=float, default=0.7,
-                   help="link keep probability of random edge sampling in training (default 0.7)")  # fmt: skip
+    g.add_argument(
+        "--keep",
+        type=float,
+        default=0.7,
+        help="link keep probability of random edge sampling in training (default 0.7)",
+    )
     g.add_argument("--seed", type=int, default=0)
     s = p.add_argument_group("failure sweep")
-    s.add_argument("--probs", type=_floats, default=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
-                   help="link failure probabilities, e.g. --probs 0,0.3,0.5 (must include 0)")  # fmt: skip
-    s.add_argument("--kinds", type=_names(FAILURE_KINDS), default=("bernoulli",),
-                   help="failure models: bernoulli, bursty (Gilbert-Elliott, bursts of 4 rounds), adversarial "
-                   "(cut the highest-degree links), e.g. --kinds bernoulli,bursty")  # fmt: skip
+    s.add_argument(
+        "--probs",
+        type=_floats,
+        default=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
+        help="link failure probabilities, e.g. --probs 0,0.3,0.5 (must include 0)",
+    )
+    s.add_argument(
+        "--kinds",
+        type=_names(FAILURE_KINDS),
+        default=("bernoulli",),
+        help="failure models: bernoulli, bursty (Gilbert-Elliott, bursts of 4 rounds), adversarial "
+        "(cut the highest-degree links), e.g. --kinds bernoulli,bursty",
+    )
     from ..agents.experiments import VARIANTS
 
-    s.add_argument("--variants", type=_names(tuple(VARIANTS)), default=tuple(VARIANTS),
-                   help=f"which of {', '.join(VARIANTS)} (default all)")  # fmt: skip
+    s.add_argument(
+        "--variants",
+        type=_names(tuple(VARIANTS)),
+        default=tuple(VARIANTS),
+        help=f"which of {', '.join(VARIANTS)} (default all)",
+    )
     m = p.add_argument_group("MPI and faults (under mpiexec)")
-    m.add_argument("--deadline", type=float, default=None,
-                   help="seconds a round waits for a neighbor rank's messages; missed ones are lost, a rank "
-                   "silent for --patience rounds is failed (default: wait forever, outcomes never depend on "
-                   "timing)")  # fmt: skip
+    m.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds a round waits for a neighbor rank's messages; missed ones are lost, a rank "
+        "silent for --patience rounds is failed (default: wait forever, outcomes never depend on "
+        "timing)",
+    )
     m.add_argument("--patience", type=positive_int, default=3)
-    m.add_argument("--fault-tolerant", action="store_true",
-                   help="run this rank's agents as a supervised child so that a killed agent process does not "
-                   "take the job down; use with mpiexec -disable-auto-cleanup and --deadline")  # fmt: skip
-    m.add_argument("--die-rank", type=int, default=None, help="fault injection: this rank's process kills itself")
+    m.add_argument(
+        "--fault-tolerant",
+        action="store_true",
+        help="run this rank's agents as a supervised child so that a killed agent process does not "
+        "take the job down; use with mpiexec -disable-auto-cleanup and --deadline",
+    )
+    m.add_argument(
+        "--die-rank", type=int, default=None, help="fault injection: this rank's process kills itself"
+    )
     m.add_argument("--die-round", type=int, default=5, help="... at this forward round (default 5)")
     p.add_argument("--out", default=out, help=f"report folder: JSON summary and PNG plot (default {out})")
     p.add_argument("--quiet", action="store_true", help="no progress bars or tables")
@@ -254,10 +313,14 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int) -> None:
 def _source_loc_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("source localization graph and signals")
     g.add_argument("--nodes", type=positive_int, default=100, help="agents (SBM nodes, default 100)")
-    g.add_argument("--communities", type=positive_int, default=10, help="SBM communities = classes (default 10)")
+    g.add_argument(
+        "--communities", type=positive_int, default=10, help="SBM communities = classes (default 10)"
+    )
     g.add_argument("--p-in", type=float, default=0.8, help="edge probability within a community (0.8)")
     g.add_argument("--p-out", type=float, default=0.02, help="edge probability across communities (0.02)")
-    g.add_argument("--max-time", type=positive_int, default=10, help="diffusion steps drawn from [0, max-time)")
+    g.add_argument(
+        "--max-time", type=positive_int, default=10, help="diffusion steps drawn from [0, max-time)"
+    )
     g.add_argument("--train", type=positive_int, default=4000, help="training signals (default 4000)")
     g.add_argument("--test", type=positive_int, default=500, help="test signals (default 500)")
 
@@ -287,18 +350,28 @@ def register(sub) -> None:
     )
     _source_loc_args(sl)
     _common(sl, "out/agents", 1500)
-    sl.add_argument("--rounds", type=positive_int, default=3,
-                    help="steps each test signal is observed for (hold-last reuses earlier ones; default 3)")  # fmt: skip
-    sl.add_argument("--verify", action="store_true",
-                    help="also check that the agents' outputs equal a one-process run under the same seeded "
-                    "failures (exits 1 if not)")  # fmt: skip
-    sl.add_argument("--verify-probs", type=_floats, default=(0.0, 0.3), help="failure rates to verify (0,0.3)")
+    sl.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=3,
+        help="steps each test signal is observed for (hold-last reuses earlier ones; default 3)",
+    )
+    sl.add_argument(
+        "--verify",
+        action="store_true",
+        help="also check that the agents' outputs equal a one-process run under the same seeded "
+        "failures (exits 1 if not)",
+    )
+    sl.add_argument(
+        "--verify-probs", type=_floats, default=(0.0, 0.3), help="failure rates to verify (0,0.3)"
+    )
     sl.set_defaults(func=_run, agents_func=_source_loc)
     fl = tasks.add_parser(
         "flocking",
         help="flocking: velocity variance against link failures for each variant",
-        description="Imitate the centralized flocking controller, then fly the agents under each failure rate "
-        "and model; writes flocking.json and flocking.png. Example: mpiexec -n 4 streamgnn agents flocking",
+        description="Imitate the centralized flocking controller, then fly the agents under each failure "
+        "rate and model; writes flocking.json and flocking.png. Example: mpiexec -n 4 streamgnn agents "
+        "flocking",
     )
     fl.add_argument("--agents", type=positive_int, default=50, help="flock size (default 50)")
     fl.add_argument("--sim-steps", type=positive_int, default=200, help="time steps of 10 ms per run (200)")
@@ -315,9 +388,15 @@ def register(sub) -> None:
     )
     _source_loc_args(tr)
     _common(tr, "out/agents", 1500)
-    tr.add_argument("--compression", type=lambda t: tuple(t.split(",")), default=("none", "quant:4"),
-                    help="mixing message codecs to compare: none, quant:BITS (2, 4, 8), topk:FRACTION "
-                    "(default none,quant:4)")  # fmt: skip
-    tr.add_argument("--failure-p", type=float, default=0.1, help="link failure probability while training (0.1)")
+    tr.add_argument(
+        "--compression",
+        type=lambda t: tuple(t.split(",")),
+        default=("none", "quant:4"),
+        help="mixing message codecs to compare: none, quant:BITS (2, 4, 8), topk:FRACTION "
+        "(default none,quant:4)",
+    )
+    tr.add_argument(
+        "--failure-p", type=float, default=0.1, help="link failure probability while training (0.1)"
+    )
     tr.add_argument("--mix-rate", type=float, default=1.0, help="gossip step size in (0, 1] (default 1)")
     tr.set_defaults(func=_run, agents_func=_train, batch=32)

@@ -113,7 +113,9 @@ class Exchange:
         self.round += 1
         rows = torch.from_numpy(self.rows)
         fresh = delivered & shift.valid[:, rows]
-        self.message_bytes += int(fresh.sum()) * (lanes // fresh.shape[0]) * values.shape[2] * values.element_size()
+        self.message_bytes += (
+            int(fresh.sum()) * (lanes // fresh.shape[0]) * values.shape[2] * values.element_size()
+        )
         rec = Received(got, fresh, shift.weights[:, rows], shift.self_weights[:, rows], shift.valid[:, rows])
         if self.memory:
             self._remember(rec, shift.neighbors[:, self.rows])
