@@ -49,7 +49,7 @@ from streamgnn.agents.flocking import FlockingConfig
 from streamgnn.agents.runtime import LocalAgents
 from streamgnn.agents.source_loc import SourceLocalization, SourceLocConfig
 
-COMPRESSED = "quant:4"
+COMPRESSED = "quant:8"
 
 
 def presets(quick: bool) -> dict:
@@ -66,8 +66,11 @@ def presets(quick: bool) -> dict:
     return {
         "task": SourceLocConfig(),
         "sweep": SweepConfig(kinds=("bernoulli", "bursty", "adversarial")),
-        "flocking": (FlockingSetup(FlockingConfig()), SweepConfig(taps=3, fit=FitConfig(steps=600))),
-        "dsgd": DecentralizedSetup(DecentralizedConfig(steps=1500), ("none", COMPRESSED, "topk:0.1")),
+        "flocking": (
+            FlockingSetup(FlockingConfig(), test_episodes=5),
+            SweepConfig(taps=3, fit=FitConfig(steps=600)),
+        ),
+        "dsgd": DecentralizedSetup(DecentralizedConfig(steps=1500), ("none", COMPRESSED)),
     }
 
 

@@ -52,4 +52,4 @@ def test_decentralized_example_runs_on_mpi_ranks(tmp_path):
         "5",
     ]
     out = run(cmd, tmp_path)
-    assert "mixing messages     none" in out and "mixing messages  quant:4" in out
+    assert "mixing messages     none" in out and "mixing messages  quant:8" in out

@@ -10,11 +10,12 @@ gradient rather than the agent's own (``DecentralizedTrainer._track``). Links fa
 backward and mixing alike (the ``Exchange``'s failure model): a lost parameter message just leaves that
 neighbor out of this mix.
 
-Mixing messages can be compressed (``compress.TopK``, ``compress.Quantize``) with error feedback, CHOCO-style:
-the sender keeps, per link, the copy of its parameters the receiver holds, sends the compressed difference and
-updates both copies identically; the update ``theta_i += rate * sum_j w_ij (copy_{j->i} - copy_{i->j})`` keeps
-the agents' average where both directions of a link deliver. Loss decisions come from the shared failure mask,
-so sender and receiver copies never disagree.
+Plain mixing sends the parameters and pulls each agent toward the neighbors it heard from. Mixing messages can
+be compressed (``compress.TopK``, ``compress.Quantize``) with error feedback, CHOCO-style: the sender keeps,
+per link, the copy of its parameters the receiver holds, sends the compressed difference and updates both
+copies identically; the update ``theta_i += rate * sum_j w_ij (copy_{j->i} - copy_{i->j})`` keeps the agents'
+average where both directions of a link deliver. Loss decisions come from the shared failure mask, so sender
+and receiver copies never disagree.
 
 The same code runs every agent in one process (``LocalExchange``) or the agents of one MPI rank
 (``MPIExchange``, parameters mixed through its transport)."""
@@ -30,10 +31,10 @@ from torch.func import functional_call
 from tqdm import tqdm
 
 from ..errors import ConfigError
-from ..nn.exchange import Exchange, sum_slots
+from ..nn.exchange import Exchange
 from ..nn.failures import mix_seed
 from ..nn.graph_filter import GraphNN
-from .compress import make_codec
+from .compress import Codec, make_codec
 from .source_loc import SourceLocalization, correct_counts
 
 
@@ -92,16 +93,22 @@ class Mixer:
         self.weight = torch.zeros(len(self.rows), nbr.shape[1])
         self.weight[self.in_r, self.in_d] = torch.from_numpy(w).float()
         self.size = theta0.shape[-1]
-        self.sent_copy = theta0.expand(len(self.out_i), self.size).clone()  # what each receiver holds of us
-        self.heard_copy = theta0.expand(len(self.in_r), self.size).clone()  # what we hold of each neighbor
+        self.lossless = type(self.codec) is Codec
+        if not self.lossless:  # per link: what the receiver holds of us, what we hold of the sender
+            self.sent_copy = theta0.expand(len(self.out_i), self.size).clone()
+            self.heard_copy = theta0.expand(len(self.in_r), self.size).clone()
         self.bytes_sent = 0
 
     def mix(self, theta: Tensor, keep: np.ndarray, round_: int) -> Tensor:
         """One gossip round over the links ``keep [N, D]`` delivers; returns the mixed ``theta [n, P]``."""
         codec, nbytes = self.codec, self.codec.nbytes(self.size)
         send = np.flatnonzero(keep[self.out_i, self.out_d])
-        encoded = codec.encode(theta[self.pos[self.out_j[send]]] - self.sent_copy[send])
-        self.sent_copy[send] += codec.decode(encoded, self.size)
+        mine = theta[self.pos[self.out_j[send]]]
+        if self.lossless:  # plain gossip: send the parameters themselves
+            encoded = codec.encode(mine)
+        else:  # send the compressed change of what the receiver holds of us (error feedback)
+            encoded = codec.encode(mine - self.sent_copy[send])
+            self.sent_copy[send] += codec.decode(encoded, self.size)
         self.bytes_sent += len(send) * nbytes
         row_of = np.full(len(self.out_i), -1, np.int64)
         row_of[send] = np.arange(len(send))
@@ -122,13 +129,16 @@ class Mixer:
                 sel = np.flatnonzero(remote & (self.in_src == q))
                 got[sel] = raw.reshape(len(sel), nbytes)
                 arrived[sel] = True
-        if arrived.any():
-            self.heard_copy[torch.from_numpy(arrived)] += codec.decode(got[arrived], self.size)
-        coef = torch.zeros_like(self.weight)
-        coef[self.in_r[arrived], self.in_d[arrived]] = self.weight[self.in_r[arrived], self.in_d[arrived]]
-        diff = torch.zeros(len(self.rows), self.weight.shape[1], self.size)
-        diff[self.in_r, self.in_d] = self.heard_copy - self.sent_copy[self.back]
-        return theta + self.rate * sum_slots(coef.unsqueeze(-1) * diff)
+        heard = torch.from_numpy(np.flatnonzero(arrived))
+        rows = torch.from_numpy(self.in_r[arrived])
+        values = codec.decode(got[arrived], self.size)
+        w = self.weight[self.in_r[arrived], self.in_d[arrived]].unsqueeze(1)
+        if self.lossless:
+            pull = w * (values - theta[rows])
+        else:
+            self.heard_copy[heard] += values
+            pull = w * (self.heard_copy[heard] - self.sent_copy[self.back[arrived]])
+        return theta.index_add(0, rows, pull, alpha=self.rate)
 
 
 def flatten(params: dict[str, Tensor]) -> Tensor:

@@ -228,7 +228,7 @@ def sweep_flocking(
 @dataclass(frozen=True)
 class DecentralizedSetup:
     train: DecentralizedConfig = field(default_factory=DecentralizedConfig)
-    compressions: tuple[str, ...] = ("none", "quant:4")
+    compressions: tuple[str, ...] = ("none", "quant:8")
     failure_p: float = 0.1
     taps: int = 5
     hidden: int = 32

@@ -391,9 +391,9 @@ def register(sub) -> None:
     tr.add_argument(
         "--compression",
         type=lambda t: tuple(t.split(",")),
-        default=("none", "quant:4"),
+        default=("none", "quant:8"),
         help="mixing message codecs to compare: none, quant:BITS (2, 4, 8), topk:FRACTION "
-        "(default none,quant:4)",
+        "(default none,quant:8)",
     )
     tr.add_argument(
         "--failure-p", type=float, default=0.1, help="link failure probability while training (0.1)"
