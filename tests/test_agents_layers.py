@@ -16,7 +16,7 @@ from streamgnn.nn.graph_filter import GraphFilter, GraphNN, GraphNNConfig, local
 from streamgnn.nn.robust import Aggregation
 from streamgnn.nn.shift import ShiftOperator
 
-MODULES = ["shift", "failures", "exchange", "robust", "graph_filter"]
+MODULES = ["shift", "failures", "exchange", "robust", "graph_filter", "dictconfig"]
 
 
 @pytest.mark.parametrize("name", MODULES)

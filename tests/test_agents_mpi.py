@@ -42,6 +42,14 @@ def mpirun(
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
 
 
+def on_four_ranks_and_in_process(args: list[str], tmp_path: Path, report: str) -> tuple[dict, dict]:
+    """The CLI under ``mpiexec -n 4`` and in this process; both JSON reports."""
+    proc = mpirun([*args, "--out", "mpi"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert main(["agents", *args, "--out", str(tmp_path / "local")]) == 0
+    return tuple(json.loads((tmp_path / d / report).read_text()) for d in ("mpi", "local"))
+
+
 def test_the_test_extra_installs_a_working_mpiexec():
     assert MPIEXEC.exists(), "pip install streamgnn[test] brings mpiexec (the mpich wheel)"
 
@@ -95,11 +103,9 @@ def test_decentralized_training_on_four_ranks_matches_one_process(tmp_path):
         "--failure-p",
         "0.2",
     ]
-    proc = mpirun([*args, "--out", "mpi"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert main(["agents", *args, "--out", str(tmp_path / "local")]) == 0
-    mpi = json.loads((tmp_path / "mpi/decentralized.json").read_text())["decentralized"]
-    local = json.loads((tmp_path / "local/decentralized.json").read_text())["decentralized"]
+    mpi, local = (
+        r["decentralized"] for r in on_four_ranks_and_in_process(args, tmp_path, "decentralized.json")
+    )
     for spec in ("none", "quant:4", "topk:0.2"):
         # the same seeded links deliver, so every agent sends the same messages
         assert mpi[spec]["mixing_bytes"] == local[spec]["mixing_bytes"] > 0
@@ -133,10 +139,6 @@ def test_flocking_agents_on_four_ranks_fly_exactly_as_one_process(tmp_path):
         "plain,res+normalized+hold-last",
         "--quiet",
     ]
-    proc = mpirun([*args, "--out", "mpi"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert main(["agents", *args, "--out", str(tmp_path / "local")]) == 0
-    mpi = json.loads((tmp_path / "mpi/flocking.json").read_text())
-    local = json.loads((tmp_path / "local/flocking.json").read_text())
+    mpi, local = on_four_ranks_and_in_process(args, tmp_path, "flocking.json")
     assert mpi["velocity_variance"] == local["velocity_variance"]
     assert mpi["baselines"]["centralized"] < mpi["baselines"]["no_control"]

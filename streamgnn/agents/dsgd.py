@@ -22,7 +22,7 @@ The same code runs every agent in one process (``LocalExchange``) or the agents 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ from torch.func import functional_call
 from tqdm import tqdm
 
 from ..errors import ConfigError
+from ..nn.dictconfig import DictConfig
 from ..nn.exchange import Exchange
 from ..nn.failures import mix_seed
 from ..nn.graph_filter import GraphNN
@@ -39,7 +40,7 @@ from .source_loc import SourceLocalization, correct_counts
 
 
 @dataclass(frozen=True)
-class DecentralizedConfig:
+class DecentralizedConfig(DictConfig):
     steps: int = 1500
     batch: int = 32
     lr: float = 3e-3
@@ -54,9 +55,6 @@ class DecentralizedConfig:
                 f"DecentralizedConfig needs positive steps/batch/lr and mix_rate in (0, 1]: {self}"
             )
         make_codec(self.compression)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class Mixer:

@@ -131,28 +131,26 @@ def retained(curves: dict, probs: tuple[float, ...], at: float = 0.3) -> dict[st
 
 
 def verify_source_loc(agents, models, task, sweep: SweepConfig, batch: int = 16) -> list[tuple[str, bool]]:
-    """Run each (failure model, rate, variant) on ``batch`` test signals as agents and, at rank 0, in one
-    process under the same seeded model; returns ``(setting, outputs equal)`` at rank 0 (empty elsewhere)."""
+    """Run each (failure model, rate, variant) on ``batch`` test signals as agents (3 steps, memory kept)
+    and, at rank 0, in one process under the same seeded failures; ``(setting, outputs equal)`` at rank 0."""
+
+    def run(model: GraphNN, ex) -> torch.Tensor:
+        feats = task.features(task.x_test[:batch], ex.rows if ex.rows.size else None)
+        with torch.no_grad():
+            for _ in range(3):
+                ex.begin_step(task.shift)
+                out = model(feats, ex)
+        return out
+
     checks = []
-    x = task.x_test[:batch]
     for kind, p, v in _points(sweep):
         base, agg = VARIANTS[v]
         model = models[base].with_aggregation(agg)
         seed = mix_seed(sweep.seed, 5)
-        runs = []
-        for ex in (agents.exchange(make_failures(kind, p, seed), per_lane=True, memory=True), None):
-            if ex is None:
-                if not agents.is_root:
-                    break
-                ex = LocalExchange(make_failures(kind, p, seed), per_lane=True, memory=True)
-            feats = task.features(x, ex.rows if ex.rows.size else None)
-            with torch.no_grad():
-                for _ in range(3):
-                    ex.begin_step(task.shift)
-                    out = model(feats, ex)
-            runs.append(agents.all_rows(out) if len(runs) == 0 else out)
+        spread = agents.all_rows(run(model, agents.exchange(make_failures(kind, p, seed), True, True)))
         if agents.is_root:
-            checks.append((f"{kind} p={p:g} {v}", torch.equal(runs[0], runs[1])))
+            one = run(model, LocalExchange(make_failures(kind, p, seed), per_lane=True, memory=True))
+            checks.append((f"{kind} p={p:g} {v}", torch.equal(spread, one)))
     return checks
 
 

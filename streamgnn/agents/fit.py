@@ -21,7 +21,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from ..errors import ConfigError
+from ..nn.dictconfig import DictConfig
 from ..nn.exchange import LocalExchange
 from ..nn.failures import Bernoulli, mix_seed
 from ..nn.graph_filter import GraphNN
@@ -38,7 +39,7 @@ Batch = Callable[[np.random.Generator, int], tuple[Tensor, ShiftOperator, Tensor
 
 
 @dataclass(frozen=True)
-class FitConfig:
+class FitConfig(DictConfig):
     steps: int = 1500
     batch: int = 64
     lr: float = 3e-3
@@ -50,9 +51,6 @@ class FitConfig:
             raise ConfigError(f"FitConfig needs positive steps, batch and lr, got {self}")
         if not 0 < self.keep <= 1:
             raise ConfigError(f"FitConfig.keep (link keep probability) must be in (0, 1], got {self.keep}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def fit(

@@ -22,18 +22,19 @@ the agents' computation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..nn.dictconfig import DictConfig
 from ..nn.shift import ShiftOperator
 
 
 @dataclass(frozen=True)
-class FlockingConfig:
+class FlockingConfig(DictConfig):
     agents: int = 50
     comm_radius: float = 2.0
     repel_dist: float = 1.0
@@ -48,16 +49,6 @@ class FlockingConfig:
             raise ConfigError(f"flocking needs >= 2 agents, >= 1 step and dt > 0, got {self}")
         if not 0 < self.min_dist < self.repel_dist <= self.comm_radius:
             raise ConfigError("flocking needs 0 < min_dist < repel_dist <= comm_radius")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> FlockingConfig:
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ConfigError(f"unknown FlockingConfig keys: {sorted(unknown)}")
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _differences(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

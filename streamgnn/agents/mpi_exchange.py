@@ -99,6 +99,10 @@ class MPIExchange(Exchange):
         return self._plan[1]
 
     def _deliver(self, values: Tensor, keep: Tensor) -> tuple[Tensor, Tensor]:
+        if values.shape[1] != len(self.rows):
+            raise ConfigError(
+                f"values for {values.shape[1]} agents; rank {self.transport.rank} hosts {len(self.rows)}"
+            )
         plan = self.plan()
         kk = plan.kept(keep)
         got = _Exchange.apply(values, self, plan, kk, self.round).unbind(-2)

@@ -18,20 +18,21 @@ tell community 3 from community 7. Sources are uniform over all nodes.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..nn.dictconfig import DictConfig
 from ..nn.exchange import Exchange
 from ..nn.graph_filter import GraphNN
 from ..nn.shift import ShiftOperator
 
 
 @dataclass(frozen=True)
-class SourceLocConfig:
+class SourceLocConfig(DictConfig):
     nodes: int = 100
     communities: int = 10
     p_in: float = 0.8
@@ -52,16 +53,6 @@ class SourceLocConfig:
             )
         if self.max_time < 1 or self.train < 1 or self.test < 1:
             raise ConfigError("max_time, train and test must be positive")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> SourceLocConfig:
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ConfigError(f"unknown SourceLocConfig keys: {sorted(unknown)}")
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def sbm_adjacency(community: np.ndarray, p_in: float, p_out: float, rng: np.random.Generator) -> np.ndarray:

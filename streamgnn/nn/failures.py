@@ -49,6 +49,11 @@ def mix_seed(*parts: int) -> int:
     return z >> 1
 
 
+def _unit(owner: str, name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{owner}.{name} must be in [0, 1], got {value}")
+
+
 def _uniform(seed: int, round_: int, stream: int, shape: tuple[int, ...]) -> Tensor:
     return torch.rand(shape, generator=torch.Generator().manual_seed(mix_seed(seed, round_, stream)))
 
@@ -119,8 +124,7 @@ class Bernoulli(FailureModel):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.p <= 1.0:
-            raise ConfigError(f"Bernoulli failure probability must be in [0, 1], got {self.p}")
+        _unit("Bernoulli", "p", self.p)
 
     def _keep_links(self, shift, links, round_, lanes):
         return _uniform(self.seed, round_, 0, (lanes, len(links.codes))) >= self.p
@@ -143,9 +147,7 @@ class GilbertElliott(FailureModel):
 
     def __post_init__(self) -> None:
         for name in ("p_good_bad", "p_bad_good", "loss_good", "loss_bad"):
-            v = getattr(self, name)
-            if not 0.0 <= v <= 1.0:
-                raise ConfigError(f"GilbertElliott.{name} must be in [0, 1], got {v}")
+            _unit("GilbertElliott", name, getattr(self, name))
         if self.p_good_bad + self.p_bad_good == 0:
             raise ConfigError("GilbertElliott needs p_good_bad + p_bad_good > 0")
 
@@ -197,8 +199,7 @@ class AdversarialDegree(FailureModel):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.fraction <= 1.0:
-            raise ConfigError(f"AdversarialDegree.fraction must be in [0, 1], got {self.fraction}")
+        _unit("AdversarialDegree", "fraction", self.fraction)
 
     def _keep_links(self, shift, links, round_, lanes):
         n = shift.num_nodes

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import CheckpointError, ConfigError
+from .dictconfig import DictConfig
 from .exchange import Exchange
 from .robust import Aggregation
 
@@ -80,7 +81,7 @@ class GraphFilter(nn.Module):
 
 
 @dataclass(frozen=True)
-class GraphNNConfig:
+class GraphNNConfig(DictConfig):
     """Feature sizes ``(in, hidden..., out)``, taps per layer, and the aggregation used in every shift."""
 
     features: tuple[int, ...]
@@ -96,21 +97,6 @@ class GraphNNConfig:
             raise ConfigError(f"GraphNNConfig.taps must be >= 1, got {self.taps}")
         if isinstance(self.aggregation, dict):
             object.__setattr__(self, "aggregation", Aggregation.from_dict(self.aggregation))
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GraphNNConfig:
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ConfigError(f"unknown GraphNNConfig keys: {sorted(unknown)}")
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return {
-            "features": list(self.features),
-            "taps": self.taps,
-            "aggregation": self.aggregation.to_dict(),
-            "bias": self.bias,
-        }
 
 
 class GraphNN(nn.Module):

@@ -26,17 +26,18 @@ message's zero term may differ in sign between a simulation and a real run: valu
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from .dictconfig import DictConfig
 from .exchange import Received, sum_slots
 
 
 @dataclass(frozen=True)
-class Aggregation:
+class Aggregation(DictConfig):
     """Plain by default; ``normalize`` by what was received; reuse messages up to ``max_age`` steps old."""
 
     normalize: bool = False
@@ -48,16 +49,6 @@ class Aggregation:
             raise ConfigError(f"Aggregation.max_age must be a non-negative int, got {self.max_age!r}")
         if not 0.0 < self.decay <= 1.0:
             raise ConfigError(f"Aggregation.decay must be in (0, 1], got {self.decay}")
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Aggregation:
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ConfigError(f"unknown Aggregation keys: {sorted(unknown)}")
-        return cls(**d)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
     @property
     def name(self) -> str:
