@@ -1,20 +1,20 @@
 """Link-failure-robust GNN agents: robustness of each variant, flocking, decentralized training.
 
-python benchmarks/agents.py [--quick] [--json] [--plot DIR] [--no-flocking]   (also: streamgnn bench agents)
+python benchmarks/agents.py [--quick] [--json] [--plot DIR] [--only PARTS]   (also: streamgnn bench agents)
 
 All agents run in this process (``LocalAgents``; the MPI tests check that ``mpiexec -n 4`` gives the same
 numbers). Full run: source localization on a 100-node, 10-community SBM (each variant trained 1500 steps),
 accuracy at link failure rates 0 to 0.5 under Bernoulli, bursty and adversarial failures; flocking with 50
-agents; decentralized training (1500 steps, 10% link failures) with and without compressed mixing against
-centralized training of the same network. ``--quick`` runs a 50-node, 5-community graph with short training
-(a smoke test of every path, under a minute on a quiet core; its figures are not the full run's).
+agents (failure rates 0, 0.1, 0.3, 0.5); decentralized training (1000 steps, 10% link failures) with and
+without compressed mixing against centralized training of the same network. ``--quick`` runs a 50-node,
+5-community graph with short training (a smoke test of every path, under a minute on a quiet core; its figures
+are not the full run's).
 
 Headline keys: ``robust_retained_at_0_3`` / ``plain_retained_at_0_3`` (accuracy at 30% Bernoulli link failures
 over failure-free accuracy, for the robust variant ``res+normalized`` and the plain GNN),
 ``decentralized_acc_vs_central`` (uncompressed decentralized accuracy over centralized), and
 ``compressed_bytes_vs_full`` (mixing bytes of the compressed run over the uncompressed one, both run the same
-steps; its accuracy over centralized is ``compressed_acc_vs_central``).
-"""
+steps; its accuracy over centralized is ``compressed_acc_vs_central``)."""
 
 from __future__ import annotations
 
@@ -74,29 +74,21 @@ def presets(quick: bool) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="a smoke run under a minute (smaller graph, short training)"
-    )
-    ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--plot", default=None, help="folder for agents_source_loc.png, agents_flocking.png, ...")
-    ap.add_argument("--no-flocking", action="store_true", help="skip the flocking sweep")
-    ap.add_argument("--dsgd-steps", type=int, default=None, help="decentralized/centralized training steps")
-    args = ap.parse_args(argv)
-    if args.plot:
-        Path(args.plot).mkdir(parents=True, exist_ok=True)
-    set_threads(1)
-    cfg = presets(args.quick)
-    quiet = args.json
-    start = time.perf_counter()
+def source_loc_part(cfg: dict, plot: Path | None, quiet: bool) -> dict:
     task = SourceLocalization(cfg["task"])
-    agents = LocalAgents(task.config.nodes)
     sweep = cfg["sweep"]
     models = train_source_loc(task, sweep, quiet=quiet)
-    curves = sweep_source_loc(agents, models, task, sweep, quiet=quiet)
+    curves = sweep_source_loc(LocalAgents(task.config.nodes), models, task, sweep, quiet=quiet)
     kept = retained(curves["bernoulli"], sweep.probs)
-    results: dict = {
+    if plot:
+        plot_curves(
+            curves,
+            sweep.probs,
+            "test accuracy (every agent)",
+            plot / "agents_source_loc.png",
+            f"source localization, {task.config.nodes} agents",
+        )
+    return {
         "robust_variant": ROBUST,
         "robust_retained_at_0_3": kept[ROBUST],
         "plain_retained_at_0_3": kept["plain"],
@@ -105,55 +97,82 @@ def main(argv: list[str] | None = None) -> int:
         "source_loc_accuracy": curves,
         "source_loc_retained_at_0_3": kept,
     }
-    dsgd = cfg["dsgd"]
-    if args.dsgd_steps:
-        from dataclasses import replace
 
-        dsgd = replace(dsgd, train=replace(dsgd.train, steps=args.dsgd_steps))
-    dec = run_decentralized(agents, task, dsgd, quiet=quiet)
+
+def dsgd_part(cfg: dict, plot: Path | None, quiet: bool) -> dict:
+    task = SourceLocalization(cfg["task"])
+    dsgd = cfg["dsgd"]
+    dec = run_decentralized(LocalAgents(task.config.nodes), task, dsgd, quiet=quiet)
     central = dec["centralized"]["accuracy"]
     full, comp = dec["decentralized"]["none"], dec["decentralized"][COMPRESSED]
-    results.update(
-        {
-            "centralized_accuracy": central,
-            "decentralized_accuracy": {k: v["accuracy"] for k, v in dec["decentralized"].items()},
-            "decentralized_acc_vs_central": full["accuracy"] / central,
-            "compressed": COMPRESSED,
-            "compressed_acc_vs_central": comp["accuracy"] / central,
-            "compressed_bytes_vs_full": comp["mixing_bytes"] / full["mixing_bytes"],
-            "mixing_bytes": {k: v["mixing_bytes"] for k, v in dec["decentralized"].items()},
-            "feature_bytes": {k: v["feature_bytes"] for k, v in dec["decentralized"].items()},
-            "dsgd_steps": dsgd.train.steps,
-            "dsgd_failure_p": dsgd.failure_p,
-        }
-    )
-    if cfg["flocking"] and not args.no_flocking:
-        setup, fsweep = cfg["flocking"]
-        fmodels, scale = train_flocking(setup, fsweep, quiet=quiet)
-        fcurves = sweep_flocking(agents, fmodels, scale, setup, fsweep, quiet=quiet)
-        results["flocking_probs"] = list(fsweep.probs)
-        results["flocking_velocity_variance"] = fcurves
-        results["flocking_baselines"] = flocking_baselines(setup, fsweep.seed)
-        if args.plot:
-            plot_curves(
-                fcurves,
-                fsweep.probs,
-                "mean velocity variance (lower is better)",
-                Path(args.plot) / "agents_flocking.png",
-                "flocking, 50 agents",
-                results["flocking_baselines"],
-            )
-    results["seconds"] = time.perf_counter() - start
-    results["load_average"] = list(os.getloadavg())
-    if args.plot:
+    if plot:
+        plot_decentralized(dec, plot / "agents_decentralized.png")
+    return {
+        "centralized_accuracy": central,
+        "decentralized_accuracy": {k: v["accuracy"] for k, v in dec["decentralized"].items()},
+        "decentralized_acc_vs_central": full["accuracy"] / central,
+        "compressed": COMPRESSED,
+        "compressed_acc_vs_central": comp["accuracy"] / central,
+        "compressed_bytes_vs_full": comp["mixing_bytes"] / full["mixing_bytes"],
+        "mixing_bytes": {k: v["mixing_bytes"] for k, v in dec["decentralized"].items()},
+        "feature_bytes": {k: v["feature_bytes"] for k, v in dec["decentralized"].items()},
+        "dsgd_steps": dsgd.train.steps,
+        "dsgd_failure_p": dsgd.failure_p,
+    }
+
+
+def flocking_part(cfg: dict, plot: Path | None, quiet: bool) -> dict:
+    setup, sweep = cfg["flocking"]
+    models, scale = train_flocking(setup, sweep, quiet=quiet)
+    curves = sweep_flocking(LocalAgents(setup.env.agents), models, scale, setup, sweep, quiet=quiet)
+    base = flocking_baselines(setup, sweep.seed)
+    if plot:
         plot_curves(
             curves,
             sweep.probs,
-            "test accuracy (every agent)",
-            Path(args.plot) / "agents_source_loc.png",
-            f"source localization, {task.config.nodes} agents",
+            "mean velocity variance (lower is better)",
+            plot / "agents_flocking.png",
+            f"flocking, {setup.env.agents} agents",
+            base,
         )
-        plot_decentralized(dec, Path(args.plot) / "agents_decentralized.png")
+    return {
+        "flocking_probs": list(sweep.probs),
+        "flocking_velocity_variance": curves,
+        "flocking_baselines": base,
+    }
+
+
+PARTS = {"source-loc": source_loc_part, "dsgd": dsgd_part, "flocking": flocking_part}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--quick", action="store_true", help="a smoke run under a minute (smaller graph, short training)"
+    )
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--plot", default=None, help="folder for agents_source_loc.png, agents_flocking.png, ...")
+    ap.add_argument(
+        "--only",
+        default=",".join(PARTS),
+        help=f"comma-separated parts to run, of {', '.join(PARTS)} (default all; quick has no flocking)",
+    )
+    args = ap.parse_args(argv)
+    parts = [p for p in args.only.split(",") if p]
+    if not set(parts) <= set(PARTS):
+        ap.error(f"--only takes parts of {', '.join(PARTS)}, got {args.only!r}")
+    plot = Path(args.plot) if args.plot else None
+    if plot:
+        plot.mkdir(parents=True, exist_ok=True)
+    set_threads(1)
+    cfg = presets(args.quick)
+    start = time.perf_counter()
+    results: dict = {}
+    for name in parts:
+        if name != "flocking" or cfg["flocking"]:
+            results.update(PARTS[name](cfg, plot, quiet=args.json))
+    results["seconds"] = time.perf_counter() - start
+    results["load_average"] = list(os.getloadavg())
     report(results, args.json, "agents: robustness to link failures, decentralized training")
     return 0
 
