@@ -55,6 +55,9 @@ def _agents(args, num_agents: int):
     from ..agents.runtime import LocalAgents, MPIAgents
 
     if "PMI_SIZE" in os.environ or "OMPI_COMM_WORLD_SIZE" in os.environ:
+        import torch
+
+        torch.set_num_threads(1)  # ranks share the cores: one thread each
         return MPIAgents(
             num_agents, deadline_s=args.deadline, patience=args.patience, die_at_round=_die(args)
         )
