@@ -99,13 +99,17 @@ class Flocking:
         fourth, second = self._repel(pos, d2 < c.repel_dist**2)
         return np.clip(-dv.sum(2) + 2 * (fourth + second), -c.accel_max, c.accel_max)
 
-    def observe(self, pos: np.ndarray, vel: np.ndarray) -> tuple[np.ndarray, ShiftOperator]:
-        """What each agent senses (``[B, N, 6]``) and the communication graph's shift (``D^-1 A``)."""
-        a = self.adjacency(pos)
+    def sense(self, pos: np.ndarray, vel: np.ndarray, adjacency: np.ndarray | None = None) -> np.ndarray:
+        """What each agent senses of the agents in range: ``[B, N, 6]``."""
+        a = self.adjacency(pos) if adjacency is None else adjacency
         dv, _ = _differences(vel)
         fourth, second = self._repel(pos, a > 0)
-        feats = np.concatenate([(dv * a[..., None]).sum(2), fourth, second], axis=-1)
-        return feats, ShiftOperator.from_adjacency(a, "degree")
+        return np.concatenate([(dv * a[..., None]).sum(2), fourth, second], axis=-1)
+
+    def observe(self, pos: np.ndarray, vel: np.ndarray) -> tuple[np.ndarray, ShiftOperator]:
+        """Sensed features and the communication graph's shift operator (``D^-1 A``)."""
+        a = self.adjacency(pos)
+        return self.sense(pos, vel, a), ShiftOperator.from_adjacency(a, "degree")
 
     def step(self, pos: np.ndarray, vel: np.ndarray, accel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         c = self.config
@@ -151,8 +155,7 @@ def imitation_batches(
     steps, eps, n, _ = states_p.shape
     states_p, states_v = states_p.reshape(-1, n, 2), states_v.reshape(-1, n, 2)
     actions = actions.reshape(-1, n, 2)
-    feats, _ = env.observe(states_p, states_v)
-    scale = feature_scale(feats)
+    scale = feature_scale(env.sense(states_p, states_v))
 
     def batches(rng: np.random.Generator, size: int):
         idx = rng.integers(0, len(actions), size)
