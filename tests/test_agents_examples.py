@@ -17,7 +17,7 @@ def test_readme_agents_snippet_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
     exec(compile(block, "README.md", "exec"), scope)
-    assert 0 < scope["correct"] <= scope["total"] == 100 * 30
+    assert 0 < scope["correct"] <= scope["total"] == 60 * 24
 
 
 def run(cmd: list[str], tmp_path: Path) -> str:
