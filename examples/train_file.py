@@ -5,7 +5,8 @@
     torchrun --nproc_per_node 2 examples/train_file.py --events 20000   # data-parallel (gloo or NCCL)
 
 Run it again with the same ``--checkpoint-dir`` after an interruption and it resumes where the last
-checkpoint left off, skipping the events it had already learned from.
+checkpoint left off, skipping the events it had already learned from; ``--events`` is where the run ends,
+so the same command ends at the same point whether or not it was interrupted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from streamgnn.datasets import info
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import TrainConfig, run_online
+from streamgnn.train.online import latency_text
 
 
 def main() -> None:
@@ -32,7 +34,12 @@ def main() -> None:
     ap.add_argument("--columns", default="src,dst,t", help="CSV columns in file order ('-' skips one)")
     ap.add_argument("--header", action="store_true", help="the CSV's first row names its columns")
     ap.add_argument("--delimiter", default=",", help="CSV delimiter; 'space' splits on runs of whitespace")
-    ap.add_argument("--events", type=int, default=None, help="stop after this many events")
+    ap.add_argument(
+        "--events",
+        type=int,
+        default=None,
+        help="stop once this many events of the stream are learned, those of a resumed checkpoint included",
+    )
     ap.add_argument("--batch-size", type=int, default=200)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -68,13 +75,13 @@ def main() -> None:
     result = run_online(
         source, TemporalGraphStore(), config, out_dir=args.out, max_events=args.events, total=total
     )
-    if int(os.environ.get("RANK", "0")):
-        return  # every rank holds the same metrics; rank 0 reports them
+    if int(os.environ.get("RANK", "0")) or not result.events:
+        return  # every rank holds the same metrics, rank 0 reports them; nothing ran: run_online said why
     m = result.metrics
     print(
         f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
         f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; "
-        f"arrival->queryable p50 {result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms"
+        f"{latency_text(result)}"
     )
     if result.summary_path:
         print(f"report: {result.summary_path}, {result.plot_path}")
