@@ -1,0 +1,414 @@
+"""``streamgnn agents ...``: link-failure-robust GNN agents, in one process or under ``mpiexec -n N``.
+
+Under ``mpiexec`` every rank hosts a block of agents (``N`` ranks, any number of agents each); rank 0 trains
+the centralized models, hands them out, and writes the report; the agents' rounds only ever talk to
+neighbors' ranks. Without ``mpiexec`` all agents run in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import ConfigError
+from ._args import positive_int
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers, got {text!r}") from None
+    if not all(0.0 <= v < 1.0 for v in values):
+        raise argparse.ArgumentTypeError(f"failure probabilities must be in [0, 1), got {text!r}")
+    return values
+
+
+def _names(choices) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        values = tuple(v for v in text.split(",") if v)
+        bad = [v for v in values if v not in choices]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)}; got {text!r}")
+        return values
+
+    return parse
+
+
+def _out_dir(path: str) -> Path:
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / ".write-test").touch()
+        (out / ".write-test").unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write to --out {path}: {exc.strerror}") from None
+    return out
+
+
+def _agents(args, num_agents: int):
+    from ..agents.runtime import LocalAgents, MPIAgents
+
+    if "PMI_SIZE" in os.environ or "OMPI_COMM_WORLD_SIZE" in os.environ:
+        import torch
+
+        torch.set_num_threads(1)  # ranks share the cores: one thread each
+        return MPIAgents(
+            num_agents, deadline_s=args.deadline, patience=args.patience, die_at_round=_die(args)
+        )
+    return LocalAgents(num_agents)
+
+
+def _die(args) -> int | None:
+    rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
+    return args.die_round if args.die_rank is not None and rank == args.die_rank else None
+
+
+def _sweep(args):
+    from ..agents.experiments import SweepConfig
+    from ..agents.fit import FitConfig
+
+    fit = FitConfig(steps=args.fit_steps, batch=args.batch, lr=args.lr, seed=args.seed)
+    return SweepConfig(
+        args.probs, args.kinds, args.keep, args.taps, args.hidden, fit, args.variants, args.seed
+    )
+
+
+def _write(out: Path, name: str, summary: dict, quiet: bool) -> None:
+    (out / name).write_text(json.dumps(summary, indent=1))
+    if not quiet:
+        print(f"wrote {out / name}")
+
+
+def _end(agents, code: int = 0) -> int:
+    from ..agents.runtime import finish, supervised
+
+    agents.close()
+    if supervised():
+        finish(code)
+    return code
+
+
+def _print_curves(curves: dict, probs, fmt: str) -> None:
+    for kind, table in curves.items():
+        print(f"{kind}: " + "  ".join(f"p={p:g}" for p in probs))
+        for v, ys in table.items():
+            print(f"  {v:<26}" + "  ".join(fmt.format(y) for y in ys))
+
+
+def _source_loc(args, rest) -> int:
+    from ..agents.experiments import (
+        ROBUST,
+        plot_curves,
+        retained,
+        sweep_source_loc,
+        train_source_loc,
+        verify_source_loc,
+    )
+    from ..agents.source_loc import SourceLocalization, SourceLocConfig
+
+    out = _out_dir(args.out)
+    task_cfg = SourceLocConfig(
+        args.nodes, args.communities, args.p_in, args.p_out, args.max_time, args.train, args.test, args.seed
+    )
+    sweep = _sweep(args)
+    if 0.0 not in sweep.probs:
+        raise ConfigError("--probs must include 0 (the failure-free accuracy the others are compared with)")
+    task = SourceLocalization(task_cfg)
+    agents = _agents(args, task_cfg.nodes)
+    start = time.perf_counter()
+    models = agents.share(lambda: train_source_loc(task, sweep, quiet=args.quiet))
+    curves = sweep_source_loc(agents, models, task, sweep, rounds=args.rounds, quiet=args.quiet)
+    checks = verify_source_loc(agents, models, task, _verify_sweep(args, sweep)) if args.verify else []
+    failed = agents.gather(agents.failed_ranks)
+    if agents.is_root:
+        summary = {
+            "task": task_cfg.to_dict(),
+            "ranks": agents.size,
+            "probs": list(sweep.probs),
+            "accuracy": curves,
+            "retained_at_0_3": {k: retained(c, sweep.probs) for k, c in curves.items()}
+            if 0.3 in sweep.probs
+            else {},
+            "robust_variant": ROBUST,
+            "verify": {name: ok for name, ok in checks},
+            "failed_ranks_seen": {r: f for r, f in enumerate(failed) if f},
+            "unreported_ranks": [r for r, f in enumerate(failed) if f is None],
+            "seconds": time.perf_counter() - start,
+        }
+        if not args.quiet:
+            _print_curves(curves, sweep.probs, "{:7.3f}")
+            for name, ok in checks:
+                print(f"verify {name}: {'equal' if ok else 'DIFFERENT'}")
+            print(f"failed ranks seen: {summary['failed_ranks_seen']}")
+        _write(out, "source_loc.json", summary, args.quiet)
+        plot_curves(
+            curves,
+            sweep.probs,
+            "test accuracy (every agent)",
+            out / "source_loc.png",
+            f"source localization, {task_cfg.nodes} agents, {agents.size} ranks",
+        )
+        if checks and not all(ok for _, ok in checks):
+            return _end(agents, 1)
+    return _end(agents)
+
+
+def _verify_sweep(args, sweep):
+    from dataclasses import replace
+
+    return replace(sweep, probs=args.verify_probs)
+
+
+def _flocking(args, rest) -> int:
+    from ..agents.experiments import (
+        FlockingSetup,
+        flocking_baselines,
+        plot_curves,
+        sweep_flocking,
+        train_flocking,
+    )
+    from ..agents.flocking import FlockingConfig
+
+    out = _out_dir(args.out)
+    setup = FlockingSetup(
+        FlockingConfig(agents=args.agents, steps=args.sim_steps), args.train_episodes, args.test_episodes
+    )
+    sweep = _sweep(args)
+    agents = _agents(args, args.agents)
+    start = time.perf_counter()
+    models, scale = agents.share(lambda: train_flocking(setup, sweep, quiet=args.quiet))
+    curves = sweep_flocking(agents, models, scale, setup, sweep, quiet=args.quiet)
+    failed = agents.gather(agents.failed_ranks)
+    if agents.is_root:
+        base = flocking_baselines(setup, sweep.seed)
+        summary = {
+            "env": setup.env.to_dict(),
+            "ranks": agents.size,
+            "probs": list(sweep.probs),
+            "velocity_variance": curves,
+            "baselines": base,
+            "failed_ranks_seen": {r: f for r, f in enumerate(failed) if f},
+            "seconds": time.perf_counter() - start,
+        }
+        if not args.quiet:
+            _print_curves(curves, sweep.probs, "{:7.3f}")
+            print("  " + "  ".join(f"{k}: {v:.3f}" for k, v in base.items()))
+        _write(out, "flocking.json", summary, args.quiet)
+        plot_curves(
+            curves,
+            sweep.probs,
+            "mean velocity variance (lower is better)",
+            out / "flocking.png",
+            f"flocking, {args.agents} agents imitating the centralized controller",
+            base,
+        )
+    return _end(agents)
+
+
+def _train(args, rest) -> int:
+    from ..agents.dsgd import DecentralizedConfig
+    from ..agents.experiments import DecentralizedSetup, plot_decentralized, run_decentralized
+    from ..agents.source_loc import SourceLocalization, SourceLocConfig
+
+    out = _out_dir(args.out)
+    task_cfg = SourceLocConfig(
+        args.nodes, args.communities, args.p_in, args.p_out, args.max_time, args.train, args.test, args.seed
+    )
+    train = DecentralizedConfig(args.fit_steps, args.batch, args.lr, args.mix_rate, "none", args.seed)
+    setup = DecentralizedSetup(train, args.compression, args.failure_p, args.taps, args.hidden)
+    task = SourceLocalization(task_cfg)
+    agents = _agents(args, task_cfg.nodes)
+    result = run_decentralized(agents, task, setup, quiet=args.quiet)
+    if agents.is_root:
+        central = result["centralized"]["accuracy"]
+        full = result["decentralized"].get("none")
+        for run in result["decentralized"].values():
+            run["accuracy_vs_central"] = run["accuracy"] / central
+            if full:
+                run["mixing_bytes_vs_full"] = run["mixing_bytes"] / full["mixing_bytes"]
+        if not args.quiet:
+            print(f"centralized: accuracy {central:.3f}")
+            for spec, run in result["decentralized"].items():
+                print(
+                    f"decentralized {spec}: accuracy {run['accuracy']:.3f} "
+                    f"({run['accuracy_vs_central']:.3f} of "
+                    f"centralized), mixing {run['mixing_bytes'] / 1e6:.1f} MB, features "
+                    f"{run['feature_bytes'] / 1e6:.1f} MB"
+                )
+        _write(
+            out,
+            "decentralized.json",
+            {"task": task_cfg.to_dict(), "ranks": agents.size, **result},
+            args.quiet,
+        )
+        plot_decentralized(result, out / "decentralized.png")
+    return _end(agents)
+
+
+def _common(p: argparse.ArgumentParser, out: str, steps: int) -> None:
+    from ..nn.failures import FAILURE_KINDS
+
+    g = p.add_argument_group("task and training")
+    g.add_argument("--fit-steps", type=positive_int, default=steps, help=f"training steps (default {steps})")
+    g.add_argument("--batch", type=positive_int, default=64, help="signals per training step (default 64)")
+    g.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
+    g.add_argument("--taps", type=positive_int, default=5, help="filter taps K per layer (K-1 rounds each)")
+    g.add_argument("--hidden", type=positive_int, default=32, help="hidden features per agent (default 32)")
+    g.add_argument(
+        "--keep",
+        type=float,
+        default=0.7,
+        help="link keep probability of random edge sampling in training (default 0.7)",
+    )
+    g.add_argument("--seed", type=int, default=0)
+    s = p.add_argument_group("failure sweep")
+    s.add_argument(
+        "--probs",
+        type=_floats,
+        default=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
+        help="link failure probabilities, e.g. --probs 0,0.3,0.5 (must include 0)",
+    )
+    s.add_argument(
+        "--kinds",
+        type=_names(FAILURE_KINDS),
+        default=("bernoulli",),
+        help="failure models: bernoulli, bursty (Gilbert-Elliott, bursts of 4 rounds), adversarial "
+        "(cut the highest-degree links), e.g. --kinds bernoulli,bursty",
+    )
+    from ..agents.experiments import VARIANTS
+
+    s.add_argument(
+        "--variants",
+        type=_names(tuple(VARIANTS)),
+        default=tuple(VARIANTS),
+        help=f"which of {', '.join(VARIANTS)} (default all)",
+    )
+    m = p.add_argument_group("MPI and faults (under mpiexec)")
+    m.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds a round waits for a neighbor rank's messages; missed ones are lost, a rank "
+        "silent for --patience rounds is failed (default: wait forever, outcomes never depend on "
+        "timing)",
+    )
+    m.add_argument("--patience", type=positive_int, default=3)
+    m.add_argument(
+        "--fault-tolerant",
+        action="store_true",
+        help="run this rank's agents as a supervised child so that a killed agent process does not "
+        "take the job down; use with mpiexec -disable-auto-cleanup and --deadline",
+    )
+    m.add_argument(
+        "--die-rank", type=int, default=None, help="fault injection: this rank's process kills itself"
+    )
+    m.add_argument("--die-round", type=int, default=5, help="... at this forward round (default 5)")
+    p.add_argument("--out", default=out, help=f"report folder: JSON summary and PNG plot (default {out})")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or tables")
+
+
+def _source_loc_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("source localization graph and signals")
+    g.add_argument("--nodes", type=positive_int, default=100, help="agents (SBM nodes, default 100)")
+    g.add_argument(
+        "--communities", type=positive_int, default=10, help="SBM communities = classes (default 10)"
+    )
+    g.add_argument("--p-in", type=float, default=0.8, help="edge probability within a community (0.8)")
+    g.add_argument("--p-out", type=float, default=0.02, help="edge probability across communities (0.02)")
+    g.add_argument(
+        "--max-time", type=positive_int, default=10, help="diffusion steps drawn from [0, max-time)"
+    )
+    g.add_argument("--train", type=positive_int, default=4000, help="training signals (default 4000)")
+    g.add_argument("--test", type=positive_int, default=500, help="test signals (default 500)")
+
+
+def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    from ..agents.runtime import supervise, supervised
+
+    if args.fault_tolerant and not supervised():
+        return supervise([sys.executable, "-m", "streamgnn.cli", *sys.argv[1:]])
+    return args.agents_func(args, rest)
+
+
+EXAMPLE = """example:
+  streamgnn agents source-loc --probs 0,0.3 --kinds bernoulli,bursty --out out/agents
+  mpiexec -n 4 streamgnn agents source-loc --verify --out out/agents-mpi
+  mpiexec -n 4 streamgnn agents train --compression none,quant:8,topk:0.1
+  streamgnn agents TASK --help   # each task's options
+"""
+
+
+def register(sub) -> None:
+    a = sub.add_parser(
+        "agents",
+        help="link-failure-robust GNN agents (works under mpiexec -n N)",
+        description=__doc__,
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tasks = a.add_subparsers(dest="task", required=True, metavar="TASK")
+    sl = tasks.add_parser(
+        "source-loc",
+        help="source localization: accuracy against link failures for each variant",
+        description="Train the variants on rank 0, run the agents under each failure rate and model, write "
+        "source_loc.json and source_loc.png. Example: mpiexec -n 4 streamgnn agents source-loc --kinds "
+        "bernoulli,bursty --out out/agents",
+    )
+    _source_loc_args(sl)
+    _common(sl, "out/agents", 1500)
+    sl.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=3,
+        help="steps each test signal is observed for (hold-last reuses earlier ones; default 3)",
+    )
+    sl.add_argument(
+        "--verify",
+        action="store_true",
+        help="also check that the agents' outputs equal a one-process run under the same seeded "
+        "failures (exits 1 if not)",
+    )
+    sl.add_argument(
+        "--verify-probs", type=_floats, default=(0.0, 0.3), help="failure rates to verify (0,0.3)"
+    )
+    sl.set_defaults(func=_run, agents_func=_source_loc)
+    fl = tasks.add_parser(
+        "flocking",
+        help="flocking: velocity variance against link failures for each variant",
+        description="Imitate the centralized flocking controller, then fly the agents under each failure "
+        "rate and model; writes flocking.json and flocking.png. Example: mpiexec -n 4 streamgnn agents "
+        "flocking",
+    )
+    fl.add_argument("--agents", type=positive_int, default=50, help="flock size (default 50)")
+    fl.add_argument("--sim-steps", type=positive_int, default=200, help="time steps of 10 ms per run (200)")
+    fl.add_argument("--train-episodes", type=positive_int, default=20, help="expert runs to imitate (20)")
+    fl.add_argument("--test-episodes", type=positive_int, default=10, help="evaluation runs per point (10)")
+    _common(fl, "out/agents", 600)
+    fl.set_defaults(func=_run, agents_func=_flocking, taps=3)
+    tr = tasks.add_parser(
+        "train",
+        help="decentralized training (gossip SGD over lossy links, optional compression) vs centralized",
+        description="Every agent trains its own copy on source localization from messages only and mixes "
+        "parameters with its neighbors; writes decentralized.json and decentralized.png. Example: "
+        "mpiexec -n 4 streamgnn agents train --compression none,quant:4,topk:0.1",
+    )
+    _source_loc_args(tr)
+    _common(tr, "out/agents", 1500)
+    tr.add_argument(
+        "--compression",
+        type=lambda t: tuple(t.split(",")),
+        default=("none", "quant:8"),
+        help="mixing message codecs to compare: none, quant:BITS (2, 4, 8), topk:FRACTION "
+        "(default none,quant:8)",
+    )
+    tr.add_argument(
+        "--failure-p", type=float, default=0.1, help="link failure probability while training (0.1)"
+    )
+    tr.add_argument("--mix-rate", type=float, default=1.0, help="gossip step size in (0, 1] (default 1)")
+    tr.set_defaults(func=_run, agents_func=_train, batch=32)

@@ -1,0 +1,103 @@
+"""Agents over real MPI ranks (``mpiexec -n 4`` from the mpich wheel): the same results as one process, bit
+for bit under seeded failures, and a killed agent process the others survive."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamgnn.cli import main
+
+MPIEXEC = Path(sys.executable).with_name("mpiexec")
+SMALL = shlex.split(
+    "--nodes 16 --communities 4 --train 120 --test 24 --fit-steps 20 --taps 3 --hidden 8 --quiet"
+)
+
+
+def mpirun(
+    args: list[str], cwd: Path, ranks: int = 4, launcher: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
+    cmd = [str(MPIEXEC), *launcher, "-n", str(ranks), sys.executable, "-m", "streamgnn.cli", "agents", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+
+
+def on_four_ranks_and_in_process(args: list[str], tmp_path: Path, report: str) -> tuple[dict, dict]:
+    """The CLI under ``mpiexec -n 4`` and in this process; both JSON reports."""
+    proc = mpirun([*args, "--out", "mpi"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert main(["agents", *args, "--out", str(tmp_path / "local")]) == 0
+    return tuple(json.loads((tmp_path / d / report).read_text()) for d in ("mpi", "local"))
+
+
+def test_the_test_extra_installs_a_working_mpiexec():
+    assert MPIEXEC.exists(), "pip install streamgnn[test] brings mpiexec (the mpich wheel)"
+
+
+def readme_commands() -> list[list[str]]:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme.split("## Agents:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [shlex.split(line) for line in block.strip().splitlines()]
+
+
+def run_readme(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """A README command as written, with the venv's ``streamgnn`` and ``mpiexec`` first on the PATH."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
+
+
+def test_source_localization_agents_on_four_ranks_equal_one_process_under_every_failure_model(tmp_path):
+    local_cmd, mpi_cmd, _ = readme_commands()
+    for cmd in (local_cmd, mpi_cmd):
+        proc = run_readme(cmd, tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    local = json.loads((tmp_path / "out/agents/source_loc.json").read_text())
+    mpi = json.loads((tmp_path / "out/agents-mpi/source_loc.json").read_text())
+    assert mpi["ranks"] == 4 and local["ranks"] == 1
+    # agents' outputs equal the one-process simulation under the same seeded masks, every variant and model
+    assert len(mpi["verify"]) == 3 * 2 * 6 and all(mpi["verify"].values()), mpi["verify"]
+    assert mpi["accuracy"] == local["accuracy"]  # so do the accuracies, exactly
+    assert not mpi["failed_ranks_seen"] and not mpi["unreported_ranks"]
+    assert (tmp_path / "out/agents-mpi/source_loc.png").stat().st_size > 10_000
+
+
+def test_a_killed_agent_process_is_treated_as_failed_and_the_others_finish(tmp_path):
+    proc = run_readme(readme_commands()[2], tmp_path)
+    assert proc.returncode == 128 + 9, proc.stderr[-3000:]  # rank 2's agent died of SIGKILL ...
+    summary = json.loads((tmp_path / "out/agents-kill/source_loc.json").read_text())
+    assert summary["unreported_ranks"] == [2]  # ... and the others finished and reported
+    seen = {int(r): f for r, f in summary["failed_ranks_seen"].items()}
+    assert seen and all(f == [2] for f in seen.values())  # its neighbors treat it as failed, nobody else
+    assert all(0.0 <= a <= 1.0 for a in summary["accuracy"]["bernoulli"]["plain"])
+
+
+def test_decentralized_training_on_four_ranks_matches_one_process(tmp_path):
+    args = ["train", *SMALL, *shlex.split("--fit-steps 12 --compression none,quant:4 --failure-p 0.2")]
+    mpi, local = (
+        r["decentralized"] for r in on_four_ranks_and_in_process(args, tmp_path, "decentralized.json")
+    )
+    for spec in ("none", "quant:4"):
+        # the same seeded links deliver, so every agent sends the same messages
+        assert mpi[spec]["mixing_bytes"] == local[spec]["mixing_bytes"] > 0
+        assert mpi[spec]["feature_bytes"] == local[spec]["feature_bytes"] > 0
+        # gradients are summed in another order over MPI: equal up to rounding
+        assert mpi[spec]["loss"] == pytest.approx(local[spec]["loss"], rel=1e-3)
+        assert abs(mpi[spec]["accuracy"] - local[spec]["accuracy"]) < 0.05
+    assert mpi["quant:4"]["mixing_bytes"] < 0.2 * mpi["none"]["mixing_bytes"]
+
+
+def test_flocking_agents_on_four_ranks_fly_exactly_as_one_process(tmp_path):
+    args = ["flocking"] + shlex.split(
+        "--agents 12 --sim-steps 15 --train-episodes 2 --test-episodes 2 --fit-steps 15 --hidden 8 "
+        "--probs 0,0.3 --variants plain,res+normalized+hold-last --quiet"
+    )
+    mpi, local = on_four_ranks_and_in_process(args, tmp_path, "flocking.json")
+    assert mpi["velocity_variance"] == local["velocity_variance"]
+    assert mpi["baselines"]["centralized"] < mpi["baselines"]["no_control"]
