@@ -1,0 +1,23 @@
+"""Sharded store and partition-parallel training: each rank owns graph partitions (their adjacency, TGN
+memory rows and negative history) and reads only its own Kafka partitions; W ranks learn what one does."""
+
+from .batches import GlobalBatcher
+from .comm import Exchange
+from .config import ShardConfig
+from .memory import OwnedMemory
+from .ownership import GlobalIndex, Ownership
+from .source import KafkaPartitions, LocalSource, PartitionedReplay
+from .trainer import ShardedTrainer
+
+__all__ = [
+    "Exchange",
+    "GlobalBatcher",
+    "GlobalIndex",
+    "KafkaPartitions",
+    "LocalSource",
+    "OwnedMemory",
+    "Ownership",
+    "PartitionedReplay",
+    "ShardConfig",
+    "ShardedTrainer",
+]
