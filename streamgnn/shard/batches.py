@@ -48,8 +48,11 @@ class GlobalBatcher:
         self._replaying: set[int] = set()  # partitions whose resumed source may first deliver rows again
         self._known: Callable[[np.ndarray], np.ndarray] | None = None  # event ids in the checkpoint
 
-    def next_batch(self) -> EventBatch | None:
-        b = self.batch_size
+    def next_batch(self, limit: int | None = None) -> EventBatch | None:
+        """The next global batch of at most ``batch_size`` (and ``limit``) events; None at the end."""
+        b = self.batch_size if limit is None else min(self.batch_size, limit)
+        if b <= 0:
+            return None
         while True:
             done = self.source.done
             head = slice(0, b)

@@ -29,6 +29,7 @@ from ..errors import ConfigError
 from ..nn.memory import NodeMemory
 
 GROWTH = 1.25
+_ROWS = ("gid", "memory", "last_update", "version", "replicas", "synced")
 _MESSAGES = ("msg_slot", "msg_other", "msg_t", "msg_feat", "msg_from_src")
 
 
@@ -62,6 +63,8 @@ class OwnedMemory:
         self.memory = np.zeros((0, memory_dim), np.float32)
         self.last_update = np.zeros(0, np.float64)
         self.version = np.zeros(0, np.int64)
+        self.replicas = np.zeros(0, np.int64)  # per row: bit s set when rank s holds the vertex as halo
+        self.synced = np.zeros(0, np.int64)  # per row: the version last sent to the halo holders
         self.msg_slot = np.zeros(0, np.int64)
         self.msg_other = np.zeros(0, np.int64)
         self.msg_t = np.zeros(0, np.float64)
@@ -85,6 +88,8 @@ class OwnedMemory:
             self.memory = _resized(self.memory, cap)
             self.last_update = _resized(self.last_update, cap)
             self.version = _resized(self.version, cap)
+            self.replicas = _resized(self.replicas, cap)
+            self.synced = _resized(self.synced, cap)
         self.slot[new] = np.arange(self.size, need, dtype=np.int32)
         self.gid[self.size : need] = new
         self.size = need
@@ -132,20 +137,34 @@ class OwnedMemory:
         self.msg_from_src = np.concatenate([self.msg_from_src, np.asarray(from_src, bool)])
         np.add.at(self.version, s, 1)
 
+    def mark_replicas(self, gids: np.ndarray, ranks: np.ndarray) -> None:
+        """Owned ``gids`` now have an edge to a vertex of rank ``ranks``: that rank holds them as halo."""
+        slots, bits = self.slots(gids), np.left_shift(1, np.asarray(ranks, np.int64))
+        new = (self.replicas[slots] & bits) == 0
+        np.bitwise_or.at(self.replicas, slots, bits)
+        self.synced[slots[new]] = -1  # a new holder gets the row at the next sync, changed or not
+
+    def changed_halo(self, rank: int) -> np.ndarray:
+        """Rows held as halo by ``rank`` whose version moved since the last ``mark_synced``."""
+        n = self.size
+        held = ((self.replicas[:n] >> rank) & 1).astype(bool)
+        return np.flatnonzero(held & (self.version[:n] != self.synced[:n]))
+
+    def mark_synced(self) -> None:
+        self.synced[: self.size] = self.version[: self.size]
+
     def _keep_messages(self, keep: np.ndarray) -> None:
         for name in _MESSAGES:
             setattr(self, name, getattr(self, name)[keep])
 
     def nbytes(self) -> int:
         """Bytes held (allocated rows included)."""
-        arrays = (self.slot, self.gid, self.memory, self.last_update, self.version, self.msg_slot,
-                  self.msg_other, self.msg_t, self.msg_feat, self.msg_from_src)  # fmt: skip
-        return sum(a.nbytes for a in arrays)
+        rows = (self.slot, self.gid, self.memory, self.last_update, self.version, self.replicas, self.synced)
+        return sum(a.nbytes for a in rows) + sum(getattr(self, name).nbytes for name in _MESSAGES)
 
     def state(self) -> dict[str, np.ndarray]:
         n = self.size
-        rows = {"gid": self.gid[:n], "memory": self.memory[:n], "last_update": self.last_update[:n],
-                "version": self.version[:n]}  # fmt: skip
+        rows = {name: getattr(self, name)[:n] for name in _ROWS}
         return rows | {name: getattr(self, name) for name in _MESSAGES}
 
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
@@ -153,9 +172,63 @@ class OwnedMemory:
         self.add_rows(arrays["gid"])
         n = self.size
         self.memory[:n], self.last_update[:n] = arrays["memory"], arrays["last_update"]
-        self.version[:n] = arrays["version"]
+        for name in ("version", "replicas", "synced"):
+            getattr(self, name)[:n] = arrays[name]
         for name in _MESSAGES:
             setattr(self, name, arrays[name].copy())
+
+
+class HaloCache:
+    """Communication-free mode: copies of other ranks' committed memory rows, as their owners last pushed
+    them (at most ``staleness`` batches old); a vertex never pushed reads a zero row."""
+
+    def __init__(self, memory_dim: int) -> None:
+        self.slot = np.zeros(0, np.int32)  # per global id: its row here, -1 if none
+        self.memory = np.zeros((0, memory_dim), np.float32)
+        self.last_update = np.zeros(0, np.float64)
+        self.size = 0
+
+    def update(self, gids: np.ndarray, memory: np.ndarray, last_update: np.ndarray) -> None:
+        gids = np.asarray(gids, np.int64)
+        if not len(gids):
+            return
+        if gids.max() >= len(self.slot):
+            grown = np.full(max(int(gids.max()) + 1, int(len(self.slot) * GROWTH)), -1, np.int32)
+            grown[: len(self.slot)] = self.slot
+            self.slot = grown
+        new = gids[self.slot[gids] < 0]
+        if len(new):
+            need = self.size + len(new)
+            if need > len(self.last_update):
+                cap = max(need, int(len(self.last_update) * GROWTH) + 64)
+                self.memory, self.last_update = _resized(self.memory, cap), _resized(self.last_update, cap)
+            self.slot[new] = np.arange(self.size, need, dtype=np.int32)
+            self.size = need
+        s = self.slot[gids]
+        self.memory[s], self.last_update[s] = memory, last_update
+
+    def rows(self, gids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        gids = np.asarray(gids, np.int64)
+        s = np.full(len(gids), -1, np.int64)
+        inside = gids < len(self.slot)
+        s[inside] = self.slot[gids[inside]]
+        have = s >= 0
+        memory = np.zeros((len(gids), self.memory.shape[1]), np.float32)
+        last = np.zeros(len(gids))
+        memory[have], last[have] = self.memory[s[have]], self.last_update[s[have]]
+        return memory, last
+
+    def nbytes(self) -> int:
+        return self.slot.nbytes + self.memory.nbytes + self.last_update.nbytes
+
+    def state(self) -> dict[str, np.ndarray]:
+        gid = np.flatnonzero(self.slot >= 0)
+        s = self.slot[gid]
+        return {"gid": gid, "memory": self.memory[s], "last_update": self.last_update[s]}
+
+    def restore(self, arrays: dict[str, np.ndarray]) -> None:
+        self.__init__(self.memory.shape[1])
+        self.update(arrays["gid"], arrays["memory"], arrays["last_update"])
 
 
 def _resized(arr: np.ndarray, n: int) -> np.ndarray:

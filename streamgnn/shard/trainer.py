@@ -22,47 +22,33 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
-from ..nn import TGN, EmbeddingInput
+from ..nn import TGN
 from ..sampling import NegativeSampler, SamplerConfig
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
 from ..train.metrics import RunningMetrics, reciprocal_ranks
-from ..train.trainer import StepResult
+from ..train.trainer import OnlineResult, StepResult
+from . import checkpoint
+from .batches import GlobalBatcher
 from .comm import Exchange
+from .compute import Embedder, Queries
 from .config import ShardConfig
-from .memory import OwnedMemory, Rows, WorkingSet, lend_state, working_set
+from .memory import HaloCache, OwnedMemory, lend_state
 from .ownership import GlobalIndex, Ownership
 from .sampling import LocalSampler, RoutedSampler
+from .source import LocalSource
 
 ADD, UPDATE = int(EventKind.EDGE_ADD), int(EventKind.NODE_UPDATE)
-
-
-@dataclass
-class _Queries:
-    """Distinct ``(vertex, time)`` queries of one model input and each root's row among them."""
-
-    nodes: np.ndarray
-    times: np.ndarray
-    rows: np.ndarray
-
-    @classmethod
-    def of(cls, roots: np.ndarray, times: np.ndarray) -> _Queries:
-        order = np.lexsort((times, roots))
-        r, t = roots[order], times[order]
-        first = np.ones(len(order), bool)
-        first[1:] = (r[1:] != r[:-1]) | (t[1:] != t[:-1])
-        rows = np.empty(len(order), np.int64)
-        rows[order] = np.cumsum(first) - 1
-        return cls(r[first], t[first], rows)
 
 
 class ShardedTrainer:
@@ -85,23 +71,114 @@ class ShardedTrainer:
         self.index = GlobalIndex(self.ownership)
         self.store = TemporalGraphStore(StoreConfig())  # this rank's shard, in global ids
         self.owned = OwnedMemory(mcfg.memory_dim, mcfg.edge_feature_dim)
+        self.exact = self.shard_config.mode == "exact"
+        self.halo = None if self.exact else HaloCache(mcfg.memory_dim)
         torch.manual_seed(config.seed)
         self.model = TGN(mcfg).to(self.device)
         d.broadcast_module(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
+        self.rebind_store()
+        self.embedder = Embedder(self)
+        self.negatives: NegativeSampler | None = None
+        self.metrics = RunningMetrics(config.window_events)
+        self.steps = self.learned = self.position = self.dead_letter_count = 0
+        self.batcher: GlobalBatcher | None = None
+        self._batcher_state: dict[str, np.ndarray] | None = None  # from a checkpoint, for the next batcher
+
+    def rebind_store(self) -> None:
+        """(Re)build the sampler over ``self.store`` (after a checkpoint replaced it)."""
+        mcfg, config = self.config.model, self.config
         sampling = SamplerConfig(
             fanouts=(mcfg.num_neighbors,) * max(mcfg.num_layers, 1), strategy=config.sampling,
             seed=config.seed, edge_features=mcfg.edge_feature_dim > 0,
         )  # fmt: skip
-        if self.shard_config.mode == "exact":
-            self.sampler = RoutedSampler(
-                self.store, self.index, self.exchange, sampling, mcfg.edge_feature_dim
-            )
+        edge_dim = mcfg.edge_feature_dim
+        if self.exact:
+            self.sampler = RoutedSampler(self.store, self.index, self.exchange, sampling, edge_dim)
         else:
-            self.sampler = LocalSampler(self.store, sampling, mcfg.edge_feature_dim)
-        self.negatives: NegativeSampler | None = None
-        self.metrics = RunningMetrics(config.window_events)
-        self.steps = self.learned = self.position = self.dead_letter_count = 0
+            self.sampler = LocalSampler(self.store, sampling, edge_dim)
+
+    # ------------------------------------------------------------------ the stream
+    def fit(
+        self, source: LocalSource, *, max_events: int | None = None, progress: bool = True,
+        total: int | None = None,
+    ) -> OnlineResult:  # fmt: skip
+        """Train on this rank's ``source`` (every rank calls ``fit`` with its own) until every source is done
+        or ``max_events`` more global events; checkpoints every ``checkpoint_every`` global batches (at the
+        same batch on every rank) and at the end."""
+        cfg = self.config
+        self.batcher = GlobalBatcher(source, self.ownership, self.exchange, cfg.batch_size)
+        if self._batcher_state is not None:
+            self.batcher.restore(self._batcher_state, self.index.seen.contains)
+            self._batcher_state = None
+        start, start_events, last_ckpt, saved = time.perf_counter(), self.position, self.steps, None
+        end = None if max_events is None else self.position + max_events
+        bar = tqdm(total=total, initial=self.position, unit="ev", dynamic_ncols=True,
+                   disable=not (progress and self.dist.is_main))  # fmt: skip
+        try:
+            while (
+                batch := self.batcher.next_batch(None if end is None else end - self.position)
+            ) is not None:
+                self.step(batch)
+                self.position += len(batch)
+                bar.update(len(batch))
+                if cfg.checkpoint_every and self.steps - last_ckpt >= cfg.checkpoint_every:
+                    saved, last_ckpt = self.save_checkpoint(source.positions()), self.steps
+        finally:
+            bar.close()
+        if cfg.checkpoint_every and self.steps > last_ckpt:
+            saved = self.save_checkpoint(source.positions())
+        self.metrics.close()
+        seconds = time.perf_counter() - start
+        events = self.position - start_events
+        letters = int(self.dist.all_sum([len(self.batcher.dead_letters)], self.device)[0])
+        return OnlineResult(
+            events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
+            self.metrics.summary(), list(self.metrics.windows), math.nan, math.nan,
+            self.dead_letter_count + letters, saved,
+        )  # fmt: skip
+
+    def save_checkpoint(self, offsets: dict[str, int]) -> Path:
+        """This rank's checkpoint at the current step (every rank calls it after the same step)."""
+        if not self.config.checkpoint_dir:
+            raise ConfigError("save_checkpoint needs config.checkpoint_dir")
+        path = checkpoint.save(self, Path(self.config.checkpoint_dir), offsets)
+        if self.dist.active:
+            torch.distributed.barrier()
+        return path
+
+    @classmethod
+    def resume(
+        cls, config: TrainConfig, shard: ShardConfig | None = None, *, dist: DistContext | None = None
+    ) -> tuple[ShardedTrainer, dict[str, int]]:
+        """A trainer at the newest step every rank checkpointed under ``config.checkpoint_dir`` (a fresh one
+        if there is none), and the source offsets this rank resumes at (give them to its source)."""
+        trainer = cls(config, shard, dist=dist)
+        root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
+        step = None if root is None else checkpoint.common_step(trainer, root)
+        if step is None:
+            return trainer, {}
+        return trainer, checkpoint.load(trainer, root, step)
+
+    def batcher_state(self) -> dict[str, np.ndarray]:
+        if self.batcher is None:
+            return self._batcher_state or {}
+        return self.batcher.state()
+
+    def restore_batcher(self, arrays: dict[str, np.ndarray]) -> None:
+        self._batcher_state = arrays or None
+
+    def nbytes(self) -> dict[str, int]:
+        """This rank's bytes by part, from each part's own accounting (allocated capacity included)."""
+        parts = {
+            "store": self.store.nbytes()["total"],
+            "memory": self.owned.nbytes(),
+            "index": self.index.nbytes(),
+            "halo": 0 if self.halo is None else self.halo.nbytes(),
+            "negatives": 0 if self.negatives is None else self.negatives.nbytes(),
+        }
+        parts["total"] = sum(parts.values())
+        return parts
 
     # ------------------------------------------------------------------ per batch
     def step(self, batch: EventBatch, *, train: bool = True, score: bool = True) -> StepResult:
@@ -122,7 +199,7 @@ class ShardedTrainer:
         scoring = score and m > 0 and self.negatives is not None
         training = train and m > 0 and self.negatives is not None
         t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
-        sets: list[_Queries] = []
+        sets: list[Queries] = []
         if scoring:
             neg_ids = self.negatives.sample(
                 pre_src, pre_dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy, groups=t,
@@ -134,26 +211,28 @@ class ShardedTrainer:
             if rank:
                 roots.append(np.column_stack([pre_dst[mine], neg_ids]).reshape(-1))
                 times.append(np.full(len(roots[-1]), t.min()))
-            sets.append(_Queries.of(np.concatenate(roots), np.concatenate(times)))
+            sets.append(Queries.of(np.concatenate(roots), np.concatenate(times)))
         if training:
             train_neg = self.negatives.sample(
                 pre_src, pre_dst, num=1, strategy=cfg.train_negatives, key=2 * self.steps + 1
             )[:, 0]
             roots = np.concatenate([pre_src[mine], pre_dst[mine], train_neg[mine]])
-            sets.append(_Queries.of(roots, np.tile(t_query[mine], 3)))
-        inputs, ws = self._inputs(sets) if sets else ([], None)
+            sets.append(Queries.of(roots, np.tile(t_query[mine], 3)))
+        z = self.embedder.embed(sets, [False] * scoring + [True] * training, 3 * self.steps) if sets else []
 
         letters = self._ingest(batch, adm)
         pos = neg = rr = np.zeros(0)
         if scoring:
-            pos, neg, rr = self._score(inputs[0], ws, rank, neg_ids >= 0, mine, m)
+            pos, neg, rr = self._score(z[0], sets[0].rows, rank, neg_ids >= 0, mine, m)
         loss = math.nan
         if training:
-            loss = self._train(inputs[-1], ws, train_neg, mine, m)
+            loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m)
         self._observe(post_src, post_dst, t, feat)
         self._observe_negatives(post_src, post_dst)
         self.learned += m
         self.steps += 1
+        if not self.exact and self.steps % self.shard_config.staleness == 0:
+            self._sync_halo()
         scored = rows if scoring else rows[:0]
         if scoring or training:
             self.metrics.add(pos, neg, rr, batch.t[scored], loss, time.perf_counter() - started)
@@ -182,6 +261,7 @@ class ShardedTrainer:
             dst = np.where(kind[mine] == UPDATE, src, adm.dst[mine])
             shard_batch = EventBatch(part.kind, src, dst, part.t, part.eid, part.weight, part.features)
             report = self.store.ingest(shard_batch, "shard")
+            self._mark_replicas(shard_batch)
             reported = owned_src[mine]
             for letter in report.dead_letters:
                 if reported[letter.index]:
@@ -189,70 +269,33 @@ class ShardedTrainer:
         self.dead_letter_count += len(adm.dead_letters)
         return adm.dead_letters
 
-    # ------------------------------------------------------------------ model inputs
-    def _inputs(self, sets: list[_Queries]) -> tuple[list[tuple[EmbeddingInput, torch.Tensor]], WorkingSet]:
-        mcfg = self.config.model
-        subs = self.sampler.sample_sets([(q.nodes, q.times) for q in sets], key=3 * self.steps)
-        dense = [EmbeddingInput.from_subgraph(sub, mcfg.num_neighbors, None, mcfg.num_layers) for sub in subs]
-        needed = [q.nodes for q in sets] + [h.nbr[h.mask].numpy() for inp in dense for h in inp.hops]
-        gids = np.unique(np.concatenate(needed))
-        ws = self._gather(gids[gids >= 0])
-        out = []
-        for q, inp in zip(sets, dense, strict=True):
-            hops = []
-            for h in inp.hops:
-                nbr = np.where(h.mask.numpy(), ws.ids(h.nbr.numpy()), ws.blank)
-                edge = h.edge_feat
-                if mcfg.edge_feature_dim and edge is None:
-                    edge = torch.zeros(*h.mask.shape, mcfg.edge_feature_dim)
-                hops.append(type(h)(torch.from_numpy(nbr), h.dt, h.mask, edge, None))
-            nodes = torch.from_numpy(ws.ids(q.nodes))
-            out.append((EmbeddingInput(nodes, inp.t, None, hops).to(self.device), torch.from_numpy(q.rows)))
-        return out, ws
+    def _mark_replicas(self, batch: EventBatch) -> None:
+        """Edge additions between an owned and another rank's vertex make the owned one halo there."""
+        add = batch.kind == ADD
+        src, dst = batch.src[add], batch.dst[add]
+        a, b = self.index.owned(src), self.index.owned(dst)
+        for owned, other in ((src[a & ~b], dst[a & ~b]), (dst[b & ~a], src[b & ~a])):
+            if len(owned):
+                self.owned.mark_replicas(owned, self.index.owner(other))
 
-    def _gather(self, gids: np.ndarray) -> WorkingSet:
-        """Rows of sorted ``gids`` (pending messages included) and the committed rows of their messages' other
-        endpoints, from their owners."""
-        rows = self._fetch(gids, pending=True)
-        others = np.setdiff1d(np.unique(rows.msg_other), gids)
-        return working_set(gids, rows, others, self._fetch(others, pending=False))
-
-    def _fetch(self, gids: np.ndarray, pending: bool) -> Rows:
-        ex = self.exchange
-        owner = self.index.owner(gids) if len(gids) else np.zeros(0, np.int32)
-        sel = [np.flatnonzero(owner == r) for r in range(ex.world_size)]
-        tag = "memory_rows" if pending else "memory_others"
-        asks = ex.all_to_all([(gids[s],) for s in sel], tag + "_queries")
-        got = ex.all_to_all([self.owned.export(a[0], pending).arrays() for a in asks], tag)
-        d, de = self.owned.memory_dim, self.owned.edge_dim
-        n = len(gids)
-        memory, last, version = np.zeros((n, d), np.float32), np.zeros(n), np.zeros(n, np.int64)
-        msgs = []
-        for s, g in zip(sel, got, strict=True):
-            memory[s], last[s], version[s] = g[0], g[1], g[2]
-            msgs.append((s[g[3]], *g[4:]))
-        cat = [np.concatenate([m[i] for m in msgs]) if msgs else None for i in range(5)]
-        if not msgs:
-            cat = [
-                np.zeros(0, np.int64),
-                np.zeros(0, np.int64),
-                np.zeros(0),
-                np.zeros((0, de), np.float32),
-                np.zeros(0, bool),
-            ]
-        return Rows(memory, last, version, *cat)
+    def _sync_halo(self) -> None:
+        """Push the rows that changed since the last sync to the ranks holding them as halo (a collective)."""
+        o, parts = self.owned, []
+        for r in range(self.exchange.world_size):
+            s = o.changed_halo(r) if r != self.dist.rank else np.zeros(0, np.int64)
+            parts.append((o.gid[s], o.memory[s], o.last_update[s]))
+        for gids, memory, last in self.exchange.all_to_all(parts, "halo_sync"):
+            self.halo.update(gids, memory, last)
+        o.mark_synced()
 
     # ------------------------------------------------------------------ score, train, observe
     @torch.no_grad()
-    def _score(self, inp, ws: WorkingSet, rank: bool, neg_ok: np.ndarray, mine: np.ndarray, m: int):
-        inp, rows = inp
+    def _score(self, z, rows, rank: bool, neg_ok: np.ndarray, mine: np.ndarray, m: int):
+        """``(pos, neg, rr)`` of all ``m`` events; this rank scores ``mine`` from rows ``z`` of its queries."""
         n = len(mine)
         local = np.full((n, 3), math.nan)
         if n:
-            self.model.eval()
-            with lend_state(self.model.memory, ws.state):
-                z = self.model(inp)
-            rows = rows.to(self.device)
+            rows = torch.from_numpy(rows).to(self.device)
             predict = self.model.predictor
             z_src = z[rows[:n]]
             ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T).double().cpu().numpy()
@@ -272,19 +315,17 @@ class ShardedTrainer:
             full[idx] = vals
         return full
 
-    def _train(self, inp, ws: WorkingSet, train_neg: np.ndarray, mine: np.ndarray, m: int) -> float:
-        inp, rows = inp
+    def _train(self, z, rows, train_neg: np.ndarray, mine: np.ndarray, m: int) -> float:
+        """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the one-process
+        full-batch gradient of ``mean BCE(pos) + mean BCE(neg)`` (as ``OnlineTrainer._train``)."""
         n = len(mine)
         model, d = self.model, self.dist
         has_neg = train_neg >= 0
         n_neg = int(has_neg.sum())
-        model.train()
         self.optimizer.zero_grad()
         local = 0.0
         if n:
-            with lend_state(model.memory, ws.state):
-                z = model(inp)
-            rows = rows.to(self.device)
+            rows = torch.from_numpy(rows).to(self.device)
             logits = model.predictor.candidates(z[rows[:n]], z, rows[n:].view(2, n).T)
             pos, neg = logits.unbind(1)
             loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") / m
@@ -297,6 +338,7 @@ class ShardedTrainer:
                 )
             (loss * d.world_size).backward()
             local = loss.item()
+        self.embedder.backward()  # the owners finish the backward pass of the rows they embedded
         d.average_gradients(list(model.parameters()))
         self.optimizer.step()
         return d.all_sum([local], self.device)[0]
@@ -306,7 +348,7 @@ class ShardedTrainer:
         """Owners commit the pending messages of the batch's owned endpoints, then queue the new ones."""
         ends = np.unique(np.concatenate([src, dst]))
         ends = ends[self.index.owned(ends)]
-        ws = self._gather(ends)  # collective: every rank enters it, even with nothing to commit
+        ws = self.embedder.gather(ends)  # collective: every rank enters it, even with nothing to commit
         if len(ends):
             with lend_state(self.model.memory, ws.state) as mem:
                 mem.flush(torch.from_numpy(np.arange(len(ends))).to(self.device))

@@ -1,0 +1,212 @@
+"""Embeddings where the data lives: the owner of a vertex embeds it; the rank scoring an event gets rows.
+
+A rank scores and trains on the events it read, but the embedding of a ``(vertex, time)`` query is computed
+by the vertex's owner, which holds the vertex's adjacency and memory row (only its neighbors' rows come from
+other ranks). Queries go to owners in one ``all_to_all``, each owner embeds the distinct queries it received
+(so a candidate many events share, e.g. a popular MRR negative, is embedded once in the whole job, as in one
+process), and the rows come back in a second. Rows for training arrive as leaves: the rank that owns the loss
+backpropagates to them and returns each row's gradient to its owner, which finishes the backward pass through
+its own forward (a third exchange). Parameter gradients are then averaged over ranks as usual.
+
+In communication-free mode every rank embeds its own queries from what it holds, with no exchange.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..nn import EmbeddingInput
+from .memory import Rows, WorkingSet, lend_state, working_set
+
+
+@dataclass
+class Queries:
+    """Distinct ``(vertex, time)`` queries of one model input and each root's row among them."""
+
+    nodes: np.ndarray
+    times: np.ndarray
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, roots: np.ndarray, times: np.ndarray) -> Queries:
+        roots, times = np.asarray(roots, np.int64), np.asarray(times, np.float64)
+        order = np.lexsort((times, roots))
+        r, t = roots[order], times[order]
+        first = np.ones(len(order), bool)
+        first[1:] = (r[1:] != r[:-1]) | (t[1:] != t[:-1])
+        rows = np.empty(len(order), np.int64)
+        rows[order] = np.cumsum(first) - 1
+        return cls(r[first], t[first], rows)
+
+
+@dataclass
+class _Round:
+    """One ``embed`` call's bookkeeping, kept for its ``backward``."""
+
+    order: list[list[np.ndarray]]  # [set][owner]: positions of the set's queries sent to that owner
+    served: list[list[torch.Tensor]]  # [asker][set]: rows of this owner's embeddings answering them
+    z: list[torch.Tensor]  # this owner's embeddings per set
+    out: list[torch.Tensor]  # this asker's rows per set
+    grad: list[bool]
+
+
+class Embedder:
+    """Owner-computed embeddings for one ``ShardedTrainer`` (see the module docstring)."""
+
+    def __init__(self, trainer) -> None:
+        self.tr = trainer
+        self._round: _Round | None = None
+
+    def embed(self, sets: list[Queries], grad: list[bool], key: int) -> list[torch.Tensor]:
+        """Rows ``[len(q.nodes), out_dim]`` of each set's queries; ``grad`` sets come as leaves whose
+        gradients ``backward`` hands to the owners. A collective: every rank passes as many sets."""
+        tr = self.tr
+        ex, w, k = tr.exchange, tr.exchange.world_size, len(sets)
+        order = [[np.flatnonzero(o == d) for d in range(w)] for o in (self._owner(q.nodes) for q in sets)]
+        parts = [
+            (np.concatenate([sets[i].nodes[order[i][d]] for i in range(k)]),
+             np.concatenate([sets[i].times[order[i][d]] for i in range(k)]),
+             np.array([len(order[i][d]) for i in range(k)], np.int64))
+            for d in range(w)
+        ]  # fmt: skip
+        asks = ex.all_to_all(parts, "embed_queries") if tr.exact else parts
+        # as owner: the distinct queries of each set over every asker
+        starts = [np.concatenate([[0], np.cumsum(a[2])]) for a in asks]
+        mine = [
+            Queries.of(np.concatenate([a[0][s[i] : s[i + 1]] for a, s in zip(asks, starts, strict=True)]),
+                       np.concatenate([a[1][s[i] : s[i + 1]] for a, s in zip(asks, starts, strict=True)]))
+            for i in range(k)
+        ]  # fmt: skip
+        z = self._forward(mine, grad, key)
+        served, replies, first = [], [], np.zeros(k, np.int64)
+        for a in asks:
+            idx = []
+            for i in range(k):
+                n = int(a[2][i])
+                idx.append(torch.from_numpy(mine[i].rows[first[i] : first[i] + n]).to(tr.device))
+                first[i] += n
+            served.append(idx)
+            rows = [z[i][idx[i]].detach() for i in range(k)]
+            replies.append((torch.cat(rows).float().cpu().numpy(),))
+        got = ex.all_to_all(replies, "embeddings") if tr.exact else replies
+        out = []
+        for i, q in enumerate(sets):
+            rows = np.zeros((len(q.nodes), tr.model.out_dim), np.float32)
+            for d in range(w):
+                before = sum(len(order[j][d]) for j in range(i))
+                rows[order[i][d]] = got[d][0][before : before + len(order[i][d])]
+            out.append(torch.from_numpy(rows).to(tr.device).requires_grad_(grad[i]))
+        self._round = _Round(order, served, z, out, grad)
+        return out
+
+    def backward(self) -> None:
+        """Send the gradients of the last ``embed``'s ``grad`` rows to their owners and finish the backward
+        pass there (a collective; rows nothing used get zero)."""
+        tr, r = self.tr, self._round
+        self._round = None
+        ex, w = tr.exchange, tr.exchange.world_size
+        sets = [i for i, g in enumerate(r.grad) if g]
+        grads = [r.out[i].grad if r.out[i].grad is not None else torch.zeros_like(r.out[i]) for i in sets]
+        parts = [
+            (torch.cat([g[torch.from_numpy(r.order[i][d]).to(g.device)] for i, g in zip(sets, grads, strict=True)])
+             .cpu().numpy(),)
+            for d in range(w)
+        ]  # fmt: skip
+        got = ex.all_to_all(parts, "embedding_grads") if tr.exact else parts
+        tensors, totals = [], []
+        for j, i in enumerate(sets):
+            if not r.z[i].requires_grad:
+                continue
+            total = torch.zeros_like(r.z[i])
+            for s, (rows,) in enumerate(got):
+                before = sum(len(r.served[s][sets[q]]) for q in range(j))
+                n = len(r.served[s][i])
+                total.index_add_(
+                    0, r.served[s][i], torch.from_numpy(rows[before : before + n]).to(total.device)
+                )
+            tensors.append(r.z[i])
+            totals.append(total)
+        if tensors:
+            torch.autograd.backward(tensors, totals)
+
+    def _owner(self, nodes: np.ndarray) -> np.ndarray:
+        """Who embeds each query: its vertex's owner (exact) or this rank (communication-free, unknown)."""
+        tr = self.tr
+        owner = np.full(len(nodes), tr.dist.rank, np.int64)
+        if tr.exact:
+            known = nodes >= 0
+            owner[known] = tr.index.owner(nodes[known])
+        return owner
+
+    # ------------------------------------------------------------------ the owner's forward
+    def _forward(self, sets: list[Queries], grad: list[bool], key: int) -> list[torch.Tensor]:
+        model = self.tr.model
+        inputs, ws = self.inputs(sets, key)
+        z = []
+        for inp, g in zip(inputs, grad, strict=True):
+            model.train(g)
+            with torch.set_grad_enabled(g), lend_state(model.memory, ws.state):
+                z.append(
+                    model(inp) if len(inp.nodes) else torch.zeros(0, model.out_dim, device=self.tr.device)
+                )
+        return z
+
+    def inputs(self, sets: list[Queries], key: int) -> tuple[list[EmbeddingInput], WorkingSet]:
+        """Model inputs of each set's distinct queries over one working set of memory rows (collective)."""
+        tr = self.tr
+        mcfg = tr.config.model
+        subs = tr.sampler.sample_sets([(q.nodes, q.times) for q in sets], key=key)
+        dense = [EmbeddingInput.from_subgraph(sub, mcfg.num_neighbors, None, mcfg.num_layers) for sub in subs]
+        needed = [q.nodes for q in sets] + [h.nbr[h.mask].numpy() for inp in dense for h in inp.hops]
+        gids = np.unique(np.concatenate(needed)) if needed else np.zeros(0, np.int64)
+        ws = self.gather(gids[gids >= 0])
+        out = []
+        for q, inp in zip(sets, dense, strict=True):
+            hops = []
+            for h in inp.hops:
+                nbr = np.where(h.mask.numpy(), ws.ids(h.nbr.numpy()), ws.blank)
+                edge = h.edge_feat
+                if mcfg.edge_feature_dim and edge is None:
+                    edge = torch.zeros(*h.mask.shape, mcfg.edge_feature_dim)
+                hops.append(type(h)(torch.from_numpy(nbr), h.dt, h.mask, edge, None))
+            out.append(EmbeddingInput(torch.from_numpy(ws.ids(q.nodes)), inp.t, None, hops).to(tr.device))
+        return out, ws
+
+    def gather(self, gids: np.ndarray) -> WorkingSet:
+        """Rows of sorted ``gids`` (pending messages included) and the committed rows of their messages'
+        other endpoints: from their owners (exact) or from this rank (communication-free; a collective)."""
+        rows = self._fetch(gids, pending=True)
+        others = np.setdiff1d(np.unique(rows.msg_other), gids)
+        return working_set(gids, rows, others, self._fetch(others, pending=False))
+
+    def _fetch(self, gids: np.ndarray, pending: bool) -> Rows:
+        tr = self.tr
+        if not tr.exact:
+            return self._fetch_local(gids, pending)
+        ex = tr.exchange
+        owner = tr.index.owner(gids) if len(gids) else np.zeros(0, np.int32)
+        sel = [np.flatnonzero(owner == r) for r in range(ex.world_size)]
+        tag = "memory_rows" if pending else "memory_others"
+        asks = ex.all_to_all([(gids[s],) for s in sel], tag + "_queries")
+        got = ex.all_to_all([tr.owned.export(a[0], pending).arrays() for a in asks], tag)
+        n, d = len(gids), tr.owned.memory_dim
+        memory, last, version = np.zeros((n, d), np.float32), np.zeros(n), np.zeros(n, np.int64)
+        for s, g in zip(sel, got, strict=True):
+            memory[s], last[s], version[s] = g[0], g[1], g[2]
+        msgs = [np.concatenate([s[g[3]] for s, g in zip(sel, got, strict=True)])]
+        msgs += [np.concatenate([g[j] for g in got]) for j in range(4, 8)]
+        return Rows(memory, last, version, *msgs)
+
+    def _fetch_local(self, gids: np.ndarray, pending: bool) -> Rows:
+        """Communication-free: owned rows as they are, others' from the halo copy (no pending messages)."""
+        tr = self.tr
+        mine = tr.index.owned(gids)
+        rows = tr.owned.export(gids[mine], pending)
+        memory, last = np.empty((len(gids), tr.owned.memory_dim), np.float32), np.empty(len(gids))
+        memory[mine], last[mine] = rows.memory, rows.last_update
+        memory[~mine], last[~mine] = tr.halo.rows(gids[~mine])
+        owner = np.flatnonzero(mine)[rows.msg_owner]
+        return Rows(memory, last, np.zeros(len(gids), np.int64), owner, *rows.arrays()[4:])
