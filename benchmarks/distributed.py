@@ -83,7 +83,12 @@ def worker(job: dict) -> dict:
         trainer.step(batch, train=train, score=train)
         steps += 1
         stamps.append((time.perf_counter(), len(batch)))
-    out = {"rank": trainer.dist.rank, "steps": steps, "bytes": trainer.nbytes(), "sent": dict(trainer.exchange.sent)}
+    out = {
+        "rank": trainer.dist.rank,
+        "steps": steps,
+        "bytes": trainer.nbytes(),
+        "sent": dict(trainer.exchange.sent),
+    }
     if train:
         t0 = stamps[WARMUP_BATCHES - 1][0]
         done = sum(n for _, n in stamps[WARMUP_BATCHES:])
@@ -117,7 +122,9 @@ def launch(job: dict, world: int) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="Wikipedia prefix and a 1M-event stream (under 2 min)")
+    ap.add_argument(
+        "--quick", action="store_true", help="Wikipedia prefix and a 1M-event stream (under 2 min)"
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--worlds", default="1,2", help="world sizes to run, e.g. 1,2,4 (default 1,2)")
     ap.add_argument("--events", type=int, default=None, help="Wikipedia events to train on (default all)")
@@ -159,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         results["comm_free_bytes_vs_exact"] = (
             results["train_w2_comm_free.sent_bytes_per_batch"] / results["train_w2.sent_bytes_per_batch"]
         )
-        results["bytes_per_rank_vs_single"] = results["bytes_w2.max_rank_bytes"] / results["bytes_w1.max_rank_bytes"]
+        results["bytes_per_rank_vs_single"] = (
+            results["bytes_w2.max_rank_bytes"] / results["bytes_w1.max_rank_bytes"]
+        )
     results["load_avg_1m_after"] = os.getloadavg()[0]
     results["wall_s"] = time.perf_counter() - started
     report(results, args.json, "Sharded training: W ranks against one")

@@ -39,7 +39,13 @@ def make_config():
     from streamgnn.train import TrainConfig
 
     model = TGNConfig(
-        memory_dim=16, time_dim=8, embedding_dim=16, edge_feature_dim=4, num_neighbors=5, dropout=0.0
+        memory_dim=16,
+        time_dim=8,
+        embedding_dim=16,
+        edge_feature_dim=4,
+        num_neighbors=5,
+        num_layers=2,
+        dropout=0.0,
     )
     return TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11, serve_every=0)
 

@@ -38,9 +38,13 @@ class Exchange:
     def active(self) -> bool:
         return self.world_size > 1
 
-    def all_to_all(self, parts: list[tuple[np.ndarray, ...]], purpose: str) -> list[tuple[np.ndarray, ...]]:
+    def all_to_all(
+        self, parts: list[tuple[np.ndarray, ...]], purpose: str, expect: list[list[int]] | None = None
+    ) -> list[tuple[np.ndarray, ...]]:
         """``parts[d]`` goes to rank ``d``; returns what each rank sent here, in rank order. Every rank passes
-        the same number of arrays with the same dtypes and trailing shapes (rows may differ)."""
+        the same number of arrays with the same dtypes and trailing shapes (rows may differ). ``expect[s]``:
+        the row counts of each array rank ``s`` sends, when the receiver knows them (a reply of a known
+        size): the exchange of sizes is then skipped."""
         if len(parts) != self.world_size:
             raise ConfigError(f"all_to_all needs one part per rank ({self.world_size}), got {len(parts)}")
         self.calls[purpose] += 1
@@ -49,7 +53,10 @@ class Exchange:
         templates = parts[self.rank]
         buffers = [_pack(p) for p in parts]
         sizes = torch.tensor([len(b) for b in buffers], dtype=torch.int64)
-        got_sizes = self._a2a(sizes, [1] * self.world_size, [1] * self.world_size)
+        if expect is None:
+            got_sizes = self._a2a(sizes, [1] * self.world_size, [1] * self.world_size)
+        else:
+            got_sizes = torch.tensor([_packed_size(rows, templates) for rows in expect], dtype=torch.int64)
         send = torch.from_numpy(np.concatenate(buffers)) if buffers else torch.zeros(0, dtype=torch.uint8)
         recv = self._a2a(send, sizes.tolist(), got_sizes.tolist())
         self.sent[purpose] += int(sizes.sum()) - int(sizes[self.rank])
@@ -88,6 +95,14 @@ def _pack(arrays: tuple[np.ndarray, ...]) -> np.ndarray:
     return np.concatenate(pieces)
 
 
+def _packed_size(rows: list[int], templates: tuple[np.ndarray, ...]) -> int:
+    size = 8 * len(templates)
+    for n, like in zip(rows, templates, strict=True):
+        raw = n * like.dtype.itemsize * int(np.prod(like.shape[1:], dtype=np.int64))
+        size += raw + (-raw) % 8
+    return size
+
+
 def _unpack(buf: torch.Tensor, templates: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     raw = buf.numpy()
     k = len(templates)
@@ -96,6 +111,8 @@ def _unpack(buf: torch.Tensor, templates: tuple[np.ndarray, ...]) -> tuple[np.nd
     for n, like in zip(counts.tolist(), templates, strict=True):
         row = like.dtype.itemsize * int(np.prod(like.shape[1:], dtype=np.int64))
         size = n * row
-        out.append(raw[offset : offset + size].view(like.dtype).reshape(n, *like.shape[1:]).copy())
+        out.append(
+            raw[offset : offset + size].view(like.dtype).reshape(n, *like.shape[1:])
+        )  # views: a fresh buffer
         offset += size + (-size) % 8
     return tuple(out)

@@ -91,7 +91,8 @@ class Embedder:
             served.append(idx)
             rows = [z[i][idx[i]].detach() for i in range(k)]
             replies.append((torch.cat(rows).float().cpu().numpy(),))
-        got = ex.all_to_all(replies, "embeddings") if tr.exact else replies
+        expect = [[sum(len(order[i][d]) for i in range(k))] for d in range(w)]
+        got = ex.all_to_all(replies, "embeddings", expect) if tr.exact else replies
         out = []
         for i, q in enumerate(sets):
             rows = np.zeros((len(q.nodes), tr.model.out_dim), np.float32)
@@ -115,7 +116,8 @@ class Embedder:
              .cpu().numpy(),)
             for d in range(w)
         ]  # fmt: skip
-        got = ex.all_to_all(parts, "embedding_grads") if tr.exact else parts
+        expect = [[sum(len(r.served[s][i]) for i in sets)] for s in range(w)]
+        got = ex.all_to_all(parts, "embedding_grads", expect) if tr.exact else parts
         tensors, totals = [], []
         for j, i in enumerate(sets):
             if not r.z[i].requires_grad:
@@ -158,7 +160,8 @@ class Embedder:
         """Model inputs of each set's distinct queries over one working set of memory rows (collective)."""
         tr = self.tr
         mcfg = tr.config.model
-        subs = tr.sampler.sample_sets([(q.nodes, q.times) for q in sets], key=key)
+        # the roots are this rank's (or unknown): their neighbors are here, only deeper hops are routed
+        subs = tr.sampler.sample_sets([(q.nodes, q.times) for q in sets], key=key, roots_local=True)
         dense = [EmbeddingInput.from_subgraph(sub, mcfg.num_neighbors, None, mcfg.num_layers) for sub in subs]
         needed = [q.nodes for q in sets] + [h.nbr[h.mask].numpy() for inp in dense for h in inp.hops]
         gids = np.unique(np.concatenate(needed)) if needed else np.zeros(0, np.int64)
@@ -175,10 +178,11 @@ class Embedder:
             out.append(EmbeddingInput(torch.from_numpy(ws.ids(q.nodes)), inp.t, None, hops).to(tr.device))
         return out, ws
 
-    def gather(self, gids: np.ndarray) -> WorkingSet:
+    def gather(self, gids: np.ndarray, owned: bool = False) -> WorkingSet:
         """Rows of sorted ``gids`` (pending messages included) and the committed rows of their messages'
-        other endpoints: from their owners (exact) or from this rank (communication-free; a collective)."""
-        rows = self._fetch(gids, pending=True)
+        other endpoints: from their owners (exact) or from this rank (communication-free; a collective).
+        ``owned``: every one of ``gids`` is this rank's (on every rank), so the first round stays local."""
+        rows = self._fetch_local(gids, True) if owned else self._fetch(gids, pending=True)
         others = np.setdiff1d(np.unique(rows.msg_other), gids)
         return working_set(gids, rows, others, self._fetch(others, pending=False))
 
@@ -207,6 +211,7 @@ class Embedder:
         rows = tr.owned.export(gids[mine], pending)
         memory, last = np.empty((len(gids), tr.owned.memory_dim), np.float32), np.empty(len(gids))
         memory[mine], last[mine] = rows.memory, rows.last_update
-        memory[~mine], last[~mine] = tr.halo.rows(gids[~mine])
+        if not mine.all():
+            memory[~mine], last[~mine] = tr.halo.rows(gids[~mine])
         owner = np.flatnonzero(mine)[rows.msg_owner]
         return Rows(memory, last, np.zeros(len(gids), np.int64), owner, *rows.arrays()[4:])

@@ -285,14 +285,12 @@ def working_set(gids: np.ndarray, rows: Rows, others: np.ndarray, other_rows: Ro
 def lend_state(memory: NodeMemory, state: dict[str, torch.Tensor]):
     """Run ``memory`` (its GRU, message and time functions) over ``state`` instead of its own buffers; the
     state's tensors are updated in place by ``flush`` and are read back by the caller."""
-    device = memory.memory.device
-    saved = {name: getattr(memory, name) for name in state}
-    for name, value in state.items():
-        setattr(memory, name, value.to(device))
+    buffers = memory._buffers  # registered buffers, set directly: Module.__setattr__ costs ~50 us per call
+    device = buffers["memory"].device
+    saved = {name: buffers[name] for name in state}
+    buffers.update({name: value.to(device) for name, value in state.items()})
     try:
         yield memory
     finally:
-        for name in state:
-            state[name] = getattr(memory, name)
-        for name, value in saved.items():
-            setattr(memory, name, value)
+        state.update({name: buffers[name] for name in state})
+        buffers.update(saved)

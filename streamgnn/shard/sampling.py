@@ -67,7 +67,9 @@ class LocalSampler:
         self.config, self.edge_dim = config, edge_dim
         self.local = _ShardHops(shard, config, edge_dim)
 
-    def sample_sets(self, sets: list[tuple[np.ndarray, np.ndarray]], key: int) -> list[SampledSubgraph]:
+    def sample_sets(
+        self, sets: list[tuple[np.ndarray, np.ndarray]], key: int, roots_local: bool = False
+    ) -> list[SampledSubgraph]:
         out = []
         for roots, times in sets:
             hops, q, q_t = [], roots, times
@@ -89,14 +91,20 @@ class RoutedSampler:
         self.index, self.exchange, self.config, self.edge_dim = index, exchange, config, edge_dim
         self.local = _ShardHops(shard, config, edge_dim)
 
-    def sample_sets(self, sets: list[tuple[np.ndarray, np.ndarray]], key: int) -> list[SampledSubgraph]:
-        """Sample each ``(roots, times)`` set (global ids, -1: unknown) through the same exchanges."""
+    def sample_sets(
+        self, sets: list[tuple[np.ndarray, np.ndarray]], key: int, roots_local: bool = False
+    ) -> list[SampledSubgraph]:
+        """Sample each ``(roots, times)`` set (global ids, -1: unknown) through the same exchanges.
+        ``roots_local``: every rank's roots are its own, so the first hop needs no exchange."""
         q = np.concatenate([np.asarray(r, np.int64) for r, _ in sets])
         q_t = np.concatenate([np.asarray(t, np.float64) for _, t in sets])
         bounds = [len(r) for r, _ in sets]
         hops = []
         for h in range(len(self.config.fanouts)):
-            hop = self._routed_hop(h, q, q_t, key)
+            if h == 0 and roots_local:
+                hop = _hop(q, q_t, *self.local.answer(h, q, q_t, key), self.edge_dim)
+            else:
+                hop = self._routed_hop(h, q, q_t, key)
             hops.append(hop)
             q, q_t = hop.nbr, hop.t
         return _split(sets, hops, bounds)

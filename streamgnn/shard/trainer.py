@@ -20,6 +20,7 @@ tensor shapes, so equality across world sizes holds with ``dropout=0``, as for t
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -119,6 +120,8 @@ class ShardedTrainer:
             while (
                 batch := self.batcher.next_batch(None if end is None else end - self.position)
             ) is not None:
+                self.dead_letter_count += len(self.batcher.dead_letters)  # rows this rank's source could
+                self.batcher.dead_letters.clear()  # not take (counted here, so checkpoints hold them)
                 self.step(batch)
                 self.position += len(batch)
                 bar.update(len(batch))
@@ -131,11 +134,13 @@ class ShardedTrainer:
         self.metrics.close()
         seconds = time.perf_counter() - start
         events = self.position - start_events
-        letters = int(self.dist.all_sum([len(self.batcher.dead_letters)], self.device)[0])
+        self.dead_letter_count += len(self.batcher.dead_letters)
+        self.batcher.dead_letters.clear()
+        letters = int(self.dist.all_sum([self.dead_letter_count], self.device)[0])
         return OnlineResult(
             events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
             self.metrics.summary(), list(self.metrics.windows), math.nan, math.nan,
-            self.dead_letter_count + letters, saved,
+            letters, saved,
         )  # fmt: skip
 
     def save_checkpoint(self, offsets: dict[str, int]) -> Path:
@@ -221,12 +226,15 @@ class ShardedTrainer:
         z = self.embedder.embed(sets, [False] * scoring + [True] * training, 3 * self.steps) if sets else []
 
         letters = self._ingest(batch, adm)
-        pos = neg = rr = np.zeros(0)
+        local = np.full((len(mine), 3), math.nan)
         if scoring:
-            pos, neg, rr = self._score(z[0], sets[0].rows, rank, neg_ids >= 0, mine, m)
-        loss = math.nan
-        if training:
-            loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m)
+            local = self._score(z[0], sets[0].rows, rank, neg_ids >= 0, mine)
+        loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m) if training else math.nan
+        pos = neg = rr = np.zeros(0)
+        if scoring or training:  # one exchange for the scores and the loss
+            full, loss = self._gather_rows(local, loss, mine, m)
+            if scoring:
+                pos, neg, rr = full[:, 0], full[:, 1], full[:, 2]
         self._observe(post_src, post_dst, t, feat)
         self._observe_negatives(post_src, post_dst)
         self.learned += m
@@ -249,8 +257,10 @@ class ShardedTrainer:
         return batch.features[rows] if len(rows) else np.zeros((0, dim), np.float32)
 
     def _ingest(self, batch: EventBatch, adm) -> list:
-        """Events with an owned endpoint into the shard (global ids); dead letters: the index's, and the
-        shard's for events this rank read (their source's owner reports them, once)."""
+        """Events with an owned endpoint into the shard (global ids). Returns the dead letters this rank reports,
+        so that each is reported once: the index's (the same on every rank) by rank 0, a shard's by the
+        owner of the event's source."""
+        letters = list(adm.dead_letters) if self.dist.is_main else []
         kind = batch.kind[adm.rows]
         owned_src = self.index.owned(adm.src)
         mine = owned_src | (self.index.owned(adm.dst) & (kind != UPDATE))
@@ -265,9 +275,9 @@ class ShardedTrainer:
             reported = owned_src[mine]
             for letter in report.dead_letters:
                 if reported[letter.index]:
-                    adm.dead_letters.append(letter)
-        self.dead_letter_count += len(adm.dead_letters)
-        return adm.dead_letters
+                    letters.append(dataclasses.replace(letter, index=int(rows[letter.index])))
+        self.dead_letter_count += len(letters)
+        return letters
 
     def _mark_replicas(self, batch: EventBatch) -> None:
         """Edge additions between an owned and another rank's vertex make the owned one halo there."""
@@ -290,8 +300,8 @@ class ShardedTrainer:
 
     # ------------------------------------------------------------------ score, train, observe
     @torch.no_grad()
-    def _score(self, z, rows, rank: bool, neg_ok: np.ndarray, mine: np.ndarray, m: int):
-        """``(pos, neg, rr)`` of all ``m`` events; this rank scores ``mine`` from rows ``z`` of its queries."""
+    def _score(self, z, rows, rank: bool, neg_ok: np.ndarray, mine: np.ndarray) -> np.ndarray:
+        """``[pos, neg, rr]`` of this rank's events ``mine``, from the rows ``z`` of its queries."""
         n = len(mine)
         local = np.full((n, 3), math.nan)
         if n:
@@ -304,16 +314,17 @@ class ShardedTrainer:
             if rank:
                 scores = predict.candidates(z_src, z, rows[3 * n :].view(n, -1)).double().cpu().numpy()
                 local[:, 2] = reciprocal_ranks(scores[:, 0], scores[:, 1:], neg_ok)
-        full = self._gather_rows(local, mine, m)
-        return full[:, 0], full[:, 1], full[:, 2]
+        return local
 
-    def _gather_rows(self, local: np.ndarray, mine: np.ndarray, m: int) -> np.ndarray:
-        """Every rank's rows of a per-event result, in global batch order."""
-        got = self.exchange.all_gather((mine.astype(np.int64), local), "scores")
+    def _gather_rows(
+        self, local: np.ndarray, loss: float, mine: np.ndarray, m: int
+    ) -> tuple[np.ndarray, float]:
+        """Every rank's scores in global batch order, and the loss summed over ranks."""
+        got = self.exchange.all_gather((mine.astype(np.int64), local, np.array([loss])), "scores")
         full = np.full((m, local.shape[1]), math.nan)
-        for idx, vals in got:
+        for idx, vals, _ in got:
             full[idx] = vals
-        return full
+        return full, float(sum(g[2][0] for g in got))
 
     def _train(self, z, rows, train_neg: np.ndarray, mine: np.ndarray, m: int) -> float:
         """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the one-process
@@ -341,14 +352,16 @@ class ShardedTrainer:
         self.embedder.backward()  # the owners finish the backward pass of the rows they embedded
         d.average_gradients(list(model.parameters()))
         self.optimizer.step()
-        return d.all_sum([local], self.device)[0]
+        return local
 
     @torch.no_grad()
     def _observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         """Owners commit the pending messages of the batch's owned endpoints, then queue the new ones."""
         ends = np.unique(np.concatenate([src, dst]))
         ends = ends[self.index.owned(ends)]
-        ws = self.embedder.gather(ends)  # collective: every rank enters it, even with nothing to commit
+        ws = self.embedder.gather(
+            ends, owned=True
+        )  # collective: every rank enters it, even with nothing to commit
         if len(ends):
             with lend_state(self.model.memory, ws.state) as mem:
                 mem.flush(torch.from_numpy(np.arange(len(ends))).to(self.device))
