@@ -59,8 +59,21 @@ def worker(out: Path, kill: bool) -> None:
 def torchrun(out: Path, kill: bool) -> list[dict]:
     out.mkdir()
     env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "--max-restarts", "1", "--monitor-interval", "0.2", __file__, str(out), str(int(kill))]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "--max-restarts",
+        "1",
+        "--monitor-interval",
+        "0.2",
+        __file__,
+        str(out),
+        str(int(kill)),
+    ]
     run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     (out / "torchrun.log").write_text(run.stderr)
     assert run.returncode == 0, run.stderr[-4000:]

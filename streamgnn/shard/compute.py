@@ -111,11 +111,10 @@ class Embedder:
         ex, w = tr.exchange, tr.exchange.world_size
         sets = [i for i, g in enumerate(r.grad) if g]
         grads = [r.out[i].grad if r.out[i].grad is not None else torch.zeros_like(r.out[i]) for i in sets]
-        parts = [
-            (torch.cat([g[torch.from_numpy(r.order[i][d]).to(g.device)] for i, g in zip(sets, grads, strict=True)])
-             .cpu().numpy(),)
-            for d in range(w)
-        ]  # fmt: skip
+        parts = []
+        for d in range(w):
+            rows = [g[torch.from_numpy(r.order[i][d]).to(g.device)] for i, g in zip(sets, grads, strict=True)]
+            parts.append((torch.cat(rows).cpu().numpy(),))
         expect = [[sum(len(r.served[s][i]) for i in sets)] for s in range(w)]
         got = ex.all_to_all(parts, "embedding_grads", expect) if tr.exact else parts
         tensors, totals = [], []

@@ -257,8 +257,8 @@ class ShardedTrainer:
         return batch.features[rows] if len(rows) else np.zeros((0, dim), np.float32)
 
     def _ingest(self, batch: EventBatch, adm) -> list:
-        """Events with an owned endpoint into the shard (global ids). Returns the dead letters this rank reports,
-        so that each is reported once: the index's (the same on every rank) by rank 0, a shard's by the
+        """Events with an owned endpoint into the shard (global ids). Returns the dead letters this rank
+        reports, so that each is reported once: the index's (the same on every rank) by rank 0, a shard's by the
         owner of the event's source."""
         letters = list(adm.dead_letters) if self.dist.is_main else []
         kind = batch.kind[adm.rows]
