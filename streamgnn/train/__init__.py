@@ -1,4 +1,4 @@
-"""Online (prequential) and offline TGN training, metrics, checkpoints and data parallelism."""
+"""Online (prequential) and offline training of link models (TGN), metrics, checkpoints, data parallelism."""
 
 from .config import TrainConfig
 from .distributed import DistContext, init_distributed
@@ -13,17 +13,23 @@ from .metrics import (
 )
 from .offline import ChronologicalSplit, OfflineResult, fit_offline
 from .online import plot_windows, run_online, write_summary
+from .protocol import Candidates, LinkModel, StepInput
+from .tgn_model import TGNLinkModel
 from .trainer import OnlineResult, OnlineTrainer, StepResult
 
 __all__ = [
+    "Candidates",
     "ChronologicalSplit",
     "DistContext",
     "LinkMetrics",
+    "LinkModel",
     "OfflineResult",
     "OnlineResult",
     "OnlineTrainer",
     "RunningMetrics",
+    "StepInput",
     "StepResult",
+    "TGNLinkModel",
     "TrainConfig",
     "WindowMetrics",
     "average_precision",

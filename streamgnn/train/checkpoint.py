@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import re
 import shutil
 from dataclasses import dataclass
@@ -90,6 +91,16 @@ def save(
 
 def load(root: Path, map_location: torch.device | str = "cpu") -> TrainerCheckpoint:
     """The checkpoint ``LATEST`` names under ``root`` (or ``root`` itself if it is a step directory)."""
+    path, manifest, state = load_state(root, map_location)
+    store = TemporalGraphStore.load(path / "store")
+    if store.content_hash() != manifest.get("store_hash"):
+        raise CheckpointError(f"{path}: the store does not match the trainer state it was saved with")
+    return TrainerCheckpoint(path, manifest, state, store)
+
+
+def load_state(root: Path, map_location: torch.device | str = "cpu") -> tuple[Path, dict, dict]:
+    """``(step directory, manifest, state)`` of the checkpoint ``load`` would read, without its store
+    (e.g. the link predictor's weights for a service that holds only embeddings)."""
     root = Path(root)
     if _STEP_DIR.match(root.name):
         path = root
@@ -110,7 +121,33 @@ def load(root: Path, map_location: torch.device | str = "cpu") -> TrainerCheckpo
         )
     except Exception as exc:  # torch raises a variety of unpickling errors for foreign content
         raise CheckpointError(f"{path}: the trainer state does not load as plain tensors ({exc})") from exc
-    store = TemporalGraphStore.load(path / "store")
-    if store.content_hash() != manifest.get("store_hash"):
-        raise CheckpointError(f"{path}: the store does not match the trainer state it was saved with")
-    return TrainerCheckpoint(path, manifest, state, store)
+    return path, manifest, state
+
+
+def torch_rngs() -> dict:
+    """The torch RNG states a checkpoint's tensor state holds (dropout draws continue where they were)."""
+    state = {"torch_rng": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda_rng"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def host_rngs() -> dict:
+    """The Python and numpy global RNG states, as JSON values for the manifest."""
+    py = random.getstate()
+    np_state = np.random.get_state(legacy=True)
+    return {
+        "python_rng": [py[0], list(py[1]), py[2]],
+        "numpy_rng": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+    }
+
+
+def restore_rngs(state: dict, manifest: dict) -> None:
+    """Set every RNG ``torch_rngs`` and ``host_rngs`` captured."""
+    torch.set_rng_state(state["torch_rng"])
+    if "cuda_rng" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    py = manifest["python_rng"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    nps = manifest["numpy_rng"]
+    np.random.set_state((nps[0], np.asarray(nps[1], np.uint32), *nps[2:]))

@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from ..errors import ConfigError
 from ..events import EventBatch
@@ -162,13 +161,14 @@ def fit_offline(
             results.append((res.pos, res.neg, res.rr))
         return batch_mean_metrics(results) if scored else LinkMetrics(*[float("nan")] * 3, 0)
 
-    before_val = _memory_state(trainer)
+    model = trainer.link_model
+    before_val = model.stream_state()
     val = run(split.val, ingest=True, scored=score_val)
-    after_val = _memory_state(trainer)
+    after_val = model.stream_state()
     if score_val:
-        _load_memory(trainer, before_val)
+        model.load_stream_state(before_val)
         val_new = run(split.val_new, ingest=False, scored=True)
-        _load_memory(trainer, after_val)
+        model.load_stream_state(after_val)
     else:
         val_new = val
     test_neg = None
@@ -180,16 +180,6 @@ def fit_offline(
             )
         test_neg = (test_negatives, np.ones(test_negatives.shape, bool))
     test = run(split.test, ingest=True, scored=True, negatives=test_neg)
-    _load_memory(trainer, after_val)
+    model.load_stream_state(after_val)
     test_new = run(split.test_new, ingest=False, scored=True)
     return OfflineResult(rates, losses, val, val_new, test, test_new)
-
-
-def _memory_state(trainer: OnlineTrainer) -> dict[str, torch.Tensor] | None:
-    memory = trainer.model.memory
-    return None if memory is None else {k: v.clone() for k, v in memory.state_dict().items()}
-
-
-def _load_memory(trainer: OnlineTrainer, state: dict[str, torch.Tensor] | None) -> None:
-    if state is not None:
-        trainer.model.memory.load_state_dict(state)

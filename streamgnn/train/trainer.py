@@ -1,4 +1,4 @@
-"""OnlineTrainer: prequential (test-then-train) TGN training on any stream of EventBatches.
+"""OnlineTrainer: prequential (test-then-train) training of a link model (TGN by default) on any stream.
 
 Per global batch, in this order:
 
@@ -8,7 +8,7 @@ Per global batch, in this order:
    batch's first event time (``query_time="batch"``: each distinct node embedded once) or each event's time;
 3. the batch is ingested (rows the store rejects are dropped from everything below);
 4. it is scored with the model as it was (AP/AUC against one negative per positive, MRR against
-   ``eval_negatives`` fixed ones), then trained on, then fed to memory (``model.observe``);
+   ``eval_negatives`` fixed ones), then trained on, then fed to the model (``LinkModel.observe``);
 5. touched nodes get fresh embeddings in the ``EmbeddingTable``.
 
 So no score of an event depends on that event or on any later one: the memory holds earlier batches only,
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -28,21 +27,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
-from ..nn import TGN, EmbeddingInput
-from ..sampling import NegativeSampler, SamplerConfig, TemporalSampler
+from ..progress import progress_bar
 from ..serve import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..store import TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
 from .distributed import DistContext, init_distributed, local_device
 from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, reciprocal_ranks
-
-_EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets: every draw is named by (step, purpose)
+from .negatives import EVAL, TRAIN, StreamNegatives
+from .protocol import Candidates, LinkModel, StepInput
+from .serving import Serving
+from .tgn_model import TGNLinkModel
 
 
 @dataclass(frozen=True)
@@ -83,28 +81,16 @@ class OnlineResult:
         return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
 
 
-def _distinct(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct ``(node, time)`` pairs (sorted) and the index of each input pair among them."""
-    order = np.lexsort((times, nodes))
-    nodes, times = nodes[order], times[order]
-    first = np.ones(len(order), bool)
-    first[1:] = (nodes[1:] != nodes[:-1]) | (times[1:] != times[:-1])
-    rows = np.empty(len(order), np.int64)
-    rows[order] = np.cumsum(first) - 1
-    return nodes[first], times[first], rows
-
-
-def _or_zeros(feat: torch.Tensor | None, shape: torch.Size, dim: int) -> torch.Tensor | None:
-    """``feat``, or zeros ``[*shape, dim]`` where the model wants features and none were sampled."""
-    return feat if feat is not None or not dim else torch.zeros(*shape, dim)
-
-
 class OnlineTrainer:
     """Test-then-train over a stream, with running metrics, serving, checkpoints and data parallelism.
 
     ``store`` may already hold history (its memory starts blank). On rank 0 an ``EmbeddingTable`` is kept
     when ``config.serve_every`` > 0 (pass ``table`` to share one with readers); ``sink`` receives it every
-    ``config.publish_every`` refreshes.
+    ``config.publish_every`` refreshes. ``link_model``: any ``LinkModel`` to drive instead of the TGN that
+    ``config.model`` describes.
+
+    The loop is this class; the seams are modules of their own: the model (``protocol.LinkModel``, TGN's in
+    ``tgn_model``), negatives (``negatives``), serving (``serving``) and checkpoints (``checkpoint``).
     """
 
     def __init__(
@@ -115,49 +101,54 @@ class OnlineTrainer:
         table: EmbeddingTable | None = None,
         sink: EmbeddingSink | None = None,
         dist: DistContext | None = None,
+        link_model: LinkModel | None = None,
     ) -> None:
         self.config = config
         self.dist = dist or init_distributed()
         self.device = local_device(config.device)
         torch.manual_seed(config.seed)
-        mcfg = config.model
-        self.model = TGN(mcfg).to(self.device)
-        self.dist.broadcast_module(self.model)
-        # Fused: one kernel for all parameters instead of a dozen small ops per tensor (3x faster on CPU).
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
+        self.link_model = link_model or TGNLinkModel(config, device=self.device, dist=self.dist)
         self.store = store if store is not None else TemporalGraphStore()
-        self.sampler = TemporalSampler(
-            self.store,
-            SamplerConfig(
-                fanouts=(mcfg.num_neighbors,) * max(mcfg.num_layers, 1),
-                strategy=config.sampling,
-                seed=config.seed,
-                edge_features=mcfg.edge_feature_dim > 0,
-                node_features=mcfg.node_feature_dim > 0,
-            ),
-        )
-        serving = config.serve_every > 0 and self.dist.is_main
-        if table is not None and table.dim != self.model.out_dim:
-            raise ConfigError(
-                f"the table holds {table.dim}-d rows but the model embeds {self.model.out_dim}-d"
-            )
-        self.table = (table or EmbeddingTable(self.model.out_dim)) if serving else None
-        self.sink = sink
+        out_dim = self.link_model.out_dim
+        serving = config.serve_every > 0 and self.dist.is_main and out_dim is not None
+        if table is not None and table.dim != out_dim:
+            raise ConfigError(f"the table holds {table.dim}-d rows but the model embeds {out_dim}-d")
+        self.serving = Serving(
+            (table or EmbeddingTable(out_dim)) if serving else None, sink,
+            serve_every=config.serve_every, publish_every=config.publish_every,
+        )  # fmt: skip
         self.metrics = RunningMetrics(config.window_events)
-        self.latency = LatencyTracker()
         self.steps = 0
         self.position = 0  # events consumed from the source
         self._replayed = 0  # events a replayed source must skip (set by ``resume``)
         self.learned = 0
         self.dead_letter_count = 0
-        self.negatives: NegativeSampler | None = None
-        self._rebuild_negatives()
-        self._touched: list[np.ndarray] = []
-        self._waiting: list[tuple[float, int]] = []
-        self._refreshes = 0
-        self._check_feature_widths()
+        self.negatives = StreamNegatives(config.seed)
+        self.negatives.rebuild(self.store)
+        self.link_model.attach(self.store)
         if self.table is not None and self.store.num_nodes:
             self.refresh(np.arange(self.store.num_nodes))  # history nodes are servable before any step
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The torch module of the model (``TGN`` by default), if it has one."""
+        return getattr(self.link_model, "model", None)
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        return getattr(self.link_model, "optimizer", None)
+
+    @property
+    def table(self) -> EmbeddingTable | None:
+        return self.serving.table
+
+    @property
+    def sink(self) -> EmbeddingSink | None:
+        return self.serving.sink
+
+    @property
+    def latency(self) -> LatencyTracker:
+        return self.serving.latency
 
     # ------------------------------------------------------------------ per batch
     def step(
@@ -180,41 +171,25 @@ class OnlineTrainer:
         """
         started = time.perf_counter()
         arrival = started if arrival is None else arrival
-        cfg, store, d = self.config, self.store, self.dist
+        cfg, store, d, lm = self.config, self.store, self.dist, self.link_model
         rows = self._fresh_rows(batch) if ingest else self._edge_rows(batch)
         m = len(rows)
         t = batch.t[rows].copy()
         feat = self._edge_features(batch, rows)
         pre_src, pre_dst = self._known(batch.src[rows]), self._known(batch.dst[rows])
-        blank = store.num_nodes  # a row no node owns yet: zero memory, no pending messages
-        scoring = score and m > 0 and (negatives is not None or self.negatives is not None)
-        training = train and m > 0 and self.negatives is not None
+        scoring = score and m > 0 and (negatives is not None or self.negatives.ready)
+        training = train and m > 0 and self.negatives.ready and lm.trainable
         lo, hi = d.bounds(m)
         t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
-        if scoring:
-            if negatives is not None:
-                neg_ids = self._known(np.asarray(negatives)[rows].reshape(-1)).reshape(m, -1)
-                neg_ok = np.ones(neg_ids.shape, bool) if negatives_valid is None else negatives_valid[rows]
-                rank = neg_ids.shape[1] > 0 and cfg.eval_negatives > 0
-            else:
-                if cfg.eval_strategy == "inductive":
-                    raise ConfigError(
-                        "eval_strategy='inductive' needs fixed negatives (fit_offline draws them against the "
-                        "training split): online, every destination already seen is history"
-                    )
-                neg_ids = self.negatives.sample(
-                    pre_src, pre_dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy,
-                    groups=t, key=2 * self.steps,
-                )  # fmt: skip
-                neg_ok, rank = neg_ids >= 0, cfg.eval_negatives > 0
-            eval_inp, eval_rows = self._eval_input(pre_src, pre_dst, t, t_query, neg_ids, rank, lo, hi, blank)
+        # store.num_nodes: a row no node owns yet (zero memory, no pending messages)
+        view = StepInput(pre_src, pre_dst, t, t_query, store.num_nodes, lo, hi, self.steps)
+        candidates = self._candidates(view, rows, negatives, negatives_valid) if scoring else None
+        train_neg = None
         if training:
-            train_neg = self.negatives.sample(
-                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, key=2 * self.steps + 1
+            train_neg = self.negatives.draw(
+                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN
             )[:, 0]
-            s = slice(lo, hi)
-            roots = np.concatenate([pre_src[s], pre_dst[s], train_neg[s]])
-            train_inp, train_rows = self._input(roots, blank, np.tile(t_query[s], 3), _TRAIN)
+        prepared = lm.prepare(view, candidates, train_neg) if scoring or training else None
 
         letters: list[DeadLetter] = []
         if ingest:
@@ -224,30 +199,61 @@ class OnlineTrainer:
 
         pos = neg = rr = np.zeros(0)
         if scoring:
-            pos, neg, rr = (
-                x[keep] for x in self._score(eval_inp, eval_rows, rank, neg_ok[lo:hi], hi - lo, m)
-            )
-        loss = self._train(train_inp, train_rows, train_neg, keep, lo, hi) if training else math.nan
+            pos, neg, rr = (x[keep] for x in self._score(prepared, candidates, lo, hi, m))
+        loss = lm.train(prepared, keep) if training else math.nan
 
         kept = rows[keep]
         post_src, post_dst = store.node_index(batch.src[kept]), store.node_index(batch.dst[kept])
-        with torch.no_grad():
-            self.model.observe(
-                torch.from_numpy(post_src).to(self.device),
-                torch.from_numpy(post_dst).to(self.device),
-                torch.from_numpy(t[keep]).to(self.device),
-                None if feat is None else torch.from_numpy(feat[keep]).to(self.device),
-            )
-        self._observe_negatives(post_src, post_dst)
+        lm.observe(post_src, post_dst, t[keep], None if feat is None else feat[keep])
+        self.negatives.observe(post_src, post_dst)
         self.learned += len(kept)
         self.steps += 1
-        self._serve(np.concatenate([post_src, post_dst, self._touched_otherwise(batch)]), arrival, len(batch))
+        touched = np.concatenate([post_src, post_dst, self._touched_otherwise(batch)])
+        self.serving.after_step(store, self._embed, touched, arrival, len(batch), self.steps)
         scored = kept if scoring else kept[:0]
         if scoring or training:
             self.metrics.add(pos, neg, rr, batch.t[scored], loss, time.perf_counter() - started)
         return StepResult(
             len(batch), len(kept), batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters
         )
+
+    def _candidates(
+        self, view: StepInput, rows: np.ndarray, negatives: np.ndarray | None, valid: np.ndarray | None
+    ) -> Candidates:
+        """The batch's evaluation negatives: the given external ids, or drawn from the stream so far."""
+        cfg = self.config
+        m = len(rows)
+        if negatives is not None:
+            neg_ids = self._known(np.asarray(negatives)[rows].reshape(-1)).reshape(m, -1)
+            neg_ok = np.ones(neg_ids.shape, bool) if valid is None else valid[rows]
+            return Candidates(neg_ids, neg_ok, neg_ids.shape[1] > 0 and cfg.eval_negatives > 0)
+        if cfg.eval_strategy == "inductive":
+            raise ConfigError(
+                "eval_strategy='inductive' needs fixed negatives (fit_offline draws them against the "
+                "training split): online, every destination already seen is history"
+            )
+        neg_ids = self.negatives.draw(
+            view.src, view.dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy,
+            groups=view.t, step=self.steps, purpose=EVAL,
+        )  # fmt: skip
+        return Candidates(neg_ids, neg_ids >= 0, cfg.eval_negatives > 0)
+
+    def _score(
+        self, prepared, candidates: Candidates, lo: int, hi: int, m: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(pos, neg, rr)`` of all ``m`` rows from the model's logits of this rank's slice: the metric
+        definitions are the loop's, the same for every model."""
+        n = hi - lo
+        local = np.full((n, 3), math.nan)
+        if n:
+            ap, ranked = self.link_model.score(prepared)
+            ok = candidates.valid[lo:hi]
+            local[:, 0] = ap[:, 0]
+            local[:, 1] = np.where(ok[:, 0], ap[:, 1], np.nan)
+            if ranked is not None:
+                local[:, 2] = reciprocal_ranks(ranked[:, 0], ranked[:, 1:], ok)
+        full = self.dist.gather_rows(local, m, self.device)
+        return full[:, 0], full[:, 1], full[:, 2]
 
     def _touched_otherwise(self, batch: EventBatch) -> np.ndarray:
         """Known nodes of the batch's node updates and edge deletions: their embeddings change too."""
@@ -289,168 +295,20 @@ class OnlineTrainer:
             )
         return batch.features[rows]
 
-    def _check_feature_widths(self) -> None:
-        mcfg, store = self.config.model, self.store
-        for label, want, have in (
-            ("edge", mcfg.edge_feature_dim, store.edge_feature_dim),
-            ("node", mcfg.node_feature_dim, store.node_feature_dim),
-        ):
-            if have is not None and want != have:
-                raise ConfigError(
-                    f"the store holds {have} {label} features per row but the model expects {want}: "
-                    f"set TGNConfig.{label}_feature_dim={have}"
-                )
-
     def _known(self, ext: np.ndarray) -> np.ndarray:
         """Internal ids, -1 where unknown (an empty store knows nothing, whatever the id type)."""
         if not self.store.num_nodes:
             return np.full(len(ext), -1, np.int64)
         return self.store.node_index(ext, strict=False)
 
-    def _input(
-        self, roots: np.ndarray, blank: int, times: np.ndarray, purpose: int
-    ) -> tuple[EmbeddingInput, torch.Tensor]:
-        """Neighborhoods of the distinct queries among ``roots`` (internal ids, -1: unknown, reads row
-        ``blank``) at ``times``, and each root's row among them: a repeated query is embedded once."""
-        mcfg = self.config.model
-        roots, times, rows = _distinct(roots, np.asarray(times, np.float64))
-        mem = torch.from_numpy(np.where(roots < 0, blank, roots))
-        rows = torch.from_numpy(rows).to(self.device)
-        if mcfg.num_layers == 0:
-            return EmbeddingInput(mem, torch.from_numpy(times)).to(self.device), rows
-        sub = self.sampler.sample(roots, times, key=3 * self.steps + purpose)
-        node_feat = None
-        if mcfg.node_feature_dim:
-            node_feat = np.zeros((len(roots), mcfg.node_feature_dim), np.float32)
-            if sub.root_node_features is not None:
-                node_feat[roots >= 0] = sub.root_node_features[roots >= 0]
-        inp = EmbeddingInput.from_subgraph(sub, mcfg.num_neighbors, node_feat, mcfg.num_layers)
-        if mcfg.edge_feature_dim or mcfg.node_feature_dim:
-            # A store without features yet (no node update so far, history without edge features) reads zeros.
-            hops = [
-                replace(
-                    hop,
-                    edge_feat=_or_zeros(hop.edge_feat, hop.mask.shape, mcfg.edge_feature_dim),
-                    node_feat=_or_zeros(hop.node_feat, hop.mask.shape, mcfg.node_feature_dim),
-                )
-                for hop in inp.hops
-            ]
-            inp = replace(inp, hops=hops)
-        return replace(inp, nodes=mem).to(self.device), rows
-
-    def _eval_input(self, pre_src, pre_dst, t, t_query, neg_ids, rank, lo, hi, blank):
-        """Roots ``[src, dst, AP negative]`` at their query times, then (if ``rank``) every MRR candidate
-        ``[dst, negatives]`` at the batch's first time, so that ranking costs one embedding per distinct
-        candidate, not one per pair."""
-        s = slice(lo, hi)
-        roots = [pre_src[s], pre_dst[s], neg_ids[s, 0]]
-        times = [t_query[s]] * 3
-        if rank:
-            roots.append(np.column_stack([pre_dst[s], neg_ids[s]]).reshape(-1))
-            times.append(np.full(len(roots[-1]), t.min()))
-        return self._input(np.concatenate(roots), blank, np.concatenate(times), _EVAL)
-
-    @torch.no_grad()
-    def _score(self, inp, rows, rank, neg_ok, n, m) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(pos, neg, rr)`` of all ``m`` rows; this rank embeds its ``n``-row slice (roots as
-        ``_eval_input`` lays them out, ``rows`` their embedding rows)."""
-        local = np.full((n, 3), math.nan)
-        if n:
-            self.model.eval()
-            z = self.model(inp)
-            predict = self.model.predictor
-            z_src = z[rows[:n]]
-            ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T).double().cpu().numpy()
-            local[:, 0] = ap[:, 0]
-            local[:, 1] = np.where(neg_ok[:, 0], ap[:, 1], np.nan)
-            if rank:
-                scores = predict.candidates(z_src, z, rows[3 * n :].view(n, -1)).double().cpu().numpy()
-                local[:, 2] = reciprocal_ranks(scores[:, 0], scores[:, 1:], neg_ok)
-        full = self.dist.gather_rows(local, m, self.device)
-        return full[:, 0], full[:, 1], full[:, 2]
-
-    def _train(self, inp, rows, train_neg, keep, lo, hi) -> float:
-        """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the
-        single-process full-batch gradient of ``mean BCE(pos) + mean BCE(neg)``."""
-        n = hi - lo
-        model, d = self.model, self.dist
-        has_neg = keep & (train_neg >= 0)
-        n_pos, n_neg = int(keep.sum()), int(has_neg.sum())
-        if not n_pos:
-            return math.nan
-        model.train()
-        self.optimizer.zero_grad()
-        local = 0.0
-        if n:
-            z = model(inp)
-            logits = model.predictor.candidates(z[rows[:n]], z, rows[n:].view(2, n).T)
-            pos, neg = logits.unbind(1)
-            w_pos = torch.from_numpy(keep[lo:hi].astype(np.float32)).to(self.device)
-            loss = (
-                F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), w_pos, reduction="sum") / n_pos
-            )
-            if n_neg:
-                w_neg = torch.from_numpy(has_neg[lo:hi].astype(np.float32)).to(self.device)
-                loss = (
-                    loss
-                    + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), w_neg, reduction="sum")
-                    / n_neg
-                )
-            (loss * d.world_size).backward()
-            local = loss.item()
-        d.average_gradients(list(model.parameters()))
-        self.optimizer.step()
-        return d.all_sum([local], self.device)[0]
-
-    def _observe_negatives(self, post_src: np.ndarray, post_dst: np.ndarray) -> None:
-        if not len(post_dst):
-            return
-        if self.negatives is None:
-            self.negatives = NegativeSampler(post_dst, seed=self.config.seed)
-        else:
-            self.negatives.pool = np.union1d(self.negatives.pool, post_dst)
-        self.negatives.observe(post_src, post_dst)
-
-    def _rebuild_negatives(self) -> None:
-        """History and pool of the negative sampler are exactly the store's edges: rebuild them from it."""
-        self.negatives = None
-        edges = self.store.edges()
-        self._observe_negatives(edges.src, edges.dst)
-
     # ------------------------------------------------------------------ serving
-    def _serve(self, touched: np.ndarray, arrival: float, events: int) -> None:
-        if self.table is None:
-            self.latency.record(arrival, time.perf_counter(), events)
-            return
-        self._touched.append(touched)
-        self._waiting.append((arrival, events))
-        if self.steps % self.config.serve_every == 0:
-            self.refresh()
+    def _embed(self, nodes: np.ndarray, t: float) -> np.ndarray:
+        return self.link_model.embed(nodes, t, self.store.num_nodes, self.steps)
 
-    @torch.no_grad()
     def refresh(self, nodes: np.ndarray | None = None) -> None:
         """Recompute the table rows of ``nodes`` (internal ids; default: those touched since the last
         refresh) as of just after the newest event, pending memory messages applied."""
-        if self.table is None:
-            return
-        if nodes is None:
-            nodes = np.unique(np.concatenate(self._touched)) if self._touched else np.zeros(0, np.int64)
-        self._touched = []
-        if len(nodes) and math.isfinite(self.store.watermark):
-            t_q = float(np.nextafter(self.store.watermark, math.inf))
-            self.model.eval()
-            for lo in range(0, len(nodes), 4096):
-                part = nodes[lo : lo + 4096]
-                inp, rows = self._input(part, self.store.num_nodes, np.full(len(part), t_q), _SERVE)
-                z = self.model(inp)[rows]
-                self.table.update(self.store.external_ids(part), z.float().cpu().numpy(), t_q)
-        now = time.perf_counter()
-        for arrival, events in self._waiting:
-            self.latency.record(arrival, now, events)
-        self._waiting = []
-        self._refreshes += 1
-        if self.sink is not None and self._refreshes % self.config.publish_every == 0:
-            self.table.publish(self.sink)
+        self.serving.refresh(self.store, self._embed, nodes)
 
     # ------------------------------------------------------------------ the stream
     def fit(
@@ -480,10 +338,9 @@ class OnlineTrainer:
         saved: Path | None = None
         if max_events is not None:
             total = min(total or math.inf, self.position + max_events)
-        bar = tqdm(
-            total=total, initial=self.position, unit="ev", dynamic_ncols=True,
-            disable=not (progress and self.dist.is_main),
-        )  # fmt: skip
+        bar = progress_bar(
+            total=total, initial=self.position, unit="ev", disable=not (progress and self.dist.is_main)
+        )
         cut_short = False  # stopped inside a source batch: its offsets would claim unprocessed events
         batches = iter(source)  # (a file source starts its pass's dead-letter list here)
         letters_seen = _source_dead_letters(source)
@@ -523,12 +380,7 @@ class OnlineTrainer:
                 self.dead_letter_count += _source_dead_letters(source) - letters_seen
         if cfg.checkpoint_every and self.steps > last_ckpt and not (positions is not None and cut_short):
             saved = self.save_checkpoint(None if positions is None else positions())
-        if self._touched or self._waiting:
-            self.refresh()
-        if self.sink is not None and self.table is not None:
-            self.table.publish(self.sink)
-            if callable(getattr(self.sink, "flush", None)):
-                self.sink.flush()
+        self.serving.finish(self.store, self._embed)
         self.metrics.close()
         seconds = time.perf_counter() - start
         events = self.position - start_events
@@ -542,14 +394,12 @@ class OnlineTrainer:
         """Start a new pass over a replayed stream: fresh store (default: empty), blank memory and negative
         history; learned parameters and optimizer state stay (e.g. between offline epochs)."""
         self.store = store if store is not None else TemporalGraphStore()
-        self.sampler.store = self.store
-        self.model.reset_state()
-        self._rebuild_negatives()
-        self._check_feature_widths()
+        self.link_model.attach(self.store)
+        self.link_model.reset_state()
+        self.negatives.rebuild(self.store)
         self.position = 0
-        self._touched, self._waiting = [], []  # node ids of the old store
-        if self.table is not None:  # the old pass's rows would be served as current; the next refresh
-            self.table.clear()  # (each step's, or resume's once the state is loaded) serves the new ones
+        # The next refresh (each step's, or resume's once the state is loaded) serves the new pass's rows.
+        self.serving.reset()
 
     def _due(self, last: int) -> bool:
         every = self.config.checkpoint_every
@@ -572,27 +422,20 @@ class OnlineTrainer:
         return path
 
     def _state(self) -> dict:
-        state = {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+        return {
+            **self.link_model.state_dict(),
             "metrics": self.metrics.state_dict(),
-            "torch_rng": torch.get_rng_state(),
+            **checkpoint.torch_rngs(),
         }
-        if torch.cuda.is_available():
-            state["cuda_rng"] = torch.cuda.get_rng_state_all()
-        return state
 
     def _manifest(self) -> dict:
-        py = random.getstate()
-        np_state = np.random.get_state(legacy=True)
         return {
             "config": self.config.as_dict(),
             "steps": self.steps,
             "position": self.position,
             "learned": self.learned,
             "dead_letters": self.dead_letter_count,
-            "python_rng": [py[0], list(py[1]), py[2]],
-            "numpy_rng": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+            **checkpoint.host_rngs(),
             "store_hash": self.store.content_hash(),
         }
 
@@ -605,31 +448,27 @@ class OnlineTrainer:
         table: EmbeddingTable | None = None,
         sink: EmbeddingSink | None = None,
         dist: DistContext | None = None,
+        link_model: LinkModel | None = None,
     ) -> OnlineTrainer:
         """A trainer in exactly the state of the newest checkpoint under ``checkpoint_dir``.
 
         ``config`` defaults to the saved one; pass one to change e.g. the device or checkpoint cadence
-        (the model shape must match the saved parameters).
+        (the model shape must match the saved parameters). ``link_model``: the same kind of model the
+        checkpoint was written by, if not the default TGN.
         """
         ckpt = checkpoint.load(Path(checkpoint_dir))
         man = ckpt.manifest
         # Saved config: checkpoints go on where they were loaded from, even if the folder moved.
         cfg = config or replace(TrainConfig.from_dict(man["config"]), checkpoint_dir=str(checkpoint_dir))
-        trainer = cls(cfg, table=table, sink=sink, dist=dist)  # empty store: no refresh by an untrained model
+        # An empty store first: no refresh by an untrained model.
+        trainer = cls(cfg, table=table, sink=sink, dist=dist, link_model=link_model)
         trainer.reset_stream(ckpt.store)
-        trainer.model.load_state_dict(ckpt.state["model"])
-        trainer.optimizer.load_state_dict(ckpt.state["optimizer"])
+        trainer.link_model.load_state_dict(ckpt.state)
         trainer.metrics.load_state_dict(ckpt.state["metrics"])
-        torch.set_rng_state(ckpt.state["torch_rng"])
-        if "cuda_rng" in ckpt.state and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(ckpt.state["cuda_rng"])
         trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
         trainer._replayed = trainer.position
         trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])
-        py = man["python_rng"]
-        random.setstate((py[0], tuple(py[1]), py[2]))
-        nps = man["numpy_rng"]
-        np.random.set_state((nps[0], np.asarray(nps[1], np.uint32), *nps[2:]))
+        checkpoint.restore_rngs(ckpt.state, man)
         if trainer.table is not None:
             trainer.refresh(np.arange(trainer.store.num_nodes))
         return trainer

@@ -1,0 +1,71 @@
+"""The trainer's negatives: destinations drawn from what the stream has shown so far.
+
+A ``NegativeSampler`` whose pool and history are exactly the store's edge additions, kept in step with the
+store (``observe`` after each batch, ``rebuild`` when the store is replaced), so that a draw for a batch
+never depends on the batch itself. Draws are keyed by ``(step, purpose)``: a resumed run, or another rank,
+draws the same negatives for the same batch.
+
+>>> import numpy as np
+>>> from streamgnn.store import TemporalGraphStore
+>>> negatives = StreamNegatives(seed=0)
+>>> negatives.rebuild(TemporalGraphStore())
+>>> negatives.ready  # nothing seen yet: no destination to draw
+False
+>>> negatives.observe(np.array([0, 1]), np.array([2, 3]))
+>>> negatives.draw(np.array([0]), np.array([2]), num=1, strategy="random", step=0, purpose=TRAIN).tolist()
+[[3]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..sampling import NegativeSampler
+from ..store import TemporalGraphStore
+
+EVAL, TRAIN = 0, 1  # key offsets: every draw is named by (step, purpose)
+
+
+class StreamNegatives:
+    """Pool and history of negative destinations, equal to the destinations and pairs seen so far."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.sampler: NegativeSampler | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Whether any destination has been seen (there is something to draw)."""
+        return self.sampler is not None
+
+    def observe(self, src: np.ndarray, dst: np.ndarray) -> None:
+        """Add a batch's applied edges (internal ids): their pairs join the history, destinations the pool."""
+        if not len(dst):
+            return
+        if self.sampler is None:
+            self.sampler = NegativeSampler(dst, seed=self.seed)
+        else:
+            self.sampler.pool = np.union1d(self.sampler.pool, dst)
+        self.sampler.observe(src, dst)
+
+    def rebuild(self, store: TemporalGraphStore) -> None:
+        """Start over from exactly the store's edges (a new pass, a restored checkpoint)."""
+        self.sampler = None
+        edges = store.edges()
+        self.observe(edges.src, edges.dst)
+
+    def draw(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        *,
+        num: int,
+        strategy: str,
+        step: int,
+        purpose: int,
+        groups: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """``int64[n, num]`` negatives of ``(src, dst)`` (``NegativeSampler.sample``); needs ``ready``."""
+        return self.sampler.sample(
+            src, dst, num=num, strategy=strategy, groups=groups, key=2 * step + purpose
+        )

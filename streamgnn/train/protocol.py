@@ -1,0 +1,92 @@
+"""What the online loop asks of a link-prediction model: the contract between ``OnlineTrainer`` and a model.
+
+The loop owns the stream: which rows are positives, the store, the negatives, metrics, serving and
+checkpoints. A model owns how it scores, learns and remembers. Per global batch the loop calls, in order:
+
+1. ``prepare(batch, candidates, train_neg)`` *before the store holds the batch* (gather neighborhoods now:
+   nothing of the batch may leak into its own scores);
+2. ``score(prepared)`` -> logits of this rank's rows (the loop turns them into AP/AUC/MRR for every model
+   alike), then ``train(prepared, keep)`` when the model is ``trainable``;
+3. ``observe(src, dst, t, feat)`` with the applied edges: only now may the batch reach the model's state.
+
+So a second model family, or a baseline such as ``EdgeBank``, plugs in without touching the loop. Ids are
+the store's internal node ids; ``-1`` marks a node the store does not know yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ..store import TemporalGraphStore
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """One global batch's ``m`` positives as the loop hands them to a model, before the store holds them."""
+
+    src: np.ndarray  # int64 [m] internal ids, -1: not in the store yet
+    dst: np.ndarray  # int64 [m]
+    t: np.ndarray  # float64 [m] event times
+    t_query: np.ndarray  # float64 [m] when each positive is embedded (config.query_time)
+    blank: int  # a state row no node owns yet (zero memory): where unknown nodes read
+    lo: int  # this rank's rows are [lo, hi)
+    hi: int
+    step: int  # global batches before this one: keys every random draw
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """Evaluation negatives of the ``m`` positives: column 0 is the AP/AUC negative; all of them rank."""
+
+    neg: np.ndarray  # int64 [m, q] internal ids, -1: unknown node
+    valid: np.ndarray  # bool [m, q] real entries
+    rank: bool  # score every column for MRR (else column 0 only)
+
+
+@runtime_checkable
+class LinkModel(Protocol):
+    """A link-prediction model the online loop drives (see the module docstring for the call order)."""
+
+    trainable: bool  # whether ``train`` learns anything (the loop draws training negatives only then)
+    out_dim: int | None  # width of served embeddings; None: the model embeds nothing (no table)
+
+    def attach(self, store: TemporalGraphStore) -> None:
+        """Read neighborhoods and features from ``store`` from now on (a new pass, a restored store)."""
+
+    def prepare(self, batch: StepInput, candidates: Candidates | None, train_neg: np.ndarray | None) -> Any:
+        """Everything ``score`` and ``train`` need that must be read before the batch is ingested.
+
+        ``train_neg``: one negative per positive (int64 [m], -1: none), given when the loop trains.
+        """
+
+    def score(self, prepared: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        """Logits of this rank's ``n = hi - lo`` rows: ``[n, 2]`` (positive, column-0 negative) at the query
+        times, and ``[n, 1 + q]`` (positive, every candidate) when ``candidates.rank``, else None."""
+
+    def train(self, prepared: Any, keep: np.ndarray) -> float:
+        """One update on the rows where ``keep`` (bool [m]: the store applied them); the global mean loss."""
+
+    def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
+        """Take in a scored batch's applied edges (internal ids after ingest)."""
+
+    def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
+        """Embeddings ``float32 [n, out_dim]`` of ``nodes`` at time ``t`` (serving)."""
+
+    def reset_state(self) -> None:
+        """Forget the stream (memory, seen pairs); learned parameters stay."""
+
+    def stream_state(self) -> Any:
+        """A copy of what the model remembers of the stream, for ``load_stream_state`` (offline evaluation
+        scores new-node edges from the state before a part)."""
+
+    def load_stream_state(self, state: Any) -> None:
+        """Go back to a ``stream_state``."""
+
+    def state_dict(self) -> dict:
+        """Everything a checkpoint must hold to continue bit for bit (plain tensors and lists)."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Inverse of ``state_dict``."""

@@ -1,0 +1,249 @@
+"""TGN as a ``LinkModel``: neighborhoods from the store's sampler, the ``nn.TGN`` module, Adam, data parallel.
+
+Per batch it embeds each distinct query once: roots ``[src, dst, AP negative]`` at their query times, then
+(for MRR) every candidate ``[dst, negatives]`` at the batch's first time, so ranking costs one embedding per
+distinct candidate, not one per pair. Training embeds ``[src, dst, negative]`` at the query times, and each
+rank of a data-parallel job embeds its own slice of the batch (``DistContext``).
+
+>>> import numpy as np
+>>> from streamgnn.nn import TGNConfig
+>>> from streamgnn.store import TemporalGraphStore
+>>> from streamgnn.train import TrainConfig
+>>> from streamgnn.train.protocol import StepInput
+>>> model = TGNLinkModel(TrainConfig(model=TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8)))
+>>> model.attach(TemporalGraphStore())
+>>> batch = StepInput(np.array([-1]), np.array([-1]), np.zeros(1), np.zeros(1), 0, 0, 1, 0)
+>>> prepared = model.prepare(batch, None, np.array([-1]))
+>>> math.isfinite(model.train(prepared, np.array([True])))
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import ConfigError
+from ..nn import TGN, EmbeddingInput
+from ..sampling import SamplerConfig, TemporalSampler
+from ..store import TemporalGraphStore
+from .config import TrainConfig
+from .distributed import DistContext
+from .protocol import Candidates, StepInput
+
+_EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets: every draw is named by (step, purpose)
+
+
+def _distinct(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct ``(node, time)`` pairs (sorted) and the index of each input pair among them."""
+    order = np.lexsort((times, nodes))
+    nodes, times = nodes[order], times[order]
+    first = np.ones(len(order), bool)
+    first[1:] = (nodes[1:] != nodes[:-1]) | (times[1:] != times[:-1])
+    rows = np.empty(len(order), np.int64)
+    rows[order] = np.cumsum(first) - 1
+    return nodes[first], times[first], rows
+
+
+def _or_zeros(feat: torch.Tensor | None, shape: torch.Size, dim: int) -> torch.Tensor | None:
+    """``feat``, or zeros ``[*shape, dim]`` where the model wants features and none were sampled."""
+    return feat if feat is not None or not dim else torch.zeros(*shape, dim)
+
+
+@dataclass
+class _Prepared:
+    """What ``prepare`` read before the batch was ingested: embedding inputs and each root's row."""
+
+    batch: StepInput
+    candidates: Candidates | None
+    train_neg: np.ndarray | None
+    eval_input: tuple[EmbeddingInput, torch.Tensor] | None
+    train_input: tuple[EmbeddingInput, torch.Tensor] | None
+
+
+class TGNLinkModel:
+    """``nn.TGN`` (any variant) with its sampler and optimizer; ``model`` and ``optimizer`` are public."""
+
+    trainable = True
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        device: torch.device | str = "cpu",
+        dist: DistContext | None = None,
+    ) -> None:
+        self.config = config
+        self.device = torch.device(device)
+        self.dist = dist or DistContext()
+        mcfg = config.model
+        self.model = TGN(mcfg).to(self.device)
+        self.dist.broadcast_module(self.model)
+        # Fused: one kernel for all parameters instead of a dozen small ops per tensor (3x faster on CPU).
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
+        self.out_dim = self.model.out_dim
+        self.sampler = TemporalSampler(
+            TemporalGraphStore(),
+            SamplerConfig(
+                fanouts=(mcfg.num_neighbors,) * max(mcfg.num_layers, 1),
+                strategy=config.sampling,
+                seed=config.seed,
+                edge_features=mcfg.edge_feature_dim > 0,
+                node_features=mcfg.node_feature_dim > 0,
+            ),
+        )
+
+    # ------------------------------------------------------------------ the stream
+    def attach(self, store: TemporalGraphStore) -> None:
+        mcfg = self.config.model
+        for label, want, have in (
+            ("edge", mcfg.edge_feature_dim, store.edge_feature_dim),
+            ("node", mcfg.node_feature_dim, store.node_feature_dim),
+        ):
+            if have is not None and want != have:
+                raise ConfigError(
+                    f"the store holds {have} {label} features per row but the model expects {want}: "
+                    f"set TGNConfig.{label}_feature_dim={have}"
+                )
+        self.sampler.store = store
+
+    def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
+        with torch.no_grad():
+            self.model.observe(
+                torch.from_numpy(src).to(self.device),
+                torch.from_numpy(dst).to(self.device),
+                torch.from_numpy(t).to(self.device),
+                None if feat is None else torch.from_numpy(feat).to(self.device),
+            )
+
+    def reset_state(self) -> None:
+        self.model.reset_state()
+
+    def stream_state(self) -> dict[str, torch.Tensor] | None:
+        memory = self.model.memory
+        return None if memory is None else {k: v.clone() for k, v in memory.state_dict().items()}
+
+    def load_stream_state(self, state: dict[str, torch.Tensor] | None) -> None:
+        if state is not None:
+            self.model.memory.load_state_dict(state)
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    # ------------------------------------------------------------------ per batch
+    def prepare(
+        self, batch: StepInput, candidates: Candidates | None, train_neg: np.ndarray | None
+    ) -> _Prepared:
+        s = slice(batch.lo, batch.hi)
+        eval_input = train_input = None
+        if candidates is not None:
+            roots = [batch.src[s], batch.dst[s], candidates.neg[s, 0]]
+            times = [batch.t_query[s]] * 3
+            if candidates.rank:
+                roots.append(np.column_stack([batch.dst[s], candidates.neg[s]]).reshape(-1))
+                times.append(np.full(len(roots[-1]), batch.t.min()))
+            eval_input = self._input(
+                np.concatenate(roots), batch.blank, np.concatenate(times), batch.step, _EVAL
+            )
+        if train_neg is not None:
+            roots = np.concatenate([batch.src[s], batch.dst[s], train_neg[s]])
+            train_input = self._input(roots, batch.blank, np.tile(batch.t_query[s], 3), batch.step, _TRAIN)
+        return _Prepared(batch, candidates, train_neg, eval_input, train_input)
+
+    @torch.no_grad()
+    def score(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray | None]:
+        b = prepared.batch
+        n = b.hi - b.lo
+        if not n:
+            return np.zeros((0, 2)), None
+        inp, rows = prepared.eval_input
+        self.model.eval()
+        z = self.model(inp)
+        predict = self.model.predictor
+        z_src = z[rows[:n]]
+        ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T).double().cpu().numpy()
+        ranked = None
+        if prepared.candidates.rank:
+            ranked = predict.candidates(z_src, z, rows[3 * n :].view(n, -1)).double().cpu().numpy()
+        return ap, ranked
+
+    def train(self, prepared: _Prepared, keep: np.ndarray) -> float:
+        """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the
+        single-process full-batch gradient of ``mean BCE(pos) + mean BCE(neg)``."""
+        b = prepared.batch
+        lo, hi = b.lo, b.hi
+        n = hi - lo
+        model, d = self.model, self.dist
+        has_neg = keep & (prepared.train_neg >= 0)
+        n_pos, n_neg = int(keep.sum()), int(has_neg.sum())
+        if not n_pos:
+            return math.nan
+        model.train()
+        self.optimizer.zero_grad()
+        local = 0.0
+        if n:
+            inp, rows = prepared.train_input
+            z = model(inp)
+            logits = model.predictor.candidates(z[rows[:n]], z, rows[n:].view(2, n).T)
+            pos, neg = logits.unbind(1)
+            w_pos = torch.from_numpy(keep[lo:hi].astype(np.float32)).to(self.device)
+            loss = (
+                F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), w_pos, reduction="sum") / n_pos
+            )
+            if n_neg:
+                w_neg = torch.from_numpy(has_neg[lo:hi].astype(np.float32)).to(self.device)
+                loss = (
+                    loss
+                    + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), w_neg, reduction="sum")
+                    / n_neg
+                )
+            (loss * d.world_size).backward()
+            local = loss.item()
+        d.average_gradients(list(model.parameters()))
+        self.optimizer.step()
+        return d.all_sum([local], self.device)[0]
+
+    @torch.no_grad()
+    def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
+        self.model.eval()
+        inp, rows = self._input(nodes, blank, np.full(len(nodes), t), step, _SERVE)
+        return self.model(inp)[rows].float().cpu().numpy()
+
+    def _input(
+        self, roots: np.ndarray, blank: int, times: np.ndarray, step: int, purpose: int
+    ) -> tuple[EmbeddingInput, torch.Tensor]:
+        """Neighborhoods of the distinct queries among ``roots`` (internal ids, -1: unknown, reads row
+        ``blank``) at ``times``, and each root's row among them: a repeated query is embedded once."""
+        mcfg = self.config.model
+        roots, times, rows = _distinct(roots, np.asarray(times, np.float64))
+        mem = torch.from_numpy(np.where(roots < 0, blank, roots))
+        rows = torch.from_numpy(rows).to(self.device)
+        if mcfg.num_layers == 0:
+            return EmbeddingInput(mem, torch.from_numpy(times)).to(self.device), rows
+        sub = self.sampler.sample(roots, times, key=3 * step + purpose)
+        node_feat = None
+        if mcfg.node_feature_dim:
+            node_feat = np.zeros((len(roots), mcfg.node_feature_dim), np.float32)
+            if sub.root_node_features is not None:
+                node_feat[roots >= 0] = sub.root_node_features[roots >= 0]
+        inp = EmbeddingInput.from_subgraph(sub, mcfg.num_neighbors, node_feat, mcfg.num_layers)
+        if mcfg.edge_feature_dim or mcfg.node_feature_dim:
+            # A store without features yet (no node update so far, history without edge features) reads zeros.
+            hops = [
+                replace(
+                    hop,
+                    edge_feat=_or_zeros(hop.edge_feat, hop.mask.shape, mcfg.edge_feature_dim),
+                    node_feat=_or_zeros(hop.node_feat, hop.mask.shape, mcfg.node_feature_dim),
+                )
+                for hop in inp.hops
+            ]
+            inp = replace(inp, hops=hops)
+        return replace(inp, nodes=mem).to(self.device), rows

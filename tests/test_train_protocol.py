@@ -1,0 +1,109 @@
+"""The trainer's model seam: a model that is not TGN plugs into the unchanged loop (``LinkModel``)."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+import torch
+
+import streamgnn.train.negatives
+import streamgnn.train.serving
+import streamgnn.train.tgn_model
+from streamgnn.events import EventBatch
+from streamgnn.train import LinkModel, OnlineTrainer, StepInput, TrainConfig
+
+torch.set_num_threads(1)
+
+
+class Popularity:
+    """Scores a destination by how often it was a destination before: a real (if weak) link predictor."""
+
+    trainable = False
+    out_dim = None
+
+    def __init__(self) -> None:
+        self.degree = np.zeros(0)
+        self.store = None
+        self.store_sizes: list[int] = []  # edges the store held at each prepare
+
+    def attach(self, store) -> None:
+        self.store = store
+
+    def prepare(self, batch: StepInput, candidates, train_neg):
+        self.store_sizes.append(self.store.num_edges)
+        return batch, candidates
+
+    def _deg(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids)
+        ok = (ids >= 0) & (ids < len(self.degree))
+        return np.where(ok, self.degree[np.where(ok, ids, 0)], 0.0)
+
+    def score(self, prepared):
+        batch, cand = prepared
+        s = slice(batch.lo, batch.hi)
+        ap = np.column_stack([self._deg(batch.dst[s]), self._deg(cand.neg[s, 0])])
+        ranked = np.column_stack([self._deg(batch.dst[s]), self._deg(cand.neg[s])]) if cand.rank else None
+        return ap, ranked
+
+    def train(self, prepared, keep) -> float:
+        raise AssertionError("the loop trains only trainable models")
+
+    def observe(self, src, dst, t, feat) -> None:
+        if len(dst):
+            self.degree = np.pad(self.degree, (0, max(0, int(dst.max()) + 1 - len(self.degree))))
+            np.add.at(self.degree, dst, 1.0)
+
+    def embed(self, nodes, t, blank, step):
+        raise AssertionError("a model without out_dim is never asked to serve")
+
+    def reset_state(self) -> None:
+        self.degree = np.zeros(0)
+
+    def stream_state(self):
+        return self.degree.copy()
+
+    def load_stream_state(self, state) -> None:
+        self.degree = state.copy()
+
+    def state_dict(self) -> dict:
+        return {"degree": torch.from_numpy(self.degree.copy())}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.degree = state["degree"].numpy().copy()
+
+
+def popular_stream(n: int = 600, seed: int = 0) -> EventBatch:
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, 21) ** 2
+    dst = rng.choice(20, n, p=p / p.sum()) + 100
+    return EventBatch.from_columns(
+        src=rng.integers(0, 50, n), dst=dst, t=np.arange(n, dtype=float), eid=np.arange(n)
+    )
+
+
+def test_a_non_tgn_model_runs_in_the_unchanged_loop(tmp_path):
+    events = popular_stream()
+    model = Popularity()
+    assert isinstance(model, LinkModel)
+    cfg = TrainConfig(
+        batch_size=50, eval_negatives=5, window_events=100, checkpoint_dir=str(tmp_path), checkpoint_every=3
+    )
+    trainer = OnlineTrainer(cfg, link_model=model)
+    assert trainer.table is None and trainer.model is None  # nothing to serve, no torch module
+    result = trainer.fit(events.take(slice(0, 400)).split(50), progress=False)
+    # prepared before the store held the batch: 0, 50, 100, ... edges
+    assert model.store_sizes == list(range(50, 400, 50))  # (the first batch has no negatives yet)
+    assert result.metrics.ap > 0.8 and result.metrics.mrr > 0.5  # popularity predicts this stream
+    # the checkpoint carries the model's own state; resuming continues with it
+    resumed = OnlineTrainer.resume(tmp_path, link_model=Popularity())
+    np.testing.assert_array_equal(resumed.link_model.degree, model.degree)
+    assert resumed.steps == trainer.steps == 8
+
+
+@pytest.mark.parametrize(
+    "module", [streamgnn.train.negatives, streamgnn.train.serving, streamgnn.train.tgn_model]
+)
+def test_module_examples_run(module):
+    assert doctest.testmod(module).failed == 0
