@@ -74,8 +74,10 @@ def worker(job: dict) -> dict:
     edge_dim = events.feature_dim or 0 if train else 0
     model = TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10,
                       edge_feature_dim=edge_dim)  # fmt: skip
-    config = TrainConfig(model=model, batch_size=job["batch"], serve_every=0)
-    trainer = ShardedTrainer(config, ShardConfig(PARTITIONS, job["mode"]), dist=init_distributed())
+    config = TrainConfig(
+        model=model, batch_size=job["batch"], serve_every=0, sharding=ShardConfig(PARTITIONS, job["mode"])
+    )
+    trainer = ShardedTrainer(config, dist=init_distributed())
     source = PartitionedReplay(events, trainer.ownership, chunk=5 * job["batch"])
     batcher = GlobalBatcher(source, trainer.ownership, trainer.exchange, job["batch"])
     stamps, steps = [], 0

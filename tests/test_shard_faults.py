@@ -30,8 +30,9 @@ def worker(out: Path, kill: bool) -> None:
     )  # fmt: skip
     model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=4, dropout=0.0)
     config = TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=4, serve_every=0,
-                         checkpoint_dir=str(out / "ckpt"), checkpoint_every=EVERY)  # fmt: skip
-    trainer, offsets = ShardedTrainer.resume(config, ShardConfig(num_partitions=4))
+                         checkpoint_dir=str(out / "ckpt"), checkpoint_every=EVERY,
+                         sharding=ShardConfig(num_partitions=4))  # fmt: skip
+    trainer, offsets = ShardedTrainer.resume(config)
     source = PartitionedReplay(events, trainer.ownership, chunk=15, start_offsets=offsets)
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     if kill and first_attempt and trainer.dist.rank == 1:

@@ -4,6 +4,7 @@ scores, memory rows and (within float tolerance) model. This file is also the wo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from streamgnn.connectors.broker import free_port
+from streamgnn.train.config import ShardConfig
 
 BATCHES, BATCH, PARTITIONS = 16, 60, 8
 
@@ -56,13 +58,13 @@ def memory_rows(trainer) -> dict[str, np.ndarray]:
         o = trainer.owned
         return {"gid": o.gid[: o.size].copy(), "memory": o.memory[: o.size].copy(),
                 "last": o.last_update[: o.size].copy()}  # fmt: skip
-    mem = trainer.model.memory
+    mem = trainer.link_model.model.memory
     n = trainer.store.num_nodes
     return {"gid": np.arange(n), "memory": mem.memory[:n].numpy().copy(), "last": mem.last_update[:n].numpy()}
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
-    from streamgnn.shard import GlobalBatcher, PartitionedReplay, ShardConfig, ShardedTrainer
+    from streamgnn.shard import GlobalBatcher, PartitionedReplay, ShardedTrainer
     from streamgnn.train import OnlineTrainer, init_distributed
 
     torch.set_num_threads(1)
@@ -71,13 +73,15 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         trainer = OnlineTrainer(config)
         steps = [trainer.step(b) for b in events.split(BATCH)]
         roots = np.arange(trainer.store.num_nodes)
-        sub = trainer.sampler.sample(roots, np.full(len(roots), events.t[-1] / 2))
+        sub = trainer.link_model.sampler.sample(roots, np.full(len(roots), events.t[-1] / 2))
         hop = sub.hops[0]
-        torch.save({"steps": steps, "model": trainer.model.state_dict(), "memory": memory_rows(trainer),
+        model = trainer.link_model.model
+        torch.save({"steps": steps, "model": model.state_dict(), "memory": memory_rows(trainer),
                     "sample": (hop.ptr, hop.nbr, hop.t)}, out)  # fmt: skip
         return
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    trainer = ShardedTrainer(config, ShardConfig(num_partitions=PARTITIONS), dist=init_distributed())
+    config = dataclasses.replace(config, sharding=ShardConfig(num_partitions=PARTITIONS))
+    trainer = ShardedTrainer(config, dist=init_distributed())
     local = PartitionedReplay(events, trainer.ownership, chunk=37)
     batcher = GlobalBatcher(local, trainer.ownership, trainer.exchange, BATCH)
     steps, batches = [], []
@@ -87,9 +91,40 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     roots = np.arange(trainer.index.num_nodes)
     (sub,) = trainer.sampler.sample_sets([(roots, np.full(len(roots), events.t[-1] / 2))], key=0)
     hop = sub.hops[0]
+    sizes = stream_bytes(ShardedTrainer(bytes_config(), dist=trainer.dist))
     torch.save({"steps": steps, "model": trainer.model.state_dict(), "memory": memory_rows(trainer),
-                "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "read": len(local.positions()),
-                "bytes": dict(trainer.exchange.sent)}, out)  # fmt: skip
+                "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "sizes": sizes}, out)  # fmt: skip
+
+
+def sparse_stream():
+    """A larger, sparser stream for byte accounting: 30,000 events over 6,000 vertices, power-law degrees."""
+    from streamgnn.events import EventBatch
+
+    rng = np.random.default_rng(8)
+    n = 30_000
+    weights = 1.0 / np.arange(1, 6001) ** 0.8
+    ends = rng.choice(6000, (2, n), p=weights / weights.sum())
+    return EventBatch.from_columns(
+        src=ends[0], dst=ends[1], t=np.arange(n, dtype=np.float64), eid=np.arange(n)
+    )
+
+
+def bytes_config():
+    config = make_config()
+    model = dataclasses.replace(config.model, edge_feature_dim=0)
+    return dataclasses.replace(config, model=model, sharding=ShardConfig(num_partitions=PARTITIONS))
+
+
+def stream_bytes(trainer) -> dict:
+    """Feed ``sparse_stream`` through ``trainer`` (store and memory only, no training): its byte accounts."""
+    from streamgnn.shard import GlobalBatcher, PartitionedReplay
+
+    events, own = sparse_stream(), trainer.ownership
+    batcher = GlobalBatcher(PartitionedReplay(events, own), own, trainer.exchange, 3000)
+    while (batch := batcher.next_batch()) is not None:
+        trainer.step(batch, train=False, score=False)
+    return {"parts": trainer.nbytes(), "store": trainer.store.nbytes(), "edges": trainer.store.num_edges,
+            "nodes": trainer.store.num_nodes, "rows": trainer.owned.size}  # fmt: skip
 
 
 def launch(world: int, tmp: Path, tries: int = 3) -> list[dict]:
@@ -160,6 +195,33 @@ def test_w_ranks_compute_what_one_process_computes(world, reference, tmp_path):
     for r in ranks:
         for a, b in zip(reference["sample"], r["sample"], strict=True):
             np.testing.assert_array_equal(b, a)
+    check_bytes(ranks, world)
+
+
+def check_bytes(ranks: list[dict], world: int) -> None:
+    """Each rank holds its share plus the halo, by the parts' own accounting, against one rank's bytes."""
+    from streamgnn.shard import Ownership, ShardedTrainer
+
+    whole = stream_bytes(
+        ShardedTrainer(bytes_config())
+    )  # one process holding everything, in the same accounting
+    events = sparse_stream()
+    own = Ownership(PARTITIONS, world)
+    src, dst = own.rank_of(own.partition_of(events.src)), own.rank_of(own.partition_of(events.dst))
+    vertices = np.unique(np.r_[events.src, events.dst])
+    for r, got in enumerate(r["sizes"] for r in ranks):
+        held = (src == r) | (dst == r)  # an edge between two owners is kept by both (the cut: the halo)
+        owned = int((own.rank_of(own.partition_of(vertices)) == r).sum())
+        assert got["edges"] == int(held.sum()) < len(events)
+        assert (
+            got["rows"] == owned < got["nodes"] == len(np.unique(np.r_[events.src[held], events.dst[held]]))
+        )
+        share, row_share = held.mean(), owned / len(vertices)
+        for part in ("adjacency_pool", "edge_times"):  # per held edge, allocation slack included
+            assert abs(got["store"][part] / whole["store"][part] - share) < 0.1, (part, share)
+        assert abs(got["parts"]["memory"] / whole["parts"]["memory"] - row_share) < 0.1  # owned rows only
+        assert got["parts"]["index"] == whole["parts"]["index"]  # the one replicated part
+        assert got["parts"]["total"] < whole["parts"]["total"]
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Sharded store and partition-parallel training: each rank owns graph partitions (their adjacency, TGN
 memory rows and negative history) and reads only its own Kafka partitions; W ranks learn what one does."""
 
+from ..train.config import ShardConfig
 from .batches import GlobalBatcher
 from .comm import Exchange
-from .config import ShardConfig
 from .memory import OwnedMemory
 from .ownership import GlobalIndex, Ownership
+from .run import run_sharded
 from .source import KafkaPartitions, LocalSource, PartitionedReplay
 from .trainer import ShardedTrainer
 
@@ -20,4 +21,5 @@ __all__ = [
     "PartitionedReplay",
     "ShardConfig",
     "ShardedTrainer",
+    "run_sharded",
 ]

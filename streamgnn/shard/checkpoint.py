@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError
-from ..sampling import NegativeSampler
 from ..train import checkpoint as trainer_checkpoint
 
 KEEP = 2  # the newest two: a rank one checkpoint ahead of a killed one still holds the common cut
@@ -42,7 +41,7 @@ def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
         **_tensors("owned", trainer.owned.state()),
         **_tensors("batcher", trainer.batcher_state()),
         "pool": torch.from_numpy(
-            trainer.negatives.pool if trainer.negatives is not None else np.zeros(0, np.int64)
+            trainer.negatives.sampler.pool if trainer.negatives.ready else np.zeros(0, np.int64)
         ),
     }
     if trainer.halo is not None:
@@ -103,13 +102,12 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
         trainer.halo.restore(_arrays("halo", state))
     trainer.restore_batcher(_arrays("batcher", state))
     pool = state["pool"].numpy()
-    trainer.negatives = None
-    if len(pool):
-        trainer.negatives = NegativeSampler(pool, seed=trainer.config.seed)
-        edges = trainer.store.edges()  # the history of owned sources: exactly the shard's edges from them
-        src, dst = trainer.store.external_ids(edges.src), trainer.store.external_ids(edges.dst)
-        mine = trainer.index.owned(src)
-        trainer.negatives.observe(src[mine].astype(np.int64), dst[mine].astype(np.int64))
+    trainer.negatives.sampler = None
+    if len(pool):  # the pool as saved; the history of owned sources: exactly the shard's edges from them
+        edges = trainer.store.edges()
+        src, dst = (trainer.store.external_ids(x).astype(np.int64) for x in (edges.src, edges.dst))
+        trainer.negatives.observe(np.zeros(len(pool), np.int64), pool, history=np.zeros(len(pool), bool))
+        trainer.negatives.observe(src, dst, history=trainer.index.owned(src))
     trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
     trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])
     py = man["python_rng"]

@@ -33,17 +33,17 @@ from tqdm import tqdm
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
 from ..nn import TGN
-from ..sampling import NegativeSampler, SamplerConfig
+from ..sampling import SamplerConfig
 from ..store import StoreConfig, TemporalGraphStore
-from ..train.config import TrainConfig
+from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
 from ..train.metrics import RunningMetrics, reciprocal_ranks
+from ..train.negatives import EVAL, TRAIN, StreamNegatives
 from ..train.trainer import OnlineResult, StepResult
 from . import checkpoint
 from .batches import GlobalBatcher
 from .comm import Exchange
 from .compute import Embedder, Queries
-from .config import ShardConfig
 from .memory import HaloCache, OwnedMemory, lend_state
 from .ownership import GlobalIndex, Ownership
 from .sampling import LocalSampler, RoutedSampler
@@ -55,10 +55,8 @@ ADD, UPDATE = int(EventKind.EDGE_ADD), int(EventKind.NODE_UPDATE)
 class ShardedTrainer:
     """One rank of a sharded run; ``step`` takes each global batch (every rank the same one, in step)."""
 
-    def __init__(
-        self, config: TrainConfig, shard: ShardConfig | None = None, *, dist: DistContext | None = None
-    ):
-        self.config, self.shard_config = config, shard or ShardConfig()
+    def __init__(self, config: TrainConfig, *, dist: DistContext | None = None):
+        self.config, self.shard_config = config, config.sharding or ShardConfig()
         mcfg = config.model
         if mcfg.node_feature_dim:
             raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
@@ -80,7 +78,7 @@ class ShardedTrainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
         self.rebind_store()
         self.embedder = Embedder(self)
-        self.negatives: NegativeSampler | None = None
+        self.negatives = StreamNegatives(config.seed)  # pool replicated, history of owned sources only
         self.metrics = RunningMetrics(config.window_events)
         self.steps = self.learned = self.position = self.dead_letter_count = 0
         self.batcher: GlobalBatcher | None = None
@@ -154,11 +152,11 @@ class ShardedTrainer:
 
     @classmethod
     def resume(
-        cls, config: TrainConfig, shard: ShardConfig | None = None, *, dist: DistContext | None = None
+        cls, config: TrainConfig, *, dist: DistContext | None = None
     ) -> tuple[ShardedTrainer, dict[str, int]]:
         """A trainer at the newest step every rank checkpointed under ``config.checkpoint_dir`` (a fresh one
         if there is none), and the source offsets this rank resumes at (give them to its source)."""
-        trainer = cls(config, shard, dist=dist)
+        trainer = cls(config, dist=dist)
         root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
         step = None if root is None else checkpoint.common_step(trainer, root)
         if step is None:
@@ -180,7 +178,7 @@ class ShardedTrainer:
             "memory": self.owned.nbytes(),
             "index": self.index.nbytes(),
             "halo": 0 if self.halo is None else self.halo.nbytes(),
-            "negatives": 0 if self.negatives is None else self.negatives.nbytes(),
+            "negatives": self.negatives.sampler.nbytes() if self.negatives.ready else 0,
         }
         parts["total"] = sum(parts.values())
         return parts
@@ -201,14 +199,15 @@ class ShardedTrainer:
         t = batch.t[rows].copy()
         feat = self._edge_features(batch, rows)
         mine = np.flatnonzero(self.index.owned(post_src))
-        scoring = score and m > 0 and self.negatives is not None
-        training = train and m > 0 and self.negatives is not None
+        scoring = score and m > 0 and self.negatives.ready
+        training = train and m > 0 and self.negatives.ready
         t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
         sets: list[Queries] = []
         if scoring:
-            neg_ids = self.negatives.sample(
-                pre_src, pre_dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy, groups=t,
-                key=2 * self.steps,
+            # every rank draws for the whole batch (a draw is keyed by its row), then keeps its rows
+            neg_ids = self.negatives.draw(
+                pre_src, pre_dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy, step=self.steps,
+                purpose=EVAL, groups=t,
             )[mine]  # fmt: skip
             rank = cfg.eval_negatives > 0
             roots = [pre_src[mine], pre_dst[mine], neg_ids[:, 0]]
@@ -218,8 +217,8 @@ class ShardedTrainer:
                 times.append(np.full(len(roots[-1]), t.min()))
             sets.append(Queries.of(np.concatenate(roots), np.concatenate(times)))
         if training:
-            train_neg = self.negatives.sample(
-                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, key=2 * self.steps + 1
+            train_neg = self.negatives.draw(
+                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN
             )[:, 0]
             roots = np.concatenate([pre_src[mine], pre_dst[mine], train_neg[mine]])
             sets.append(Queries.of(roots, np.tile(t_query[mine], 3)))
@@ -236,7 +235,7 @@ class ShardedTrainer:
             if scoring:
                 pos, neg, rr = full[:, 0], full[:, 1], full[:, 2]
         self._observe(post_src, post_dst, t, feat)
-        self._observe_negatives(post_src, post_dst)
+        self.negatives.observe(post_src, post_dst, history=self.index.owned(post_src))
         self.learned += m
         self.steps += 1
         if not self.exact and self.steps % self.shard_config.staleness == 0:
@@ -258,8 +257,8 @@ class ShardedTrainer:
 
     def _ingest(self, batch: EventBatch, adm) -> list:
         """Events with an owned endpoint into the shard (global ids). Returns the dead letters this rank
-        reports, so that each is reported once: the index's (the same on every rank) by rank 0, a shard's by the
-        owner of the event's source."""
+        reports, so that each is reported once: the index's (the same on every rank) by rank 0, a shard's
+        by the owner of the event's source."""
         letters = list(adm.dead_letters) if self.dist.is_main else []
         kind = batch.kind[adm.rows]
         owned_src = self.index.owned(adm.src)
@@ -378,14 +377,3 @@ class ShardedTrainer:
         keep = self.index.owned(node)
         f = None if feat is None else np.repeat(feat, 2, 0)[keep]
         self.owned.append_messages(node[keep], other[keep], np.repeat(t, 2)[keep], f, side[keep])
-
-    def _observe_negatives(self, src: np.ndarray, dst: np.ndarray) -> None:
-        """The destination pool is replicated; the history of a source lives with its owner."""
-        if not len(dst):
-            return
-        if self.negatives is None:
-            self.negatives = NegativeSampler(dst, seed=self.config.seed)
-        else:
-            self.negatives.pool = np.union1d(self.negatives.pool, dst)
-        mine = self.index.owned(src)
-        self.negatives.observe(src[mine], dst[mine])

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..events import EventBatch
 from ..serve import EmbeddingSink
 from ..store import TemporalGraphStore
@@ -31,7 +32,18 @@ def run_online(
 ) -> OnlineResult:
     """Train test-then-train on ``source`` into ``store``; with ``out_dir``, write ``metrics.png`` (running
     metrics over stream time) and ``summary.json``. Resumes from ``config.checkpoint_dir`` if it holds a
-    checkpoint (``store`` is then replaced by the checkpoint's)."""
+    checkpoint (``store`` is then replaced by the checkpoint's).
+
+    With ``config.sharding`` set, each rank trains on its own partitions instead (``streamgnn.shard.run``):
+    ``source`` is then a stream every rank replays, or a factory of this rank's ``LocalSource``."""
+    if config.sharding is not None:  # each rank owns partitions: the sharded job (streamgnn.shard)
+        from ..shard.run import run_sharded
+
+        if store is not None and store.num_nodes:
+            raise ConfigError("a sharded run builds each rank's shard from the stream: pass an empty store")
+        return run_sharded(
+            source, config, out_dir=out_dir, progress=progress, max_events=max_events, total=total
+        )
     ckpt_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
     resumed = ckpt_dir is not None and (ckpt_dir / "LATEST").exists()
     if resumed:
