@@ -40,6 +40,8 @@ except ImportError:  # run as a script
 
 PARTITIONS = 8
 WARMUP_BATCHES = 10
+BATCH = 200
+BYTES_BATCH = 20_000
 
 
 def _stream(name: str, events: int):
@@ -58,47 +60,70 @@ def _stream(name: str, events: int):
 
 
 def worker(job: dict) -> dict:
-    """One rank of one measurement (run in its own process)."""
+    """One rank of one launch (its own process): training on Wikipedia, then (``bytes``) the power-law
+    stream through a fresh trainer's shard and memory."""
+    import numba
     import torch
 
-    from streamgnn.nn import TGNConfig
-    from streamgnn.shard import GlobalBatcher, PartitionedReplay, ShardConfig, ShardedTrainer
-    from streamgnn.train import TrainConfig, init_distributed
+    from streamgnn.train import init_distributed
 
     torch.set_num_threads(1)
-    import numba
-
     numba.set_num_threads(1)
-    events = _stream(job["stream"], job["events"])
-    train = job["kind"] == "train"
-    edge_dim = events.feature_dim or 0 if train else 0
-    model = TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10,
-                      edge_feature_dim=edge_dim)  # fmt: skip
-    config = TrainConfig(
-        model=model, batch_size=job["batch"], serve_every=0, sharding=ShardConfig(PARTITIONS, job["mode"])
-    )
-    trainer = ShardedTrainer(config, dist=init_distributed())
-    source = PartitionedReplay(events, trainer.ownership, chunk=5 * job["batch"])
-    batcher = GlobalBatcher(source, trainer.ownership, trainer.exchange, job["batch"])
-    stamps, steps = [], 0
-    while (batch := batcher.next_batch()) is not None:
-        trainer.step(batch, train=train, score=train)
-        steps += 1
-        stamps.append((time.perf_counter(), len(batch)))
-    out = {
-        "rank": trainer.dist.rank,
-        "steps": steps,
-        "bytes": trainer.nbytes(),
-        "sent": dict(trainer.exchange.sent),
-    }
-    if train:
-        t0 = stamps[WARMUP_BATCHES - 1][0]
-        done = sum(n for _, n in stamps[WARMUP_BATCHES:])
-        trainer.metrics.close()
-        m = trainer.metrics.summary()
-        grads = sum(p.numel() * 4 for p in trainer.model.parameters())
-        out.update(events_per_s=done / (stamps[-1][0] - t0), ap=m.ap, mrr=m.mrr, grad_bytes=grads)
+    dist = init_distributed()
+    out = {"train": _train(job, dist)}
+    if job["bytes_events"]:
+        out["bytes"] = _bytes(job, dist)
     return out
+
+
+def _trainer(job: dict, edge_dim: int, batch: int, dist):
+    from streamgnn.nn import TGNConfig
+    from streamgnn.shard import ShardConfig, ShardedTrainer
+    from streamgnn.train import TrainConfig
+
+    # dropout 0: its masks are drawn per tensor shape, which differs with the world size (see README)
+    model = TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10,
+                      edge_feature_dim=edge_dim, dropout=0.0)  # fmt: skip
+    sharding = ShardConfig(PARTITIONS, job["mode"])
+    return ShardedTrainer(
+        TrainConfig(model=model, batch_size=batch, serve_every=0, sharding=sharding), dist=dist
+    )
+
+
+def _run(trainer, events, batch: int, train: bool) -> list[tuple[float, int]]:
+    from streamgnn.shard import GlobalBatcher, PartitionedReplay
+
+    source = PartitionedReplay(events, trainer.ownership, chunk=5 * batch)
+    batcher = GlobalBatcher(source, trainer.ownership, trainer.exchange, batch)
+    stamps = []
+    while (b := batcher.next_batch()) is not None:
+        trainer.step(b, train=train, score=train)
+        stamps.append((time.perf_counter(), len(b), time.process_time()))
+    return stamps
+
+
+def _train(job: dict, dist) -> dict:
+    events = _stream("wikipedia", job["events"])
+    trainer = _trainer(job, events.feature_dim or 0, BATCH, dist)
+    stamps = _run(trainer, events, BATCH, train=True)
+    t0, c0 = stamps[WARMUP_BATCHES - 1][0], stamps[WARMUP_BATCHES - 1][2]
+    timed = len(stamps) - WARMUP_BATCHES
+    done = sum(s[1] for s in stamps[WARMUP_BATCHES:])
+    trainer.metrics.close()
+    m = trainer.metrics.summary()
+    grads = sum(p.numel() * 4 for p in trainer.model.parameters())  # all-reduced each batch, in every mode
+    return {
+        "events_per_s": done / (stamps[-1][0] - t0), "ap": m.ap, "mrr": m.mrr, "steps": len(stamps),
+        "sent": dict(trainer.exchange.sent), "grad_bytes": grads,
+        "cpu_ms_per_batch": 1e3 * (stamps[-1][2] - c0) / timed,
+        "collectives_per_batch": trainer.exchange.collectives / len(stamps) + 1,  # + the gradient all-reduce
+    }  # fmt: skip
+
+
+def _bytes(job: dict, dist) -> dict:
+    trainer = _trainer(job, 0, BYTES_BATCH, dist)
+    _run(trainer, _stream("powerlaw", job["bytes_events"]), BYTES_BATCH, train=False)
+    return trainer.nbytes()
 
 
 def launch(job: dict, world: int) -> list[dict]:
@@ -131,46 +156,75 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worlds", default="1,2", help="world sizes to run, e.g. 1,2,4 (default 1,2)")
     ap.add_argument("--events", type=int, default=None, help="Wikipedia events to train on (default all)")
     ap.add_argument("--stream-events", type=int, default=None, help="power-law events (default 10M)")
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="speed runs per world size (default 3, quick 1)"
+    )
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         Path(args.worker[1]).write_text(json.dumps(worker(json.loads(args.worker[0]))))
         return 0
     worlds = [int(w) for w in args.worlds.split(",")]
+    if 1 not in worlds or len(worlds) < 2:
+        raise SystemExit("--worlds needs 1 and at least one more world size, e.g. 1,2")
     wiki = args.events or (12_000 if args.quick else 0)
     stream = args.stream_events or (1_000_000 if args.quick else 10_000_000)
-    results: dict = {"load_avg_1m_before": os.getloadavg()[0], "partitions": PARTITIONS, "shared_host": True}
+    repeats = args.repeats or (1 if args.quick else 3)
+    results: dict = {"load_avg_1m_before": os.getloadavg()[0], "partitions": PARTITIONS, "repeats": repeats}
     started = time.perf_counter()
-    runs = {}
-    for world in worlds:
-        for mode in ("exact", "comm_free") if world > 1 else ("exact",):
-            job = {"kind": "train", "stream": "wikipedia", "events": wiki, "batch": 200, "mode": mode}
-            runs[("train", world, mode)] = launch(job, world)
-        job = {"kind": "bytes", "stream": "powerlaw", "events": stream, "batch": 20_000, "mode": "exact"}
-        runs[("bytes", world, "exact")] = launch(job, world)
-    for (kind, world, mode), ranks in runs.items():
-        tag = f"{kind}_w{world}" + ("" if mode == "exact" else "_comm_free")
-        if kind == "train":
-            results[f"{tag}.events_per_s"] = statistics.median(r["events_per_s"] for r in ranks)
-            results[f"{tag}.ap"], results[f"{tag}.mrr"] = ranks[0]["ap"], ranks[0]["mrr"]
-            results[f"{tag}.sent_bytes_per_batch"] = max(sum(r["sent"].values()) / r["steps"] for r in ranks)
-            results[f"{tag}.grad_bytes_per_batch"] = ranks[0]["grad_bytes"]
-            for purpose in sorted({p for r in ranks for p in r["sent"]}):
-                results[f"{tag}.sent.{purpose}"] = max(r["sent"].get(purpose, 0) / r["steps"] for r in ranks)
-        else:
-            results[f"{tag}.max_rank_bytes"] = max(r["bytes"]["total"] for r in ranks)
-            for part in ranks[0]["bytes"]:
-                results[f"{tag}.rank0.{part}"] = ranks[0]["bytes"][part]
-    if ("train", 2, "exact") in runs:
-        results["events_per_s_w2_vs_w1"] = results["train_w2.events_per_s"] / results["train_w1.events_per_s"]
-        results["ap_w1"], results["ap_w2"] = results["train_w1.ap"], results["train_w2.ap"]
-        results["comm_free_ap"] = results["train_w2_comm_free.ap"]
-        results["comm_free_bytes_vs_exact"] = (
-            results["train_w2_comm_free.sent_bytes_per_batch"] / results["train_w2.sent_bytes_per_batch"]
+    speed: dict[tuple[int, str], list[float]] = {}
+    for rep in range(repeats):  # W=1 and the others alternate, so load changes hit both alike
+        for world in worlds:
+            for mode in ("exact", "comm_free") if world > 1 else ("exact",):
+                job = {
+                    "events": wiki,
+                    "mode": mode,
+                    "bytes_events": stream if rep == 0 and mode == "exact" else 0,
+                }
+                ranks = launch(job, world)
+                speed.setdefault((world, mode), []).append(
+                    statistics.median(r["train"]["events_per_s"] for r in ranks)
+                )
+                if rep:
+                    continue
+                tag = f"w{world}" + ("" if mode == "exact" else "_comm_free")
+                train = [r["train"] for r in ranks]
+                results[f"{tag}.ap"], results[f"{tag}.mrr"] = train[0]["ap"], train[0]["mrr"]
+                results[f"{tag}.sent_bytes_per_batch"] = max(
+                    sum(t["sent"].values()) / t["steps"] for t in train
+                )
+                results[f"{tag}.grad_bytes_per_batch"] = train[0]["grad_bytes"]
+                results[f"{tag}.cpu_ms_per_batch"] = max(t["cpu_ms_per_batch"] for t in train)
+                results[f"{tag}.collectives_per_batch"] = train[0]["collectives_per_batch"]
+                for purpose in sorted({p for t in train for p in t["sent"]}):
+                    results[f"{tag}.sent.{purpose}"] = max(
+                        t["sent"].get(purpose, 0) / t["steps"] for t in train
+                    )
+                if mode == "exact":
+                    results[f"{tag}.max_rank_bytes"] = max(r["bytes"]["total"] for r in ranks)
+                    for part, value in ranks[0]["bytes"].items():
+                        results[f"{tag}.rank0_bytes.{part}"] = value
+    for (world, mode), rates in speed.items():
+        tag = f"w{world}" + ("" if mode == "exact" else "_comm_free")
+        results[f"{tag}.events_per_s"] = statistics.median(rates)
+        results[f"{tag}.events_per_s_runs"] = ",".join(f"{r:.1f}" for r in rates)
+        if world > 1:  # per-repeat ratios against the W=1 run of the same repeat, then the median
+            ratios = [r / one for r, one in zip(rates, speed[(1, "exact")], strict=True)]
+            results[f"events_per_s_{tag}_vs_w1"] = statistics.median(ratios)
+    w = 2 if 2 in worlds else worlds[1]
+    results["ap_w1"], results[f"ap_w{w}"] = results["w1.ap"], results[f"w{w}.ap"]
+    results["comm_free_ap"] = results[f"w{w}_comm_free.ap"]
+    for tag in (
+        f"w{w}",
+        f"w{w}_comm_free",
+    ):  # the speedup 2 idle cores would allow: CPU per batch, slowest rank
+        results[f"cpu_bound_speedup_{tag}"] = (
+            results["w1.cpu_ms_per_batch"] / results[f"{tag}.cpu_ms_per_batch"]
         )
-        results["bytes_per_rank_vs_single"] = (
-            results["bytes_w2.max_rank_bytes"] / results["bytes_w1.max_rank_bytes"]
-        )
+    results["comm_free_bytes_vs_exact"] = (
+        results[f"w{w}_comm_free.sent_bytes_per_batch"] / results[f"w{w}.sent_bytes_per_batch"]
+    )
+    results["bytes_per_rank_vs_single"] = results[f"w{w}.max_rank_bytes"] / results["w1.max_rank_bytes"]
     results["load_avg_1m_after"] = os.getloadavg()[0]
     results["wall_s"] = time.perf_counter() - started
     report(results, args.json, "Sharded training: W ranks against one")

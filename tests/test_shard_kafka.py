@@ -16,11 +16,17 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_sharded_k
 
 
 def test_sharded_kafka_example_under_torchrun(kafka_bootstrap, tmp_path):
+    """The README's command, as written, against the test broker (plus a short run and a fresh topic)."""
+    readme = (EXAMPLE.parent.parent / "README.md").read_text()
+    block = readme.split("## Scale out", 1)[1].split("```bash", 1)[1].split("```", 1)[0].strip()
+    assert block.startswith("torchrun --nproc_per_node 2 examples/train_sharded_kafka.py")
     topic = f"sharded-{uuid.uuid4().hex[:10]}"
+    args = block.split()[1:]
+    args[args.index("examples/train_sharded_kafka.py")] = str(EXAMPLE)
+    args[args.index("--bootstrap") + 1] = kafka_bootstrap
     env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(free_port()), str(EXAMPLE), "--bootstrap", kafka_bootstrap, "--topic", topic,
-           "--partitions", "4", "--produce", "--events", "1000", "--checkpoint-every", "2",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--master_port", str(free_port()), *args,
+           "--topic", topic, "--partitions", "4", "--events", "1000", "--checkpoint-every", "2",
            "--idle-timeout", "5"]  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -33,6 +33,7 @@ class Exchange:
         self.device = torch.device(device) if dist.is_initialized() and dist.get_backend() == "nccl" else None
         self.sent: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
+        self.collectives = 0  # torch.distributed calls made (an exchange of unknown sizes takes two)
 
     @property
     def active(self) -> bool:
@@ -76,6 +77,7 @@ class Exchange:
         return [p[0].tobytes() for p in got]
 
     def _a2a(self, send: torch.Tensor, send_splits: list[int], recv_splits: list[int]) -> torch.Tensor:
+        self.collectives += 1
         recv = torch.empty(sum(recv_splits), dtype=send.dtype)
         if self.device is not None:
             send, recv = send.to(self.device), recv.to(self.device)
