@@ -55,14 +55,18 @@ class GlobalBatcher:
             return None
         while True:
             done = self.source.done
-            head = slice(0, b)
-            state = np.array([math.inf if done else self.frontier, float(done)])
-            gathered = self.exchange.all_gather((state, self.buffer.t[head], self.keys[head]), "batch_keys")
+            n_head = min(b, len(self.buffer))
+            state = np.array([math.inf if done else self.frontier, float(done), n_head])
+            t_head, k_head = np.full(b, math.inf), np.zeros(b, np.int64)  # fixed size: no size exchange
+            t_head[:n_head], k_head[:n_head] = self.buffer.t[:n_head], self.keys[:n_head]
+            w = self.exchange.world_size
+            gathered = self.exchange.all_to_all([(state, t_head, k_head)] * w, "batch_keys", [[3, b, b]] * w)
             watermark = min(g[0][0] for g in gathered)
             all_done = all(g[0][1] for g in gathered)
-            t = np.concatenate([g[1] for g in gathered])
-            k = np.concatenate([g[2] for g in gathered])
-            rank = np.repeat(np.arange(len(gathered)), [len(g[1]) for g in gathered])
+            heads = [int(g[0][2]) for g in gathered]
+            t = np.concatenate([g[1][:h] for g, h in zip(gathered, heads, strict=True)])
+            k = np.concatenate([g[2][:h] for g, h in zip(gathered, heads, strict=True)])
+            rank = np.repeat(np.arange(len(gathered)), heads)
             complete = t < watermark
             n = int(complete.sum())
             if n >= b or (all_done and n):

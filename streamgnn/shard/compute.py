@@ -59,20 +59,29 @@ class Embedder:
     def __init__(self, trainer) -> None:
         self.tr = trainer
         self._round: _Round | None = None
+        self.last_working_set: WorkingSet | None = None
 
-    def embed(self, sets: list[Queries], grad: list[bool], key: int) -> list[torch.Tensor]:
-        """Rows ``[len(q.nodes), out_dim]`` of each set's queries; ``grad`` sets come as leaves whose
-        gradients ``backward`` hands to the owners. A collective: every rank passes as many sets."""
+    def embed(self, plans: dict[int, list[Queries]], grad: list[bool], key: int) -> list[torch.Tensor]:
+        """Rows ``[len(q.nodes), out_dim]`` of each of this rank's query sets ``plans[rank]``; ``grad`` sets
+        come as leaves whose gradients ``backward`` hands to the owners. A collective: every rank passes
+        as many sets. When ``plans`` holds every rank's sets (each rank can work them out: the batch and
+        the negative pool are the same everywhere), an owner knows what it will be asked without asking."""
         tr = self.tr
-        ex, w, k = tr.exchange, tr.exchange.world_size, len(sets)
-        order = [[np.flatnonzero(o == d) for d in range(w)] for o in (self._owner(q.nodes) for q in sets)]
-        parts = [
-            (np.concatenate([sets[i].nodes[order[i][d]] for i in range(k)]),
-             np.concatenate([sets[i].times[order[i][d]] for i in range(k)]),
-             np.array([len(order[i][d]) for i in range(k)], np.int64))
-            for d in range(w)
-        ]  # fmt: skip
-        asks = ex.all_to_all(parts, "embed_queries") if tr.exact else parts
+        ex, w, me = tr.exchange, tr.exchange.world_size, tr.dist.rank
+        sets, k = plans[me], len(plans[me])
+        order = [[np.flatnonzero(o == d) for d in range(w)] for o in (self._owner(q.nodes, me) for q in sets)]
+        parts = [self._asks(sets, [order[i][d] for i in range(k)]) for d in range(w)]
+        if not tr.exact:
+            asks = parts
+        elif len(plans) == w:
+            asks = []
+            for r in range(w):  # what rank r asks of this rank, worked out here
+                theirs = plans[r]
+                asks.append(
+                    self._asks(theirs, [np.flatnonzero(self._owner(q.nodes, r) == me) for q in theirs])
+                )
+        else:
+            asks = ex.all_to_all(parts, "embed_queries")
         # as owner: the distinct queries of each set over every asker
         starts = [np.concatenate([[0], np.cumsum(a[2])]) for a in asks]
         mine = [
@@ -133,10 +142,20 @@ class Embedder:
         if tensors:
             torch.autograd.backward(tensors, totals)
 
-    def _owner(self, nodes: np.ndarray) -> np.ndarray:
-        """Who embeds each query: its vertex's owner (exact) or this rank (communication-free, unknown)."""
+    @staticmethod
+    def _asks(sets: list[Queries], at: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """The queries at positions ``at[i]`` of each set ``i``: nodes, times, and the count per set."""
+        return (
+            np.concatenate([q.nodes[p] for q, p in zip(sets, at, strict=True)]),
+            np.concatenate([q.times[p] for q, p in zip(sets, at, strict=True)]),
+            np.array([len(p) for p in at], np.int64),
+        )
+
+    def _owner(self, nodes: np.ndarray, asker: int) -> np.ndarray:
+        """Who embeds each of ``asker``'s queries: the vertex's owner (exact) or the asker itself
+        (communication-free, and vertices nobody knows yet)."""
         tr = self.tr
-        owner = np.full(len(nodes), tr.dist.rank, np.int64)
+        owner = np.full(len(nodes), asker, np.int64)
         if tr.exact:
             known = nodes >= 0
             owner[known] = tr.index.owner(nodes[known])
@@ -146,6 +165,7 @@ class Embedder:
     def _forward(self, sets: list[Queries], grad: list[bool], key: int) -> list[torch.Tensor]:
         model = self.tr.model
         inputs, ws = self.inputs(sets, key)
+        self.last_working_set = ws  # the batch's owned endpoints are among its rows: ``commit`` reuses them
         z = []
         for inp, g in zip(inputs, grad, strict=True):
             model.train(g)

@@ -198,31 +198,38 @@ class ShardedTrainer:
         pre_src, pre_dst, post_src, post_dst = adm.pre_src[add], adm.pre_dst[add], adm.src[add], adm.dst[add]
         t = batch.t[rows].copy()
         feat = self._edge_features(batch, rows)
-        mine = np.flatnonzero(self.index.owned(post_src))
+        w, me = self.dist.world_size, self.dist.rank
+        rows_of = [np.flatnonzero(r) for r in (self.index.owner(post_src) == np.arange(w)[:, None])]
+        mine = rows_of[me]  # the events whose source this rank owns: the ones it read
         scoring = score and m > 0 and self.negatives.ready
         training = train and m > 0 and self.negatives.ready
         t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
-        sets: list[Queries] = []
+        # every rank draws for the whole batch (a draw is keyed by its row). Random draws come from the
+        # replicated pool, so every rank can work out every rank's queries; historical ones need the
+        # sources' history, which only their owners hold
+        plan = [me] if cfg.eval_strategy != "random" or cfg.train_negatives != "random" else range(w)
+        plans: dict[int, list[Queries]] = {r: [] for r in plan}
+        rank = cfg.eval_negatives > 0
         if scoring:
-            # every rank draws for the whole batch (a draw is keyed by its row), then keeps its rows
-            neg_ids = self.negatives.draw(
+            neg_all = self.negatives.draw(
                 pre_src, pre_dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy, step=self.steps,
                 purpose=EVAL, groups=t,
-            )[mine]  # fmt: skip
-            rank = cfg.eval_negatives > 0
-            roots = [pre_src[mine], pre_dst[mine], neg_ids[:, 0]]
-            times = [t_query[mine]] * 3
-            if rank:
-                roots.append(np.column_stack([pre_dst[mine], neg_ids]).reshape(-1))
-                times.append(np.full(len(roots[-1]), t.min()))
-            sets.append(Queries.of(np.concatenate(roots), np.concatenate(times)))
+            )  # fmt: skip
+            neg_ids = neg_all[mine]
+            for r in plan:
+                plans[r].append(_eval_queries(pre_src, pre_dst, neg_all, t_query, t.min(), rows_of[r], rank))
         if training:
             train_neg = self.negatives.draw(
                 pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN
             )[:, 0]
-            roots = np.concatenate([pre_src[mine], pre_dst[mine], train_neg[mine]])
-            sets.append(Queries.of(roots, np.tile(t_query[mine], 3)))
-        z = self.embedder.embed(sets, [False] * scoring + [True] * training, 3 * self.steps) if sets else []
+            for r in plan:
+                s = rows_of[r]
+                plans[r].append(
+                    Queries.of(np.r_[pre_src[s], pre_dst[s], train_neg[s]], np.tile(t_query[s], 3))
+                )
+        sets = plans[me]
+        self.embedder.last_working_set = None
+        z = self.embedder.embed(plans, [False] * scoring + [True] * training, 3 * self.steps) if sets else []
 
         letters = self._ingest(batch, adm)
         local = np.full((len(mine), 3), math.nan)
@@ -231,7 +238,7 @@ class ShardedTrainer:
         loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m) if training else math.nan
         pos = neg = rr = np.zeros(0)
         if scoring or training:  # one exchange for the scores and the loss
-            full, loss = self._gather_rows(local, loss, mine, m)
+            full, loss = self._gather_rows(local, loss, rows_of, m)
             if scoring:
                 pos, neg, rr = full[:, 0], full[:, 1], full[:, 2]
         self._observe(post_src, post_dst, t, feat)
@@ -316,14 +323,15 @@ class ShardedTrainer:
         return local
 
     def _gather_rows(
-        self, local: np.ndarray, loss: float, mine: np.ndarray, m: int
+        self, local: np.ndarray, loss: float, rows_of: list[np.ndarray], m: int
     ) -> tuple[np.ndarray, float]:
         """Every rank's scores in global batch order, and the loss summed over ranks."""
-        got = self.exchange.all_gather((mine.astype(np.int64), local, np.array([loss])), "scores")
+        expect = [[len(rows), 1] for rows in rows_of]  # every rank knows whose rows are whose
+        got = self.exchange.all_to_all([(local, np.array([loss]))] * len(rows_of), "scores", expect)
         full = np.full((m, local.shape[1]), math.nan)
-        for idx, vals, _ in got:
-            full[idx] = vals
-        return full, float(sum(g[2][0] for g in got))
+        for rows, (vals, _) in zip(rows_of, got, strict=True):
+            full[rows] = vals
+        return full, float(sum(g[1][0] for g in got))
 
     def _train(self, z, rows, train_neg: np.ndarray, mine: np.ndarray, m: int) -> float:
         """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the one-process
@@ -358,16 +366,17 @@ class ShardedTrainer:
         """Owners commit the pending messages of the batch's owned endpoints, then queue the new ones."""
         ends = np.unique(np.concatenate([src, dst]))
         ends = ends[self.index.owned(ends)]
-        ws = self.embedder.gather(
-            ends, owned=True
-        )  # collective: every rank enters it, even with nothing to commit
+        ws = self.embedder.last_working_set
+        if ws is not None:  # the batch was embedded: its owned endpoints that have a state are among the rows
+            ends = ends[np.isin(ends, ws.gids)]  # (the rest are new: no row, no pending message yet)
+        else:  # a collective, entered by every rank alike (the same condition everywhere), even with no rows
+            ws = self.embedder.gather(ends, owned=True)
         if len(ends):
+            ids = torch.from_numpy(ws.ids(ends)).to(self.device)
             with lend_state(self.model.memory, ws.state) as mem:
-                mem.flush(torch.from_numpy(np.arange(len(ends))).to(self.device))
-            n = len(ends)
-            self.owned.commit(
-                ends, ws.state["memory"][:n].cpu().numpy(), ws.state["last_update"][:n].cpu().numpy()
-            )
+                mem.flush(ids)
+            memory, last = ws.state["memory"][ids], ws.state["last_update"][ids]
+            self.owned.commit(ends, memory.cpu().numpy(), last.cpu().numpy())
         if not len(src):
             return
         n = len(src)
@@ -377,3 +386,14 @@ class ShardedTrainer:
         keep = self.index.owned(node)
         f = None if feat is None else np.repeat(feat, 2, 0)[keep]
         self.owned.append_messages(node[keep], other[keep], np.repeat(t, 2)[keep], f, side[keep])
+
+
+def _eval_queries(pre_src, pre_dst, neg, t_query, t_min, rows, rank: bool) -> Queries:
+    """The evaluation queries of ``rows``: source, destination and AP negative at the query time, then (to
+    rank) every MRR candidate at the batch's first time, so a candidate is embedded once per batch."""
+    roots = [pre_src[rows], pre_dst[rows], neg[rows, 0]]
+    times = [t_query[rows]] * 3
+    if rank:
+        roots.append(np.column_stack([pre_dst[rows], neg[rows]]).reshape(-1))
+        times.append(np.full(len(roots[-1]), t_min))
+    return Queries.of(np.concatenate(roots), np.concatenate(times))
