@@ -93,7 +93,8 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     hop = sub.hops[0]
     sizes = stream_bytes(ShardedTrainer(bytes_config(), dist=trainer.dist))
     torch.save({"steps": steps, "model": trainer.model.state_dict(), "memory": memory_rows(trainer),
-                "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "sizes": sizes}, out)  # fmt: skip
+                "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "sizes": sizes,
+                "cache_hits": trainer.embedder.cache.hits}, out)  # fmt: skip
 
 
 def sparse_stream():
@@ -195,6 +196,7 @@ def test_w_ranks_compute_what_one_process_computes(world, reference, tmp_path):
     for r in ranks:
         for a, b in zip(reference["sample"], r["sample"], strict=True):
             np.testing.assert_array_equal(b, a)
+    assert all(r["cache_hits"] > 0 for r in ranks)  # unchanged remote rows came from the cache, exactly
     check_bytes(ranks, world)
 
 

@@ -3,6 +3,7 @@ memory rows and negative history) and reads only its own Kafka partitions; W ran
 
 from ..train.config import ShardConfig
 from .batches import GlobalBatcher
+from .cache import RowCache
 from .comm import Exchange
 from .memory import OwnedMemory
 from .ownership import GlobalIndex, Ownership
@@ -19,6 +20,7 @@ __all__ = [
     "OwnedMemory",
     "Ownership",
     "PartitionedReplay",
+    "RowCache",
     "ShardConfig",
     "ShardedTrainer",
     "run_sharded",

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..nn import EmbeddingInput
+from .cache import RowCache
 from .memory import Rows, WorkingSet, lend_state, working_set
 
 
@@ -60,6 +61,7 @@ class Embedder:
         self.tr = trainer
         self._round: _Round | None = None
         self.last_working_set: WorkingSet | None = None
+        self.cache = RowCache(trainer.shard_config.cache_rows)
 
     def embed(self, plans: dict[int, list[Queries]], grad: list[bool], key: int) -> list[torch.Tensor]:
         """Rows ``[len(q.nodes), out_dim]`` of each of this rank's query sets ``plans[rank]``; ``grad`` sets
@@ -209,19 +211,56 @@ class Embedder:
         tr = self.tr
         if not tr.exact:
             return self._fetch_local(gids, pending)
-        ex = tr.exchange
+        ex, me = tr.exchange, tr.dist.rank
         owner = tr.index.owner(gids) if len(gids) else np.zeros(0, np.int32)
         sel = [np.flatnonzero(owner == r) for r in range(ex.world_size)]
         tag = "memory_rows" if pending else "memory_others"
-        asks = ex.all_to_all([(gids[s],) for s in sel], tag + "_queries")
-        got = ex.all_to_all([tr.owned.export(a[0], pending).arrays() for a in asks], tag)
+        held = self.cache.versions(gids, pending)
+        held[sel[me]] = -1  # this rank's own rows are read in place
+        asks = ex.all_to_all([(gids[s], held[s]) for s in sel], tag + "_queries")
+        got = ex.all_to_all([self._changed_rows(a_gids, a_held, pending) for a_gids, a_held in asks], tag)
         n, d = len(gids), tr.owned.memory_dim
         memory, last, version = np.zeros((n, d), np.float32), np.zeros(n), np.zeros(n, np.int64)
-        for s, g in zip(sel, got, strict=True):
-            memory[s], last[s], version[s] = g[0], g[1], g[2]
-        msgs = [np.concatenate([s[g[3]] for s, g in zip(sel, got, strict=True)])]
-        msgs += [np.concatenate([g[j] for g in got]) for j in range(4, 8)]
-        return Rows(memory, last, version, *msgs)
+        msgs = []
+        for r, (s, g) in enumerate(zip(sel, got, strict=True)):
+            changed, (mem, lst, ver, m_owner, *m_rest) = g[0], g[1:]
+            fresh = s[changed]
+            memory[fresh], last[fresh], version[fresh] = mem, lst, ver
+            msgs.append((s[m_owner], *m_rest))
+            if r != me:
+                msgs += self._through_cache(gids, s, changed, g[1:], pending, memory, last, version)
+        parts = [np.concatenate([m[j] for m in msgs]) for j in range(5)]
+        return Rows(memory, last, version, *parts)
+
+    def _changed_rows(self, gids: np.ndarray, held: np.ndarray, pending: bool) -> tuple[np.ndarray, ...]:
+        """As owner: the asked rows whose version differs from the one the asker holds, and their messages
+        (message owners index ``gids``)."""
+        rows = self.tr.owned.export(gids, pending)
+        changed = rows.version != held
+        keep = changed[rows.msg_owner]
+        return (changed, rows.memory[changed], rows.last_update[changed], rows.version[changed],
+                *(a[keep] for a in rows.arrays()[3:]))  # fmt: skip
+
+    def _through_cache(self, gids, s, changed, reply, pending, memory, last, version) -> list[tuple]:
+        """Cache the rows rank ``r`` sent (positions ``s[changed]``), fill the unchanged ones from the cache;
+        returns the cached rows' messages as ``(position, other, t, feat, from_src)`` parts."""
+        mem, lst, ver, m_owner, *m_rest = reply
+        cache, sent = self.cache, np.flatnonzero(changed)
+        by_owner = np.argsort(m_owner, kind="stable")  # each row's messages, in storage order
+        lo = np.searchsorted(m_owner[by_owner], sent, "left")
+        hi = np.searchsorted(m_owner[by_owner], sent, "right")
+        for j, pos in enumerate(sent.tolist()):
+            own = by_owner[lo[j] : hi[j]]
+            messages = tuple(a[own] for a in m_rest) if pending else None
+            cache.put(int(gids[s[pos]]), int(ver[j]), mem[j], float(lst[j]), messages)
+        out = []
+        for pos in np.flatnonzero(~changed).tolist():
+            i = s[pos]
+            v, row, lu, messages = cache.get(int(gids[i]))
+            memory[i], last[i], version[i] = row, lu, v
+            if pending and len(messages[0]):
+                out.append((np.full(len(messages[0]), i, np.int64), *messages))
+        return out
 
     def _fetch_local(self, gids: np.ndarray, pending: bool) -> Rows:
         """Communication-free: owned rows as they are, others' from the halo copy (no pending messages)."""

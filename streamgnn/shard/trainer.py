@@ -178,6 +178,7 @@ class ShardedTrainer:
             "memory": self.owned.nbytes(),
             "index": self.index.nbytes(),
             "halo": 0 if self.halo is None else self.halo.nbytes(),
+            "cache": self.embedder.cache.nbytes(),
             "negatives": self.negatives.sampler.nbytes() if self.negatives.ready else 0,
         }
         parts["total"] = sum(parts.values())

@@ -22,17 +22,21 @@ class ShardConfig:
     partitions, spread round-robin over ranks; it must be >= the world size). ``mode``: "exact" (every
     sample and memory row from its owner: the same numbers as one process) or "comm_free" (each rank samples
     only its shard and reads other ranks' memory rows from a halo copy refreshed every ``staleness``
-    batches)."""
+    batches). ``cache_rows``: other ranks' memory rows a rank keeps with their version, so that an
+    unchanged row is not sent again (exact mode; 0: no cache)."""
 
     num_partitions: int = 8
     mode: str = "exact"
     staleness: int = 10
+    cache_rows: int = 100_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_partitions, int) or self.num_partitions < 1:
             raise ConfigError(f"num_partitions must be an int >= 1, got {self.num_partitions!r}")
         if self.mode not in SHARD_MODES:
             raise ConfigError(f"mode must be one of {SHARD_MODES}, got {self.mode!r}")
+        if not isinstance(self.cache_rows, int) or self.cache_rows < 0:
+            raise ConfigError(f"cache_rows must be an int >= 0, got {self.cache_rows!r}")
         if not isinstance(self.staleness, int) or self.staleness < 1:
             raise ConfigError(f"staleness must be an int >= 1 (batches), got {self.staleness!r}")
 
