@@ -23,6 +23,7 @@ from streamgnn.train import OnlineTrainer, TrainConfig
         "ownership",
         "comm",
         "memory",
+        "cache",
         "source",
         "batches",
         "sampling",
