@@ -6,16 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from streamgnn.connectors.broker import free_port
 from streamgnn.train.config import ShardConfig
 
 BATCHES, BATCH, PARTITIONS = 16, 60, 8
@@ -128,40 +124,14 @@ def stream_bytes(trainer) -> dict:
             "nodes": trainer.store.num_nodes, "rows": trainer.owned.size}  # fmt: skip
 
 
-def launch(world: int, tmp: Path, tries: int = 3) -> list[dict]:
-    """Run ``world`` ranks (0: the one-process reference) to the end; one failing stops the rest."""
-    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
-    port = free_port() if world > 1 else 0
-    n = max(world, 1)
-    logs = [tmp / f"w{world}r{r}.err" for r in range(n)]
-    procs = []
-    for r, log in enumerate(logs):
-        with log.open("w") as err:
-            cmd = [sys.executable, __file__, str(r), str(world), str(port), str(tmp / f"w{world}r{r}.pt")]
-            procs.append(subprocess.Popen(cmd, stderr=err, env=env))
-    deadline = time.monotonic() + 300
-    while any(p.poll() is None for p in procs) and not any(p.returncode for p in procs):
-        assert time.monotonic() < deadline, "the ranks did not finish within 300 s"
-        time.sleep(0.1)
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    failed = [log.read_text() for p, log in zip(procs, logs, strict=True) if p.returncode != 0]
-    if failed and tries > 1 and any("ddress already in use" in err for err in failed):
-        return launch(world, tmp, tries - 1)
-    assert not failed, failed[0][-3000:]
-    return [torch.load(tmp / f"w{world}r{r}.pt", weights_only=False) for r in range(n)]
-
-
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return launch(0, tmp_path_factory.mktemp("ref"))[0]
+def reference(tmp_path_factory, spawn_ranks):
+    return spawn_ranks(__file__, 0, tmp_path_factory.mktemp("ref"), processes=1)[0]
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_w_ranks_compute_what_one_process_computes(world, reference, tmp_path):
-    ranks = launch(world, tmp_path)
+def test_w_ranks_compute_what_one_process_computes(world, reference, tmp_path, spawn_ranks):
+    ranks = spawn_ranks(__file__, world, tmp_path)
     events = make_events()
     for r in ranks:  # the same global batches, in the same order, on every rank
         assert [b.tolist() for b in r["batches"]] == [b.eid.tolist() for b in events.split(BATCH)]

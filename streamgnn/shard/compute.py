@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..nn import EmbeddingInput
+from ..train.tgn_model import distinct_queries
 from .cache import RowCache
 from .memory import Rows, WorkingSet, lend_state, working_set
 
@@ -33,14 +34,7 @@ class Queries:
 
     @classmethod
     def of(cls, roots: np.ndarray, times: np.ndarray) -> Queries:
-        roots, times = np.asarray(roots, np.int64), np.asarray(times, np.float64)
-        order = np.lexsort((times, roots))
-        r, t = roots[order], times[order]
-        first = np.ones(len(order), bool)
-        first[1:] = (r[1:] != r[:-1]) | (t[1:] != t[:-1])
-        rows = np.empty(len(order), np.int64)
-        rows[order] = np.cumsum(first) - 1
-        return cls(r[first], t[first], rows)
+        return cls(*distinct_queries(np.asarray(roots, np.int64), np.asarray(times, np.float64)))
 
 
 @dataclass

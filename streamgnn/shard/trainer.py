@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..errors import ConfigError
@@ -39,6 +38,7 @@ from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
 from ..train.metrics import RunningMetrics, reciprocal_ranks
 from ..train.negatives import EVAL, TRAIN, StreamNegatives
+from ..train.tgn_model import link_loss
 from ..train.trainer import OnlineResult, StepResult
 from . import checkpoint
 from .batches import GlobalBatcher
@@ -345,16 +345,7 @@ class ShardedTrainer:
         local = 0.0
         if n:
             rows = torch.from_numpy(rows).to(self.device)
-            logits = model.predictor.candidates(z[rows[:n]], z, rows[n:].view(2, n).T)
-            pos, neg = logits.unbind(1)
-            loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum") / m
-            if n_neg:
-                w_neg = torch.from_numpy(has_neg[mine].astype(np.float32)).to(self.device)
-                loss = (
-                    loss
-                    + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), w_neg, reduction="sum")
-                    / n_neg
-                )
+            loss = link_loss(model.predictor, z, rows, np.ones(n, bool), has_neg[mine], m, n_neg)
             (loss * d.world_size).backward()
             local = loss.item()
         self.embedder.backward()  # the owners finish the backward pass of the rows they embedded
