@@ -6,9 +6,10 @@ Per global batch (identical on every rank, see ``GlobalBatcher``), the same prot
 2. each rank takes the positives whose source it owns (the events it read) and draws their negatives: the
    pool of destinations is replicated, the history of a source lives with its owner, and each event's draw is
    keyed by its place in the global batch, so the draws are those one process makes;
-3. neighborhoods are sampled (``RoutedSampler``: by the owners; ``LocalSampler``: from the local shard) and
-   memory rows gathered (exact: from the owners, pending messages included; communication-free: owned rows
-   exact, others from a halo copy at most ``staleness`` batches old);
+3. the owner of each queried vertex embeds it (``Embedder``): it samples the vertex's neighbors from its
+   complete adjacency and gathers the memory rows of the tree (exact: other ranks' rows from their owners,
+   pending messages included; communication-free: every rank embeds its own queries from its shard, other
+   ranks' rows from a halo copy at most ``staleness`` batches old);
 4. the batch goes into each shard (events with an owned endpoint: a cut edge is kept by both owners);
 5. scores are gathered, gradients averaged so that they equal the one-process gradient, and each owner
    commits its vertices' memory updates.
@@ -27,11 +28,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
 from ..nn import TGN
+from ..progress import progress_bar
 from ..sampling import SamplerConfig
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
@@ -53,7 +54,18 @@ ADD, UPDATE = int(EventKind.EDGE_ADD), int(EventKind.NODE_UPDATE)
 
 
 class ShardedTrainer:
-    """One rank of a sharded run; ``step`` takes each global batch (every rank the same one, in step)."""
+    """One rank of a sharded run; ``step`` takes each global batch (every rank the same one, in step), ``fit``
+    reads this rank's ``LocalSource`` and agrees on the global batches with the other ranks.
+
+    >>> from streamgnn.datasets import load
+    >>> from streamgnn.nn import TGNConfig
+    >>> from streamgnn.shard import PartitionedReplay, ShardConfig
+    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8)
+    >>> trainer = ShardedTrainer(TrainConfig(model=model, sharding=ShardConfig()))  # alone: owns everything
+    >>> events = load("jodie_wikipedia")[:600]
+    >>> trainer.fit(PartitionedReplay(events, trainer.ownership), progress=False).events
+    600
+    """
 
     def __init__(self, config: TrainConfig, *, dist: DistContext | None = None):
         self.config, self.shard_config = config, config.sharding or ShardConfig()
@@ -112,8 +124,8 @@ class ShardedTrainer:
             self._batcher_state = None
         start, start_events, last_ckpt, saved = time.perf_counter(), self.position, self.steps, None
         end = None if max_events is None else self.position + max_events
-        bar = tqdm(total=total, initial=self.position, unit="ev", dynamic_ncols=True,
-                   disable=not (progress and self.dist.is_main))  # fmt: skip
+        bar = progress_bar(total=total, initial=self.position, unit="ev",
+                           disable=not (progress and self.dist.is_main))  # fmt: skip
         try:
             while (
                 batch := self.batcher.next_batch(None if end is None else end - self.position)
