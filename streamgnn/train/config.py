@@ -28,7 +28,7 @@ class ShardConfig:
     num_partitions: int = 8
     mode: str = "exact"
     staleness: int = 10
-    cache_rows: int = 100_000
+    cache_rows: int = 20_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_partitions, int) or self.num_partitions < 1:
