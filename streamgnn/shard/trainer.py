@@ -220,7 +220,8 @@ class ShardedTrainer:
         # every rank draws for the whole batch (a draw is keyed by its row). Random draws come from the
         # replicated pool, so every rank can work out every rank's queries; historical ones need the
         # sources' history, which only their owners hold
-        plan = [me] if cfg.eval_strategy != "random" or cfg.train_negatives != "random" else range(w)
+        replicated = cfg.eval_strategy == cfg.train_negatives == "random"
+        plan = range(w) if self.exact and replicated else [me]  # (communication-free: all local anyway)
         plans: dict[int, list[Queries]] = {r: [] for r in plan}
         rank = cfg.eval_negatives > 0
         if scoring:
