@@ -45,7 +45,9 @@ def make_config():
         num_layers=2,
         dropout=0.0,
     )
-    return TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11, serve_every=0)
+    negatives = os.environ.get("SHARD_TEST_NEGATIVES", "random")  # historical: sources' history is sharded
+    return TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11, serve_every=0,
+                       eval_strategy=negatives, train_negatives=negatives)  # fmt: skip
 
 
 def memory_rows(trainer) -> dict[str, np.ndarray]:
@@ -124,13 +126,12 @@ def stream_bytes(trainer) -> dict:
             "nodes": trainer.store.num_nodes, "rows": trainer.owned.size}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, spawn_ranks):
-    return spawn_ranks(__file__, 0, tmp_path_factory.mktemp("ref"), processes=1)[0]
-
-
-@pytest.mark.parametrize("world", [2, 4])
-def test_w_ranks_compute_what_one_process_computes(world, reference, tmp_path, spawn_ranks):
+@pytest.mark.parametrize(("world", "negatives"), [(2, "random"), (4, "historical")])
+def test_w_ranks_compute_what_one_process_computes(world, negatives, tmp_path, spawn_ranks, monkeypatch):
+    """Random negatives: every rank works out every rank's queries. Historical ones: a source's history
+    lives with its owner, so queries travel to the owners (the other path)."""
+    monkeypatch.setenv("SHARD_TEST_NEGATIVES", negatives)
+    (reference,) = spawn_ranks(__file__, 0, tmp_path, processes=1)
     ranks = spawn_ranks(__file__, world, tmp_path)
     events = make_events()
     for r in ranks:  # the same global batches, in the same order, on every rank
