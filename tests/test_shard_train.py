@@ -78,7 +78,8 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
                     "sample": (hop.ptr, hop.nbr, hop.t)}, out)  # fmt: skip
         return
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    config = dataclasses.replace(config, sharding=ShardConfig(num_partitions=PARTITIONS))
+    cache = int(os.environ.get("SHARD_TEST_CACHE", "20000"))  # a tiny cache evicts rows within each fetch
+    config = dataclasses.replace(config, sharding=ShardConfig(num_partitions=PARTITIONS, cache_rows=cache))
     trainer = ShardedTrainer(config, dist=init_distributed())
     local = PartitionedReplay(events, trainer.ownership, chunk=37)
     batcher = GlobalBatcher(local, trainer.ownership, trainer.exchange, BATCH)
@@ -126,11 +127,15 @@ def stream_bytes(trainer) -> dict:
             "nodes": trainer.store.num_nodes, "rows": trainer.owned.size}  # fmt: skip
 
 
-@pytest.mark.parametrize(("world", "negatives"), [(2, "random"), (4, "historical")])
-def test_w_ranks_compute_what_one_process_computes(world, negatives, tmp_path, spawn_ranks, monkeypatch):
+@pytest.mark.parametrize(("world", "negatives", "cache"), [(2, "random", 16), (4, "historical", 20_000)])
+def test_w_ranks_compute_what_one_process_computes(
+    world, negatives, cache, tmp_path, spawn_ranks, monkeypatch
+):
     """Random negatives: every rank works out every rank's queries. Historical ones: a source's history
-    lives with its owner, so queries travel to the owners (the other path)."""
+    lives with its owner, so queries travel to the owners (the other path). A 16-row cache of remote rows
+    evicts within every fetch; a large one keeps them all."""
     monkeypatch.setenv("SHARD_TEST_NEGATIVES", negatives)
+    monkeypatch.setenv("SHARD_TEST_CACHE", str(cache))
     (reference,) = spawn_ranks(__file__, 0, tmp_path, processes=1)
     ranks = spawn_ranks(__file__, world, tmp_path)
     events = make_events()

@@ -8,10 +8,10 @@ kept least-recently-used up to ``capacity`` rows.
 
 >>> import numpy as np
 >>> cache = RowCache(capacity=2)
->>> cache.versions(np.array([4, 5]), with_messages=False).tolist()
+>>> cache.lookup(np.array([4, 5]), with_messages=False)[0].tolist()
 [-1, -1]
 >>> cache.put(4, 3, np.zeros(2, np.float32), 1.5, None)  # a committed row, without its messages
->>> cache.versions(np.array([4, 5]), False).tolist(), cache.versions(np.array([4]), True).tolist()
+>>> cache.lookup(np.array([4, 5]), False)[0].tolist(), cache.lookup(np.array([4]), True)[0].tolist()
 ([3, -1], [-1])
 """
 
@@ -30,21 +30,20 @@ class RowCache:
         self.entries: OrderedDict[int, tuple] = OrderedDict()
         self.hits = self.misses = 0
 
-    def versions(self, gids: np.ndarray, with_messages: bool) -> np.ndarray:
-        """The version held for each id (-1: not cached, or cached without the pending messages asked for)."""
-        get = self.entries.get
-        out = np.full(len(gids), -1, np.int64)
+    def lookup(self, gids: np.ndarray, with_messages: bool) -> tuple[np.ndarray, list]:
+        """The version held for each id (-1: not cached, or cached without the pending messages asked for)
+        and the entries themselves, ``(version, memory, last_update, messages)`` or None: the caller keeps
+        them, since the rows it caches next may evict these before it reads them."""
+        out, found = np.full(len(gids), -1, np.int64), []
         for i, g in enumerate(gids.tolist()):
-            e = get(g)
+            e = self.entries.get(g)
             if e is not None and (e[3] is not None or not with_messages):
                 out[i] = e[0]
-        return out
-
-    def get(self, gid: int) -> tuple:
-        """``(version, memory, last_update, messages)`` of a cached id, now the most recently used."""
-        self.entries.move_to_end(gid)
-        self.hits += 1
-        return self.entries[gid]
+                self.entries.move_to_end(g)
+            else:
+                e = None
+            found.append(e)
+        return out, found
 
     def put(self, gid: int, version: int, memory: np.ndarray, last: float, messages: tuple | None) -> None:
         """Hold (or replace) an id's row; ``messages``: its pending ``(other, t, feat, from_src)`` arrays, or

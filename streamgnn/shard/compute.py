@@ -209,7 +209,7 @@ class Embedder:
         owner = tr.index.owner(gids) if len(gids) else np.zeros(0, np.int32)
         sel = [np.flatnonzero(owner == r) for r in range(ex.world_size)]
         tag = "memory_rows" if pending else "memory_others"
-        held = self.cache.versions(gids, pending)
+        held, entries = self.cache.lookup(gids, pending)
         held[sel[me]] = -1  # this rank's own rows are read in place
         asks = ex.all_to_all([(gids[s], held[s]) for s in sel], tag + "_queries")
         got = ex.all_to_all([self._changed_rows(a_gids, a_held, pending) for a_gids, a_held in asks], tag)
@@ -222,7 +222,7 @@ class Embedder:
             memory[fresh], last[fresh], version[fresh] = mem, lst, ver
             msgs.append((s[m_owner], *m_rest))
             if r != me:
-                msgs += self._through_cache(gids, s, changed, g[1:], pending, memory, last, version)
+                msgs += self._through_cache(gids, s, changed, g[1:], entries, pending, memory, last, version)
         parts = [np.concatenate([m[j] for m in msgs]) for j in range(5)]
         return Rows(memory, last, version, *parts)
 
@@ -235,7 +235,7 @@ class Embedder:
         return (changed, rows.memory[changed], rows.last_update[changed], rows.version[changed],
                 *(a[keep] for a in rows.arrays()[3:]))  # fmt: skip
 
-    def _through_cache(self, gids, s, changed, reply, pending, memory, last, version) -> list[tuple]:
+    def _through_cache(self, gids, s, changed, reply, entries, pending, memory, last, version) -> list[tuple]:
         """Cache the rows rank ``r`` sent (positions ``s[changed]``), fill the unchanged ones from the cache;
         returns the cached rows' messages as ``(position, other, t, feat, from_src)`` parts."""
         mem, lst, ver, m_owner, *m_rest = reply
@@ -250,7 +250,8 @@ class Embedder:
         out = []
         for pos in np.flatnonzero(~changed).tolist():
             i = s[pos]
-            v, row, lu, messages = cache.get(int(gids[i]))
+            v, row, lu, messages = entries[i]  # as looked up before the puts above (which may evict it)
+            cache.hits += 1
             memory[i], last[i], version[i] = row, lu, v
             if pending and len(messages[0]):
                 out.append((np.full(len(messages[0]), i, np.int64), *messages))
