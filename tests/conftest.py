@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
+import time
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,3 +87,41 @@ def make_events():
 def pytest_configure(config):
     # kafka-python 3.0 loads its protocol schemas through a deprecated importlib.resources call
     config.addinivalue_line("filterwarnings", "ignore:(read|open)_text is deprecated:DeprecationWarning")
+
+
+def _spawn_ranks(script: str, world: int, tmp: Path, processes: int | None = None, tries: int = 3) -> list:
+    """Run ``script RANK WORLD PORT OUT`` as ``processes`` (default ``world``) real processes to the end (one
+    failing stops the rest) and load what each saved to OUT with ``torch.save``; a new master port when
+    another program took the last one first."""
+    import torch
+
+    from streamgnn.connectors.broker import free_port
+
+    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
+    port = free_port() if world > 1 else 0
+    n = processes or world
+    logs = [tmp / f"w{world}r{r}.err" for r in range(n)]
+    procs = []
+    for r, log in enumerate(logs):
+        with log.open("w") as err:
+            cmd = [sys.executable, script, str(r), str(world), str(port), str(tmp / f"w{world}r{r}.pt")]
+            procs.append(subprocess.Popen(cmd, stderr=err, env=env))
+    deadline = time.monotonic() + 300
+    while any(p.poll() is None for p in procs) and not any(p.returncode for p in procs):
+        assert time.monotonic() < deadline, "the ranks did not finish within 300 s"
+        time.sleep(0.1)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    failed = [log.read_text() for p, log in zip(procs, logs, strict=True) if p.returncode != 0]
+    if failed and tries > 1 and any("ddress already in use" in err for err in failed):
+        return _spawn_ranks(script, world, tmp, processes, tries - 1)
+    assert not failed, failed[0][-3000:]
+    return [torch.load(tmp / f"w{world}r{r}.pt", weights_only=False) for r in range(n)]
+
+
+@pytest.fixture(scope="session")
+def spawn_ranks():
+    """``spawn_ranks(script, world, tmp, processes=None) -> [what each rank saved]``: real rank processes."""
+    return _spawn_ranks

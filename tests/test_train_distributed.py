@@ -6,15 +6,11 @@ difference can move them by a whole rank: they are not compared. This file is al
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-
-from streamgnn.connectors.broker import free_port
 
 BATCHES, BATCH = 20, 60
 
@@ -65,35 +61,9 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     torch.save({"steps": steps, "grads": grads, "model": trainer.model.state_dict()}, out)
 
 
-def launch(world: int, tmp: Path, tries: int = 3) -> list[dict]:
-    """Run ``world`` ranks to the end (one failing stops the rest); a new master port when another program
-    took the last one first."""
-    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
-    port = free_port() if world > 1 else 0
-    logs = [tmp / f"w{world}r{r}.err" for r in range(world)]
-    procs = []
-    for r, log in enumerate(logs):
-        with log.open("w") as err:
-            cmd = [sys.executable, __file__, str(r), str(world), str(port), str(tmp / f"w{world}r{r}.pt")]
-            procs.append(subprocess.Popen(cmd, stderr=err, env=env))
-    deadline = time.monotonic() + 300
-    while any(p.poll() is None for p in procs) and not any(p.returncode for p in procs):
-        assert time.monotonic() < deadline, "the ranks did not finish within 300 s"
-        time.sleep(0.1)
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    failed = [log.read_text() for p, log in zip(procs, logs, strict=True) if p.returncode != 0]
-    if failed and tries > 1 and any("ddress already in use" in err for err in failed):
-        return launch(world, tmp, tries - 1)
-    assert not failed, failed[0][-3000:]
-    return [torch.load(tmp / f"w{world}r{r}.pt", weights_only=False) for r in range(world)]
-
-
-def test_two_ranks_match_one_rank_with_the_same_global_batch(tmp_path: Path):
-    (single,) = launch(1, tmp_path)
-    rank0, rank1 = launch(2, tmp_path)
+def test_two_ranks_match_one_rank_with_the_same_global_batch(tmp_path: Path, spawn_ranks):
+    (single,) = spawn_ranks(__file__, 1, tmp_path)
+    rank0, rank1 = spawn_ranks(__file__, 2, tmp_path)
     for name, value in rank0["model"].items():  # identical averaged gradients: replicas stay bit-identical
         assert torch.equal(value, rank1["model"][name]), name
     trained = [s for s in single["steps"] if not np.isnan(s[0])]

@@ -5,7 +5,17 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("store", "sampler", "ingest", "train", "serve", "partition", "snapshots", "agents")
+BENCHMARKS = (
+    "store",
+    "sampler",
+    "ingest",
+    "train",
+    "serve",
+    "partition",
+    "snapshots",
+    "agents",
+    "distributed",
+)
 
 EXAMPLE = """examples:
   streamgnn bench store --quick          # each benchmark takes --quick (under a minute) and --json

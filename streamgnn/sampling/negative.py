@@ -59,6 +59,10 @@ class NegativeSampler:
         self._seen_dst = _merge(self._seen_dst, dst)
         self.pool = _merge(self.pool, dst)
 
+    def nbytes(self) -> int:
+        """Bytes held: the pool and the history."""
+        return self.pool.nbytes + self._pairs.nbytes + self._seen_dst.nbytes
+
     def _runs(self, src: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         inside = (src >= 0) & (src < _MAX_ID)
         s = np.where(inside, src, 0)

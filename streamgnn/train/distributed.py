@@ -105,8 +105,32 @@ def init_distributed(backend: str | None = None) -> DistContext:
         return DistContext()
     if not dist.is_available():
         raise ConfigError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
-    dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    store = _attempt_store(world)
+    if store is None:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]), world_size=world)
     return DistContext(dist.get_rank(), dist.get_world_size())
+
+
+def _attempt_store(world: int):
+    """Under ``torchrun``, the rendezvous store with a prefix per restart attempt, or None elsewhere.
+
+    torchrun keeps one store across ``--max-restarts`` attempts, and the process group's keys (each rank's
+    listening address) are not namespaced by attempt: a restarted rank could read the address of a peer
+    killed in the previous attempt and fail with "connection refused" (pytorch/pytorch#167288). A prefix
+    per attempt makes every attempt start from empty keys.
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt is None:
+        return None
+    rank = int(os.environ["RANK"])
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=not agent and rank == 0
+    )
+    return dist.PrefixStore(f"streamgnn/attempt-{attempt}/", store)
 
 
 def local_device(requested: str) -> torch.device:

@@ -38,14 +38,17 @@ class StreamNegatives:
         """Whether any destination has been seen (there is something to draw)."""
         return self.sampler is not None
 
-    def observe(self, src: np.ndarray, dst: np.ndarray) -> None:
-        """Add a batch's applied edges (internal ids): their pairs join the history, destinations the pool."""
+    def observe(self, src: np.ndarray, dst: np.ndarray, history: np.ndarray | None = None) -> None:
+        """Add a batch's applied edges (internal ids): their pairs join the history, destinations the pool.
+        ``history``: which pairs join the history (default all; a shard keeps only its own sources')."""
         if not len(dst):
             return
         if self.sampler is None:
             self.sampler = NegativeSampler(dst, seed=self.seed)
         else:
             self.sampler.pool = np.union1d(self.sampler.pool, dst)
+        if history is not None:
+            src, dst = src[history], dst[history]
         self.sampler.observe(src, dst)
 
     def rebuild(self, store: TemporalGraphStore) -> None:

@@ -39,7 +39,24 @@ from .protocol import Candidates, StepInput
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets: every draw is named by (step, purpose)
 
 
-def _distinct(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def link_loss(predictor, z, rows, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int):
+    """This rank's part of ``mean BCE(positives) + mean BCE(negatives)`` over the global batch: its ``n``
+    rows are ``z[rows[:n]]`` (sources) against ``z[rows[n:2n]]`` (destinations) and ``z[rows[2n:3n]]``
+    (negatives); ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts."""
+    n = len(pos_ok)
+    pos, neg = predictor.candidates(gather_rows(z, rows[:n]), z, rows[n : 3 * n].view(2, n).T).unbind(1)
+    w_pos = torch.from_numpy(np.asarray(pos_ok, np.float32)).to(pos.device)
+    loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), w_pos, reduction="sum") / n_pos
+    if n_neg:
+        w_neg = torch.from_numpy(np.asarray(neg_ok, np.float32)).to(neg.device)
+        loss = (
+            loss
+            + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), w_neg, reduction="sum") / n_neg
+        )
+    return loss
+
+
+def distinct_queries(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct ``(node, time)`` pairs (sorted) and the index of each input pair among them."""
     order = np.lexsort((times, nodes))
     nodes, times = nodes[order], times[order]
@@ -193,19 +210,7 @@ class TGNLinkModel:
         if n:
             inp, rows = prepared.train_input
             z = model(inp)
-            logits = model.predictor.candidates(gather_rows(z, rows[:n]), z, rows[n:].view(2, n).T)
-            pos, neg = logits.unbind(1)
-            w_pos = torch.from_numpy(keep[lo:hi].astype(np.float32)).to(self.device)
-            loss = (
-                F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), w_pos, reduction="sum") / n_pos
-            )
-            if n_neg:
-                w_neg = torch.from_numpy(has_neg[lo:hi].astype(np.float32)).to(self.device)
-                loss = (
-                    loss
-                    + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), w_neg, reduction="sum")
-                    / n_neg
-                )
+            loss = link_loss(model.predictor, z, rows, keep[lo:hi], has_neg[lo:hi], n_pos, n_neg)
             (loss * d.world_size).backward()
             local = loss.item()
         d.average_gradients(list(model.parameters()))
@@ -224,7 +229,7 @@ class TGNLinkModel:
         """Neighborhoods of the distinct queries among ``roots`` (internal ids, -1: unknown, reads row
         ``blank``) at ``times``, and each root's row among them: a repeated query is embedded once."""
         mcfg = self.config.model
-        roots, times, rows = _distinct(roots, np.asarray(times, np.float64))
+        roots, times, rows = distinct_queries(roots, np.asarray(times, np.float64))
         mem = torch.from_numpy(np.where(roots < 0, blank, roots))
         rows = torch.from_numpy(rows).to(self.device)
         if mcfg.num_layers == 0:

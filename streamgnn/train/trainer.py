@@ -103,6 +103,11 @@ class OnlineTrainer:
         dist: DistContext | None = None,
         link_model: LinkModel | None = None,
     ) -> None:
+        if config.sharding is not None:
+            raise ConfigError(
+                "config.sharding is set: OnlineTrainer replicates the whole store on every rank; use "
+                "run_online (which switches on it) or streamgnn.shard.ShardedTrainer"
+            )
         self.config = config
         self.dist = dist or init_distributed()
         self.device = local_device(config.device)

@@ -1,0 +1,27 @@
+"""Sharded store and partition-parallel training: each rank owns graph partitions (their adjacency, TGN
+memory rows and negative history) and reads only its own Kafka partitions; W ranks learn what one does."""
+
+from ..train.config import ShardConfig
+from .batches import GlobalBatcher
+from .cache import RowCache
+from .comm import Exchange
+from .memory import OwnedMemory
+from .ownership import GlobalIndex, Ownership
+from .run import run_sharded
+from .source import KafkaPartitions, LocalSource, PartitionedReplay
+from .trainer import ShardedTrainer
+
+__all__ = [
+    "Exchange",
+    "GlobalBatcher",
+    "GlobalIndex",
+    "KafkaPartitions",
+    "LocalSource",
+    "OwnedMemory",
+    "Ownership",
+    "PartitionedReplay",
+    "RowCache",
+    "ShardConfig",
+    "ShardedTrainer",
+    "run_sharded",
+]

@@ -1,0 +1,151 @@
+"""Global batches without a coordinator: W ranks, each reading its own partitions, cut the same batches
+in the same time order as one process reading every partition.
+
+Every row carries a key ``(t, partition, seq)`` (``seq``: its position in its partition), and the stream's
+order is the order of the keys. A rank's local frontier is the newest time it has read: it can deliver no
+row earlier than that any more (each partition is in time order), so rows before the minimum frontier over
+ranks (the global watermark, as streaming engines align watermarks) are complete everywhere. Each round,
+one ``all_gather`` carries every rank's frontier and the keys of its first ``batch_size`` buffered rows;
+every rank then computes the same cut: the first ``batch_size`` complete keys. If fewer are complete, the
+ranks holding the watermark back read more and the round repeats. The cut rows go out in a second
+``all_gather`` (binary-encoded), so every rank holds the whole global batch: a cut edge must reach the
+owners of both endpoints anyway.
+
+A rank's buffer (rows read but not yet in a global batch) is part of its checkpoint: a Kafka position
+covers rows handed out, not rows processed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..codec import decode_binary, encode_binary
+from ..events import DeadLetter, EventBatch, concat
+from .comm import Exchange
+from .ownership import Ownership
+from .source import LocalSource
+
+_SEQ_BITS = 40  # rows per partition below 2**40; partition numbers below 2**23
+
+
+class GlobalBatcher:
+    """``next_batch()`` (a collective: every rank calls it in step) returns the next global batch,
+    identical on every rank, or None once every rank's source is done and every buffer empty."""
+
+    def __init__(
+        self, source: LocalSource, ownership: Ownership, exchange: Exchange, batch_size: int
+    ) -> None:
+        self.source, self.ownership, self.exchange = source, ownership, exchange
+        self.batch_size = batch_size
+        self.buffer = EventBatch.empty()
+        self.keys = np.zeros(0, np.int64)  # partition << _SEQ_BITS | seq, per buffered row
+        self.seq = np.zeros(ownership.num_partitions, np.int64)  # rows read per partition
+        self.frontier = -math.inf
+        self.dead_letters: list[DeadLetter] = []  # rows of this rank's source that failed validation
+        self._replaying: set[int] = set()  # partitions whose resumed source may first deliver rows again
+        self._known: Callable[[np.ndarray], np.ndarray] | None = None  # event ids in the checkpoint
+
+    def next_batch(self, limit: int | None = None) -> EventBatch | None:
+        """The next global batch of at most ``batch_size`` (and ``limit``) events; None at the end."""
+        b = self.batch_size if limit is None else min(self.batch_size, limit)
+        if b <= 0:
+            return None
+        while True:
+            done = self.source.done
+            n_head = min(b, len(self.buffer))
+            state = np.array([math.inf if done else self.frontier, float(done), n_head])
+            t_head, k_head = np.full(b, math.inf), np.zeros(b, np.int64)  # fixed size: no size exchange
+            t_head[:n_head], k_head[:n_head] = self.buffer.t[:n_head], self.keys[:n_head]
+            w = self.exchange.world_size
+            gathered = self.exchange.all_to_all([(state, t_head, k_head)] * w, "batch_keys", [[3, b, b]] * w)
+            watermark = min(g[0][0] for g in gathered)
+            all_done = all(g[0][1] for g in gathered)
+            heads = [int(g[0][2]) for g in gathered]
+            t = np.concatenate([g[1][:h] for g, h in zip(gathered, heads, strict=True)])
+            k = np.concatenate([g[2][:h] for g, h in zip(gathered, heads, strict=True)])
+            rank = np.repeat(np.arange(len(gathered)), heads)
+            complete = t < watermark
+            n = int(complete.sum())
+            if n >= b or (all_done and n):
+                order = np.lexsort((k[complete], t[complete]))[:b]
+                return self._cut(rank[complete][order], t[complete][order], k[complete][order])
+            if all_done:
+                return None
+            if not done and self.frontier <= watermark:
+                self._read()
+
+    def _cut(self, rank: np.ndarray, t: np.ndarray, k: np.ndarray) -> EventBatch:
+        """Hand the chosen rows (global order ``rank``/``t``/``k``) to every rank."""
+        take = int((rank == self.exchange.rank).sum())  # my chosen rows are the first ``take`` of my buffer
+        mine = self.buffer.take(slice(0, take))
+        self.buffer, self.keys = self.buffer.take(slice(take, None)), self.keys[take:]
+        payloads = self.exchange.all_gather_bytes(encode_binary(mine) if take else b"", "batch_events")
+        parts = [decode_binary(p) if p else None for p in payloads]
+        parts = [p for p in parts if p is not None]
+        merged = concat(parts) if parts else EventBatch.empty()
+        # concat is in rank order; the global order interleaves ranks by key
+        by_rank = np.argsort(rank, kind="stable")
+        position = np.empty(len(rank), np.int64)
+        position[by_rank] = np.arange(len(rank))
+        return merged.take(position)
+
+    def _read(self) -> None:
+        got = self.source.pull()
+        if got is None or not len(got):
+            return
+        valid, letters = got.validate("local source")
+        self.dead_letters += letters
+        self.frontier = max(self.frontier, float(valid.t.max())) if len(valid) else self.frontier
+        part = self.ownership.partition_of(valid.src) if len(valid) else np.zeros(0, np.int32)
+        keep = self._not_replayed(valid.eid, part)
+        valid, part = valid.take(keep), part[keep]
+        seq = np.empty(len(part), np.int64)
+        for p in np.unique(part).tolist():
+            at = part == p
+            seq[at] = self.seq[p] + np.arange(int(at.sum()))
+            self.seq[p] += int(at.sum())
+        keys = (part.astype(np.int64) << _SEQ_BITS) | seq
+        buffer = concat([self.buffer, valid]) if len(self.buffer) else valid
+        keys = np.concatenate([self.keys, keys])
+        order = np.lexsort((keys, buffer.t))
+        self.buffer, self.keys = buffer.take(order), keys[order]
+
+    def _not_replayed(self, eids: np.ndarray, part: np.ndarray) -> np.ndarray:
+        """Rows a resumed source delivers again (the head of a partition, already in the checkpoint) are
+        dropped; a partition's first new row ends its replay."""
+        keep = np.ones(len(eids), bool)
+        for p in sorted(self._replaying):
+            rows = np.flatnonzero(part == p)
+            if not len(rows):
+                continue
+            again = self._known(eids[rows])
+            first_new = int(np.argmin(again)) if not again.all() else len(rows)
+            keep[rows[:first_new]] = False
+            if first_new < len(rows):
+                self._replaying.discard(p)
+        return keep
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self) -> dict[str, np.ndarray]:
+        raw = encode_binary(self.buffer) if len(self.buffer) else b""
+        return {
+            "buffer": np.frombuffer(raw, np.uint8),
+            "keys": self.keys,
+            "seq": self.seq,
+            "frontier": np.array([self.frontier]),
+        }
+
+    def restore(self, arrays: dict[str, np.ndarray], processed: Callable[[np.ndarray], np.ndarray]) -> None:
+        """Take back a checkpoint's buffer and counters. ``processed(eids)`` marks event ids already in global
+        batches: a resumed Kafka source restarts at the first message not wholly handed out, so the head of a
+        partition may come again (rows processed or buffered before the checkpoint): those are dropped."""
+        raw = arrays["buffer"]
+        self.buffer = decode_binary(raw.tobytes()) if len(raw) else EventBatch.empty()
+        self.keys, self.seq = arrays["keys"].astype(np.int64), arrays["seq"].astype(np.int64)
+        self.frontier = float(arrays["frontier"][0])
+        buffered = np.sort(self.buffer.eid)
+        self._known = lambda eids: processed(eids) | np.isin(eids, buffered)
+        self._replaying = set(self.ownership.partitions())

@@ -1,0 +1,125 @@
+"""Per-rank checkpoints of a sharded run, cut at the same global batch on every rank.
+
+Each rank writes its own trainer checkpoint (``streamgnn.train.checkpoint``: atomic, verified) under
+``ROOT/rank-RRRRR/``: model and optimizer, its shard of the store with its source offsets, its owned memory
+rows and pending messages, its share of the negative history, the global index, and the global batcher's
+buffer (rows read but not yet batched: an offset covers rows handed out, not rows learned). Every rank saves
+after the same step, and each keeps its two newest checkpoints.
+
+There is no coordinator: on restart every rank reads its own newest step and the ranks take the minimum
+(an ``all_gather``), which every rank holds whole. A rank killed while writing step ``N`` left step
+``N - every`` complete, and the ranks that finished step ``N`` still keep that one: all resume from it, so
+nothing is lost or doubled. The world size and partition count must match the checkpoint's.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointError
+from ..train import checkpoint as trainer_checkpoint
+
+KEEP = 2  # the newest two: a rank one checkpoint ahead of a killed one still holds the common cut
+
+
+def rank_root(root: Path, rank: int) -> Path:
+    return Path(root) / f"rank-{rank:05d}"
+
+
+def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
+    """Write this rank's checkpoint of ``trainer`` at its current step."""
+    state = {
+        "model": trainer.model.state_dict(),
+        "optimizer": trainer.optimizer.state_dict(),
+        "metrics": trainer.metrics.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        **_tensors("index", trainer.index.state()),
+        **_tensors("owned", trainer.owned.state()),
+        **_tensors("batcher", trainer.batcher_state()),
+        "pool": torch.from_numpy(
+            trainer.negatives.sampler.pool if trainer.negatives.ready else np.zeros(0, np.int64)
+        ),
+    }
+    if trainer.halo is not None:
+        state.update(_tensors("halo", trainer.halo.state()))
+    manifest = {
+        "config": trainer.config.as_dict(),
+        "shard": trainer.shard_config.__dict__,
+        "world_size": trainer.dist.world_size,
+        "rank": trainer.dist.rank,
+        "steps": trainer.steps,
+        "position": trainer.position,
+        "learned": trainer.learned,
+        "dead_letters": trainer.dead_letter_count,
+        "python_rng": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+        "store_hash": trainer.store.content_hash(),
+    }
+    return trainer_checkpoint.save(
+        rank_root(root, trainer.dist.rank), trainer.steps, trainer.store, offsets, state, manifest, KEEP
+    )
+
+
+def common_step(trainer, root: Path) -> int | None:
+    """The newest step every rank holds (a collective); None when no rank has a checkpoint."""
+    steps = trainer_checkpoint.step_dirs(rank_root(root, trainer.dist.rank))
+    mine = int(steps[-1].name.split("-")[1]) if steps else -1
+    every = [int(g[0][0]) for g in trainer.exchange.all_gather((np.array([mine]),), "checkpoint")]
+    if max(every) < 0:
+        return None
+    if min(every) < 0:
+        raise CheckpointError(f"{root}: ranks {[r for r, s in enumerate(every) if s < 0]} hold no checkpoint")
+    return min(every)
+
+
+def load(trainer, root: Path, step: int) -> dict[str, int]:
+    """Restore ``trainer`` from its rank's checkpoint of ``step``; returns the source offsets to resume at."""
+    path = rank_root(root, trainer.dist.rank) / f"step-{step:09d}"
+    if not path.is_dir():
+        raise CheckpointError(f"{path} is missing: this rank no longer holds the step the others resume from")
+    ckpt = trainer_checkpoint.load(path, trainer.device)
+    man, state = ckpt.manifest, ckpt.state
+    if (
+        man["world_size"] != trainer.dist.world_size
+        or man["shard"]["num_partitions"] != trainer.ownership.num_partitions
+    ):
+        raise CheckpointError(
+            f"{path} was written by {man['world_size']} ranks over {man['shard']['num_partitions']} "
+            "partitions; "
+            f"this run has {trainer.dist.world_size} over {trainer.ownership.num_partitions}"
+        )
+    trainer.store = ckpt.store
+    trainer.model.load_state_dict(state["model"])
+    trainer.optimizer.load_state_dict(state["optimizer"])
+    trainer.metrics.load_state_dict(state["metrics"])
+    torch.set_rng_state(state["torch_rng"])
+    trainer.index.restore(_arrays("index", state))
+    trainer.owned.restore(_arrays("owned", state))
+    if trainer.halo is not None:
+        trainer.halo.restore(_arrays("halo", state))
+    trainer.restore_batcher(_arrays("batcher", state))
+    pool = state["pool"].numpy()
+    trainer.negatives.sampler = None
+    if len(pool):  # the pool as saved; the history of owned sources: exactly the shard's edges from them
+        edges = trainer.store.edges()
+        src, dst = (trainer.store.external_ids(x).astype(np.int64) for x in (edges.src, edges.dst))
+        trainer.negatives.observe(np.zeros(len(pool), np.int64), pool, history=np.zeros(len(pool), bool))
+        trainer.negatives.observe(src, dst, history=trainer.index.owned(src))
+    trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
+    trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])
+    py = man["python_rng"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    trainer.rebind_store()
+    return dict(ckpt.store.source_offsets)
+
+
+def _tensors(prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {f"{prefix}.{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+
+
+def _arrays(prefix: str, state: dict) -> dict[str, np.ndarray]:
+    n = len(prefix) + 1
+    return {k[n:]: v.numpy() for k, v in state.items() if k.startswith(prefix + ".")}

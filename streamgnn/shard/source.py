@@ -1,0 +1,131 @@
+"""What one rank reads: only the graph partitions it owns, from Kafka or from a replayed event stream.
+
+A local source hands out this rank's events in time order, chunk by chunk (``pull``), says when it has no
+more (``done``) and where it stands (``positions``, saved in the rank's checkpoint and given back as
+``start_offsets`` on restart). ``GlobalBatcher`` merges the ranks' local streams into global batches.
+
+- ``KafkaPartitions``: a ``KafkaSource`` over exactly this rank's topic partitions (``partitions=``; the topic
+  has one partition per graph partition, as ``EventProducer``/``produce_dataset`` write it).
+- ``PartitionedReplay``: a stream held in memory (a dataset, a file read once) split the same way, for
+  benchmarks, tests and replays; its offsets are rows per partition.
+
+>>> from streamgnn import EventBatch
+>>> from streamgnn.shard import Ownership
+>>> events = EventBatch.from_columns(src=[1, 2, 3, 4], dst=[2, 3, 4, 1], t=[0.0, 1.0, 2.0, 3.0], eid=range(4))
+>>> mine = PartitionedReplay(events, Ownership(num_partitions=2, world_size=2, rank=0), chunk=10)
+>>> mine.pull().eid.tolist(), mine.done, mine.positions()  # the events whose source is in partition 0
+([1, 3], True, {'replay:0': 2})
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..events import EventBatch
+from .ownership import Ownership
+
+
+class LocalSource(Protocol):
+    """One rank's share of the stream, in time order."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def pull(self) -> EventBatch | None: ...
+
+    def positions(self) -> dict[str, int]: ...
+
+
+class PartitionedReplay:
+    """The rows of ``events`` whose source vertex lies in this rank's partitions, handed out ``chunk`` at a
+    time in (time, partition, row) order; ``start_offsets`` (``{"replay:P": rows}``) skips what a checkpoint
+    had consumed."""
+
+    def __init__(
+        self, events: EventBatch, ownership: Ownership, *, chunk: int = 10_000,
+        start_offsets: dict[str, int] | None = None,
+    ) -> None:  # fmt: skip
+        if chunk < 1:
+            raise ConfigError(f"chunk must be >= 1, got {chunk}")
+        self.chunk = chunk
+        part = ownership.partition_of(events.src) if len(events) else np.zeros(0, np.int32)
+        mine = np.isin(part, ownership.partitions())
+        rows = np.flatnonzero(mine)
+        seq = np.zeros(len(rows), np.int64)  # row number within its partition
+        for p in ownership.partitions():
+            at = part[rows] == p
+            seq[at] = np.arange(int(at.sum()))
+        offsets = {int(k.rsplit(":", 1)[1]): int(v) for k, v in (start_offsets or {}).items()}
+        left = seq >= np.array([offsets.get(int(p), 0) for p in part[rows]], np.int64).reshape(-1)
+        order = np.lexsort((seq[left], part[rows][left], events.t[rows][left]))
+        self._rows = rows[left][order]
+        self._part = part[rows][left][order]
+        self._events = events
+        self._next = 0
+        self._done_rows = {p: offsets.get(p, 0) for p in ownership.partitions()}
+
+    @property
+    def done(self) -> bool:
+        return self._next >= len(self._rows)
+
+    def pull(self) -> EventBatch | None:
+        if self.done:
+            return None
+        take = slice(self._next, self._next + self.chunk)
+        self._next += len(self._rows[take])
+        for p, n in zip(*np.unique(self._part[take], return_counts=True), strict=True):
+            self._done_rows[int(p)] += int(n)
+        return self._events.take(self._rows[take])
+
+    def positions(self) -> dict[str, int]:
+        return {f"replay:{p}": n for p, n in self._done_rows.items()}
+
+
+class KafkaPartitions:
+    """This rank's topic partitions through ``KafkaSource(partitions=...)``; ``done`` once nothing came for
+    ``idle_timeout_s`` after the source was assigned (None: a live stream, never done). Other keyword
+    arguments go to ``KafkaSource`` (``bootstrap_servers``, ``start_offsets``, security settings...)."""
+
+    def __init__(
+        self, topic: str, ownership: Ownership, *, idle_timeout_s: float | None = 10.0,
+        poll_timeout_s: float = 0.2, **source_options,
+    ) -> None:  # fmt: skip
+        from ..connectors.kafka import KafkaSource
+
+        keys = [f"{topic}:{p}" for p in ownership.partitions()]
+        self.source = KafkaSource(partitions=keys, **source_options)
+        self.idle_timeout_s, self.poll_timeout_s = idle_timeout_s, poll_timeout_s
+        self._quiet_since: float | None = None
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def pull(self) -> EventBatch | None:
+        batch = self.source.poll(self.poll_timeout_s)
+        if batch is not None and len(batch):
+            self._quiet_since = None
+            return batch
+        now = time.monotonic()
+        self._quiet_since = self._quiet_since or now
+        if self.idle_timeout_s is not None and now - self._quiet_since >= self.idle_timeout_s:
+            self._done = True
+        return None
+
+    def positions(self) -> dict[str, int]:
+        return self.source.positions()
+
+    def close(self) -> None:
+        self.source.close()
+
+    def __enter__(self) -> KafkaPartitions:
+        self.source.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

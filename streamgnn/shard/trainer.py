@@ -1,0 +1,404 @@
+"""ShardedTrainer: partition-parallel test-then-train; each rank holds its partitions' graph and memory.
+
+Per global batch (identical on every rank, see ``GlobalBatcher``), the same protocol as ``OnlineTrainer``:
+
+1. ``GlobalIndex.admit``: validation, event-id dedup, lateness and global ids, the same on every rank;
+2. each rank takes the positives whose source it owns (the events it read) and draws their negatives: the
+   pool of destinations is replicated, the history of a source lives with its owner, and each event's draw is
+   keyed by its place in the global batch, so the draws are those one process makes;
+3. the owner of each queried vertex embeds it (``Embedder``): it samples the vertex's neighbors from its
+   complete adjacency and gathers the memory rows of the tree (exact: other ranks' rows from their owners,
+   pending messages included; communication-free: every rank embeds its own queries from its shard, other
+   ranks' rows from a halo copy at most ``staleness`` batches old);
+4. the batch goes into each shard (events with an owned endpoint: a cut edge is kept by both owners);
+5. scores are gathered, gradients averaged so that they equal the one-process gradient, and each owner
+   commits its vertices' memory updates.
+
+Exact mode therefore computes what one process computes (same samples, memory rows, losses; the model within
+float tolerance): only reduction orders differ. Training dropout draws different masks for different
+tensor shapes, so equality across world sizes holds with ``dropout=0``, as for the replicated mode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from ..events import EventBatch, EventKind
+from ..nn import TGN
+from ..progress import progress_bar
+from ..sampling import SamplerConfig
+from ..store import StoreConfig, TemporalGraphStore
+from ..train.config import ShardConfig, TrainConfig
+from ..train.distributed import DistContext, init_distributed, local_device
+from ..train.metrics import RunningMetrics, reciprocal_ranks
+from ..train.negatives import EVAL, TRAIN, StreamNegatives
+from ..train.tgn_model import link_loss
+from ..train.trainer import OnlineResult, StepResult
+from . import checkpoint
+from .batches import GlobalBatcher
+from .comm import Exchange
+from .compute import Embedder, Queries
+from .memory import HaloCache, OwnedMemory, lend_state
+from .ownership import GlobalIndex, Ownership
+from .sampling import LocalSampler, RoutedSampler
+from .source import LocalSource
+
+ADD, UPDATE = int(EventKind.EDGE_ADD), int(EventKind.NODE_UPDATE)
+
+
+class ShardedTrainer:
+    """One rank of a sharded run; ``step`` takes each global batch (every rank the same one, in step), ``fit``
+    reads this rank's ``LocalSource`` and agrees on the global batches with the other ranks.
+
+    >>> from streamgnn.datasets import load
+    >>> from streamgnn.nn import TGNConfig
+    >>> from streamgnn.shard import PartitionedReplay, ShardConfig
+    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8)
+    >>> trainer = ShardedTrainer(TrainConfig(model=model, sharding=ShardConfig()))  # alone: owns everything
+    >>> events = load("jodie_wikipedia")[:600]
+    >>> trainer.fit(PartitionedReplay(events, trainer.ownership), progress=False).events
+    600
+    """
+
+    def __init__(self, config: TrainConfig, *, dist: DistContext | None = None):
+        self.config, self.shard_config = config, config.sharding or ShardConfig()
+        mcfg = config.model
+        if mcfg.node_feature_dim:
+            raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
+        if not mcfg.uses_memory:
+            raise ConfigError("sharded training shards TGN memory: the tgat variant (no memory) needs none")
+        self.dist = dist or init_distributed()
+        self.device = local_device(config.device)
+        d = self.dist
+        self.ownership = Ownership(self.shard_config.num_partitions, d.world_size, d.rank)
+        self.exchange = Exchange(d.rank, d.world_size, self.device)
+        self.index = GlobalIndex(self.ownership)
+        self.store = TemporalGraphStore(StoreConfig())  # this rank's shard, in global ids
+        self.owned = OwnedMemory(mcfg.memory_dim, mcfg.edge_feature_dim)
+        self.exact = self.shard_config.mode == "exact"
+        self.halo = None if self.exact else HaloCache(mcfg.memory_dim)
+        torch.manual_seed(config.seed)
+        self.model = TGN(mcfg).to(self.device)
+        d.broadcast_module(self.model)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
+        self.rebind_store()
+        self.embedder = Embedder(self)
+        self.negatives = StreamNegatives(config.seed)  # pool replicated, history of owned sources only
+        self.metrics = RunningMetrics(config.window_events)
+        self.steps = self.learned = self.position = self.dead_letter_count = 0
+        self.batcher: GlobalBatcher | None = None
+        self._batcher_state: dict[str, np.ndarray] | None = None  # from a checkpoint, for the next batcher
+
+    def rebind_store(self) -> None:
+        """(Re)build the sampler over ``self.store`` (after a checkpoint replaced it)."""
+        mcfg, config = self.config.model, self.config
+        sampling = SamplerConfig(
+            fanouts=(mcfg.num_neighbors,) * max(mcfg.num_layers, 1), strategy=config.sampling,
+            seed=config.seed, edge_features=mcfg.edge_feature_dim > 0,
+        )  # fmt: skip
+        edge_dim = mcfg.edge_feature_dim
+        if self.exact:
+            self.sampler = RoutedSampler(self.store, self.index, self.exchange, sampling, edge_dim)
+        else:
+            self.sampler = LocalSampler(self.store, sampling, edge_dim)
+
+    # ------------------------------------------------------------------ the stream
+    def fit(
+        self, source: LocalSource, *, max_events: int | None = None, progress: bool = True,
+        total: int | None = None,
+    ) -> OnlineResult:  # fmt: skip
+        """Train on this rank's ``source`` (every rank calls ``fit`` with its own) until every source is done
+        or ``max_events`` more global events; checkpoints every ``checkpoint_every`` global batches (at the
+        same batch on every rank) and at the end."""
+        cfg = self.config
+        self.batcher = GlobalBatcher(source, self.ownership, self.exchange, cfg.batch_size)
+        if self._batcher_state is not None:
+            self.batcher.restore(self._batcher_state, self.index.seen.contains)
+            self._batcher_state = None
+        start, start_events, last_ckpt, saved = time.perf_counter(), self.position, self.steps, None
+        end = None if max_events is None else self.position + max_events
+        bar = progress_bar(total=total, initial=self.position, unit="ev",
+                           disable=not (progress and self.dist.is_main))  # fmt: skip
+        try:
+            while (
+                batch := self.batcher.next_batch(None if end is None else end - self.position)
+            ) is not None:
+                self.dead_letter_count += len(self.batcher.dead_letters)  # rows this rank's source could
+                self.batcher.dead_letters.clear()  # not take (counted here, so checkpoints hold them)
+                self.step(batch)
+                self.position += len(batch)
+                bar.update(len(batch))
+                if cfg.checkpoint_every and self.steps - last_ckpt >= cfg.checkpoint_every:
+                    saved, last_ckpt = self.save_checkpoint(source.positions()), self.steps
+        finally:
+            bar.close()
+        if cfg.checkpoint_every and self.steps > last_ckpt:
+            saved = self.save_checkpoint(source.positions())
+        self.metrics.close()
+        seconds = time.perf_counter() - start
+        events = self.position - start_events
+        self.dead_letter_count += len(self.batcher.dead_letters)
+        self.batcher.dead_letters.clear()
+        letters = int(self.dist.all_sum([self.dead_letter_count], self.device)[0])
+        return OnlineResult(
+            events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
+            self.metrics.summary(), list(self.metrics.windows), math.nan, math.nan,
+            letters, saved,
+        )  # fmt: skip
+
+    def save_checkpoint(self, offsets: dict[str, int]) -> Path:
+        """This rank's checkpoint at the current step (every rank calls it after the same step)."""
+        if not self.config.checkpoint_dir:
+            raise ConfigError("save_checkpoint needs config.checkpoint_dir")
+        path = checkpoint.save(self, Path(self.config.checkpoint_dir), offsets)
+        if self.dist.active:
+            torch.distributed.barrier()
+        return path
+
+    @classmethod
+    def resume(
+        cls, config: TrainConfig, *, dist: DistContext | None = None
+    ) -> tuple[ShardedTrainer, dict[str, int]]:
+        """A trainer at the newest step every rank checkpointed under ``config.checkpoint_dir`` (a fresh one
+        if there is none), and the source offsets this rank resumes at (give them to its source)."""
+        trainer = cls(config, dist=dist)
+        root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
+        step = None if root is None else checkpoint.common_step(trainer, root)
+        if step is None:
+            return trainer, {}
+        return trainer, checkpoint.load(trainer, root, step)
+
+    def batcher_state(self) -> dict[str, np.ndarray]:
+        if self.batcher is None:
+            return self._batcher_state or {}
+        return self.batcher.state()
+
+    def restore_batcher(self, arrays: dict[str, np.ndarray]) -> None:
+        self._batcher_state = arrays or None
+
+    def nbytes(self) -> dict[str, int]:
+        """This rank's bytes by part, from each part's own accounting (allocated capacity included)."""
+        parts = {
+            "store": self.store.nbytes()["total"],
+            "memory": self.owned.nbytes(),
+            "index": self.index.nbytes(),
+            "halo": 0 if self.halo is None else self.halo.nbytes(),
+            "cache": self.embedder.cache.nbytes(),
+            "negatives": self.negatives.sampler.nbytes() if self.negatives.ready else 0,
+        }
+        parts["total"] = sum(parts.values())
+        return parts
+
+    # ------------------------------------------------------------------ per batch
+    def step(self, batch: EventBatch, *, train: bool = True, score: bool = True) -> StepResult:
+        started = time.perf_counter()
+        cfg = self.config
+        before = self.index.num_nodes
+        adm = self.index.admit(batch)
+        self.owned.add_rows(
+            np.arange(before, self.index.num_nodes)[self.index.owned(np.arange(before, self.index.num_nodes))]
+        )
+        add = batch.kind[adm.rows] == ADD
+        rows = adm.rows[add]
+        m = len(rows)
+        pre_src, pre_dst, post_src, post_dst = adm.pre_src[add], adm.pre_dst[add], adm.src[add], adm.dst[add]
+        t = batch.t[rows].copy()
+        feat = self._edge_features(batch, rows)
+        w, me = self.dist.world_size, self.dist.rank
+        rows_of = [np.flatnonzero(r) for r in (self.index.owner(post_src) == np.arange(w)[:, None])]
+        mine = rows_of[me]  # the events whose source this rank owns: the ones it read
+        scoring = score and m > 0 and self.negatives.ready
+        training = train and m > 0 and self.negatives.ready
+        t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
+        # every rank draws for the whole batch (a draw is keyed by its row). Random draws come from the
+        # replicated pool, so every rank can work out every rank's queries; historical ones need the
+        # sources' history, which only their owners hold
+        replicated = cfg.eval_strategy == cfg.train_negatives == "random"
+        plan = range(w) if self.exact and replicated else [me]  # (communication-free: all local anyway)
+        plans: dict[int, list[Queries]] = {r: [] for r in plan}
+        rank = cfg.eval_negatives > 0
+        if scoring:
+            neg_all = self.negatives.draw(
+                pre_src, pre_dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy, step=self.steps,
+                purpose=EVAL, groups=t,
+            )  # fmt: skip
+            neg_ids = neg_all[mine]
+            for r in plan:
+                plans[r].append(_eval_queries(pre_src, pre_dst, neg_all, t_query, t.min(), rows_of[r], rank))
+        if training:
+            train_neg = self.negatives.draw(
+                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN
+            )[:, 0]
+            for r in plan:
+                s = rows_of[r]
+                plans[r].append(
+                    Queries.of(np.r_[pre_src[s], pre_dst[s], train_neg[s]], np.tile(t_query[s], 3))
+                )
+        sets = plans[me]
+        self.embedder.last_working_set = None
+        z = self.embedder.embed(plans, [False] * scoring + [True] * training, 3 * self.steps) if sets else []
+
+        letters = self._ingest(batch, adm)
+        local = np.full((len(mine), 3), math.nan)
+        if scoring:
+            local = self._score(z[0], sets[0].rows, rank, neg_ids >= 0, mine)
+        loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m) if training else math.nan
+        pos = neg = rr = np.zeros(0)
+        if scoring or training:  # one exchange for the scores and the loss
+            full, loss = self._gather_rows(local, loss, rows_of, m)
+            if scoring:
+                pos, neg, rr = full[:, 0], full[:, 1], full[:, 2]
+        self._observe(post_src, post_dst, t, feat)
+        self.negatives.observe(post_src, post_dst, history=self.index.owned(post_src))
+        self.learned += m
+        self.steps += 1
+        if not self.exact and self.steps % self.shard_config.staleness == 0:
+            self._sync_halo()
+        scored = rows if scoring else rows[:0]
+        if scoring or training:
+            self.metrics.add(pos, neg, rr, batch.t[scored], loss, time.perf_counter() - started)
+        return StepResult(len(batch), m, batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters)
+
+    def _edge_features(self, batch: EventBatch, rows: np.ndarray) -> np.ndarray | None:
+        dim = self.config.model.edge_feature_dim
+        if not dim:
+            return None
+        if batch.feature_dim != dim and len(rows):
+            raise ConfigError(
+                f"the model expects {dim} edge features per event, the batch has {batch.feature_dim}"
+            )
+        return batch.features[rows] if len(rows) else np.zeros((0, dim), np.float32)
+
+    def _ingest(self, batch: EventBatch, adm) -> list:
+        """Events with an owned endpoint into the shard (global ids). Returns the dead letters this rank
+        reports, so that each is reported once: the index's (the same on every rank) by rank 0, a shard's
+        by the owner of the event's source."""
+        letters = list(adm.dead_letters) if self.dist.is_main else []
+        kind = batch.kind[adm.rows]
+        owned_src = self.index.owned(adm.src)
+        mine = owned_src | (self.index.owned(adm.dst) & (kind != UPDATE))
+        rows = adm.rows[mine]
+        if len(rows):
+            part = batch.take(rows)
+            src = adm.src[mine]
+            dst = np.where(kind[mine] == UPDATE, src, adm.dst[mine])
+            shard_batch = EventBatch(part.kind, src, dst, part.t, part.eid, part.weight, part.features)
+            report = self.store.ingest(shard_batch, "shard")
+            self._mark_replicas(shard_batch)
+            reported = owned_src[mine]
+            for letter in report.dead_letters:
+                if reported[letter.index]:
+                    letters.append(dataclasses.replace(letter, index=int(rows[letter.index])))
+        self.dead_letter_count += len(letters)
+        return letters
+
+    def _mark_replicas(self, batch: EventBatch) -> None:
+        """Edge additions between an owned and another rank's vertex make the owned one halo there."""
+        add = batch.kind == ADD
+        src, dst = batch.src[add], batch.dst[add]
+        a, b = self.index.owned(src), self.index.owned(dst)
+        for owned, other in ((src[a & ~b], dst[a & ~b]), (dst[b & ~a], src[b & ~a])):
+            if len(owned):
+                self.owned.mark_replicas(owned, self.index.owner(other))
+
+    def _sync_halo(self) -> None:
+        """Push the rows that changed since the last sync to the ranks holding them as halo (a collective)."""
+        o, parts = self.owned, []
+        for r in range(self.exchange.world_size):
+            s = o.changed_halo(r) if r != self.dist.rank else np.zeros(0, np.int64)
+            parts.append((o.gid[s], o.memory[s], o.last_update[s]))
+        for gids, memory, last in self.exchange.all_to_all(parts, "halo_sync"):
+            self.halo.update(gids, memory, last)
+        o.mark_synced()
+
+    # ------------------------------------------------------------------ score, train, observe
+    @torch.no_grad()
+    def _score(self, z, rows, rank: bool, neg_ok: np.ndarray, mine: np.ndarray) -> np.ndarray:
+        """``[pos, neg, rr]`` of this rank's events ``mine``, from the rows ``z`` of its queries."""
+        n = len(mine)
+        local = np.full((n, 3), math.nan)
+        if n:
+            rows = torch.from_numpy(rows).to(self.device)
+            predict = self.model.predictor
+            z_src = z[rows[:n]]
+            ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T).double().cpu().numpy()
+            local[:, 0] = ap[:, 0]
+            local[:, 1] = np.where(neg_ok[:, 0], ap[:, 1], np.nan)
+            if rank:
+                scores = predict.candidates(z_src, z, rows[3 * n :].view(n, -1)).double().cpu().numpy()
+                local[:, 2] = reciprocal_ranks(scores[:, 0], scores[:, 1:], neg_ok)
+        return local
+
+    def _gather_rows(
+        self, local: np.ndarray, loss: float, rows_of: list[np.ndarray], m: int
+    ) -> tuple[np.ndarray, float]:
+        """Every rank's scores in global batch order, and the loss summed over ranks."""
+        expect = [[len(rows), 1] for rows in rows_of]  # every rank knows whose rows are whose
+        got = self.exchange.all_to_all([(local, np.array([loss]))] * len(rows_of), "scores", expect)
+        full = np.full((m, local.shape[1]), math.nan)
+        for rows, (vals, _) in zip(rows_of, got, strict=True):
+            full[rows] = vals
+        return full, float(sum(g[1][0] for g in got))
+
+    def _train(self, z, rows, train_neg: np.ndarray, mine: np.ndarray, m: int) -> float:
+        """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the one-process
+        full-batch gradient of ``mean BCE(pos) + mean BCE(neg)`` (as ``OnlineTrainer._train``)."""
+        n = len(mine)
+        model, d = self.model, self.dist
+        has_neg = train_neg >= 0
+        n_neg = int(has_neg.sum())
+        self.optimizer.zero_grad()
+        local = 0.0
+        if n:
+            rows = torch.from_numpy(rows).to(self.device)
+            loss = link_loss(model.predictor, z, rows, np.ones(n, bool), has_neg[mine], m, n_neg)
+            (loss * d.world_size).backward()
+            local = loss.item()
+        self.embedder.backward()  # the owners finish the backward pass of the rows they embedded
+        d.average_gradients(list(model.parameters()))
+        self.optimizer.step()
+        return local
+
+    @torch.no_grad()
+    def _observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
+        """Owners commit the pending messages of the batch's owned endpoints, then queue the new ones."""
+        ends = np.unique(np.concatenate([src, dst]))
+        ends = ends[self.index.owned(ends)]
+        ws = self.embedder.last_working_set
+        if ws is not None:  # the batch was embedded: its owned endpoints that have a state are among the rows
+            ends = ends[np.isin(ends, ws.gids)]  # (the rest are new: no row, no pending message yet)
+        else:  # a collective, entered by every rank alike (the same condition everywhere), even with no rows
+            ws = self.embedder.gather(ends, owned=True)
+        if len(ends):
+            ids = torch.from_numpy(ws.ids(ends)).to(self.device)
+            with lend_state(self.model.memory, ws.state) as mem:
+                mem.flush(ids)
+            memory, last = ws.state["memory"][ids], ws.state["last_update"][ids]
+            self.owned.commit(ends, memory.cpu().numpy(), last.cpu().numpy())
+        if not len(src):
+            return
+        n = len(src)
+        node = np.stack([src, dst], 1).reshape(-1)  # (src side, dst side) per event: arrival order
+        other = np.stack([dst, src], 1).reshape(-1)
+        side = np.tile([True, False], n)
+        keep = self.index.owned(node)
+        f = None if feat is None else np.repeat(feat, 2, 0)[keep]
+        self.owned.append_messages(node[keep], other[keep], np.repeat(t, 2)[keep], f, side[keep])
+
+
+def _eval_queries(pre_src, pre_dst, neg, t_query, t_min, rows, rank: bool) -> Queries:
+    """The evaluation queries of ``rows``: source, destination and AP negative at the query time, then (to
+    rank) every MRR candidate at the batch's first time, so a candidate is embedded once per batch."""
+    roots = [pre_src[rows], pre_dst[rows], neg[rows, 0]]
+    times = [t_query[rows]] * 3
+    if rank:
+        roots.append(np.column_stack([pre_dst[rows], neg[rows]]).reshape(-1))
+        times.append(np.full(len(roots[-1]), t_min))
+    return Queries.of(np.concatenate(roots), np.concatenate(times))

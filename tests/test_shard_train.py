@@ -1,0 +1,206 @@
+"""Sharded training, exact mode: W = 2 and 4 real gloo ranks, each reading only its own partitions, compute
+what one ``OnlineTrainer`` computes on the same global batches: the same global batches, samples, losses,
+scores, memory rows and (within float tolerance) model. This file is also the worker script."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from streamgnn.train.config import ShardConfig
+
+BATCHES, BATCH, PARTITIONS = 16, 60, 8
+
+
+def make_events():
+    from streamgnn.events import EventBatch
+
+    rng = np.random.default_rng(3)
+    n = BATCHES * BATCH
+    popularity = 1.0 / np.arange(1, 26) ** 1.5
+    return EventBatch.from_columns(
+        src=rng.integers(0, 60, n),
+        dst=rng.choice(25, n, p=popularity / popularity.sum()) + 60,
+        t=np.cumsum(rng.exponential(1.0, n)),
+        eid=np.arange(n),
+        features=rng.normal(size=(n, 4)).astype(np.float32),
+    )
+
+
+def make_config():
+    from streamgnn.nn import TGNConfig
+    from streamgnn.train import TrainConfig
+
+    model = TGNConfig(
+        memory_dim=16,
+        time_dim=8,
+        embedding_dim=16,
+        edge_feature_dim=4,
+        num_neighbors=5,
+        num_layers=2,
+        dropout=0.0,
+    )
+    negatives = os.environ.get("SHARD_TEST_NEGATIVES", "random")  # historical: sources' history is sharded
+    return TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11, serve_every=0,
+                       eval_strategy=negatives, train_negatives=negatives)  # fmt: skip
+
+
+def memory_rows(trainer) -> dict[str, np.ndarray]:
+    """Committed memory and last-update time of every vertex, by global id."""
+    if hasattr(trainer, "owned"):
+        o = trainer.owned
+        return {"gid": o.gid[: o.size].copy(), "memory": o.memory[: o.size].copy(),
+                "last": o.last_update[: o.size].copy()}  # fmt: skip
+    mem = trainer.link_model.model.memory
+    n = trainer.store.num_nodes
+    return {"gid": np.arange(n), "memory": mem.memory[:n].numpy().copy(), "last": mem.last_update[:n].numpy()}
+
+
+def worker(rank: int, world: int, port: int, out: str) -> None:
+    from streamgnn.shard import GlobalBatcher, PartitionedReplay, ShardedTrainer
+    from streamgnn.train import OnlineTrainer, init_distributed
+
+    torch.set_num_threads(1)
+    events, config = make_events(), make_config()
+    if world == 0:  # the reference: one plain OnlineTrainer over the stream in time order
+        trainer = OnlineTrainer(config)
+        steps = [trainer.step(b) for b in events.split(BATCH)]
+        roots = np.arange(trainer.store.num_nodes)
+        sub = trainer.link_model.sampler.sample(roots, np.full(len(roots), events.t[-1] / 2))
+        hop = sub.hops[0]
+        model = trainer.link_model.model
+        torch.save({"steps": steps, "model": model.state_dict(), "memory": memory_rows(trainer),
+                    "sample": (hop.ptr, hop.nbr, hop.t)}, out)  # fmt: skip
+        return
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    cache = int(os.environ.get("SHARD_TEST_CACHE", "20000"))  # a tiny cache evicts rows within each fetch
+    config = dataclasses.replace(config, sharding=ShardConfig(num_partitions=PARTITIONS, cache_rows=cache))
+    trainer = ShardedTrainer(config, dist=init_distributed())
+    local = PartitionedReplay(events, trainer.ownership, chunk=37)
+    batcher = GlobalBatcher(local, trainer.ownership, trainer.exchange, BATCH)
+    steps, batches = [], []
+    while (batch := batcher.next_batch()) is not None:
+        batches.append(batch.eid)
+        steps.append(trainer.step(batch))
+    roots = np.arange(trainer.index.num_nodes)
+    (sub,) = trainer.sampler.sample_sets([(roots, np.full(len(roots), events.t[-1] / 2))], key=0)
+    hop = sub.hops[0]
+    sizes = stream_bytes(ShardedTrainer(bytes_config(), dist=trainer.dist))
+    torch.save({"steps": steps, "model": trainer.model.state_dict(), "memory": memory_rows(trainer),
+                "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "sizes": sizes,
+                "cache_hits": trainer.embedder.cache.hits}, out)  # fmt: skip
+
+
+def sparse_stream():
+    """A larger, sparser stream for byte accounting: 30,000 events over 6,000 vertices, power-law degrees."""
+    from streamgnn.events import EventBatch
+
+    rng = np.random.default_rng(8)
+    n = 30_000
+    weights = 1.0 / np.arange(1, 6001) ** 0.8
+    ends = rng.choice(6000, (2, n), p=weights / weights.sum())
+    return EventBatch.from_columns(
+        src=ends[0], dst=ends[1], t=np.arange(n, dtype=np.float64), eid=np.arange(n)
+    )
+
+
+def bytes_config():
+    config = make_config()
+    model = dataclasses.replace(config.model, edge_feature_dim=0)
+    return dataclasses.replace(config, model=model, sharding=ShardConfig(num_partitions=PARTITIONS))
+
+
+def stream_bytes(trainer) -> dict:
+    """Feed ``sparse_stream`` through ``trainer`` (store and memory only, no training): its byte accounts."""
+    from streamgnn.shard import GlobalBatcher, PartitionedReplay
+
+    events, own = sparse_stream(), trainer.ownership
+    batcher = GlobalBatcher(PartitionedReplay(events, own), own, trainer.exchange, 3000)
+    while (batch := batcher.next_batch()) is not None:
+        trainer.step(batch, train=False, score=False)
+    return {"parts": trainer.nbytes(), "store": trainer.store.nbytes(), "edges": trainer.store.num_edges,
+            "nodes": trainer.store.num_nodes, "rows": trainer.owned.size}  # fmt: skip
+
+
+@pytest.mark.parametrize(("world", "negatives", "cache"), [(2, "random", 16), (4, "historical", 20_000)])
+def test_w_ranks_compute_what_one_process_computes(
+    world, negatives, cache, tmp_path, spawn_ranks, monkeypatch
+):
+    """Random negatives: every rank works out every rank's queries. Historical ones: a source's history
+    lives with its owner, so queries travel to the owners (the other path). A 16-row cache of remote rows
+    evicts within every fetch; a large one keeps them all."""
+    monkeypatch.setenv("SHARD_TEST_NEGATIVES", negatives)
+    monkeypatch.setenv("SHARD_TEST_CACHE", str(cache))
+    (reference,) = spawn_ranks(__file__, 0, tmp_path, processes=1)
+    ranks = spawn_ranks(__file__, world, tmp_path)
+    events = make_events()
+    for r in ranks:  # the same global batches, in the same order, on every rank
+        assert [b.tolist() for b in r["batches"]] == [b.eid.tolist() for b in events.split(BATCH)]
+    one = reference["steps"]
+    losses = np.array([s.loss for s in one])
+    assert np.isnan(losses[0]) and losses[-1] < losses[1]  # it learns: agreement is not a frozen model's
+    for r in ranks:
+        for a, b in zip(one, r["steps"], strict=True):
+            assert np.array_equal(a.eid, b.eid)
+            np.testing.assert_allclose(b.loss, a.loss, rtol=1e-5, atol=1e-7)
+            for x, y in ((a.pos, b.pos), (a.neg, b.neg), (a.rr, b.rr)):
+                np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-5)
+        for name, value in reference["model"].items():
+            other = r["model"][name]
+            if (
+                name.startswith("memory.")
+                and name[7:] in ("memory", "last_update")
+                or name.startswith("memory.msg")
+            ):
+                continue  # state: sharded, compared below
+            torch.testing.assert_close(other, value, rtol=1e-4, atol=5e-5, msg=name)
+    # memory rows, gathered from their owners: every vertex exactly once, as the one process holds it
+    gid = np.concatenate([r["memory"]["gid"] for r in ranks])
+    assert sorted(gid.tolist()) == reference["memory"]["gid"].tolist()
+    order = np.argsort(gid)
+    memory = np.concatenate([r["memory"]["memory"] for r in ranks])[order]
+    last = np.concatenate([r["memory"]["last"] for r in ranks])[order]
+    np.testing.assert_allclose(memory, reference["memory"]["memory"], rtol=1e-4, atol=5e-5)
+    np.testing.assert_array_equal(last, reference["memory"]["last"])
+    assert np.abs(reference["memory"]["memory"]).max() > 0.1  # memory moved: the comparison has teeth
+    # the same samples: every vertex's recent neighbors, asked of any rank, are the one store's
+    for r in ranks:
+        for a, b in zip(reference["sample"], r["sample"], strict=True):
+            np.testing.assert_array_equal(b, a)
+    assert all(r["cache_hits"] > 0 for r in ranks)  # unchanged remote rows came from the cache, exactly
+    check_bytes(ranks, world)
+
+
+def check_bytes(ranks: list[dict], world: int) -> None:
+    """Each rank holds its share plus the halo, by the parts' own accounting, against one rank's bytes."""
+    from streamgnn.shard import Ownership, ShardedTrainer
+
+    whole = stream_bytes(
+        ShardedTrainer(bytes_config())
+    )  # one process holding everything, in the same accounting
+    events = sparse_stream()
+    own = Ownership(PARTITIONS, world)
+    src, dst = own.rank_of(own.partition_of(events.src)), own.rank_of(own.partition_of(events.dst))
+    vertices = np.unique(np.r_[events.src, events.dst])
+    for r, got in enumerate(r["sizes"] for r in ranks):
+        held = (src == r) | (dst == r)  # an edge between two owners is kept by both (the cut: the halo)
+        owned = int((own.rank_of(own.partition_of(vertices)) == r).sum())
+        assert got["edges"] == int(held.sum()) < len(events)
+        assert (
+            got["rows"] == owned < got["nodes"] == len(np.unique(np.r_[events.src[held], events.dst[held]]))
+        )
+        share, row_share = held.mean(), owned / len(vertices)
+        for part in ("adjacency_pool", "edge_times"):  # per held edge, allocation slack included
+            assert abs(got["store"][part] / whole["store"][part] - share) < 0.1, (part, share)
+        assert abs(got["parts"]["memory"] / whole["parts"]["memory"] - row_share) < 0.1  # owned rows only
+        assert got["parts"]["index"] == whole["parts"]["index"]  # the one replicated part
+        assert got["parts"]["total"] < whole["parts"]["total"]
+
+
+if __name__ == "__main__":
+    worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
