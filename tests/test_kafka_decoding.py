@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from streamgnn.codec import decode_json_lines
-from streamgnn.connectors.kafka.fastjson import fast_rows
+from streamgnn.connectors.kafka.fastjson import _whole, fast_rows
 
 TRICKY = [
     b'{"src":1,"dst":2,"t":1.0,"eid":1}',
@@ -37,6 +37,9 @@ TRICKY = [
     b'\xef\xbb\xbf{"src":1,"dst":2,"t":1.0,"eid":24}',
     b'{"src":1,"dst":"b","t":1.0,"eid":25}',
     b'{"src":1,"dst":2,"t":"1","eid":26}',
+    b'{"src":1,\n"dst":2,"t":1.0,"eid":27}',  # two lines, neither a JSON object
+    b'\n{"src":1,"dst":2,"t":1.0,"eid":28}\r\n',
+    b'{"src":1,\r"dst":2,"t":-0,"eid":29}',
 ]
 
 
@@ -75,3 +78,60 @@ def test_a_run_is_accepted_only_whole_and_only_with_one_id_type_and_feature_widt
     assert batch is not None and not letters and same(batch, careful)
     for odd in (TRICKY[4], TRICKY[3], TRICKY[9], TRICKY[20]):  # str ids, features, NaN, two lines
         assert fast_rows([*plain[:10], odd, *plain[10:20]], "t:0") is None
+
+
+def careful_or_none(values: list[bytes]):
+    """What the careful path makes of messages that are each meant to be one event: their events if every
+    message alone is exactly one valid event and together they form one stream, else None."""
+    for value in values:
+        batch, letters = decode_json_lines(value, "t:0")
+        if letters or len(batch) != 1:
+            return None
+    batch, letters = decode_json_lines(b"\n".join(values), "t:0")
+    return None if letters else batch
+
+
+def test_a_whole_poll_in_one_call_agrees_with_the_codec_message_by_message():
+    rng = np.random.default_rng(1)
+    plain = [json.dumps({"src": int(s), "dst": int(d), "t": float(i), "eid": i}).encode()
+             for i, (s, d) in enumerate(rng.integers(0, 9, (30, 2)))]  # fmt: skip
+    accepted = 0
+    for odd in TRICKY:
+        for at in (0, 15, 30):
+            values = [*plain[:at], odd, *plain[at:]]
+            fast, careful = fast_rows(values, "t:0"), careful_or_none(values)
+            if fast is not None:  # (None is always allowed: the careful path then decides)
+                accepted += 1
+                assert careful is not None and same(fast, careful), odd
+    assert accepted >= 6 * 3  # plain, weighted, a delete, an unknown field, a repeated key, spaces
+
+
+def test_messages_that_are_no_event_alone_never_join_into_events_across_the_joints():
+    # each is invalid on its own; joined with "," (and without the raw newline in the joint, or the
+    # first/last byte checks) they would read as three events
+    spans_a_string = [
+        b'{"src":"}',
+        b'{","dst":"b","t":1,"eid":1}',
+        b'{"src":"a","dst":"b","t":2,"eid":2},{"src":"a","dst":"b","t":3,"eid":3}',
+    ]
+    spans_an_array = [
+        b'{"src":1,"dst":2,"t":1,"eid":1,"features":[1.0',
+        b"2.0]}",
+        b'{"src":1,"dst":2,"t":2,"eid":2,"features":[1,2]},{"src":1,"dst":2,"t":3,"eid":3,"features":[1,2]}',
+    ]
+    for values in (spans_a_string, spans_an_array):
+        assert careful_or_none(values) is None
+        assert fast_rows(values, "t:0") is None
+        assert _whole(values, None) is None
+
+
+def test_a_poll_the_strict_tier_refuses_is_read_message_by_message():
+    # an unknown field, spaces around the object: not the strict tier's shape, still one event each
+    values = [b'{"src":1,"dst":2,"t":1.0,"eid":1,"note":{"x":[1]}}', b' {"src":2,"dst":3,"t":2.0,"eid":2}\n']
+    batch = fast_rows(values, "t:0")
+    assert _whole(values, None) is None and batch is not None and same(batch, careful_or_none(values))
+    assert _whole(values[1:2], None) is None and _whole([values[1].strip()], None) is not None
+    strings = [b'{"src":"a","dst":"b","t":1.0,"eid":1}', b'{"src":"b","dst":"c","t":2.0,"eid":2}']
+    for hint in (None, True, False):  # a wrong hint costs a retry, not a wrong answer
+        batch = fast_rows(strings, "t:0", hint)
+        assert batch is not None and batch.string_ids and same(batch, careful_or_none(strings))

@@ -1,4 +1,4 @@
-"""The fast path for single-event JSON messages: msgspec parses and type-checks each message in C.
+"""The fast path for single-event JSON messages: msgspec parses and type-checks a whole poll in C.
 
 Most JSON topics carry one event per message, of the plain shape ``{"src", "dst", "t", "eid"}`` (maybe
 ``kind``, ``weight``, ``features``). ``fast_rows`` decodes such a run of messages straight into columns; it
@@ -6,6 +6,20 @@ returns None as soon as anything is unusual (a message that is not exactly one s
 wrong type or range, a node update, mixed id types or feature widths, an event that fails validation), and
 the caller then takes the codec's careful path, which finds the reason and the line for each dead letter.
 So the fast path decides nothing on its own: it only ever accepts what the careful path accepts.
+
+Two tiers, because a call into msgspec per message costs as much as the parse itself:
+
+* the whole poll in one call: the messages joined as one JSON array, each element decoded into a strict
+  struct (known fields only, so no element can nest an object). That the array's elements are exactly the
+  messages follows from the joint: each message starts with ``{`` and ends with ``}`` and the joint is
+  ``,`` plus a raw newline, which no JSON string may hold. The ``}`` ending a message therefore closes an
+  object, and the only objects are events, so no event runs across a joint, each message holds whole
+  events, and as many events as messages means one each;
+* one message at a time into a lenient struct (unknown fields skipped, spaces around the object), when the
+  first tier refuses the poll.
+
+Neither takes a message with a line break inside its object: the codec reads JSON lines, where that is
+two lines, each a dead letter.
 
 >>> batch = fast_rows([b'{"src":1,"dst":2,"t":1.5,"eid":7}', b'{"src":3,"dst":1,"t":2,"eid":8}'], "e:0")
 >>> batch.t.tolist(), batch.eid.tolist()
@@ -16,49 +30,119 @@ True
 
 from __future__ import annotations
 
-import operator
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 import numpy as np
+from msgspec.structs import astuple
 
 from ...events import KIND_NAMES, EventBatch
 
 _I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-_EDGE_KINDS = {0: 0, 1: 1, **{k: int(KIND_NAMES[k]) for k in ("edge_add", "edge_delete")}}
+_Kind = Literal["edge_add", "edge_delete", 0, 1]  # edges only: a node update (dst = src) takes the codec
+_KIND_CODES = {0: 0, 1: 1, **{k: int(KIND_NAMES[k]) for k in ("edge_add", "edge_delete")}}
+_ADD = ("edge_add", 0)
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
+_JSON_SPACE = b" \t\r\n"
 
 
-class _Event(msgspec.Struct, gc=False):  # no cycles: the collector need not track thousands per poll
+# The three structs share their field order, which ``_columns`` relies on. No cycles: gc=False spares the
+# collector thousands of objects per poll.
+class _Event(msgspec.Struct, gc=False):  # lenient: one message at a time
     src: _I64 | str
     t: float
     eid: _I64
     dst: _I64 | str | None = None
-    kind: int | str = 0
+    kind: _Kind = 0
     weight: float | None = None
     features: list[float] | None = None
 
 
-_decode = msgspec.json.Decoder(_Event).decode
+class _IntEvent(msgspec.Struct, gc=False, forbid_unknown_fields=True):  # strict, for a whole poll
+    src: _I64
+    t: float
+    eid: _I64
+    dst: _I64
+    kind: _Kind = 0
+    weight: float | None = None
+    features: list[float] | None = None
 
 
-def fast_rows(values: list[bytes], where: str) -> EventBatch | None:
-    """The events of ``values`` (one per message) as a validated batch, or None to take the careful path."""
-    try:
-        events = list(map(_decode, values))
-    except (msgspec.DecodeError, msgspec.ValidationError):
+class _StrEvent(msgspec.Struct, gc=False, forbid_unknown_fields=True):
+    src: str
+    t: float
+    eid: _I64
+    dst: str
+    kind: _Kind = 0
+    weight: float | None = None
+    features: list[float] | None = None
+
+
+_decode_one = msgspec.json.Decoder(_Event).decode
+_decode_all = {
+    False: msgspec.json.Decoder(list[_IntEvent]).decode,
+    True: msgspec.json.Decoder(list[_StrEvent]).decode,
+}
+
+
+def fast_rows(values: list[bytes], where: str, string_ids: bool | None = None) -> EventBatch | None:
+    """The events of ``values`` (one per message) as a validated batch, or None to take the careful path.
+    ``string_ids``: the stream's id type where known (which strict struct to try first)."""
+    if not values:
         return None
-    n = len(events)
-    kinds = list(map(_KIND, events))
-    if kinds.count(0) == n:
-        kind = np.zeros(n, np.int8)
-    elif set(kinds) <= _EDGE_KINDS.keys():  # not node updates (dst = src) or unknown kinds
-        kind = np.array([_EDGE_KINDS[k] for k in kinds], np.int8)
+    whole = _whole(values, string_ids)
+    if whole is not None:
+        batch = _columns(*whole)
     else:
+        if any(b"\n" in v.strip(_JSON_SPACE) for v in values):
+            return None  # a line break inside the object: JSON lines make that two (bad) lines
+        try:
+            events = list(map(_decode_one, values))
+        except _DECODE_ERRORS:
+            return None
+        batch = _columns(events, None)
+    if batch is None:
         return None
-    src, dst = _ids(list(map(_SRC, events))), _ids(list(map(_DST, events)))
-    if src is None or dst is None or src.dtype != dst.dtype:
+    valid, invalid = batch.validate(where)
+    return None if invalid else valid
+
+
+def _whole(values: list[bytes], string_ids: bool | None) -> tuple[list, bool] | None:
+    """The poll decoded in one msgspec call, and whether its ids are strings; None if the strict tier
+    refuses it (see the module docstring for why the elements are exactly the messages)."""
+    n = len(values)
+    lengths = np.fromiter(map(len, values), np.intp, n)
+    joined = b"[" + b",\n".join(values) + b"]"
+    starts = np.cumsum(lengths + 2) - lengths - 1  # after "[" and each ",\n"
+    raw = np.frombuffer(joined, np.uint8)
+    if not ((raw[starts] == ord("{")).all() and (raw[starts + lengths - 1] == ord("}")).all()):
         return None
-    weights, feats = list(map(_WEIGHT, events)), list(map(_FEATURES, events))
+    if joined.count(b"\n") != n - 1:
+        return None  # a line break inside a message: JSON lines make that two (bad) lines
+    for strings in (False, True) if string_ids is None else (string_ids,):
+        try:
+            events = _decode_all[strings](joined)
+        except msgspec.ValidationError:
+            continue  # maybe the other id type
+        except msgspec.DecodeError:
+            return None
+        return (events, strings) if len(events) == n else None
+    return None
+
+
+def _columns(events: list, string_ids: bool | None) -> EventBatch | None:
+    """Columns of decoded structs; ``string_ids`` None: lenient structs, whose id types are checked here."""
+    n = len(events)
+    src, t, eid, dst, kinds, weights, feats = zip(*map(astuple, events), strict=True)
+    if string_ids is None:
+        types = set(map(type, src)) | set(map(type, dst))  # (dst None: a node update or missing)
+        if types != {int} and types != {str}:
+            return None
+        string_ids = types == {str}
+    if kinds.count(_ADD[0]) + kinds.count(_ADD[1]) == n:
+        kind = np.zeros(n, np.int8)
+    else:
+        kind = np.fromiter(map(_KIND_CODES.__getitem__, kinds), np.int8, n)
     weight = features = None
     if feats.count(None) != n and (None in feats or len(set(map(len, feats))) != 1):
         return None
@@ -67,21 +151,8 @@ def fast_rows(values: list[bytes], where: str) -> EventBatch | None:
             weight = np.array([1.0 if w is None else w for w in weights], np.float32)
         if feats.count(None) != n:
             features = np.array(feats, np.float32).reshape(n, len(feats[0]))
-    t = np.array(list(map(_T, events)), np.float64)
-    eid = np.array(list(map(_EID, events)), np.int64)
-    batch = EventBatch(kind, src, dst, t, eid, weight, features)
-    valid, invalid = batch.validate(where)
-    return None if invalid else valid
-
-
-_KIND, _SRC, _DST, _T, _EID, _WEIGHT, _FEATURES = (
-    operator.attrgetter(name) for name in ("kind", "src", "dst", "t", "eid", "weight", "features")
-)
-
-
-def _ids(ids: list) -> np.ndarray | None:
-    """One id column, all int or all str (validation checks the strings), else None (``dst`` missing)."""
-    types = set(map(type, ids))
-    if types == {int}:
-        return np.array(ids, np.int64)
-    return np.array(ids, dtype=object) if types == {str} else None
+    ids = object if string_ids else np.int64
+    return EventBatch(
+        kind, np.array(src, ids), np.array(dst, ids), np.array(t, np.float64), np.array(eid, np.int64),
+        weight, features,
+    )  # fmt: skip
