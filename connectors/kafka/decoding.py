@@ -57,7 +57,8 @@ class StreamDecoder:
     def decode(self, f: Fetched) -> Chunk:
         """Decode one partition's messages; dead letters go out before the chunk becomes visible."""
         self.messages += len(f.offsets)
-        if all(f.values):  # the usual JSON topic: every message one event, headers not even read
+        if all(f.values) and f.values[0][:4] != MAGIC:  # the usual JSON topic: every message one event,
+            # headers not even read (a poll that starts with a binary batch is not worth joining up)
             batch = fast_rows(f.values, f"{f.topic}:{f.partition}", self._string_ids)
             if batch is not None and self._mismatch(batch, count=False) is None:
                 return self._chunk(f, [(batch, np.array(f.offsets, np.int64))])

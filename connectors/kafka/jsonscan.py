@@ -169,7 +169,7 @@ def _word(buf, i, end, word):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # arrays only: the caller's other threads may run meanwhile
 def scan(buf, starts, ends):
     """(messages read from the first, kind, src, dst, t, eid, weight, weighted): see the module doc."""
     n = len(ends)
