@@ -50,42 +50,20 @@ _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
 _JSON_SPACE = b" \t\r\n"
 
 
-# The three structs share their field order, which ``_columns`` relies on. No cycles: gc=False spares the
-# collector thousands of objects per poll.
-class _Event(msgspec.Struct, gc=False):  # lenient: one message at a time
-    src: _I64 | str
-    t: float
-    eid: _I64
-    dst: _I64 | str | None = None
-    kind: _Kind = 0
-    weight: float | None = None
-    features: list[float] | None = None
+def _event_struct(name: str, ids, strict: bool) -> type:
+    """An event struct with ids of type ``ids``; ``strict``: only known fields, ``dst`` required. They all
+    share one field order, which ``_columns`` relies on. No cycles: gc=False spares the collector
+    thousands of objects per poll."""
+    dst = (ids,) if strict else (ids | None, None)
+    fields = [("src", ids), ("t", float), ("eid", _I64), ("dst", *dst), ("kind", _Kind, 0),
+              ("weight", float | None, None), ("features", list[float] | None, None)]  # fmt: skip
+    return msgspec.defstruct(name, fields, gc=False, forbid_unknown_fields=strict)
 
 
-class _IntEvent(msgspec.Struct, gc=False, forbid_unknown_fields=True):  # strict, for a whole poll
-    src: _I64
-    t: float
-    eid: _I64
-    dst: _I64
-    kind: _Kind = 0
-    weight: float | None = None
-    features: list[float] | None = None
-
-
-class _StrEvent(msgspec.Struct, gc=False, forbid_unknown_fields=True):
-    src: str
-    t: float
-    eid: _I64
-    dst: str
-    kind: _Kind = 0
-    weight: float | None = None
-    features: list[float] | None = None
-
-
-_decode_one = msgspec.json.Decoder(_Event).decode
-_decode_all = {
-    False: msgspec.json.Decoder(list[_IntEvent]).decode,
-    True: msgspec.json.Decoder(list[_StrEvent]).decode,
+_decode_one = msgspec.json.Decoder(_event_struct("Event", _I64 | str, strict=False)).decode  # lenient
+_decode_all = {  # strict, for a whole poll
+    strings: msgspec.json.Decoder(list[_event_struct("Event", str if strings else _I64, strict=True)]).decode
+    for strings in (False, True)
 }
 
 

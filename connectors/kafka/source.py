@@ -426,8 +426,8 @@ class KafkaSource:
                     self._stop.wait(max(0.0, self.poll_timeout_s - (time.monotonic() - began)))
                 chunks = [(f.offsets[0], self._decoder.decode(f)) for f in fetched]
                 # let the client's messages die young: held through the next poll, thousands per poll
-                # outlive the collector's young generations and bring on full collections (~0.4 s each
-                # with torch and numba loaded, measured), which a bare consume loop never pays
+                # outlive the collector's young generations and bring on full collections (0.3-0.5 s
+                # each with torch loaded; benchmarks/RESULTS.md)
                 del fetched
                 with self._lock:
                     owned = [split_key(k) for k in self._merge.owned]
