@@ -7,11 +7,16 @@ shifted times and event ids, so a run lasts long enough to measure). Then, per i
   * our source decodes, validates and merges the partitions in time order, and the store ingests.
 Both use the clients' default settings (record CRC checks on; kafka-python does them in C via `crc32c`).
 Each figure is the median of several runs, timed from creating the consumer to the last message received
-or event stored, so connecting and fetching are inside.
+or event stored, so connecting and fetching are inside. Every run starts after a full garbage collection:
+with torch loaded one costs ~0.3 s, and where the collector's thresholds happen to trip it would land in
+one run or another by chance. The process CPU time of each run (all threads, the clients' own included)
+is reported too: on a loaded host, where the runs wait for a core, it says where the difference lies.
 
 Keys of --json: per client (kafka_python_, confluent_) the JSON and binary events/s into the store, the raw
 loop's messages/s and `<client>_json_vs_raw` (JSON source -> store over the raw loop; confluent_json_vs_raw
-for the fast client), plus the headline keys for the default client.
+for the fast client), the CPU microseconds per message of the raw loop and per event of the JSON source
+(`raw_<client>_cpu_us_per_msg`, `<client>_json_cpu_us_per_event`), plus the headline keys for the default
+client.
 
 python benchmarks/ingest.py [--quick] [--json] [--events N]    (also: streamgnn bench ingest)
 """
@@ -19,6 +24,8 @@ python benchmarks/ingest.py [--quick] [--json] [--events N]    (also: streamgnn 
 from __future__ import annotations
 
 import argparse
+import gc
+import resource
 import statistics
 import time
 
@@ -30,6 +37,7 @@ except ImportError:  # run as a script
 from streamgnn.cli._args import positive_int
 from streamgnn.connectors.broker import LocalBroker
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, available_backends, create_topic
+from streamgnn.connectors.kafka.fastjson import fast_rows
 from streamgnn.datasets import load
 from streamgnn.events import EventBatch, concat
 from streamgnn.store import StoreConfig, TemporalGraphStore
@@ -46,6 +54,21 @@ def replayed(events: EventBatch, times: int) -> EventBatch:
         for k in range(times)
     ]
     return concat(copies)
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process so far, every thread included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(run, *args) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of ``run(*args)``, which returns its own wall time, after a full
+    collection."""
+    gc.collect()
+    cpu = cpu_seconds()
+    wall = run(*args)
+    return wall, cpu_seconds() - cpu
 
 
 def raw_loop(backend: str, bootstrap: str, topic: str, messages: int) -> float:
@@ -117,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.events is not None:
         events = {fmt: batch[: args.events] for fmt, batch in events.items()}
-    TemporalGraphStore().ingest(wiki[:100])  # compile (or load the cached kernels) outside the timing
+    # compile (or load the cached kernels) outside the timing
+    TemporalGraphStore().ingest(wiki[:100])
+    fast_rows([b'{"src":1,"dst":2,"t":1.0,"eid":1}'], "warm-up")
 
     results: dict = {
         "dataset": "jodie_wikipedia",
@@ -139,14 +164,18 @@ def main(argv: list[str] | None = None) -> int:
                 results[f"{fmt}_messages"] = out.messages
         for backend in backends:
             key = backend.replace("-", "_")
-            runs: dict[str, list[float]] = {"raw": [], "json": [], "binary": []}
+            runs: dict[str, list[tuple[float, float]]] = {"raw": [], "json": [], "binary": []}
             for _ in range(repeats):  # interleaved, so a noisy neighbour slows every kind of run alike
-                runs["raw"].append(raw_loop(backend, bootstrap, "json", results["json_messages"]))
+                runs["raw"].append(timed(raw_loop, backend, bootstrap, "json", results["json_messages"]))
                 for fmt, batch in events.items():
-                    runs[fmt].append(source_into_store(backend, bootstrap, fmt, len(batch)))
-            results[f"raw_{key}_msgs_per_s"] = results["json_messages"] / statistics.median(runs["raw"])
+                    runs[fmt].append(timed(source_into_store, backend, bootstrap, fmt, len(batch)))
+            wall = {kind: [w for w, _ in r] for kind, r in runs.items()}
+            cpu = {kind: statistics.median(c for _, c in r) for kind, r in runs.items()}
+            results[f"raw_{key}_msgs_per_s"] = results["json_messages"] / statistics.median(wall["raw"])
+            results[f"raw_{key}_cpu_us_per_msg"] = cpu["raw"] / results["json_messages"] * 1e6
+            results[f"{key}_json_cpu_us_per_event"] = cpu["json"] / len(events["json"]) * 1e6
             for fmt, batch in events.items():
-                results[f"{key}_{fmt}_events_per_s"] = len(batch) / statistics.median(runs[fmt])
+                results[f"{key}_{fmt}_events_per_s"] = len(batch) / statistics.median(wall[fmt])
             ratio = results[f"{key}_json_events_per_s"] / results[f"raw_{key}_msgs_per_s"]
             results[f"{key}_json_vs_raw"] = ratio
     # the headline figures are for the default client, kafka-python

@@ -60,6 +60,7 @@ class ConfluentConsumer:
         self._bootstrap, self._settings, self._timeout_s = bootstrap_servers, config, connect_timeout_s
         self._next: dict[TP, int] = {}  # the offset after the last message handed out (or the seek target)
         self._at_end: set[TP] = set()  # partitions whose last word was a partition-EOF event
+        self._topics: set[str] = set()  # every topic ever assigned (one: no need to read messages' topics)
         # librdkafka leaves assigning to the rebalance callbacks, incrementally under a cooperative assignor
         self.cooperative = "cooperative" in str(conf.get("partition.assignment.strategy", ""))
         user_on_commit = conf.get("on_commit")
@@ -136,6 +137,7 @@ class ConfluentConsumer:
         if missing and self.grouped:
             found = {(tp.topic, tp.partition): tp.offset for tp in self.c.committed(missing, timeout=10)}
         policy = OFFSET_BEGINNING if self.start == "earliest" else OFFSET_END
+        self._topics.update(topic for topic, _ in parts)
         out = []
         for tp in parts:
             offset = offsets.get(tp, found.get(tp, -1))
@@ -194,14 +196,16 @@ class ConfluentConsumer:
         n = len(messages)
         if not n:
             return []
-        topics = list(map(Message.topic, messages))
-        parts = np.fromiter(map(Message.partition, messages), np.int64, n)
+        parts = list(map(Message.partition, messages))
+        topics = None if len(self._topics) == 1 else list(map(Message.topic, messages))
         offsets, values = list(map(Message.offset, messages)), list(map(Message.value, messages))
         ctypes = _ContentTypes(messages)
-        if topics.count(topics[0]) == n and (parts == parts[0]).all():
-            out = [Fetched(topics[0], int(parts[0]), offsets, values, ctypes)]
+        if parts.count(parts[0]) == n and (topics is None or topics.count(topics[0]) == n):
+            out = [Fetched(messages[0].topic(), parts[0], offsets, values, ctypes)]
         else:  # group by partition, keeping each one's offset order
-            keys = np.unique(np.array(topics, dtype=object), return_inverse=True)[1] * (1 << 32) + parts
+            topics = topics or list(map(Message.topic, messages))
+            keys = np.unique(np.array(topics, dtype=object), return_inverse=True)[1] * (1 << 32)
+            keys += np.array(parts, np.int64)
             order = np.argsort(keys, kind="stable")
             out = []
             for idx in np.split(order, np.flatnonzero(np.diff(keys[order])) + 1):

@@ -57,8 +57,9 @@ class StreamDecoder:
     def decode(self, f: Fetched) -> Chunk:
         """Decode one partition's messages; dead letters go out before the chunk becomes visible."""
         self.messages += len(f.offsets)
-        if all(f.values):  # the usual JSON topic: every message one event, headers not even read
-            batch = fast_rows(f.values, f"{f.topic}:{f.partition}")
+        if all(f.values) and f.values[0][:4] != MAGIC:  # the usual JSON topic: every message one event,
+            # headers not even read (a poll that starts with a binary batch is not worth joining up)
+            batch = fast_rows(f.values, f"{f.topic}:{f.partition}", self._string_ids)
             if batch is not None and self._mismatch(batch, count=False) is None:
                 return self._chunk(f, [(batch, np.array(f.offsets, np.int64))])
         pieces: list[tuple[EventBatch, np.ndarray]] = []
@@ -87,7 +88,7 @@ class StreamDecoder:
         as one payload by the codec; any trouble means one by one, where each dead letter gets its reason."""
         values = [f.values[i] for i in run]
         offsets = np.array([f.offsets[i] for i in run], np.int64)
-        batch = fast_rows(values, f"{f.topic}:{f.partition}")
+        batch = fast_rows(values, f"{f.topic}:{f.partition}", self._string_ids)
         if batch is not None and self._mismatch(batch, count=False) is None:
             return [(batch, offsets)]
         joined = b"\n".join(values)

@@ -217,10 +217,18 @@ class PartitionMerge:
                 parts.append(chunk.batch.t[:need])
                 need -= len(parts[-1])
             times.append(np.concatenate(parts) if parts else np.zeros(0))
-        owner = np.repeat(np.arange(len(keys)), [len(t) for t in times])
-        first = owner[np.argsort(np.concatenate(times), kind="stable")[:limit]]
-        counts = np.bincount(first, minlength=len(keys))
-        return {key: int(c) for key, c in zip(keys, counts, strict=True) if c}
+        # the limit-th time, found in linear time (no sort): every row before it is taken, and of the rows
+        # at it as many as fill the limit, partition by partition in key order (a stable sort's order)
+        cut = np.partition(np.concatenate(times), limit - 1)[limit - 1]
+        before = [int(np.count_nonzero(t < cut)) for t in times]
+        left = limit - sum(before)
+        counts = {}
+        for key, t, n in zip(keys, times, before, strict=True):
+            ties = min(left, int(np.count_nonzero(t == cut)))
+            left -= ties
+            if n + ties:
+                counts[key] = n + ties
+        return counts
 
     def _pop_rows(self, key: str, n: int) -> tuple[EventBatch, np.ndarray]:
         """Remove the first ``n`` rows of a partition's queue (and dead-letter chunks up to them); the

@@ -425,6 +425,10 @@ class KafkaSource:
                 else:  # paused partitions make poll() return at once: do not spin against the caller's thread
                     self._stop.wait(max(0.0, self.poll_timeout_s - (time.monotonic() - began)))
                 chunks = [(f.offsets[0], self._decoder.decode(f)) for f in fetched]
+                # let the client's messages die young: held through the next poll, thousands per poll
+                # outlive the collector's young generations and bring on full collections (0.3-0.5 s
+                # each with torch loaded; benchmarks/RESULTS.md)
+                del fetched
                 with self._lock:
                     owned = [split_key(k) for k in self._merge.owned]
                 caught_up = {partition_key(*tp) for tp in self._consumer.caught_up(owned)}
