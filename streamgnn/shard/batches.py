@@ -99,7 +99,7 @@ class GlobalBatcher:
         valid, letters = got.validate("local source")
         self.dead_letters += letters
         self.frontier = max(self.frontier, float(valid.t.max())) if len(valid) else self.frontier
-        part = self.ownership.partition_of(valid.src) if len(valid) else np.zeros(0, np.int32)
+        part = self.ownership.source_partitions(valid)
         keep = self._not_replayed(valid.eid, part)
         valid, part = valid.take(keep), part[keep]
         seq = np.empty(len(part), np.int64)
