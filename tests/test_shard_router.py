@@ -141,7 +141,14 @@ def test_placement_travels_and_is_checked():
     from streamgnn.errors import PlacementError
     from streamgnn.events import EventBatch, concat
     from streamgnn.partition.routing import RoutingState
-    from streamgnn.shard import GlobalIndex, Ownership, PartitionedReplay, ShardConfig
+    from streamgnn.shard import (
+        Exchange,
+        GlobalBatcher,
+        GlobalIndex,
+        Ownership,
+        PartitionedReplay,
+        ShardConfig,
+    )
 
     events = one.make_events()[:200]
     state = RoutingState("fennel", PARTITIONS)
@@ -163,6 +170,10 @@ def test_placement_travels_and_is_checked():
     assert np.array_equal(index.partition, placed) and np.array_equal(index.owned(gids), placed % 2 == 1)
     replay = PartitionedReplay(stream, own)
     assert set(own.source_partitions(replay.pull()).tolist()) <= {1, 3}
+    other = dataclasses.replace(own, rank=0)  # reading rank 1's partitions: not the router's topic layout
+    batcher = GlobalBatcher(PartitionedReplay(stream, own), other, Exchange(0, 1, torch.device("cpu")), 10)
+    with pytest.raises(PlacementError, match=r"not one of its partitions \[0, 2\]"):
+        batcher.next_batch()
 
     later = stream[:2]
     moved = dataclasses.replace(later, eid=later.eid + 10_000, placement=(later.placement + 1) % PARTITIONS)
