@@ -9,7 +9,10 @@ Two measurements, each W ranks as real processes of one ``torch.distributed`` jo
   batches of 200, 10 recent neighbors, 100 fixed-rule MRR negatives, each rank reading its own partitions of
   8. Train events/s over the batches after a warm-up (median of the ranks' rates; every rank processes every
   global batch), online AP/MRR over the whole run, data bytes each rank sends per batch (sampling, memory
-  rows, batch agreement; gradients, the same in every mode, reported apart).
+  rows, batch agreement; gradients, the same in every mode, reported apart). At W=2, exact mode runs twice:
+  vertices owned by hash of their id, and by Fennel's placement (the events carry it, as the partition
+  router publishes them; ``ShardConfig(placement="stream")``): ``fennel_bytes_vs_hash`` compares their
+  exchanged bytes per batch, with each placement's edge cut.
 - bytes, the power-law stream of the sampler benchmark (10M events, 1M with ``--quick``): the stream goes
   through each rank's shard and memory (batches of 20,000, no training: memory rows are committed as in
   training), then each rank reports its bytes of store shard + memory rows + replicated index + negative
@@ -84,7 +87,8 @@ def _trainer(job: dict, edge_dim: int, batch: int, dist):
     # dropout 0: its masks are drawn per tensor shape, which differs with the world size (see README)
     model = TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10,
                       edge_feature_dim=edge_dim, dropout=0.0)  # fmt: skip
-    sharding = ShardConfig(PARTITIONS, job["mode"])
+    placement = "stream" if job["placement"] == "fennel" else "hash"
+    sharding = ShardConfig(PARTITIONS, job["mode"], placement=placement)
     return ShardedTrainer(
         TrainConfig(model=model, batch_size=batch, serve_every=0, sharding=sharding), dist=dist
     )
@@ -102,8 +106,28 @@ def _run(trainer, events, batch: int, train: bool) -> list[tuple[float, int]]:
     return stamps
 
 
+def fennel_placed(events):
+    """``events`` as a Fennel partition router publishes them (its ``RoutingState``), in stream order, with
+    the endpoints' partitions; and the edge cut."""
+    from streamgnn.events import concat
+    from streamgnn.partition.routing import RoutingState
+
+    state = RoutingState("fennel", PARTITIONS)
+    out, _ = state.route(events)
+    routed = concat([*out.values(), *state.flush().values()])
+    return routed.take(np.argsort(routed.eid, kind="stable")), state.report().edge_cut
+
+
+def _hash_cut(events) -> float:
+    from streamgnn.partition import hash_partition
+
+    return float((hash_partition(events.src, PARTITIONS) != hash_partition(events.dst, PARTITIONS)).mean())
+
+
 def _train(job: dict, dist) -> dict:
     events = _stream("wikipedia", job["events"])
+    if job["placement"] == "fennel":
+        events = fennel_placed(events)[0]
     trainer = _trainer(job, events.feature_dim or 0, BATCH, dist)
     stamps = _run(trainer, events, BATCH, train=True)
     t0, c0 = stamps[WARMUP_BATCHES - 1][0], stamps[WARMUP_BATCHES - 1][2]
@@ -173,45 +197,46 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"load_avg_1m_before": os.getloadavg()[0], "partitions": PARTITIONS, "repeats": repeats}
     started = time.perf_counter()
     speed: dict[tuple[int, str], list[float]] = {}
+    w = 2 if 2 in worlds else worlds[1]
+    runs = [(world, mode, "hash") for world in worlds for mode in ("exact", "comm_free")[: 1 + (world > 1)]]
+    runs.append((w, "exact", "fennel"))
     for rep in range(repeats):  # W=1 and the others alternate, so load changes hit both alike
-        for world in worlds:
-            for mode in ("exact", "comm_free") if world > 1 else ("exact",):
-                job = {
-                    "events": wiki,
-                    "mode": mode,
-                    "bytes_events": stream if rep == 0 and mode == "exact" else 0,
-                }
-                ranks = launch(job, world)
-                speed.setdefault((world, mode), []).append(
-                    statistics.median(r["train"]["events_per_s"] for r in ranks)
-                )
-                if rep:
-                    continue
-                tag = f"w{world}" + ("" if mode == "exact" else "_comm_free")
-                train = [r["train"] for r in ranks]
-                results[f"{tag}.ap"], results[f"{tag}.mrr"] = train[0]["ap"], train[0]["mrr"]
-                results[f"{tag}.sent_bytes_per_batch"] = max(
-                    sum(t["sent"].values()) / t["steps"] for t in train
-                )
-                results[f"{tag}.grad_bytes_per_batch"] = train[0]["grad_bytes"]
-                results[f"{tag}.cpu_ms_per_batch"] = max(t["cpu_ms_per_batch"] for t in train)
-                results[f"{tag}.collectives_per_batch"] = train[0]["collectives_per_batch"]
-                for purpose in sorted({p for t in train for p in t["sent"]}):
-                    results[f"{tag}.sent.{purpose}"] = max(
-                        t["sent"].get(purpose, 0) / t["steps"] for t in train
-                    )
-                if mode == "exact":
-                    results[f"{tag}.max_rank_bytes"] = max(r["bytes"]["total"] for r in ranks)
-                    for part, value in ranks[0]["bytes"].items():
-                        results[f"{tag}.rank0_bytes.{part}"] = value
-    for (world, mode), rates in speed.items():
-        tag = f"w{world}" + ("" if mode == "exact" else "_comm_free")
+        for world, mode, placement in runs:
+            job = {
+                "events": wiki,
+                "mode": mode,
+                "placement": placement,
+                "bytes_events": stream if rep == 0 and mode == "exact" and placement == "hash" else 0,
+            }
+            ranks = launch(job, world)
+            tag = (
+                f"w{world}"
+                + ("" if mode == "exact" else "_comm_free")
+                + ("_fennel" if placement == "fennel" else "")
+            )
+            speed.setdefault((world, tag), []).append(
+                statistics.median(r["train"]["events_per_s"] for r in ranks)
+            )
+            if rep:
+                continue
+            train = [r["train"] for r in ranks]
+            results[f"{tag}.ap"], results[f"{tag}.mrr"] = train[0]["ap"], train[0]["mrr"]
+            results[f"{tag}.sent_bytes_per_batch"] = max(sum(t["sent"].values()) / t["steps"] for t in train)
+            results[f"{tag}.grad_bytes_per_batch"] = train[0]["grad_bytes"]
+            results[f"{tag}.cpu_ms_per_batch"] = max(t["cpu_ms_per_batch"] for t in train)
+            results[f"{tag}.collectives_per_batch"] = train[0]["collectives_per_batch"]
+            for purpose in sorted({p for t in train for p in t["sent"]}):
+                results[f"{tag}.sent.{purpose}"] = max(t["sent"].get(purpose, 0) / t["steps"] for t in train)
+            if mode == "exact" and placement == "hash":
+                results[f"{tag}.max_rank_bytes"] = max(r["bytes"]["total"] for r in ranks)
+                for part, value in ranks[0]["bytes"].items():
+                    results[f"{tag}.rank0_bytes.{part}"] = value
+    for (world, tag), rates in speed.items():
         results[f"{tag}.events_per_s"] = statistics.median(rates)
         results[f"{tag}.events_per_s_runs"] = ",".join(f"{r:.1f}" for r in rates)
         if world > 1:  # per-repeat ratios against the W=1 run of the same repeat, then the median
-            ratios = [r / one for r, one in zip(rates, speed[(1, "exact")], strict=True)]
+            ratios = [r / one for r, one in zip(rates, speed[(1, "w1")], strict=True)]
             results[f"events_per_s_{tag}_vs_w1"] = statistics.median(ratios)
-    w = 2 if 2 in worlds else worlds[1]
     results["ap_w1"], results[f"ap_w{w}"] = results["w1.ap"], results[f"w{w}.ap"]
     results["comm_free_ap"] = results[f"w{w}_comm_free.ap"]
     for tag in (
@@ -225,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         results[f"w{w}_comm_free.sent_bytes_per_batch"] / results[f"w{w}.sent_bytes_per_batch"]
     )
     results["bytes_per_rank_vs_single"] = results[f"w{w}.max_rank_bytes"] / results["w1.max_rank_bytes"]
+    results["fennel_bytes_vs_hash"] = (
+        results[f"w{w}_fennel.sent_bytes_per_batch"] / results[f"w{w}.sent_bytes_per_batch"]
+    )
+    wiki_events = _stream("wikipedia", wiki)
+    results["fennel_edge_cut"] = fennel_placed(wiki_events)[1]
+    results["hash_edge_cut"] = _hash_cut(wiki_events)
     results["load_avg_1m_after"] = os.getloadavg()[0]
     results["wall_s"] = time.perf_counter() - started
     report(results, args.json, "Sharded training: W ranks against one")

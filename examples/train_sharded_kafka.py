@@ -6,7 +6,9 @@ only its graph partitions' adjacency, memory rows and negative history.
         examples/train_sharded_kafka.py --bootstrap broker:9092 --topic edges      # and node-rank 1 on host1
 
 The topic must have ``--partitions`` partitions, keyed by graph partition (``streamgnn produce`` and
-``produce_dataset`` write it so); they are spread round-robin over the ranks. ``--produce`` has rank 0 write
+``produce_dataset`` write it so by hash; ``streamgnn partition`` by LDG/Fennel: then give
+``--placement stream``, so that each rank owns the vertices the router put in its partitions); they are
+spread round-robin over the ranks. ``--produce`` has rank 0 write
 ``--dataset`` into a new topic first. Checkpoints go under ``--checkpoint-dir`` per rank; run the same
 command again (or let ``torchrun --max-restarts`` do it) and every rank resumes from the newest step all of
 them saved, its Kafka offsets included.
@@ -34,6 +36,10 @@ def main() -> None:
     ap.add_argument("--topic", default="edges")
     ap.add_argument("--partitions", type=int, default=8, help="topic partitions = graph partitions")
     ap.add_argument("--mode", default="exact", choices=("exact", "comm_free"), help="see ShardConfig")
+    ap.add_argument(
+        "--placement", default="hash", choices=("hash", "stream"),
+        help="vertex -> partition: hash of the id, or the stream's (a partition router's output)",
+    )  # fmt: skip
     ap.add_argument("--produce", action="store_true", help="rank 0 writes --dataset into the topic first")
     ap.add_argument("--dataset", default="jodie_wikipedia")
     ap.add_argument("--events", type=int, default=None, help="stop after this many global events")
@@ -55,7 +61,7 @@ def main() -> None:
         serve_every=0,
         checkpoint_dir=args.checkpoint_dir or f"{args.out}/checkpoints",
         checkpoint_every=args.checkpoint_every,
-        sharding=ShardConfig(num_partitions=args.partitions, mode=args.mode),
+        sharding=ShardConfig(num_partitions=args.partitions, mode=args.mode, placement=args.placement),
     )
 
     def my_partitions(

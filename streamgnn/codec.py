@@ -7,10 +7,13 @@ Binary (version 1), all little-endian::
 
     header (20 bytes): magic b"SGNB" | u16 version | u16 flags | u32 count | u32 feature_dim | u32 body CRC-32
     body: kind i8[n] | t f64[n] | eid i64[n] | src | dst | weight f32[n]? | features f32[n, dim]?
+          | placement i32[n, 2]?
     src/dst: i64[n], or with string ids u32 offsets[n + 1] followed by the UTF-8 bytes
 
-Flags: bit 0 weight, bit 1 features, bit 2 string ids. Each column starts at a multiple of 8 bytes from the
-start of the payload (zero padding), so decoding hands out aligned zero-copy ``np.frombuffer`` views.
+Flags: bit 0 weight, bit 1 features, bit 2 string ids, bit 3 placement (the endpoints' graph partitions, as
+a partition router assigned them; JSON lines do not carry it). Each column starts at a multiple of 8 bytes
+from the start of the payload (zero padding), so decoding hands out aligned zero-copy ``np.frombuffer``
+views.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ VERSION = 1
 FLAG_WEIGHT = 1
 FLAG_FEATURES = 2
 FLAG_STRING_IDS = 4
+FLAG_PLACEMENT = 8
 _HEADER = struct.Struct("<4sHHIII")
 _U32_MAX = 2**32 - 1
 _I64_MIN, _I64_END = -(2**63), 2**63
@@ -347,6 +351,7 @@ def encode_binary(batch: EventBatch) -> bytes:
         (FLAG_WEIGHT if batch.weight is not None else 0)
         | (FLAG_FEATURES if batch.features is not None else 0)
         | (FLAG_STRING_IDS if batch.string_ids else 0)
+        | (FLAG_PLACEMENT if batch.placement is not None else 0)
     )
     columns: list[bytes | memoryview] = [batch.kind.astype(np.int8, copy=False).tobytes()]
     columns += [
@@ -362,6 +367,8 @@ def encode_binary(batch: EventBatch) -> bytes:
         columns.append(np.ascontiguousarray(batch.weight, dtype="<f4").data)
     if batch.features is not None:
         columns.append(np.ascontiguousarray(batch.features, dtype="<f4").data)
+    if batch.placement is not None:
+        columns.append(np.ascontiguousarray(batch.placement, dtype="<i4").data)
     body: list[bytes | memoryview] = []
     offset = _HEADER.size
     for col in columns:
@@ -448,7 +455,7 @@ def decode_binary(data: bytes | bytearray | memoryview, where: str = "binary") -
         raise CodecError(
             f"{where}: unsupported binary version {version}; this streamgnn reads version {VERSION}"
         )
-    if flags & ~(FLAG_WEIGHT | FLAG_FEATURES | FLAG_STRING_IDS):
+    if flags & ~(FLAG_WEIGHT | FLAG_FEATURES | FLAG_STRING_IDS | FLAG_PLACEMENT):
         raise CodecError(
             f"{where}: unknown flags {flags:#06x}; the producer uses a newer format, upgrade streamgnn"
         )
@@ -466,6 +473,7 @@ def decode_binary(data: bytes | bytearray | memoryview, where: str = "binary") -
         dst = reader.take("<i8", n, "dst")
     weight = reader.take("<f4", n, "weight") if flags & FLAG_WEIGHT else None
     features = reader.take("<f4", n * dim, "features").reshape(n, dim) if flags & FLAG_FEATURES else None
+    placement = reader.take("<i4", n * 2, "placement").reshape(n, 2) if flags & FLAG_PLACEMENT else None
     if reader.offset != len(data):
         raise CodecError(
             f"{where}: {len(data) - reader.offset} trailing bytes after the last column; "
@@ -485,6 +493,7 @@ def decode_binary(data: bytes | bytearray | memoryview, where: str = "binary") -
         eid.astype(np.int64, copy=False),
         None if weight is None else weight.astype(np.float32, copy=False),
         None if features is None else features.astype(np.float32, copy=False),
+        None if placement is None else placement.astype(np.int32, copy=False),
     )
 
 

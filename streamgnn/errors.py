@@ -28,6 +28,11 @@ class ConfigError(StreamGNNError, ValueError):
     """A configuration value is out of range or inconsistent with the stream."""
 
 
+class PlacementError(ConfigError):
+    """Events a run was told to place by their ``placement`` column (a partition router's output) lack it,
+    or contradict it: the topic was not written by one router with the run's partition count."""
+
+
 class ConnectorError(StreamGNNError):
     """A source or sink failed in a way that retrying will not fix."""
 

@@ -152,6 +152,8 @@ class EventBatch:
     ``src``/``dst`` hold external node ids (int64, or Python str in an object array). For a node
     update ``dst`` is ignored (by convention equal to ``src``). ``features`` has one row per event:
     edge features for edge adds, the new node features for node updates; its width is fixed per stream.
+    ``placement`` (int32, one ``(src, dst)`` row per event) carries the graph partitions a partition router
+    gave the endpoints (-1: not placed yet), so that consumers own vertices where the router put them.
     """
 
     kind: np.ndarray
@@ -161,6 +163,7 @@ class EventBatch:
     eid: np.ndarray
     weight: np.ndarray | None = None
     features: np.ndarray | None = None
+    placement: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         """Check every column and bring it to its canonical dtype, so that a batch that exists is one the
@@ -174,10 +177,13 @@ class EventBatch:
             and _is(self.eid, np.int64, 1)
             and (self.weight is None or _is(self.weight, np.float32, 1))
             and (self.features is None or _is(self.features, np.float32, 2))
+            and (self.placement is None or _is(self.placement, np.int32, 2))
         ):  # the codecs' columns: only the lengths are left to check
             n = len(self.kind)
-            if len(self.src) == len(self.dst) == len(self.t) == len(self.eid) == n and all(
-                col is None or len(col) == n for col in (self.weight, self.features)
+            if (
+                len(self.src) == len(self.dst) == len(self.t) == len(self.eid) == n
+                and all(col is None or len(col) == n for col in (self.weight, self.features, self.placement))
+                and (self.placement is None or self.placement.shape[1] == 2)
             ):
                 return
         cols = {
@@ -191,6 +197,12 @@ class EventBatch:
             cols["weight"] = _as_numeric("weight", self.weight, np.float32, 1)
         if self.features is not None:
             cols["features"] = _as_numeric("features", self.features, np.float32, 2)
+        if self.placement is not None:
+            cols["placement"] = _as_numeric("placement", self.placement, np.int32, 2)
+            if cols["placement"].shape[1] != 2:
+                raise EventValidationError(
+                    f"column 'placement' needs 2 columns (src, dst partition), got {cols['placement'].shape}"
+                )
         n = len(cols["kind"])
         for name, col in cols.items():
             if len(col) != n:
@@ -212,6 +224,7 @@ class EventBatch:
         kind=None,
         weight=None,
         features=None,
+        placement=None,
     ) -> EventBatch:
         """Build a batch from array-likes (``kind`` may hold names such as "edge_add"); structural errors
         raise ``EventValidationError``."""
@@ -227,7 +240,8 @@ class EventBatch:
                     raise EventValidationError(
                         f"column 'kind': {exc}; use one of {sorted(KIND_NAMES)}"
                     ) from exc
-        return cls(kind, src_a, src_a if dst is None else _id_array(dst), t, eid, weight, features)
+        dst_a = src_a if dst is None else _id_array(dst)
+        return cls(kind, src_a, dst_a, t, eid, weight, features, placement)
 
     @classmethod
     def empty(cls, feature_dim: int | None = None, weighted: bool = False) -> EventBatch:
@@ -273,6 +287,7 @@ class EventBatch:
             self.eid[index],
             None if self.weight is None else self.weight[index],
             None if self.features is None else self.features[index],
+            None if self.placement is None else self.placement[index],
         )
 
     def __getitem__(self, index) -> EventBatch:
@@ -325,7 +340,16 @@ class EventBatch:
         return self.take(~bad), letters
 
 
-_FIELDS = ("kind", "src", "dst", "t", "eid", "weight", "features")
+_FIELDS = ("kind", "src", "dst", "t", "eid", "weight", "features", "placement")
+
+
+def joined_placement(batches: Sequence[EventBatch]) -> np.ndarray | None:
+    """The placement column of batches joined row-wise: -1 (not placed) for rows of batches without one."""
+    if all(b.placement is None for b in batches):
+        return None
+    return np.concatenate(
+        [np.full((len(b), 2), -1, np.int32) if b.placement is None else b.placement for b in batches]
+    )
 
 
 def concat(batches: Sequence[EventBatch]) -> EventBatch:
@@ -354,4 +378,5 @@ def concat(batches: Sequence[EventBatch]) -> EventBatch:
         np.concatenate([b.eid for b in batches]),
         None if batches[0].weight is None else np.concatenate([b.weight for b in batches]),
         None if batches[0].features is None else np.concatenate([b.features for b in batches]),
+        joined_placement(batches),
     )

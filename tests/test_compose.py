@@ -38,9 +38,9 @@ def test_every_service_command_is_a_valid_streamgnn_command():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
     assert services["kafka"]["image"].startswith("apache/kafka:") and "healthcheck" in services["kafka"]
-    assert {"topics", "producer", "trainer-0", "trainer-1", "serve", "trainer-gpu-0", "trainer-gpu-1"} <= set(
-        services
-    )
+    assert {
+        "topics", "producer", "router", "trainer-0", "trainer-1", "serve", "trainer-gpu-0", "trainer-gpu-1"
+    } <= set(services)  # fmt: skip
     parser = build_parser()
     checked = 0
     for name, service in services.items():
@@ -60,9 +60,81 @@ def test_every_service_command_is_a_valid_streamgnn_command():
         if getattr(args, "config", None):
             assert args.config == "/config/cluster.yaml" and "./config:/config:ro" in service["volumes"]
         checked += 1
-    assert checked == 7
+    assert checked == 8
     gpu = services["trainer-gpu-0"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["capabilities"] == ["gpu"] and services["trainer-gpu-0"]["profiles"] == ["nccl"]
+
+
+def test_the_router_sits_between_the_producer_and_the_trainers():
+    """The producer writes kafka.raw_topic, the router reads it and writes kafka.events_topic (the trainers'
+    topic) with kafka.partitions partitions; it restarts, and keeps its checkpoint on a named volume."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services, parser = compose["services"], build_parser()
+    cfg = load_config(ROOT / "config" / "cluster.yaml", env={})
+    producer = parser.parse_args(
+        shlex.split(services["producer"]["command"].replace("${REPLAY_RATE:-1000}", "1"))[1:]
+    )
+    assert producer.topic == cfg.kafka.raw_topic != cfg.kafka.events_topic and cfg.kafka.raw_partitions == 1
+    router = services["router"]
+    args = parser.parse_args(shlex.split(router["command"])[1:])
+    assert getattr(args, "cfg:kafka.raw_topic") is None and getattr(args, "cfg:kafka.events_topic") is None
+    assert args.format == "binary" and args.partitioner == "fennel"  # binary: placement travels with events
+    volume = next(v for v in router["volumes"] if v.split(":")[1] == args.checkpoint)
+    assert volume.split(":")[0] in compose["volumes"] and router["restart"] == "unless-stopped"
+    assert router["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    for name in ("trainer-0", "trainer-1"):
+        argv = shlex.split(services[name]["command"])
+        trainer = parser.parse_args(argv[argv.index("streamgnn.cli") + 1 :])
+        assert trainer.kafka and getattr(trainer, "cfg:kafka.events_topic") is None  # the router's output
+
+
+def test_the_compose_router_command_routes_against_a_broker(
+    kafka_bootstrap, tmp_path, monkeypatch, make_events
+):
+    """The router service's command, as written (config path and volume mapped here), after the topic-init
+    job's: it reads what the producer wrote and publishes every event once, placed, into the events topic."""
+    import uuid
+
+    from streamgnn.cli import main
+    from streamgnn.connectors.kafka import EventProducer
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    raw, events = f"raw-{uuid.uuid4().hex[:8]}", f"events-{uuid.uuid4().hex[:8]}"
+    for key, value in (("BOOTSTRAP", kafka_bootstrap), ("RAW_TOPIC", raw), ("EVENTS_TOPIC", events)):
+        monkeypatch.setenv(f"STREAMGNN_KAFKA__{key}", value)
+    config = str(ROOT / "config" / "cluster.yaml")
+    topics = shlex.split(" ".join(compose["services"]["topics"]["command"]))[1:]
+    assert main([a.replace("/config/cluster.yaml", config) for a in topics]) == 0  # creates raw too
+    stream = make_events(300)
+    with EventProducer(kafka_bootstrap, raw, fmt="binary", batch_size=50) as producer:
+        producer.send(stream)
+        producer.flush()
+    argv = shlex.split(compose["services"]["router"]["command"])[1:]
+    argv = [
+        a.replace("/config/cluster.yaml", config).replace("/router", str(tmp_path / "router")) for a in argv
+    ]
+    assert main([*argv, "--max-events", "300", "--flush"]) == 0
+    assert (tmp_path / "router" / "LATEST").exists()
+    got = read_all(kafka_bootstrap, events, len(stream))
+    assert sorted(got.eid.tolist()) == stream.eid.tolist()  # every event once
+    assert set(got.placement[:, 0].tolist()) == {0, 1, 2, 3}  # at its source's partition of the config's 4
+
+
+def read_all(bootstrap: str, topic: str, n: int):
+    """The first ``n`` events of ``topic`` (waits for them; the bound only turns a hang into a failure)."""
+    import time
+
+    from streamgnn.connectors.kafka import KafkaSource
+    from streamgnn.events import concat
+
+    got, deadline = [], time.monotonic() + 300
+    with KafkaSource(topic, bootstrap_servers=bootstrap) as source:
+        while sum(map(len, got)) < n:
+            assert time.monotonic() < deadline, f"{sum(map(len, got))} of {n} events arrived"
+            batch = source.poll(1.0)
+            if batch is not None:
+                got.append(batch)
+    return concat(got)
 
 
 def test_the_cluster_config_loads_with_the_compose_environment():

@@ -1,4 +1,5 @@
-"""The docker-compose cluster's topology without Docker: the broker, a producer process, two ``torchrun``
+"""The docker-compose cluster's topology without Docker: the broker, a producer process writing the raw topic,
+the partition router (the compose file's command) filling the events topic, two ``torchrun``
 agents (one worker each, gloo, c10d rendezvous, as two trainer containers), the embeddings service as a
 subprocess, and an HTTP client. Embeddings of replayed nodes arrive and change as the stream goes on, the two
 workers agree, and a worker killed with SIGKILL (its whole container: agent and worker) and started again
@@ -19,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from streamgnn.codec import encode_json_lines
 from streamgnn.connectors.broker import free_port
@@ -27,6 +29,7 @@ from streamgnn.store import TemporalGraphStore
 from streamgnn.train.checkpoint import load as load_checkpoint
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parent.parent
 N, HALF = 2400, 1200
 
 
@@ -92,7 +95,8 @@ def test_cluster_topology_trains_serves_and_survives_a_sigkill(kafka_bootstrap, 
     config = tmp_path / "cluster.yaml"
     config.write_text(
         f"""
-kafka: {{bootstrap: "{kafka_bootstrap}", events_topic: ev-{run}, partitions: 2, embeddings_topic: emb-{run}}}
+kafka: {{bootstrap: "{kafka_bootstrap}", raw_topic: raw-{run}, events_topic: ev-{run}, partitions: 2,
+        embeddings_topic: emb-{run}}}
 train:
   batch_size: 100
   lr: 0.01
@@ -120,7 +124,7 @@ serve: {{log_every_s: 1.0}}
         path.write_bytes(encode_json_lines(part))
         proc = subprocess.run(
             [str(BIN / "streamgnn"), "produce", str(path), "--bootstrap", kafka_bootstrap,
-             "--topic", f"ev-{run}", "--partitions", "2", "--format", "binary"],
+             "--topic", f"raw-{run}", "--partitions", "1", "--format", "binary"],
             capture_output=True, text=True, env=env, timeout=120,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
@@ -143,6 +147,11 @@ serve: {{log_every_s: 1.0}}
             subprocess.run([str(BIN / "streamgnn"), "topics", "--config", str(config)], env=env).returncode
             == 0
         )
+        router = shlex.split(
+            yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["router"]["command"]
+        )
+        local = {"/config/cluster.yaml": str(config), "/router": str(tmp_path / "router")}
+        start("router", [str(BIN / "streamgnn"), *(local.get(a, a) for a in router[1:])])
         start(
             "service", [str(BIN / "streamgnn"), "serve", "--config", str(config), "--port", str(service_port)]
         )

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...events import EventBatch
+from ...events import EventBatch, joined_placement
 
 
 @dataclass
@@ -63,7 +63,8 @@ def join_rows(batches: list[EventBatch]) -> EventBatch:
         return np.concatenate([getattr(b, name) for b in batches])
 
     features = None if batches[0].features is None else col("features")
-    return EventBatch(col("kind"), col("src"), col("dst"), col("t"), col("eid"), weight, features)
+    placement = joined_placement(batches)
+    return EventBatch(col("kind"), col("src"), col("dst"), col("t"), col("eid"), weight, features, placement)
 
 
 Piece = tuple[str, EventBatch, np.ndarray]  # (partition key, rows, source offset of each row)

@@ -40,14 +40,18 @@ ENV_PREFIX = "STREAMGNN_"
 
 @dataclass(frozen=True)
 class KafkaConfig:
-    """The topics a deployment shares: raw events (``partitions`` of them, keyed by graph partition), the
+    """The topics a deployment shares: events (``partitions`` of them, keyed by graph partition), the
     compacted embeddings topic the trainer publishes and the service reads, and an optional dead-letter
-    topic. ``format``: how producers encode events ("binary" or "json"). ``connect_timeout_s``: how long a
-    job waits for a first broker answer before it gives up with one line naming the address."""
+    topic. ``raw_topic`` (``raw_partitions``): where producers write when a partition router
+    (``streamgnn partition``) fills the events topic from it; None: producers write the events topic.
+    ``format``: how producers encode events ("binary" or "json"). ``connect_timeout_s``: how long a job
+    waits for a first broker answer before it gives up with one line naming the address."""
 
     bootstrap: str = "localhost:9092"
     events_topic: str = "events"
     partitions: int = 1
+    raw_topic: str | None = None
+    raw_partitions: int = 1
     embeddings_topic: str = "embeddings"
     embeddings_partitions: int = 1
     dead_letter_topic: str | None = None
@@ -55,7 +59,7 @@ class KafkaConfig:
     connect_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
-        for name in ("partitions", "embeddings_partitions"):
+        for name in ("partitions", "embeddings_partitions", "raw_partitions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"kafka.{name} must be >= 1, got {getattr(self, name)}")
         if self.format not in ("binary", "json"):

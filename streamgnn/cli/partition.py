@@ -7,10 +7,16 @@ import json
 import os
 
 from ._args import positive_int
+from ._config import add_config_option, config_from_args, override
 
-EXAMPLE = """example:
+EXAMPLE = """examples:
   streamgnn partition --bootstrap localhost:9092 --in-topic raw --out-topic events --partitions 8 \\
       --partitioner fennel --buffer-edges 4 --checkpoint router-ckpt --report router.json --plot router.png
+  streamgnn partition --config cluster.yaml --checkpoint /router   # kafka.raw_topic -> kafka.events_topic
+
+Sharded trainers (ShardConfig(placement="stream"), num_partitions = --partitions) then own each vertex
+where the router put it: binary output carries every event's endpoint partitions; use an unbuffered vertex
+partitioner (hash, ldg, fennel with --buffer-edges 1) for them.
 
 Killed and restarted with the same command, it resumes from its checkpoint with no event lost, doubled or
 placed differently."""
@@ -24,30 +30,37 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     for path in (args.report, args.plot):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ConfigError(f"no directory for {path}")
+    kafka = config_from_args(args).kafka
+    if not kafka.raw_topic:
+        raise ConfigError("give the topic to read: --in-topic, or kafka.raw_topic in --config")
+    given = getattr(args, "cfg:kafka.partitions") is not None or args.config
+    partitions = kafka.partitions if given else 8  # a bare command line keeps the router's default
     config = PartitionerConfig(args.partitioner, buffer_edges=args.buffer_edges, buffer_time=args.buffer_time)
+    kafka.check_reachable()
     router = PartitionRouter(
-        args.bootstrap,
-        args.in_topic,
-        args.out_topic,
-        args.partitions,
+        kafka.bootstrap,
+        kafka.raw_topic,
+        kafka.events_topic,
+        partitions,
         partitioner=config,
         checkpoint_dir=args.checkpoint,
         checkpoint_every=args.checkpoint_every,
         fmt=args.format,
         batch_size=args.batch_size,
-        dead_letter_topic=args.dead_letter_topic,
+        dead_letter_topic=kafka.dead_letter_topic,
     )
     report = router.run(max_events=args.max_events, idle_timeout_s=args.idle_timeout, flush=args.flush)
     if args.report:
         router.write_report(args.report)
     if args.plot:
-        router.timeline.plot(args.plot, f"router {args.in_topic} -> {args.out_topic} ({args.partitioner})")
+        title = f"router {router.in_topic} -> {router.out_topic} ({args.partitioner})"
+        router.timeline.plot(args.plot, title)
     part = report.partitioning
     quality = (
         f"edge cut {part.edge_cut:.3f}" if part.edge_cut is not None else f"RF {part.replication_factor:.2f}"
     )
     print(
-        f"routed {report.events:,} events into {args.out_topic} ({args.partitions} partitions, {quality}, "
+        f"routed {report.events:,} events into {router.out_topic} ({partitions} partitions, {quality}, "
         f"edge balance {part.edge_balance:.2f}); {report.held:,} held, {report.dead_letters:,} dead letters"
     )
     print(json.dumps({"published": report.published, "skipped_on_resume": report.skipped_on_resume}))
@@ -74,14 +87,15 @@ def register(sub) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, e.g. localhost:9092")
-    p.add_argument("--in-topic", required=True, help="the raw topic to read, e.g. raw")
-    p.add_argument(
-        "--out-topic", required=True, help="the topic to write (created with --partitions), e.g. events"
-    )
-    p.add_argument(
-        "--partitions", type=positive_int, default=8, help="graph partitions = output partitions (8)"
-    )
+    add_config_option(p)
+    override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT",
+             help="Kafka bootstrap servers, e.g. localhost:9092 (kafka.bootstrap)")  # fmt: skip
+    override(p, "--in-topic", key="kafka.raw_topic", metavar="TOPIC",
+             help="the raw topic to read, e.g. raw (kafka.raw_topic)")  # fmt: skip
+    out = "the topic to write (created with --partitions), e.g. events (kafka.events_topic)"
+    override(p, "--out-topic", key="kafka.events_topic", metavar="TOPIC", help=out)
+    count = "graph partitions = output partitions, e.g. 4 (kafka.partitions with --config, else 8)"
+    override(p, "--partitions", key="kafka.partitions", type=positive_int, metavar="N", help=count)
     p.add_argument("--partitioner", choices=METHODS, default="fennel", help="placement method (fennel)")
     buffer = "LDG/Fennel: edges a new vertex waits for before it is placed, e.g. 4 (1: at first sight)"
     p.add_argument("--buffer-edges", type=positive_int, default=1, help=buffer)
@@ -91,7 +105,8 @@ def register(sub) -> None:
     p.add_argument("--checkpoint-every", type=positive_int, default=100_000, help="input events (100000)")
     p.add_argument("--format", choices=("binary", "json"), default="binary", help="output messages (binary)")
     p.add_argument("--batch-size", type=positive_int, default=1000, help="events per binary message (1000)")
-    p.add_argument("--dead-letter-topic", default=None, help="where undecodable or invalid events go")
+    override(p, "--dead-letter-topic", key="kafka.dead_letter_topic", metavar="TOPIC",
+             help="where undecodable or invalid events go (kafka.dead_letter_topic)")  # fmt: skip
     p.add_argument("--max-events", type=positive_int, default=None, help="stop after this many input events")
     idle = "stop after this many seconds without input, e.g. 30 (default: run forever)"
     p.add_argument("--idle-timeout", type=_non_negative, default=None, help=idle)

@@ -7,7 +7,7 @@ import argparse
 from ._config import add_config_option, config_from_args, override
 
 EXAMPLE = """example:
-  streamgnn topics --config cluster.yaml    # events (kafka.partitions), embeddings (compacted), dead letters
+  streamgnn topics --config cluster.yaml  # events (kafka.partitions), embeddings, raw, dead letters
   streamgnn topics --bootstrap localhost:9092 --partitions 4
 """
 
@@ -18,6 +18,8 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     k = config_from_args(args).kafka
     k.check_reachable()
     topics = [(k.events_topic, k.partitions, False), (k.embeddings_topic, k.embeddings_partitions, True)]
+    if k.raw_topic:
+        topics.append((k.raw_topic, k.raw_partitions, False))
     if k.dead_letter_topic:
         topics.append((k.dead_letter_topic, 1, False))
     for name, partitions, compacted in topics:
@@ -31,7 +33,8 @@ def register(sub) -> None:
         "topics",
         help="create the Kafka topics a config names (idempotent)",
         description="Create kafka.events_topic with kafka.partitions partitions, the compacted "
-        "kafka.embeddings_topic and kafka.dead_letter_topic; existing topics with the same counts are fine.",
+        "kafka.embeddings_topic, kafka.raw_topic (a partition router's input) and kafka.dead_letter_topic; "
+        "existing topics with the same counts are fine.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -4,7 +4,9 @@ Hash placement can be computed by any producer; LDG, Fennel and HDRF need the as
 router job holds it (the Kafka Streams repartition pattern). It reads the raw topic with ``KafkaSource``
 (time-ordered merge, dead letters), routes each batch (``routing.RoutingState``) and publishes each event
 to output partition = graph partition, keyed by it, so consumers in one group each receive whole graph
-partitions.
+partitions. With a vertex partitioner, binary output carries both endpoints' partitions
+(``EventBatch.placement``): sharded trainers with ``ShardConfig(placement="stream")`` own each vertex
+where the router put it.
 
 Nothing lost, doubled or placed differently across a crash: the routing state and the input positions
 are checkpointed together (atomically, verified), with the output topic's end offsets at that moment.

@@ -3,11 +3,13 @@
 ``RoutingState.route(batch)`` dedups events by id, maps ids, runs the partitioner and returns, per graph
 partition, the events to publish in order, plus dead letters. An event goes to its source vertex's
 partition (vertex partitioners) or its edge's partition (edge partitioners; a delete goes to every
-partition holding replicas of both its ends, the only ones that can hold the edge). An event whose vertex
-still waits to be placed (a buffered partitioner, or a node update before the vertex's first edge) is
-held and published right where the vertex is placed. The order within a partition is a function of the
-events alone (placement positions from the partitioner's log), so a router restarted mid-stream, fed
-different batches, publishes exactly what an uninterrupted one does.
+partition holding replicas of both its ends, the only ones that can hold the edge); with a vertex
+partitioner each published event carries its endpoints' partitions (``EventBatch.placement``), so that
+sharded consumers own a vertex where the router put it (``ShardConfig(placement="stream")``). An event
+whose vertex still waits to be placed (a buffered partitioner, or a node update before the vertex's first
+edge) is held and published right where the vertex is placed. The order within a partition is a function
+of the events alone (placement positions from the partitioner's log), so a router restarted mid-stream,
+fed different batches, publishes exactly what an uninterrupted one does.
 
     >>> from streamgnn import EventBatch
     >>> state = RoutingState("hdrf", 2)
@@ -17,6 +19,8 @@ different batches, publishes exactly what an uninterrupted one does.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -137,10 +141,19 @@ class RoutingState:
         row, part = row[order], part[order]
         self.held = pool.take(rows[waiting]) if waiting.any() else EventBatch.empty()
         self.held_vertex = vertex[waiting]
-        out = {p: pool.take(row[part == p]) for p in np.unique(part).tolist()}
+        out = {p: self._placed(pool.take(row[part == p])) for p in np.unique(part).tolist()}
         for p, b in out.items():
             self._count(p, b)
         return out
+
+    def _placed(self, b: EventBatch) -> EventBatch:
+        """``b`` with its endpoints' partitions (vertex partitioners; -1 where a vertex still waits)."""
+        if not self.partitioner.config.places_vertices:
+            return b
+        dst = np.where(b.kind == UPDATE, b.src, b.dst)  # a node update names only its source
+        ends = self.ids.lookup(np.r_[b.src, dst])
+        label = np.where(ends >= 0, self.labels[np.maximum(ends, 0)], PENDING).astype(np.int32)
+        return dataclasses.replace(b, placement=np.ascontiguousarray(label.reshape(2, -1).T))
 
     def _count(self, p: int, b: EventBatch) -> None:
         self.last_eid[p] = b.eid[-1]

@@ -23,6 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..codec import decode_binary, encode_binary
+from ..errors import PlacementError
 from ..events import DeadLetter, EventBatch, concat
 from .comm import Exchange
 from .ownership import Ownership
@@ -99,7 +100,15 @@ class GlobalBatcher:
         valid, letters = got.validate("local source")
         self.dead_letters += letters
         self.frontier = max(self.frontier, float(valid.t.max())) if len(valid) else self.frontier
-        part = self.ownership.partition_of(valid.src) if len(valid) else np.zeros(0, np.int32)
+        part = self.ownership.source_partitions(valid)
+        mine = self.ownership.partitions()
+        if self.ownership.partition_fn is None and not np.isin(part, mine).all():
+            i = int(np.flatnonzero(~np.isin(part, mine))[0])
+            raise PlacementError(
+                f"rank {self.exchange.rank} read event {int(valid.eid[i])}, placed in partition "
+                f"{int(part[i])}, not one of its partitions {mine}: the topic was not written by a router "
+                f"with {self.ownership.num_partitions} partitions"
+            )
         keep = self._not_replayed(valid.eid, part)
         valid, part = valid.take(keep), part[keep]
         seq = np.empty(len(part), np.int64)

@@ -91,6 +91,11 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
             "partitions; "
             f"this run has {trainer.dist.world_size} over {trainer.ownership.num_partitions}"
         )
+    if man["shard"].get("placement", "hash") != trainer.shard_config.placement:
+        raise CheckpointError(
+            f"{path} placed vertices by {man['shard'].get('placement', 'hash')!r}; this run by "
+            f"{trainer.shard_config.placement!r}: resume with the same ShardConfig.placement"
+        )
     trainer.store = ckpt.store
     trainer.model.load_state_dict(state["model"])
     trainer.optimizer.load_state_dict(state["optimizer"])

@@ -2,9 +2,12 @@
 
 Ownership goes through graph partitions, never straight from vertices to ranks: producers key Kafka
 messages by partition (``EventProducer``), so a rank that owns a partition owns its topic partition too,
-and a partitioner (hash today; the streaming ones of ``streamgnn.partition`` plug in as ``partition_fn``)
-decides only vertex -> partition. Partitions go to ranks round-robin, so the same stream and ``P``
-give the same partitions whatever the world size.
+and a partitioner decides only vertex -> partition: a stateless ``partition_fn`` (hash, the default) that
+any process computes from the external id, or ``partition_fn=None``: the stream says, in each event's
+``placement`` column, where a partition router (``streamgnn partition``: LDG, Fennel) put both endpoints,
+and a vertex belongs to the partition the first event naming it gives (the router never moves a vertex).
+Partitions go to ranks round-robin, so the same stream and ``P`` give the same partitions whatever the
+world size.
 
 ``GlobalIndex`` is the one piece of state every rank holds whole, because every rank sees every global
 batch: external id -> global id (dense, in order of first appearance, exactly the internal ids one
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PlacementError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..partition import hash_partition
 from ..store.dedup import SeenIds
@@ -44,12 +47,19 @@ PartitionFn = Callable[[np.ndarray, int], np.ndarray]
 @dataclass(frozen=True)
 class Ownership:
     """``num_partitions`` graph partitions over ``world_size`` ranks (partition ``p`` on rank
-    ``p % world_size``); ``partition_fn(external_ids, num_partitions)`` places vertices."""
+    ``p % world_size``); ``partition_fn(external_ids, num_partitions)`` places vertices, or, with None,
+    each event's ``placement`` column does (see the module docstring)."""
 
     num_partitions: int
     world_size: int = 1
     rank: int = 0
-    partition_fn: PartitionFn = hash_partition
+    partition_fn: PartitionFn | None = hash_partition
+
+    @classmethod
+    def of(cls, config, world_size: int = 1, rank: int = 0) -> Ownership:
+        """The ownership a ``ShardConfig`` describes (``placement`` "hash" or "stream")."""
+        fn = hash_partition if config.placement == "hash" else None
+        return cls(config.num_partitions, world_size, rank, fn)
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or self.world_size < 1:
@@ -70,7 +80,39 @@ class Ownership:
         return (np.asarray(partitions, np.int64) % self.world_size).astype(np.int32)
 
     def partition_of(self, external_ids: np.ndarray) -> np.ndarray:
+        if self.partition_fn is None:
+            raise ConfigError("this ownership takes partitions from the stream: use source_partitions(batch)")
         return np.asarray(self.partition_fn(np.asarray(external_ids), self.num_partitions), np.int32)
+
+    def source_partitions(self, batch: EventBatch) -> np.ndarray:
+        """The partition of each event's source: the topic partition its producer (or router) wrote it to."""
+        if self.partition_fn is not None:
+            return self.partition_of(batch.src) if len(batch) else np.zeros(0, np.int32)
+        return self.placement(batch)[:, 0].copy()
+
+    def placement(self, batch: EventBatch, where: str = "batch") -> np.ndarray:
+        """``batch.placement``, checked: present, and every named endpoint (a node update names only its
+        source) in ``[0, num_partitions)``; raises ``PlacementError`` naming the first bad event."""
+        if batch.placement is None:
+            if not len(batch):
+                return np.zeros((0, 2), np.int32)
+            raise PlacementError(
+                f"{where}: events carry no placement, but ownership follows the stream's placement: read the "
+                "binary output of a partition router with a vertex partitioner (hash, ldg, fennel), or use "
+                "ShardConfig(placement='hash') for a topic keyed by hash"
+            )
+        p = batch.placement
+        named = np.c_[np.ones(len(batch), bool), batch.kind != UPDATE]
+        bad = named & ((p < 0) | (p >= self.num_partitions))
+        if bad.any():
+            i, j = (int(x[0]) for x in np.nonzero(bad))
+            raise PlacementError(
+                f"{where}: event {int(batch.eid[i])} places its {('source', 'destination')[j]} "
+                f"{batch.src[i] if j == 0 else batch.dst[i]!r} in partition {int(p[i, j])}, outside "
+                f"[0, {self.num_partitions}): the router has another partition count, or it published the "
+                "event before placing that vertex (buffer_edges/buffer_time: not for sharded consumers)"
+            )
+        return p
 
 
 @dataclass(frozen=True)
@@ -132,9 +174,13 @@ class GlobalIndex:
         rows = np.delete(np.arange(len(batch)), [d.index for d in letters])
         if len(rows) and self.ids.kind is not None and valid.string_ids != (self.ids.kind == "str"):
             raise ConfigError(f"{where}: the stream uses {self.ids.kind} node ids, this batch does not")
+        placed = None  # checked before anything changes
+        if self.ownership.partition_fn is None:
+            placed = self._checked_placement(valid, self.lookup(valid.src), self.lookup(valid.dst), where)
         keep = self.seen.first_unseen(valid.eid)
         duplicates = int((~keep).sum())
         rows, ev = rows[keep], valid.take(keep)
+        placed = None if placed is None else placed[keep]
         newest = np.maximum.accumulate(np.concatenate([[self.watermark], ev.t]))[:-1]
         late = ev.t < newest - self.allowed_lateness
         for i in np.flatnonzero(late).tolist():
@@ -143,16 +189,24 @@ class GlobalIndex:
                            int(ev.eid[i]))
             )  # fmt: skip
         rows, ev = rows[~late], ev.take(~late)
+        placed = None if placed is None else placed[~late]
         if len(ev):
             self.watermark = max(self.watermark, float(ev.t.max())) + 0.0
         pre_src, pre_dst = self.lookup(ev.src), self.lookup(ev.dst)
         before = self.ids.size
         src, dst = self.ids.map_events(ev.kind, ev.src, ev.dst)
         if self.ids.size > before:
-            new = np.arange(before, self.ids.size)
             grown = np.empty(self.ids.size, np.int32)
             grown[:before] = self.partition[:before]
-            grown[before:] = self.ownership.partition_of(self.ids.external(new))
+            if placed is None:
+                grown[before:] = self.ownership.partition_of(
+                    self.ids.external(np.arange(before, self.ids.size))
+                )
+            else:  # a vertex's partition is the one its first event gives
+                gids, col = np.c_[src, dst].ravel(), placed.ravel()
+                fresh = gids >= before
+                new, first = np.unique(gids[fresh], return_index=True)
+                grown[new] = col[fresh][first]
             self.partition = grown
         unknown = (src < 0) | ((dst < 0) & (ev.kind == DELETE))
         for i in np.flatnonzero(unknown).tolist():
@@ -163,6 +217,30 @@ class GlobalIndex:
         pre_dst = np.where(ev.kind == UPDATE, pre_src, pre_dst)
         letters.sort(key=lambda d: d.index)
         return Admitted(rows[ok], src[ok], dst[ok], pre_src[ok], pre_dst[ok], letters, duplicates)
+
+    def _checked_placement(self, ev: EventBatch, pre_src, pre_dst, where: str) -> np.ndarray:
+        """The events' placement, refused (before anything changes) where it contradicts a partition given
+        earlier, by an earlier event or one of this batch: one router never moves a vertex."""
+        placed = self.ownership.placement(ev, where)
+        ids = np.r_[ev.src, ev.dst[ev.kind != UPDATE]]
+        parts = np.r_[placed[:, 0], placed[ev.kind != UPDATE, 1]]
+        known = np.r_[pre_src, pre_dst[ev.kind != UPDATE]]
+        was = np.where(known >= 0, self.partition[np.maximum(known, 0)] if len(self.partition) else -1, -1)
+        clash = (was >= 0) & (was != parts)
+        if not clash.any():  # and within the batch: one partition per new vertex
+            _, inverse = np.unique(ids, return_inverse=True)
+            most = np.full(inverse.max(initial=-1) + 1, -1, np.int64)
+            np.maximum.at(most, inverse, parts)
+            was = most[inverse]
+            clash = parts != was
+        if clash.any():
+            i = int(np.flatnonzero(clash)[0])
+            raise PlacementError(
+                f"{where}: vertex {ids[i]!r} is placed in partition {int(parts[i])} and in {int(was[i])}: a "
+                "partition router never moves a vertex, so the topic mixes writers (two routers, or a "
+                "producer keyed by hash)"
+            )
+        return placed
 
     def nbytes(self) -> int:
         return self.ids.nbytes() + self.partition.nbytes + self.seen.nbytes()

@@ -52,7 +52,7 @@ class PartitionedReplay:
         if chunk < 1:
             raise ConfigError(f"chunk must be >= 1, got {chunk}")
         self.chunk = chunk
-        part = ownership.partition_of(events.src) if len(events) else np.zeros(0, np.int32)
+        part = ownership.source_partitions(events)
         mine = np.isin(part, ownership.partitions())
         rows = np.flatnonzero(mine)
         seq = np.zeros(len(rows), np.int64)  # row number within its partition

@@ -77,7 +77,7 @@ class ShardedTrainer:
         self.dist = dist or init_distributed()
         self.device = local_device(config.device)
         d = self.dist
-        self.ownership = Ownership(self.shard_config.num_partitions, d.world_size, d.rank)
+        self.ownership = Ownership.of(self.shard_config, d.world_size, d.rank)
         self.exchange = Exchange(d.rank, d.world_size, self.device)
         self.index = GlobalIndex(self.ownership)
         self.store = TemporalGraphStore(StoreConfig())  # this rank's shard, in global ids

@@ -12,6 +12,7 @@ from ..sampling.sampler import STRATEGIES as SAMPLING_STRATEGIES
 
 QUERY_TIMES = ("batch", "event")
 SHARD_MODES = ("exact", "comm_free")
+PLACEMENTS = ("hash", "stream")
 
 
 @dataclass(frozen=True)
@@ -23,12 +24,16 @@ class ShardConfig:
     sample and memory row from its owner: the same numbers as one process) or "comm_free" (each rank samples
     only its shard and reads other ranks' memory rows from a halo copy refreshed every ``staleness``
     batches). ``cache_rows``: other ranks' memory rows a rank keeps with their version, so that an
-    unchanged row is not sent again (exact mode; 0: no cache)."""
+    unchanged row is not sent again (exact mode; 0: no cache). ``placement``: where a vertex's partition
+    comes from: "hash" of its id (a topic keyed by hash, as ``streamgnn produce`` writes it) or "stream":
+    the events' placement column, as a partition router (``streamgnn partition``, LDG/Fennel) publishes it,
+    so that ranks own vertices exactly where the router put them (``num_partitions``: the router's)."""
 
     num_partitions: int = 8
     mode: str = "exact"
     staleness: int = 10
     cache_rows: int = 20_000
+    placement: str = "hash"
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_partitions, int) or self.num_partitions < 1:
@@ -39,6 +44,8 @@ class ShardConfig:
             raise ConfigError(f"cache_rows must be an int >= 0, got {self.cache_rows!r}")
         if not isinstance(self.staleness, int) or self.staleness < 1:
             raise ConfigError(f"staleness must be an int >= 1 (batches), got {self.staleness!r}")
+        if self.placement not in PLACEMENTS:
+            raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
 
 
 @dataclass(frozen=True)
