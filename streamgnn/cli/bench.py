@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("store", "sampler", "ingest", "train")
+BENCHMARKS = ("store", "sampler", "ingest", "train", "quality")
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:

@@ -1,0 +1,173 @@
+"""Learning quality: our TGN, PyG's TGN and EdgeBank on every bundled interaction stream, one protocol.
+
+python benchmarks/quality.py [--quick] [--json] [--seeds 0 1] [--epochs 3] [--streams NAME ...] [--plot PATH]
+(also: streamgnn bench quality)
+
+The protocol of ``benchmarks/train.py`` on each stream: events sorted by time (stably), times shifted to
+start at 0, no edge features; chronological 70/15/15 split by row; dims 100, batch 200, the 10 latest
+neighbors, Adam 1e-4, ``--epochs`` passes over the training part; after the last, validation is replayed
+into memory and the test part is scored test-then-observe against the same 100 fixed negatives per event on
+both sides (random over the stream's destinations; AP against the first, averaged over batches; MRR against
+all). EdgeBank, unlimited and time-window (``TrainConfig.baselines``), is scored by our trainer beside our
+model on the very same positives and negatives. Each figure is the mean over ``--seeds``; ``runs`` holds
+every seed's values. ``--quick``: the first 4,000 events of each stream, one epoch, seed 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+
+import numpy as np
+from tqdm import tqdm
+
+try:
+    from .common import report, set_threads
+    from .pyg_tgn import BATCH_SIZE, eval_negatives, split_points, train_pyg_tgn
+    from .train import train_ours
+except ImportError:  # run as a script
+    from common import report, set_threads
+    from pyg_tgn import BATCH_SIZE, eval_negatives, split_points, train_pyg_tgn
+    from train import train_ours
+
+from streamgnn.datasets import load
+from streamgnn.events import EventBatch
+from streamgnn.train import TrainConfig
+
+STREAMS = ("jodie_wikipedia", "collegemsg", "bitcoin_otc", "bitcoin_alpha", "digg_reply")
+BASELINES = ("edgebank", "edgebank_tw")
+QUICK_EVENTS = 4_000
+
+
+def prepare(name: str, events: int | None = None) -> EventBatch:
+    """Stream ``name`` sorted by time, its first ``events`` rows, times from 0, no features, eids 0..n-1."""
+    raw = load(name)
+    raw = raw.take(np.argsort(raw.t, kind="stable"))
+    n = len(raw) if events is None else min(events, len(raw))
+    raw = raw.take(slice(0, n))
+    return EventBatch.from_columns(src=raw.src, dst=raw.dst, t=raw.t - raw.t.min(), eid=np.arange(n))
+
+
+def run_stream(
+    name: str, events: EventBatch, seeds: list[int], epochs: int, device: str = "cpu"
+) -> list[dict]:
+    """One run per seed of both models on ``events``: test AP/MRR, training events/s, EdgeBank's scores."""
+    _, val_end = split_points(len(events))
+    negatives = eval_negatives(events, val_end)
+    runs = []
+    for seed in seeds:
+        pyg = train_pyg_tgn(events, epochs, negatives=negatives, seed=seed, device=device)
+        ours = train_ours(
+            events, epochs, negatives, TrainConfig(batch_size=BATCH_SIZE, seed=seed, device=device)
+        )
+        run = {
+            "stream": name,
+            "seed": seed,
+            "events": len(events),
+            "ap": ours.test.ap,
+            "mrr": ours.test.mrr,
+            "ap_pyg": pyg.ap,
+            "mrr_pyg": pyg.mrr,
+            "train_events_per_s": statistics.median(ours.train_events_per_s),
+            "train_events_per_s_pyg": statistics.median(pyg.train_events_per_s),
+        }
+        for base in BASELINES:
+            run[f"ap_{base}"] = ours.baselines[base]["test"].ap
+            run[f"mrr_{base}"] = ours.baselines[base]["test"].mrr
+        runs.append(run)
+    return runs
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per-stream means over seeds (``ap_<stream>``, ``ap_pyg_<stream>``, ...), the worst gaps to PyG, the
+    streams where we lose to EdgeBank, and every run."""
+    out: dict = {}
+    gaps_ap, gaps_mrr, flags = [], [], []
+    metrics = ["ap", "mrr", "ap_pyg", "mrr_pyg", "train_events_per_s", "train_events_per_s_pyg"]
+    metrics += [f"{m}_{b}" for b in BASELINES for m in ("ap", "mrr")]
+    for stream in dict.fromkeys(r["stream"] for r in runs):
+        mine = [r for r in runs if r["stream"] == stream]
+        mean = {m: float(np.mean([r[m] for r in mine])) for m in metrics}
+        out.update({f"{m}_{stream}": value for m, value in mean.items()})
+        out[f"events_{stream}"] = mine[0]["events"]
+        gaps_ap.append(mean["ap_pyg"] - mean["ap"])
+        gaps_mrr.append(mean["mrr_pyg"] - mean["mrr"])
+        for b in BASELINES:
+            for m in ("ap", "mrr"):
+                if mean[m] < mean[f"{m}_{b}"]:
+                    flags.append(
+                        f"{stream}: ours loses to {b} on {m.upper()}: {mean[m]:.4f} < {mean[f'{m}_{b}']:.4f}"
+                    )
+    out["worst_ap_gap"] = max(gaps_ap)
+    out["worst_mrr_gap"] = max(gaps_mrr)
+    out["flags"] = flags
+    out["runs"] = runs
+    return out
+
+
+def plot(summary: dict, streams: list[str], path: str) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.6), tight_layout=True)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2)
+    sides = [("ours", ""), ("PyG TGN", "_pyg"), ("EdgeBank", "_edgebank"), ("EdgeBank tw", "_edgebank_tw")]
+    width = 0.2
+    for ax, metric in zip(axes, ("ap", "mrr"), strict=True):
+        for i, (label, suffix) in enumerate(sides):
+            values = [summary[f"{metric}{suffix}_{s}"] for s in streams]
+            ax.bar(np.arange(len(streams)) + (i - 1.5) * width, values, width, label=label)
+        ax.set_xticks(range(len(streams)), [s.replace("_", "\n") for s in streams], fontsize=8)
+        ax.set_ylabel(f"test {metric.upper()}")
+        ax.set_ylim(0, 1)
+    axes[0].legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--quick", action="store_true", help="the first 4,000 events of each stream, 1 epoch, seed 0"
+    )
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="e.g. --seeds 0 1 (default 0 1)")
+    ap.add_argument("--epochs", type=int, default=None, help="passes over the training part (default 3)")
+    ap.add_argument("--streams", nargs="+", choices=STREAMS, default=list(STREAMS), help="e.g. collegemsg")
+    ap.add_argument("--threads", type=int, default=1, help="torch and Numba threads, both sides")
+    ap.add_argument("--device", default="cpu", help="torch device of both sides, e.g. cuda")
+    ap.add_argument("--plot", default=None, help="write AP and MRR per stream as a PNG, e.g. quality.png")
+    ap.add_argument("--events", type=int, default=None, help=argparse.SUPPRESS)  # cap each stream (tests)
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    seeds = args.seeds or ([0] if args.quick else [0, 1])
+    epochs = args.epochs or (1 if args.quick else 3)
+    cap = args.events or (QUICK_EVENTS if args.quick else None)
+
+    runs = []
+    bar = tqdm(args.streams, unit="stream", disable=args.json)
+    for name in bar:
+        bar.set_postfix_str(name)
+        runs += run_stream(name, prepare(name, cap), seeds, epochs, args.device)
+    summary = summarize(runs)
+    summary.update(seeds=seeds, epochs=epochs, threads=args.threads, device=args.device)
+    if args.plot:
+        plot(summary, args.streams, args.plot)
+    report(_finite(summary), args.json, "quality: our TGN vs PyG's TGN vs EdgeBank, test AP/MRR")
+    return 0
+
+
+def _finite(value):
+    """NaN/inf as None, so the JSON is strict."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
