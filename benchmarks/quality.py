@@ -15,9 +15,9 @@ every seed's values. ``--quick``: the first 4,000 events of each stream, one epo
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -25,11 +25,11 @@ from tqdm import tqdm
 try:
     from .common import report, set_threads
     from .pyg_tgn import BATCH_SIZE, eval_negatives, split_points, train_pyg_tgn
-    from .train import train_ours
+    from .train import train_ours, training_parser
 except ImportError:  # run as a script
     from common import report, set_threads
     from pyg_tgn import BATCH_SIZE, eval_negatives, split_points, train_pyg_tgn
-    from train import train_ours
+    from train import train_ours, training_parser
 
 from streamgnn.datasets import load
 from streamgnn.events import EventBatch
@@ -127,19 +127,13 @@ def plot(summary: dict, streams: list[str], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--quick", action="store_true", help="the first 4,000 events of each stream, 1 epoch, seed 0"
-    )
-    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    quick = "the first 4,000 events of each stream, 1 epoch, seed 0"
+    ap = training_parser(__doc__, quick, "write AP and MRR per stream as a PNG, e.g. quality.png", None)
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="e.g. --seeds 0 1 (default 0 1)")
-    ap.add_argument("--epochs", type=int, default=None, help="passes over the training part (default 3)")
     ap.add_argument("--streams", nargs="+", choices=STREAMS, default=list(STREAMS), help="e.g. collegemsg")
-    ap.add_argument("--threads", type=int, default=1, help="torch and Numba threads, both sides")
-    ap.add_argument("--device", default="cpu", help="torch device of both sides, e.g. cuda")
-    ap.add_argument("--plot", default=None, help="write AP and MRR per stream as a PNG, e.g. quality.png")
-    ap.add_argument("--events", type=int, default=None, help=argparse.SUPPRESS)  # cap each stream (tests)
     args = ap.parse_args(argv)
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        ap.error(f"--plot {args.plot}: its folder does not exist")  # before hours of training
     set_threads(args.threads)
     seeds = args.seeds or ([0] if args.quick else [0, 1])
     epochs = args.epochs or (1 if args.quick else 3)

@@ -69,15 +69,22 @@ def plot(results: dict, path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a run under a minute: the first 20%% of the stream")
+def training_parser(doc: str, quick: str, plot: str, epochs: int | None) -> argparse.ArgumentParser:
+    """The flags both training benchmarks (this one, ``quality``) take; ``doc`` is the help text."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=epochs, help="passes over the training part, e.g. 3")
     ap.add_argument("--threads", type=int, default=1, help="torch and Numba threads, both sides")
     ap.add_argument("--device", default="cpu", help="torch device of both sides, e.g. cuda")
-    ap.add_argument("--plot", default=None, help="write throughput and test scores as a PNG")
+    ap.add_argument("--plot", default=None, help=plot)
     ap.add_argument("--events", type=int, default=None, help=argparse.SUPPRESS)  # cap the stream (tests)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    quick = "a run under a minute: the first 20%% of the stream"
+    ap = training_parser(__doc__, quick, "write throughput and test scores as a PNG, e.g. train.png", 1)
     args = ap.parse_args(argv)
     set_threads(args.threads)
 
