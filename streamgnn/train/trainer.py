@@ -237,17 +237,9 @@ class OnlineTrainer:
         for name, scores in base_scores.items():
             self.baseline_metrics[name].add(*scores, batch.t[scored], math.nan, seconds)
         return StepResult(
-            len(batch),
-            len(kept),
-            batch.eid[scored],
-            batch.t[scored],
-            pos,
-            neg,
-            rr,
-            loss,
-            letters,
+            len(batch), len(kept), batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters,
             base_scores,
-        )
+        )  # fmt: skip
 
     def stream_models(self) -> list[LinkModel]:
         """The learned model and the baselines: every model that follows the stream."""
