@@ -337,17 +337,19 @@ def plot(per: dict[str, dict[str, float]], path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--quick", action="store_true", help="1M synthetic events, fewer batches (under a minute)"
+        "--quick", action="store_true", help="300k synthetic events, fewer runs and batches (under a minute)"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--events", type=int, default=None, help="synthetic stream size (default 10M, quick 1M)")
+    ap.add_argument(
+        "--events", type=int, default=None, help="synthetic stream size (default 10M, quick 300k)"
+    )
     ap.add_argument("--runs", type=int, default=None, help="runs per figure; the median is reported")
     ap.add_argument("--batches", type=int, default=None, help="batches of 200 events per run")
     ap.add_argument("--plot", default=None, help="write neighbors/s per method and stream as a PNG")
     args = ap.parse_args(argv)
-    events = args.events or (1_000_000 if args.quick else 10_000_000)
-    runs = args.runs or (5 if args.quick else 9)
-    batches = args.batches or (10 if args.quick else 20)
+    events = args.events or (300_000 if args.quick else 10_000_000)
+    runs = args.runs or (3 if args.quick else 9)
+    batches = args.batches or (5 if args.quick else 20)
     threads = (1, 2)
     t_start = time.perf_counter()
     results: dict[str, float | int | str] = {

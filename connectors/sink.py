@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..events import encodes_utf8
-from .kafka import CONTENT_TYPE_HEADER, FORMATS, _Producer
+from .kafka import CONTENT_TYPE_HEADER, FORMATS, Producer
 
 CONTENT_EMBEDDING_JSON = "application/json"
 CONTENT_EMBEDDING_F32 = "application/x-streamgnn-embedding-f32"  # the vector as little-endian float32
@@ -65,7 +65,7 @@ class KafkaSink:
         if embeddings_topic is None and predictions_topic is None:
             raise ConfigError("give embeddings_topic, predictions_topic or both")
         self.embeddings_topic, self.predictions_topic, self.fmt = embeddings_topic, predictions_topic, fmt
-        self._p = _Producer(backend, bootstrap_servers, producer_config)
+        self._p = Producer(backend, bootstrap_servers, producer_config)
         try:
             for topic in (embeddings_topic, predictions_topic):
                 if topic is not None and not self._p.partitions_for(topic):

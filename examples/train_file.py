@@ -23,6 +23,7 @@ from streamgnn.datasets import info
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import TrainConfig, run_online
+from streamgnn.train.online import latency_text
 
 
 def main() -> None:
@@ -68,13 +69,13 @@ def main() -> None:
     result = run_online(
         source, TemporalGraphStore(), config, out_dir=args.out, max_events=args.events, total=total
     )
-    if int(os.environ.get("RANK", "0")):
-        return  # every rank holds the same metrics; rank 0 reports them
+    if int(os.environ.get("RANK", "0")) or not result.events:
+        return  # every rank holds the same metrics, rank 0 reports them; nothing ran: run_online said why
     m = result.metrics
     print(
         f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
         f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; "
-        f"arrival->queryable p50 {result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms"
+        f"{latency_text(result)}"
     )
     if result.summary_path:
         print(f"report: {result.summary_path}, {result.plot_path}")

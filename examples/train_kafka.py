@@ -24,7 +24,7 @@ from streamgnn.connectors.kafka import KafkaSource, create_topic, produce_datase
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.nn import TGNConfig
 from streamgnn.train import OnlineTrainer, TrainConfig
-from streamgnn.train.online import plot_windows, write_summary
+from streamgnn.train.online import latency_text, plot_windows, write_summary
 
 
 def main() -> None:
@@ -79,8 +79,8 @@ def main() -> None:
         m = result.metrics
         print(
             f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
-            f"online AP {m.ap:.4f}  MRR {m.mrr:.4f}; arrival->queryable p50 {result.latency_p50_ms:.0f} ms, "
-            f"p99 {result.latency_p99_ms:.0f} ms; {len(trainer.table):,} embeddings in {embeddings_topic}"
+            f"online AP {m.ap:.4f}  MRR {m.mrr:.4f}; {latency_text(result)}; "
+            f"{len(trainer.table):,} embeddings in {embeddings_topic}"
         )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import datasets
 from .connectors.broker import LocalBroker
-from .connectors.kafka import KafkaSource, create_topic, produce_dataset
+from .connectors.kafka import EventProducer, KafkaSource, create_topic
 from .connectors.sink import KafkaSink
 from .nn import TGNConfig
 from .train import OnlineTrainer, TrainConfig
@@ -46,8 +46,13 @@ def run_demo(events: int | None, out: str, dataset: str = "jodie_wikipedia", qui
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         broker = stack.enter_context(LocalBroker())
-        produced = produce_dataset(broker.bootstrap, topic, dataset, partitions=1, fmt="binary")
-        print(f"broker {broker.bootstrap}: {produced.events:,} {dataset} events in topic '{topic}'")
+        stream = datasets.load(dataset)  # time-ordered
+        stream = stream[:events] if events is not None else stream  # a short run replays only what it uses
+        create_topic(broker.bootstrap, topic, 1)
+        with EventProducer(broker.bootstrap, topic, fmt="binary") as producer:
+            producer.send(stream)
+            producer.flush()
+        print(f"broker {broker.bootstrap}: {len(stream):,} {dataset} events in topic '{topic}'", flush=True)
         create_topic(broker.bootstrap, embeddings_topic, 1, compacted=True)
         sink = stack.enter_context(
             KafkaSink(broker.bootstrap, embeddings_topic=embeddings_topic, fmt="binary")
@@ -57,6 +62,7 @@ def run_demo(events: int | None, out: str, dataset: str = "jodie_wikipedia", qui
             checkpoint_dir=str(out_dir / "checkpoints"),
             checkpoint_every=200,
             publish_every=20,
+            window_events=max(500, min(10_000, len(stream) // 20)),  # a short run still draws a curve
         )
         trainer = OnlineTrainer(config, sink=sink)
         source = stack.enter_context(
@@ -72,7 +78,7 @@ def run_demo(events: int | None, out: str, dataset: str = "jodie_wikipedia", qui
             positions=source.positions,
             max_events=events,
             progress=not quiet,
-            total=min(events or produced.events, produced.events),
+            total=len(stream),
         )
         sink.flush()
         published = _count_published(broker.bootstrap, embeddings_topic)

@@ -126,9 +126,9 @@ def test_produce_dataset_creates_the_topic_with_the_producers_security_settings(
     settings would make kafka-python's admin client refuse to start."""
     from kafka import KafkaAdminClient
 
-    from streamgnn.connectors.kafka import _admin_settings
+    from streamgnn.connectors.kafka.settings import admin_settings
 
-    got = _admin_settings(backend, producer_config)
+    got = admin_settings(backend, producer_config)
     assert got == admin
     assert set(got) <= set(KafkaAdminClient.DEFAULT_CONFIG)
 

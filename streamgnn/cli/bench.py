@@ -5,17 +5,33 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("store", "sampler", "ingest", "train", "quality")
+BENCHMARKS = ("store", "sampler", "ingest", "train", "serve", "quality")
+
+EXAMPLE = """examples:
+  streamgnn bench store --quick          # each benchmark takes --quick (under a minute) and --json
+  streamgnn bench serve --json           # one JSON object with the headline figures
+  streamgnn bench sampler --help         # a benchmark's own options
+  streamgnn bench quality --quick        # ours, PyG's TGN and EdgeBank on every stream (a few minutes)
+"""
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    if args.name is None:  # `streamgnn bench` or `streamgnn bench --help`: say what there is
+        args.parser.print_help()
+        return 0 if {"-h", "--help"} & set(rest) else 2
     module = importlib.import_module(f"streamgnn.benchmarks.{args.name}")
     return int(module.main(rest) or 0)
 
 
 def register(sub) -> None:
     b = sub.add_parser(
-        "bench", add_help=False, help="run a benchmark (other flags go to it: --quick, --json, --help)"
+        "bench",
+        add_help=False,  # --help after a name goes to that benchmark
+        help="run a benchmark (other flags go to it: --quick, --json, --help)",
+        description="Run one of the benchmarks in benchmarks/ (figures and commands: benchmarks/RESULTS.md).",
+        epilog=EXAMPLE,
+        usage=f"streamgnn bench {{{','.join(BENCHMARKS)}}} [--quick] [--json] [...]",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    b.add_argument("name", choices=BENCHMARKS)
-    b.set_defaults(func=_run)
+    b.add_argument("name", nargs="?", choices=BENCHMARKS, help="the benchmark to run")
+    b.set_defaults(func=_run, parser=b)

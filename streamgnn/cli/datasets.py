@@ -15,5 +15,11 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def register(sub) -> None:
-    ds = sub.add_parser("datasets", help="list the bundled datasets")
+    ds = sub.add_parser(
+        "datasets",
+        help="list the bundled datasets",
+        description="List the datasets bundled with streamgnn (rows, nodes, source).",
+        epilog="example:\n  streamgnn datasets\n  streamgnn train --dataset collegemsg --events 20000",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ds.set_defaults(func=_run)

@@ -27,12 +27,19 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def register(sub) -> None:
-    pr = sub.add_parser("produce", help="load a dataset or events file into a Kafka topic")
+    pr = sub.add_parser(
+        "produce",
+        help="load a dataset or events file into a Kafka topic",
+        description="Write events into a topic in time order, keyed by graph partition (creates the topic).",
+        epilog="example:\n  streamgnn produce jodie_wikipedia --bootstrap localhost:9092 --topic events "
+        "--partitions 4 --format binary --rate 1000",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     pr.add_argument("source", help="dataset name, or a .jsonl/.json events file or binary batch file")
-    pr.add_argument("--bootstrap", required=True)
-    pr.add_argument("--topic", required=True)
-    pr.add_argument("--partitions", type=positive_int, default=1)
+    pr.add_argument("--bootstrap", required=True, help="Kafka, e.g. localhost:9092")
+    pr.add_argument("--topic", required=True, help="the topic to write, e.g. events")
+    pr.add_argument("--partitions", type=positive_int, default=1, help="topic partitions (1)")
     pr.add_argument("--rate", type=float, default=None, help="events per second (default: full speed)")
-    pr.add_argument("--format", choices=("json", "binary"), default="json")
-    pr.add_argument("--batch-size", type=positive_int, default=1000)
+    pr.add_argument("--format", choices=("json", "binary"), default="json", help="message format (json)")
+    pr.add_argument("--batch-size", type=positive_int, default=1000, help="events per binary message (1000)")
     pr.set_defaults(func=_run)

@@ -1,7 +1,9 @@
 """TemporalSampler: k-hop temporal neighbor sampling straight from the live store.
 
-The sampler keeps no index of its own: each call reads ``store.view()``, so an event ingested a
-moment ago is visible at once and nothing is ever rebuilt. Only edges strictly before a root's query
+The sampler keeps no index of its own: each call reads the store through its contract
+(``streamgnn.store.contract``: ``view()`` and ``feature_view()``), so an event ingested a moment ago is
+visible at once, nothing is ever rebuilt, and any store that keeps the contract (a whole graph, or one
+rank's shard of it) can be sampled. Only edges strictly before a root's query
 time and not deleted at it are candidates, so a model never sees the event it is asked to predict.
 """
 
@@ -16,13 +18,18 @@ import numba
 import numpy as np
 
 from ..errors import ConfigError
-from ..store import TemporalGraphStore
+from ..store import FeatureStore, FeatureView, GraphStore
 from . import kernels as K
 from .types import SampledHop, SampledSubgraph, int_ids
 
 STRATEGIES = ("recent", "uniform")
 DIRECTIONS = {"both": K.BOTH, "out": K.OUT, "in": K.IN}
 _NO_FEATURES = np.zeros((0, 0), np.float32)
+_NO_INTS = np.zeros(0, np.int64)
+# the feature arguments of ``kernels.sample_hop`` when none are gathered (same dtypes: no recompile)
+_NO_FEATS = (
+    _NO_FEATURES, False, _NO_INTS, _NO_INTS, np.zeros((0, 2), np.int32), np.zeros(0), _NO_FEATURES, False,
+)  # fmt: skip
 # Below this many roots a hop runs on the calling thread: waking idle threads costs tens of microseconds
 # per parallel region (OMP_WAIT_POLICY=passive), more than splitting a small hop saves.
 PARALLEL_MIN_ROOTS = 2048
@@ -72,7 +79,9 @@ class TemporalSampler:
     same calls in the same order return the same samples, whatever the thread count.
     """
 
-    def __init__(self, store: TemporalGraphStore, config: SamplerConfig | None = None, **overrides) -> None:
+    def __init__(self, store: GraphStore, config: SamplerConfig | None = None, **overrides) -> None:
+        if not isinstance(store, GraphStore):
+            raise ConfigError(f"a sampler reads a GraphStore (num_nodes, view()), got {type(store).__name__}")
         self.store = store
         self.config = dataclasses.replace(config or SamplerConfig(), **overrides)
         self.calls = 0
@@ -96,17 +105,18 @@ class TemporalSampler:
         cfg = self.config
         how = self._how(cfg) + (_int64(self.calls if key is None else key),)
         store = self.store
-        # store.view()'s arrays, read directly (a view costs about a microsecond, a few percent of a call)
-        graph = (store.start, store.deg, store.pool, store.edge_t, store.edge_del)
-        graph += (store.num_nodes, store.watermark)
-        want_edge = cfg.edge_features and store.edge_feat is not None
-        want_node = cfg.node_features and store.node_feat is not None
-        feats = _feats(store, want_edge, want_node) if want_edge or want_node else None
+        graph = store.view().kernel_args  # the same view object until the next ingest: no per-call build
+        feats = want_node = None
+        if cfg.edge_features or cfg.node_features:
+            fv = _feature_view(store)
+            want_edge = cfg.edge_features and fv.edge_feat is not None
+            want_node = cfg.node_features and fv.node_feat is not None
+            feats = _feats(fv, want_edge, want_node) if want_edge or want_node else None
         hops: list[SampledHop] = []
         q_nodes, q_t = roots, times
         for h, k in enumerate(cfg.fanouts):
             ptr, root_index, nbr, eid, et, dt, edge_x, node_x, nan = _sample_hop(
-                graph, q_nodes, q_t, k, how, h, feats, store
+                graph, q_nodes, q_t, k, how, h, feats
             )
             if nan:  # only query times can be NaN (edge times, the later hops' queries, never are)
                 raise ConfigError("query times must not be NaN")
@@ -140,22 +150,29 @@ def _int64(x: int) -> int:
     return x - (1 << 64) if x >> 63 else x
 
 
-def _feats(store: TemporalGraphStore, want_edge: bool, want_node: bool) -> tuple:
+def _feature_view(store) -> FeatureView:
+    if not isinstance(store, FeatureStore):
+        name = type(store).__name__
+        raise ConfigError(f"sampling features needs a FeatureStore (feature_view()), not {name}")
+    return store.feature_view()
+
+
+def _feats(fv: FeatureView, want_edge: bool, want_node: bool) -> tuple:
     """The feature arrays ``kernels.sample_hop`` takes (empty where not wanted)."""
     return (
-        store.edge_feat if want_edge else _NO_FEATURES, want_edge,
-        store.ustart, store.udeg, store.upool, store.upd_t,
-        store.node_feat if want_node else _NO_FEATURES, want_node,
+        fv.edge_feat if want_edge else _NO_FEATURES, want_edge,
+        fv.ustart, fv.udeg, fv.upool, fv.upd_t,
+        fv.node_feat if want_node else _NO_FEATURES, want_node,
     )  # fmt: skip
 
 
-def _sample_hop(graph, roots, ts, k, how, hop, feats, store):
+def _sample_hop(graph, roots, ts, k, how, hop, feats):
     """``kernels.sample_hop``, in parallel when the hop has enough roots to pay for waking the threads, or
     ``sample_hop_plain`` (no features, ``feats`` None: fewer arrays in and out) when it runs serially."""
     serial = len(roots) < PARALLEL_MIN_ROOTS or (threads := numba.get_num_threads()) == 1
     if serial and feats is None:
         return _split_plain(len(roots), *K.sample_hop_plain(*graph, roots, ts, k, *how, hop))
-    f = feats if feats is not None else _feats(store, False, False)
+    f = feats if feats is not None else _NO_FEATS
     if serial:
         out = K.sample_hop(*graph, roots, ts, k, *how, hop, *f)
     else:

@@ -1,8 +1,13 @@
 """The latest embedding of every node, readable from any thread while training goes on.
 
-The trainer writes rows after each batch; readers copy rows out under the same lock, so a reader never sees
-a half-written row or a table being resized. Rows are keyed by external node id through the table's own id
-map (the store's is not safe to read while it ingests).
+The trainer (or the embeddings service, reading the topic) writes rows; readers copy rows out or scan them
+for the nearest neighbors under the same lock, so a reader never sees a half-written row or a table being
+resized. Rows are keyed by external node id through the table's own id map (the store's is not safe to read
+while it ingests).
+
+    table = EmbeddingTable(dim=2)
+    table.update([1, 2, 3], [[1, 0], [0.9, 0.1], [0, 1]], t=5.0)
+    ids, scores = table.top_k(table.embeddings([1]), k=2, exclude=[1])  # ids [[2, 3]], cosine scores
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ import threading
 from typing import Protocol, runtime_checkable
 
 import numpy as np
+import torch
 
 from ..errors import ConfigError, UnknownNodeError
 from ..store.idmap import NodeIdMap
+
+METRICS = ("cosine", "dot")
 
 
 @runtime_checkable
@@ -47,6 +55,7 @@ class EmbeddingTable:
             self._generation += 1
             self._ids = NodeIdMap()
             self._vectors = np.zeros((0, self.dim), np.float32)
+            self._norms = np.zeros(0, np.float32)  # row norms, kept with the rows, for cosine scans
             self._time = np.zeros(0, np.float64)
             self._version = np.zeros(0, np.int64)  # bumped by every write; 0: never written
             self._sent = np.zeros(0, np.int64)  # the version a sink last took
@@ -67,6 +76,7 @@ class EmbeddingTable:
             if self._ids.size > len(self._vectors):
                 self._grow(self._ids.size)
             self._vectors[rows] = vectors
+            self._norms[rows] = np.linalg.norm(vectors, axis=1)
             self._time[rows] = t
             self._version[rows] += 1
 
@@ -75,9 +85,9 @@ class EmbeddingTable:
         vectors = np.zeros((cap, self.dim), np.float32)
         vectors[: len(self._vectors)] = self._vectors
         self._vectors = vectors
-        self._time, self._version, self._sent = (
+        self._norms, self._time, self._version, self._sent = (
             np.concatenate([a, np.zeros(cap - len(a), a.dtype)])
-            for a in (self._time, self._version, self._sent)
+            for a in (self._norms, self._time, self._version, self._sent)
         )
 
     def _rows(self, node_ids) -> np.ndarray:
@@ -89,6 +99,11 @@ class EmbeddingTable:
             raise UnknownNodeError(f"no embedding yet for node ids {ids[rows < 0][:5].tolist()}")
         return rows
 
+    def known(self, node_ids) -> np.ndarray:
+        """Whether each id has a row (bool array)."""
+        with self._lock:
+            return self._ids.lookup(np.asarray(node_ids).reshape(-1)) >= 0
+
     def embeddings(self, node_ids) -> np.ndarray:
         """``float32 [n, dim]`` copies of the latest embeddings; unknown ids raise ``UnknownNodeError``."""
         with self._lock:
@@ -98,6 +113,47 @@ class EmbeddingTable:
         """Stream time at which each row was computed."""
         with self._lock:
             return self._time[self._rows(node_ids)].copy()
+
+    def top_k(self, queries, k: int, metric: str = "cosine", exclude=None) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` rows most similar to each query vector (``[q, dim]``), best first: their external ids
+        ``[q, k']`` and scores ``[q, k']`` (``k' = min(k, rows)``, less one row per query when ``exclude``
+        names a node per query, e.g. the query node itself).
+
+        ``metric``: "cosine" (dot product of unit vectors; a zero row or query scores 0) or "dot". Exact: one
+        matrix product over every row, then a partial sort (no index to rebuild as rows change).
+        """
+        if metric not in METRICS:
+            raise ConfigError(f"metric must be one of {METRICS}, got {metric!r}")
+        q = np.asarray(queries, np.float32)
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise ConfigError(f"queries must be of shape (q, {self.dim}), got {q.shape}")
+        if not isinstance(k, int | np.integer) or k < 1:
+            raise ConfigError(f"k must be an int >= 1, got {k!r}")
+        if metric == "cosine":
+            qn = np.linalg.norm(q, axis=1, keepdims=True)
+            q = np.divide(q, qn, out=np.zeros_like(q), where=qn > 0)
+        with self._lock:
+            n = self._ids.size
+            skip = None if exclude is None else self._rows(exclude)
+            if skip is not None and len(skip) != len(q):
+                raise ConfigError(f"exclude names {len(skip)} nodes for {len(q)} queries; give one each")
+            # torch's matmul (zero-copy views): it honours torch.set_num_threads, and numpy's BLAS pool took
+            # 10-40 ms to wake for a 9k-row product on a loaded 2-core host (torch: 0.1-0.2 ms)
+            scores = (torch.from_numpy(q) @ torch.from_numpy(self._vectors[:n]).T).numpy()
+            if metric == "cosine":
+                norms = self._norms[:n]
+                np.divide(scores, norms, out=scores, where=norms > 0)
+                scores[:, norms == 0] = 0.0
+            if skip is not None:
+                scores[np.arange(len(q)), skip] = -np.inf
+            kk = max(0, min(k, n - (skip is not None)))
+            top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if 0 < kk < n else np.argsort(-scores, 1)
+            top = top[:, :kk]
+            best = np.take_along_axis(scores, top, 1)
+            order = np.argsort(-best, axis=1, kind="stable")
+            top, best = np.take_along_axis(top, order, 1), np.take_along_axis(best, order, 1)
+            ids = self._ids.external(top.reshape(-1)).reshape(top.shape)
+        return ids, best
 
     def publish(self, sink: EmbeddingSink) -> int:
         """Send the rows changed since the last successful publish, one call per computation time; returns

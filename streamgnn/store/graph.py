@@ -21,6 +21,7 @@ from ..errors import ConfigError, EventValidationError, UnknownNodeError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..partition import hash_partition
 from . import kernels as K
+from .contract import FeatureView, TCSRView
 from .dedup import SeenIds
 from .idmap import NodeIdMap
 
@@ -51,19 +52,6 @@ class IngestReport:
     duplicates: int = 0
     late: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class TCSRView:
-    """The flat arrays a Numba kernel reads (no copies; valid until the next ingest)."""
-
-    start: np.ndarray
-    deg: np.ndarray
-    pool: np.ndarray
-    edge_t: np.ndarray
-    edge_del: np.ndarray
-    num_nodes: int
-    num_edges: int
 
 
 @dataclass(frozen=True)
@@ -152,6 +140,7 @@ class TemporalGraphStore:
         self.del_dst = np.zeros(0, np.int32)
         self.del_t = np.zeros(0, np.float64)
         self.source_offsets: dict[str, int] = {}
+        self._views: tuple[TCSRView, FeatureView] | None = None  # until the next mutation (``_changed``)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -180,6 +169,7 @@ class TemporalGraphStore:
         report = IngestReport()
         if not len(batch):
             return report
+        self._changed()
         orig = None  # batch row of each row of ev (None: the same)
 
         def reject(rows: np.ndarray, reason) -> None:
@@ -418,10 +408,29 @@ class TemporalGraphStore:
                 self.node_feat[upd_of[upd]] = ev.features[upd]
 
     # ------------------------------------------------------------------ queries
+    def _changed(self) -> None:
+        """Forget the views handed out: every mutation of the arrays or sizes calls this first."""
+        self._views = None
+
+    def _current_views(self) -> tuple[TCSRView, FeatureView]:
+        if self._views is None:
+            graph = TCSRView(
+                self.start, self.deg, self.pool, self.edge_t, self.edge_del, self.num_nodes, self.num_edges,
+                self.watermark,
+            )  # fmt: skip
+            feats = FeatureView(
+                self.edge_feat, self.ustart, self.udeg, self.upool, self.upd_t, self.node_feat
+            )
+            self._views = (graph, feats)
+        return self._views
+
     def view(self) -> TCSRView:
-        return TCSRView(
-            self.start, self.deg, self.pool, self.edge_t, self.edge_del, self.num_nodes, self.num_edges
-        )
+        """The adjacency arrays (``GraphStore`` contract); the same object until the next ingest."""
+        return self._current_views()[0]
+
+    def feature_view(self) -> FeatureView:
+        """The feature arrays (``FeatureStore`` contract); the same object until the next ingest."""
+        return self._current_views()[1]
 
     def node_index(self, ext_ids, *, strict: bool = True) -> np.ndarray:
         """Internal ids of external ids; unknown ids raise (``strict``) or map to -1."""

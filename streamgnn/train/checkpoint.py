@@ -91,6 +91,16 @@ def save(
 
 def load(root: Path, map_location: torch.device | str = "cpu") -> TrainerCheckpoint:
     """The checkpoint ``LATEST`` names under ``root`` (or ``root`` itself if it is a step directory)."""
+    path, manifest, state = load_state(root, map_location)
+    store = TemporalGraphStore.load(path / "store")
+    if store.content_hash() != manifest.get("store_hash"):
+        raise CheckpointError(f"{path}: the store does not match the trainer state it was saved with")
+    return TrainerCheckpoint(path, manifest, state, store)
+
+
+def load_state(root: Path, map_location: torch.device | str = "cpu") -> tuple[Path, dict, dict]:
+    """``(step directory, manifest, state)`` of the checkpoint ``load`` would read, without its store
+    (e.g. the link predictor's weights for a service that holds only embeddings)."""
     root = Path(root)
     if _STEP_DIR.match(root.name):
         path = root
@@ -111,10 +121,7 @@ def load(root: Path, map_location: torch.device | str = "cpu") -> TrainerCheckpo
         )
     except Exception as exc:  # torch raises a variety of unpickling errors for foreign content
         raise CheckpointError(f"{path}: the trainer state does not load as plain tensors ({exc})") from exc
-    store = TemporalGraphStore.load(path / "store")
-    if store.content_hash() != manifest.get("store_hash"):
-        raise CheckpointError(f"{path}: the store does not match the trainer state it was saved with")
-    return TrainerCheckpoint(path, manifest, state, store)
+    return path, manifest, state
 
 
 def torch_rngs() -> dict:

@@ -33,11 +33,19 @@ def run_online(
     metrics over stream time) and ``summary.json``. Resumes from ``config.checkpoint_dir`` if it holds a
     checkpoint (``store`` is then replaced by the checkpoint's)."""
     ckpt_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
-    if ckpt_dir is not None and (ckpt_dir / "LATEST").exists():
+    resumed = ckpt_dir is not None and (ckpt_dir / "LATEST").exists()
+    if resumed:
         trainer = OnlineTrainer.resume(ckpt_dir, config=config, sink=sink)
+        if progress and trainer.dist.is_main:
+            print(f"resumed from {ckpt_dir}: {trainer.position:,} events already learned", flush=True)
     else:
         trainer = OnlineTrainer(config, store, sink=sink)
     result = trainer.fit(source, max_events=max_events, progress=progress, total=total)
+    if resumed and not result.events and progress and trainer.dist.is_main:
+        print(
+            f"nothing left to do: the source has no events after the {trainer.position:,} that {ckpt_dir} "
+            "holds (delete it to train from scratch)", flush=True,
+        )  # fmt: skip
     if out_dir is None or not trainer.dist.is_main:
         return result
     out = Path(out_dir)
@@ -76,12 +84,24 @@ def plot_windows(
     top.legend(loc="lower right")
     bottom.plot(x, [w.loss for w in windows], color="tab:red", marker=".")
     bottom.set_ylabel("training loss")
-    bottom.set_xlabel("stream time")
+    bottom.set_xlabel("stream time (the events' t; seconds in every bundled dataset)")
     bottom.grid(alpha=0.3)
     events = windows[-1].end_events if windows else 0
     top.set_title(f"online test-then-train link prediction ({events:,} scored events)")
+    if len(windows) < 2:  # one window is one dot: say why rather than draw an empty-looking chart
+        top.text(
+            0.5, 0.5, f"{len(windows)} metrics window(s): run more events or lower TrainConfig.window_events",
+            transform=top.transAxes, ha="center", va="center",
+        )  # fmt: skip
     fig.savefig(path, dpi=110)
     return path
+
+
+def latency_text(result: OnlineResult) -> str:
+    """Arrival-to-queryable latency, or why there is none (no event was processed)."""
+    if not math.isfinite(result.latency_p50_ms):
+        return "no events processed, so no latency"
+    return f"arrival->queryable p50 {result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms"
 
 
 def write_summary(result: OnlineResult, path: str | Path) -> Path:

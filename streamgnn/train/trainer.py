@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
+from ..progress import progress_bar
 from ..serve import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..store import TemporalGraphStore
 from . import checkpoint
@@ -366,10 +366,9 @@ class OnlineTrainer:
         saved: Path | None = None
         if max_events is not None:
             total = min(total or math.inf, self.position + max_events)
-        bar = tqdm(
-            total=total, initial=self.position, unit="ev", dynamic_ncols=True,
-            disable=not (progress and self.dist.is_main),
-        )  # fmt: skip
+        bar = progress_bar(
+            total=total, initial=self.position, unit="ev", disable=not (progress and self.dist.is_main)
+        )
         cut_short = False  # stopped inside a source batch: its offsets would claim unprocessed events
         batches = iter(source)  # (a file source starts its pass's dead-letter list here)
         letters_seen = _source_dead_letters(source)

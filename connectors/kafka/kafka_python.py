@@ -1,0 +1,142 @@
+"""The kafka-python client behind the ``Consumer`` interface (``backend="kafka-python"``, the default).
+
+Rebalance hooks run on kafka-python's IO thread, so they must not block: revoked offsets are committed
+asynchronously and awaited there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from .consumer import TP, Fetched, OnAssign, OnCommit, OnFailure, OnRevoke, content_type
+from .settings import settings_error
+
+log = logging.getLogger(__name__)
+
+
+class KafkaPythonConsumer:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        group_id: str | None,
+        config: dict,
+        committed: OnCommit,
+        failed: OnFailure,
+    ) -> None:
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaConfigurationError
+
+        try:
+            self.c = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group_id, **config)
+        except (KafkaConfigurationError, ValueError, TypeError, AssertionError):
+            raise settings_error("kafka-python consumer", config, KafkaConsumer.DEFAULT_CONFIG) from None
+        self.committed, self.failed = committed, failed
+
+    def partitions_for(self, topic: str) -> list[int]:
+        return sorted(self.c.partitions_for_topic(topic) or ())
+
+    def subscribe(self, topics: list[str], assigned: OnAssign, revoked: OnRevoke) -> None:
+        from kafka import TopicPartition
+        from kafka.consumer.subscription_state import AsyncConsumerRebalanceListener
+
+        consumer, assigned_hook, revoked_hook = self.c, assigned, revoked
+
+        class Listener(AsyncConsumerRebalanceListener):
+            # Runs on kafka-python's IO thread, which must not block: commit asynchronously and await it.
+            async def on_partitions_revoked(self, revoked):
+                offsets = revoked_hook([(tp.topic, tp.partition) for tp in revoked])
+                if offsets:
+                    try:
+                        await consumer.commit_async(_kp_offsets(offsets))
+                    except Exception as exc:  # noqa: BLE001 - the next owner then replays a little
+                        log.warning("commit on revocation failed (%s); the next owner may replay events", exc)
+
+            async def on_partitions_assigned(self, assigned):
+                for (topic, part), offset in assigned_hook(
+                    [(tp.topic, tp.partition) for tp in assigned]
+                ).items():
+                    consumer.seek(TopicPartition(topic, part), offset)
+
+            async def on_partitions_lost(self, lost):
+                revoked_hook([(tp.topic, tp.partition) for tp in lost])
+
+        self.c.subscribe(topics, listener=Listener())
+
+    def assign(self, parts: list[TP], offsets: dict[TP, int]) -> None:
+        from kafka import TopicPartition
+
+        self.c.assign([TopicPartition(t, p) for t, p in parts])
+        for (t, p), offset in offsets.items():
+            self.c.seek(TopicPartition(t, p), offset)
+
+    def poll(self, timeout_s: float, max_messages: int) -> list[Fetched]:
+        self._unstick_resumed()
+        out = []
+        for tp, records in self.c.poll(timeout_ms=int(timeout_s * 1000), max_records=max_messages).items():
+            if records:
+                out.append(
+                    Fetched(
+                        tp.topic, tp.partition, [r.offset for r in records], [r.value for r in records],
+                        [content_type(r.headers) for r in records],
+                    )
+                )  # fmt: skip
+        return out
+
+    def _unstick_resumed(self) -> None:
+        """Work around kafka-python 3.0.x (KAFKA-7548 port): records parked while their partition was paused
+        are restored only when the in-line record set is None, but a drained one is left in place, so a
+        resumed partition is never fetched again. Clear the drained set so the parked records come back."""
+        fetcher = getattr(self.c, "_fetcher", None)
+        current = getattr(fetcher, "_next_partition_records", None)
+        if current is not None and not current and getattr(fetcher, "_paused_partition_records", None):
+            fetcher._next_partition_records = None
+
+    def caught_up(self, parts: list[TP]) -> set[TP]:
+        """Partitions fetched up to the high watermark of their last fetch response."""
+        from kafka import TopicPartition
+        from kafka.errors import IllegalStateError
+
+        out = set()
+        for t, p in parts:
+            tp = TopicPartition(t, p)
+            high = self.c.highwater(tp)
+            with contextlib.suppress(IllegalStateError):
+                position = None if high is None else self.c.position(tp, timeout_ms=0)
+                if position is not None and position >= high:
+                    out.add((t, p))
+        return out
+
+    def set_paused(self, parts: list[TP], paused: bool) -> None:
+        from kafka import TopicPartition
+
+        tps = [TopicPartition(t, p) for t, p in parts]
+        if paused:
+            self.c.pause(*tps)
+        else:
+            self.c.resume(*tps)
+
+    def commit(self, offsets: dict[TP, int], wait: bool) -> None:
+        """Commit; ``committed`` hears of success. Without ``wait`` errors are only logged (and retried)."""
+        if wait:
+            self.c.commit(_kp_offsets(offsets), timeout_ms=10_000)
+            self.committed(offsets)
+            return
+
+        def done(_offsets, result) -> None:
+            if isinstance(result, Exception):
+                self.failed(result, "offset commit")
+            else:
+                self.committed(offsets)
+
+        self.c.commit_async(_kp_offsets(offsets), callback=done)
+
+    def close(self) -> None:
+        self.c.close(autocommit=False)
+
+
+def _kp_offsets(offsets: dict[TP, int]) -> dict:
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    return {TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()}

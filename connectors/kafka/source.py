@@ -1,0 +1,446 @@
+"""``KafkaSource``: topics in, time-ordered EventBatches out, effectively-once.
+
+The facade over the parts of this package: a client adapter (``Consumer``) polled by a background thread,
+a ``StreamDecoder`` that turns messages into rows and dead letters, and a ``PartitionMerge`` that hands
+rows out in (time, partition, offset) order. See ``KafkaSource`` for the delivery contract.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import ConfigError, ConnectorError
+from ...events import DeadLetter, EventBatch
+from .consumer import TP, partition_key, split_key
+from .dead_letters import DeadLetters
+from .decoding import StreamDecoder
+from .merge import PartitionMerge, join_rows
+from .producer import Producer
+from .retry import Backoff, is_fatal
+from .settings import check_backend, producer_settings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SourceStats:
+    """Counters for monitoring and tests."""
+
+    messages: int = 0  # messages decoded
+    events: int = 0  # events handed to the caller
+    dead_letters: int = 0  # dead letters produced (or logged, without a dead-letter topic)
+    pauses: int = 0  # times backpressure paused fetching
+    max_buffered_events: int = 0  # high-water mark of the decoded-but-undelivered buffer
+    assignments: int = 0  # partition assignments received (1 without rebalances)
+    retries: int = 0  # transient broker errors retried
+
+
+@dataclass
+class _Origin:
+    """Where each row of the last delivered batch came from."""
+
+    keys: list[str] = field(default_factory=list)
+    part: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    offset: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+class KafkaSource:
+    """EventBatches from Kafka topics, decoded, validated, merged in time order, delivered effectively-once.
+
+    Modes: ``topics`` + ``group_id`` joins a consumer group that spreads partitions over its members;
+    ``partitions=["edges:0", ...]`` reads exactly those; ``topics`` without a group reads every partition.
+    Messages are JSON lines or binary batches (``content-type`` header; JSON when absent, binary when the
+    payload starts with the binary magic). A message that cannot be decoded, or an event that fails
+    validation or does not fit the stream (id type, feature width: fixed by ``store`` where it has events,
+    else by the first events decoded), goes to ``dead_letter_topic`` with headers ``reason``,
+    ``source-topic``, ``source-partition``, ``source-offset``; the stream goes on. A dead letter too large
+    for that topic goes out cut short, with a ``payload-truncated`` header giving its original size.
+
+    Partitions are merged into one stream ordered by (time, partition, offset): a row is handed out once
+    no partition can still deliver an earlier one (each partition is in time order; one read up to its
+    high watermark, or silent for ``idle_partition_s``, holds nothing back). The order is then the same
+    whatever the fetches looked like, so replaying a topic, with or without a restart in between, builds
+    the same store. A restart resumes at the first message not wholly handed out; rows of it that were
+    handed out come again and the store skips their event ids.
+
+    A background thread polls and decodes into a buffer of about ``max_buffered_events`` events (plus a
+    poll of up to ``max_poll_messages`` messages per partition); when the caller lags, partitions are
+    paused instead of memory growing, while polling goes on so the group membership survives slow
+    processing. Fetching resumes once half the buffer is drained.
+
+    ``start_offsets`` (or ``store=``, whose ``source_offsets`` came from a checkpoint) names where to
+    resume each partition; the rest start from the group's committed offset or ``auto_offset_reset``
+    (``earliest`` unless given). Other keyword arguments go to the client unchanged.
+    """
+
+    def __init__(
+        self,
+        topics: str | Sequence[str] = (),
+        *,
+        bootstrap_servers: str,
+        group_id: str | None = None,
+        partitions: Sequence[str] | None = None,
+        backend: str = "kafka-python",
+        dead_letter_topic: str | None = None,
+        start_offsets: Mapping[str, int] | None = None,
+        store=None,
+        max_buffered_events: int = 500_000,
+        max_batch_events: int = 200_000,
+        commit_interval_s: float = 1.0,
+        idle_partition_s: float = 1.0,
+        max_poll_messages: int = 2000,
+        poll_timeout_s: float = 0.1,
+        producer_config: Mapping | None = None,
+        **consumer_config,
+    ) -> None:
+        check_backend(backend)
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        if not self.topics and not partitions:
+            raise ConfigError("name what to read: topics=['edges'] or partitions=['edges:0', 'edges:1']")
+        if min(max_buffered_events, max_batch_events, max_poll_messages) < 1:
+            raise ConfigError("max_buffered_events, max_batch_events and max_poll_messages must be >= 1")
+        self.backend = backend
+        self.group_id = group_id
+        self.dead_letter_topic = dead_letter_topic
+        self.max_buffered_events = max_buffered_events
+        self.commit_interval_s = commit_interval_s
+        self.max_poll_messages = max_poll_messages
+        self.poll_timeout_s = poll_timeout_s
+        self._explicit = [split_key(k) for k in partitions] if partitions else None
+        offsets = dict(store.source_offsets) if store is not None and start_offsets is None else {}
+        offsets.update(start_offsets or {})
+        for key, off in offsets.items():
+            split_key(key)
+            if int(off) < 0:
+                raise ConfigError(f"start offset for {key} is {off}; offsets are >= 0")
+        self._merge = PartitionMerge(
+            max_batch_events, idle_partition_s, {k: int(v) for k, v in offsets.items()}
+        )
+        self._committed: dict[str, int] = {}
+        self._health = Backoff(f"Kafka consumer ({backend})")
+        self._stats = SourceStats()
+        self._lock = threading.Lock()  # the merge, positions and ownership: shared with the client threads
+        self._ready = threading.Condition(self._lock)
+
+        config = dict(consumer_config)
+        if backend == "kafka-python":
+            from .kafka_python import KafkaPythonConsumer
+
+            if config.get("enable_auto_commit"):
+                raise ConfigError(
+                    "enable_auto_commit must stay False: KafkaSource commits what it has delivered"
+                )
+            config["enable_auto_commit"] = False
+            config.setdefault("auto_offset_reset", "earliest")
+            self._consumer = KafkaPythonConsumer(
+                bootstrap_servers, group_id, config, self._acknowledged, self._failed
+            )
+        else:
+            from .confluent import ConfluentConsumer
+
+            if str(config.get("enable.auto.commit", "false")).lower() == "true":
+                raise ConfigError(
+                    "enable.auto.commit must stay false: KafkaSource commits what it has delivered"
+                )
+            config["enable.auto.commit"] = False
+            config.setdefault("auto.offset.reset", "earliest")
+            self._consumer = ConfluentConsumer(
+                bootstrap_servers, group_id, config, self._acknowledged, self._failed
+            )
+        dlq: Producer | None = None
+        if dead_letter_topic:
+            settings = (
+                producer_settings(backend, consumer_config) if producer_config is None else producer_config
+            )
+            try:
+                dlq = Producer(backend, bootstrap_servers, settings, shrink_oversize=True)
+            except BaseException:
+                self._consumer.close()  # its client threads and sockets would outlive this failed source
+                raise
+        self._letters = DeadLetters(dlq, dead_letter_topic)
+        self._decoder = StreamDecoder(self._letters, store)
+        self._reassigned = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._last_origin = _Origin()
+        self._closed = False
+
+    @property
+    def max_batch_events(self) -> int:
+        return self._merge.max_batch_events
+
+    @property
+    def idle_partition_s(self) -> float:
+        return self._merge.idle_partition_s
+
+    @property
+    def stats(self) -> SourceStats:
+        """Counters so far (messages decoded, events handed out, dead letters, pauses, ...)."""
+        self._stats.messages = self._decoder.messages
+        self._stats.dead_letters = self._letters.count
+        return self._stats
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> KafkaSource:
+        """Subscribe or assign and start the background poller (iteration does this on its own)."""
+        if self._closed:
+            raise ConnectorError("this KafkaSource is closed; create a new one")
+        if self._thread is not None:
+            return self
+        try:
+            self._subscribe_or_assign()
+        except BaseException:
+            self.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name="streamgnn-kafka-source", daemon=True)
+        self._thread.start()
+        return self
+
+    def _subscribe_or_assign(self) -> None:
+        if self.dead_letter_topic and not self._consumer.partitions_for(self.dead_letter_topic):
+            raise ConfigError(
+                f"dead-letter topic {self.dead_letter_topic!r} does not exist; create it first "
+                f"(streamgnn.connectors.kafka.create_topic)"
+            )
+        parts = self._explicit
+        if parts is None:
+            parts = []
+            for topic in self.topics:
+                found = self._consumer.partitions_for(topic)
+                if not found:
+                    raise ConfigError(f"topic {topic!r} does not exist; create it first (create_topic)")
+                parts += [(topic, p) for p in found]
+            if self.group_id is not None:
+                self._consumer.subscribe(self.topics, self._assigned, self._revoked)
+                return
+        known = {split_key(k): v for k, v in self._merge.positions.items()}
+        with self._lock:
+            self._merge.own([partition_key(*tp) for tp in parts], time.monotonic())
+            self._stats.assignments += 1
+        self._consumer.assign(parts, {tp: known[tp] for tp in parts if tp in known})
+
+    def close(self) -> None:
+        """Stop polling, commit what was delivered, flush dead letters and close the clients."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        else:
+            self._consumer.close()
+        self._letters.close()
+
+    def __enter__(self) -> KafkaSource:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ delivery
+    def __iter__(self) -> Iterator[EventBatch]:
+        return self.stream()
+
+    def stream(self, idle_timeout_s: float | None = None) -> Iterator[EventBatch]:
+        """Batches as they arrive; ends after ``idle_timeout_s`` without new data (never, if None). The idle
+        clock only ends the stream while partitions are assigned: a group join can take seconds."""
+        self.start()
+        while True:
+            batch = self.poll(idle_timeout_s if idle_timeout_s is not None else 1.0)
+            if batch is not None:
+                yield batch
+            elif idle_timeout_s is not None and self.assignment():
+                return
+
+    def poll(self, timeout_s: float = 1.0) -> EventBatch | None:
+        """The next batch (up to ``max_batch_events`` events), or None if nothing came within ``timeout_s``.
+
+        Positions advance as the batch is handed out: ingest it before the next ``positions()``.
+        """
+        self.start()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self._ready:
+                while True:
+                    if self._error is not None:
+                        raise ConnectorError(f"the Kafka source stopped: {self._error}") from self._error
+                    pieces = self._merge.release(time.monotonic())
+                    if pieces is not None:
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._stop.is_set():
+                        return None
+                    # new data notifies; the wait is short because a partition going idle also frees rows
+                    self._ready.wait(min(left, 0.05))
+            if not pieces:
+                continue  # only dead letters: positions moved on, nothing to hand out
+            keys = [key for key, _, _ in pieces]
+            batch = join_rows([b for _, b, _ in pieces])
+            part = np.repeat(np.arange(len(pieces), dtype=np.int32), [len(b) for _, b, _ in pieces])
+            offsets = np.concatenate([o for _, _, o in pieces])
+            t = batch.t
+            if len(t) > 1 and bool((t[1:] < t[:-1]).any()):
+                # pieces come in partition order, rows in offset order: a stable sort by time gives the
+                # (time, partition, offset) order, the same whatever batch boundaries the fetches made
+                order = np.argsort(t, kind="stable")
+                batch, part, offsets = batch.take(order), part[order], offsets[order]
+            self._last_origin = _Origin(keys, part, offsets)
+            self._stats.events += len(batch)
+            return batch
+
+    def positions(self) -> dict[str, int]:
+        """``{"topic:partition": next offset}`` for everything handed out: save it with the store.
+
+        Dead letters sent so far are flushed first, so a checkpoint never covers an unsent one.
+        """
+        self._letters.flush()
+        with self._lock:
+            return dict(self._merge.positions)
+
+    def assignment(self) -> set[str]:
+        """The ``"topic:partition"`` keys this source reads now."""
+        with self._lock:
+            return set(self._merge.owned)
+
+    def report_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        """Send dead letters about rows of the last delivered batch (e.g. ``store.ingest(...).dead_letters``)
+        to the dead-letter topic, tagged with the source partition and offset of each row."""
+        origin = self._last_origin
+        for letter in letters:
+            if 0 <= letter.index < len(origin.offset):
+                topic, part = split_key(origin.keys[int(origin.part[letter.index])])
+                self._letters.send(letter, topic, part, int(origin.offset[letter.index]))
+            else:
+                self._letters.send(letter, "", -1, -1)
+
+    # ------------------------------------------------------------------ the poller thread
+    def _run(self) -> None:
+        next_commit = time.monotonic() + self.commit_interval_s
+        try:
+            while not self._stop.is_set():
+                self._backpressure()
+                if time.monotonic() >= next_commit:
+                    self._commit()
+                    next_commit = time.monotonic() + self.commit_interval_s
+                began = time.monotonic()
+                try:
+                    fetched = self._consumer.poll(self.poll_timeout_s, self.max_poll_messages)
+                except Exception as exc:  # noqa: BLE001 - classified below
+                    if is_fatal(exc):
+                        raise
+                    self._stats.retries += 1
+                    self._stop.wait(self._health.failed(exc, "poll"))
+                    continue
+                if fetched:
+                    self._health.ok()
+                else:  # paused partitions make poll() return at once: do not spin against the caller's thread
+                    self._stop.wait(max(0.0, self.poll_timeout_s - (time.monotonic() - began)))
+                chunks = [(f.offsets[0], self._decoder.decode(f)) for f in fetched]
+                with self._lock:
+                    owned = [split_key(k) for k in self._merge.owned]
+                caught_up = {partition_key(*tp) for tp in self._consumer.caught_up(owned)}
+                now = time.monotonic()
+                with self._ready:
+                    # rebalance callbacks run inside poll(), so ownership cannot change under us here
+                    self._merge.caught_up = caught_up
+                    for first, chunk in chunks:
+                        self._merge.add(chunk, first, now)
+                    self._stats.max_buffered_events = max(
+                        self._stats.max_buffered_events, self._merge.buffered
+                    )
+                    self._ready.notify_all()
+            self._commit(wait=True)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            log.error("Kafka source stopped: %s: %s", type(exc).__name__, exc)
+            with self._ready:
+                self._error = exc
+                self._ready.notify_all()
+        finally:
+            with contextlib.suppress(Exception):
+                self._consumer.close()
+
+    def _backpressure(self) -> None:
+        """Pause the partitions holding buffered rows once the buffer is full, resume all at half (see
+        ``PartitionMerge.to_pause``)."""
+        with self._lock:
+            merge = self._merge
+            want, owned, buffered = (
+                merge.to_pause(time.monotonic(), self.max_buffered_events),
+                set(merge.owned),
+                merge.buffered,
+            )
+            paused = merge.paused
+        if want and not paused:
+            self._stats.pauses += 1
+            log.info("consumer lags: %d events buffered, pausing %d partitions", buffered, len(want))
+        elif paused and not want:
+            log.info("buffer drained to %d events, resuming", buffered)
+        pause, resume = want - paused, paused - want
+        if self._reassigned:  # a rebalance may have reset the client's pause flags: state them all again
+            self._reassigned = False
+            pause, resume = want, owned - want
+        if pause:
+            self._consumer.set_paused([split_key(k) for k in sorted(pause)], True)
+        if resume:
+            self._consumer.set_paused([split_key(k) for k in sorted(resume)], False)
+        with self._lock:
+            if resume:
+                merge.resumed(resume, time.monotonic())
+            merge.paused = want
+
+    def _commit(self, wait: bool = False) -> None:
+        """Commit delivered positions of owned partitions that Kafka does not have yet. For monitoring and
+        for the next owner after a rebalance; the checkpoint stays the source of truth."""
+        if self.group_id is None:
+            return
+        with self._lock:
+            todo = {
+                split_key(k): v
+                for k, v in self._merge.positions.items()
+                if k in self._merge.owned and self._committed.get(k) != v
+            }
+        if not todo:
+            return
+        try:
+            self._consumer.commit(todo, wait)
+        except Exception as exc:  # noqa: BLE001 - retried at the next interval
+            if is_fatal(exc):
+                raise
+            self._failed(exc, "offset commit")
+
+    def _failed(self, exc: BaseException, doing: str) -> None:
+        self._stats.retries += 1
+        self._health.failed(exc, doing)
+
+    def _acknowledged(self, offsets: dict[TP, int]) -> None:
+        self._health.ok()
+        with self._lock:
+            self._committed.update({partition_key(*tp): o for tp, o in offsets.items()})
+
+    # ------------------------------------------------------------------ rebalance hooks
+    def _assigned(self, parts: list[TP]) -> dict[TP, int]:
+        with self._lock:
+            self._stats.assignments += 1
+            self._reassigned = True
+            keys = [partition_key(*tp) for tp in parts]
+            self._merge.own(keys, time.monotonic())
+            log.info("assigned %s", ", ".join(sorted(keys)) or "nothing")
+            return {
+                tp: self._merge.positions[k]
+                for tp, k in zip(parts, keys, strict=True)
+                if k in self._merge.positions
+            }
+
+    def _revoked(self, parts: list[TP]) -> dict[TP, int]:
+        with self._lock:
+            return {
+                split_key(k): o for k, o in self._merge.disown(partition_key(*tp) for tp in parts).items()
+            }

@@ -1,0 +1,53 @@
+"""``streamgnn serve``: the embeddings service (HTTP + /metrics) over the compacted embeddings topic."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._config import add_config_option, config_from_args, override
+
+EXAMPLE = """example:
+  streamgnn serve --bootstrap localhost:9092 --topic embeddings --port 8000
+  curl 'localhost:8000/embeddings?ids=1,2'
+  curl -X POST localhost:8000/topk -d '{"id": 1, "k": 5}'
+  streamgnn serve --config cluster.yaml   # kafka.*, serve.*, and train.checkpoint_dir for /score
+"""
+
+
+def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    import dataclasses
+
+    from ..serve.reader import check_reachable
+    from ..serve.service import EmbeddingService
+
+    cfg = config_from_args(args)
+    serve = cfg.serve
+    if serve.checkpoint_dir is None and cfg.train.checkpoint_dir:  # the trainer's, from the same file
+        serve = dataclasses.replace(serve, checkpoint_dir=cfg.train.checkpoint_dir)
+    check_reachable(cfg.kafka.bootstrap)
+    EmbeddingService(serve, cfg.kafka.bootstrap, cfg.kafka.embeddings_topic).run()
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve node embeddings over HTTP (lookups, top-k, link scores, /metrics)",
+        description="Read the compacted embeddings topic (what `streamgnn train` publishes) from its start "
+        "into a table and answer over HTTP: GET/POST /embeddings, /topk, /score, /health, /metrics.",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_option(p)
+    override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka, e.g. localhost:9092")
+    override(p, "--topic", key="kafka.embeddings_topic", help="the embeddings topic, e.g. embeddings")
+    override(p, "--host", key="serve.host", help="address to listen on, e.g. 0.0.0.0 (default 127.0.0.1)")
+    override(p, "--port", key="serve.port", type=int, help="port to listen on, e.g. 8000 (0: any free one)")
+    override(p, "--metric", key="serve.metric", choices=("cosine", "dot"), help="default /topk similarity")
+    override(p, "--node-ids", key="serve.node_ids", choices=("int", "str"), help="node id type (int)")
+    override(
+        p, "--checkpoint-dir", key="serve.checkpoint_dir", metavar="DIR",
+        help="the trainer's checkpoints: /score uses its link predictor (else cosine), e.g. out/ckpt",
+    )  # fmt: skip
+    override(p, "--log-every", key="serve.log_every_s", type=float, metavar="S", help="seconds per log line")
+    p.set_defaults(func=_run)

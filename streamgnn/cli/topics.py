@@ -1,0 +1,42 @@
+"""``streamgnn topics``: create the topics a config file names (the cluster's topic-init job)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._config import add_config_option, config_from_args, override
+
+EXAMPLE = """example:
+  streamgnn topics --config cluster.yaml    # events (kafka.partitions), embeddings (compacted), dead letters
+  streamgnn topics --bootstrap localhost:9092 --partitions 4
+"""
+
+
+def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    from ..connectors.kafka import create_topic
+    from ..serve.reader import check_reachable
+
+    k = config_from_args(args).kafka
+    check_reachable(k.bootstrap)
+    topics = [(k.events_topic, k.partitions, False), (k.embeddings_topic, k.embeddings_partitions, True)]
+    if k.dead_letter_topic:
+        topics.append((k.dead_letter_topic, 1, False))
+    for name, partitions, compacted in topics:
+        create_topic(k.bootstrap, name, partitions, compacted=compacted)
+        print(f"topic {name}: {partitions} partition(s){', compacted' if compacted else ''}", flush=True)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "topics",
+        help="create the Kafka topics a config names (idempotent)",
+        description="Create kafka.events_topic with kafka.partitions partitions, the compacted "
+        "kafka.embeddings_topic and kafka.dead_letter_topic; existing topics with the same counts are fine.",
+        epilog=EXAMPLE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_config_option(p)
+    override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka, e.g. localhost:9092")
+    override(p, "--partitions", key="kafka.partitions", type=int, help="events topic partitions, e.g. 4")
+    p.set_defaults(func=_run)

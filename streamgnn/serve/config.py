@@ -1,0 +1,46 @@
+"""What the embeddings service is: where it listens, how it compares and names nodes, its limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .table import METRICS
+
+NODE_IDS = ("int", "str")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """``streamgnn serve``. The service reads the embeddings topic (``kafka.embeddings_topic`` in a config
+    file) from its start into an ``EmbeddingTable`` and answers over HTTP.
+
+    ``node_ids``: how message keys (the sink writes ``str(node)``) become node ids: "int" (every bundled
+    dataset) or "str"; a key that is not an int under "int" is a dead letter. ``metric``: the default
+    similarity of ``/topk`` ("cosine" or "dot"; a request may name the other). ``max_k``/``max_ids``: the
+    most neighbors and the most ids one request may ask for. ``log_every_s``: seconds between the one-line
+    progress logs (0: none). ``checkpoint_dir``: where the trainer checkpoints (default: the config file's
+    ``train.checkpoint_dir``); ``/score`` then uses the trained link predictor, else cosine similarity.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    metric: str = "cosine"
+    node_ids: str = "int"
+    max_k: int = 1000
+    max_ids: int = 10_000
+    log_every_s: float = 10.0
+    checkpoint_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ConfigError(f"serve.metric must be one of {METRICS}, got {self.metric!r}")
+        if self.node_ids not in NODE_IDS:
+            raise ConfigError(f"serve.node_ids must be one of {NODE_IDS}, got {self.node_ids!r}")
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"serve.port must be in [0, 65535], got {self.port}")
+        for name in ("max_k", "max_ids"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
+        if self.log_every_s < 0:
+            raise ConfigError(f"serve.log_every_s must be >= 0, got {self.log_every_s}")

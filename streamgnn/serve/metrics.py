@@ -1,0 +1,136 @@
+"""Prometheus metrics of the long-running jobs, and the one line each logs per interval.
+
+Each job owns a ``CollectorRegistry`` (several can live in one process, e.g. in tests): the embeddings
+service serves it at ``/metrics``, a trainer worker with ``prometheus_client.start_http_server``. Names:
+
+- ``streamgnn_events_ingested_total``: events (worker) or embedding messages (service) taken in
+- ``streamgnn_consumer_lag_messages{topic, partition}``: messages behind the end of each partition
+- ``streamgnn_dead_letters_total{reason}``: rows not applied, by reason (values stripped from the text)
+- ``streamgnn_embedding_freshness_seconds``: worker, from a batch's arrival to its rows being queryable in
+  the trainer's table; service, from the Kafka timestamp of an embedding message (when the trainer
+  published it) to the row being queryable in the service
+- worker only: ``streamgnn_train_events_per_second``, ``streamgnn_window_ap|auc|mrr`` (the latest closed
+  running-metrics window), ``streamgnn_train_loss``, ``streamgnn_train_steps``,
+  ``streamgnn_stream_position`` (events consumed, restored from checkpoints), ``streamgnn_learned_events``,
+  ``streamgnn_replica_fingerprint`` (CRC32 of the parameters: data-parallel replicas at one step agree)
+
+    metrics = ServiceMetrics()
+    metrics.dead_letter("key 'x' is not an int node id")  # counted under reason "key is not an int node id"
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_FRESHNESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_VALUES = re.compile(r"\([^)]*\)|'[^']*'|\"[^\"]*\"|[-+]?\d[\w.+-]*|=\S*")
+
+
+def reason_label(reason: str) -> str:
+    """A dead letter's reason without the values it quotes (ids, times, offsets), so that a label holds
+    a handful of kinds, not one series per event."""
+    text = _VALUES.sub("", reason.split(";")[0])
+    return " ".join(text.replace(",", " ").split())[:80] or "unspecified"
+
+
+class _Common:
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.ingested = Counter(
+            "streamgnn_events_ingested", "events (or embedding messages) taken in", registry=r
+        )
+        self.lag = Gauge(
+            "streamgnn_consumer_lag_messages",
+            "messages behind the partition end",
+            ["topic", "partition"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "streamgnn_dead_letters", "rows not applied, by reason", ["reason"], registry=r
+        )
+        self.freshness = Histogram(
+            "streamgnn_embedding_freshness_seconds",
+            "from arrival to queryable (see streamgnn.serve.metrics)",
+            buckets=_FRESHNESS_BUCKETS,
+            registry=r,
+        )
+
+    def dead_letter(self, reason: str, count: int = 1) -> None:
+        self.dead_letters.labels(reason_label(reason)).inc(count)
+
+    def set_lag(self, lag: dict[str, int]) -> None:
+        """``lag``: ``{"topic:partition": messages}``."""
+        for key, value in lag.items():
+            topic, _, part = key.rpartition(":")
+            self.lag.labels(topic, part).set(value)
+
+
+class ServiceMetrics(_Common):
+    """The embeddings service's metrics."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
+        self.nodes = Gauge("streamgnn_table_nodes", "nodes with an embedding", registry=self.registry)
+        self.requests = Histogram(
+            "streamgnn_http_request_seconds",
+            "request handling time",
+            ["route", "status"],
+            registry=self.registry,
+        )
+
+
+class WorkerMetrics(_Common):
+    """A trainer worker's metrics (every rank keeps its own)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__(registry)
+        r = self.registry
+        self.events_per_s = Gauge("streamgnn_train_events_per_second", "over the last step", registry=r)
+        self.window = {
+            name: Gauge(f"streamgnn_window_{name}", f"{name.upper()} of the latest closed window", registry=r)
+            for name in ("ap", "auc", "mrr")
+        }
+        self.loss = Gauge("streamgnn_train_loss", "loss of the latest closed window", registry=r)
+        self.steps = Gauge("streamgnn_train_steps", "global batches trained (restored on resume)", registry=r)
+        self.position = Gauge("streamgnn_stream_position", "events consumed (restored on resume)", registry=r)
+        self.learned = Gauge(
+            "streamgnn_learned_events", "edge additions learned (restored on resume)", registry=r
+        )
+        self.fingerprint = Gauge(
+            "streamgnn_replica_fingerprint", "CRC32 of the parameters; equal across replicas", registry=r
+        )
+
+
+class IntervalLog:
+    """Prints ``line()`` every ``every_s`` seconds from a daemon thread (``every_s=0``: never), and once
+    more at ``stop()``: each job says what it is doing in one line per interval."""
+
+    def __init__(self, name: str, line: Callable[[], str], every_s: float) -> None:
+        self.name, self.line, self.every_s = name, line, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"streamgnn-log-{name}", daemon=True)
+        if every_s > 0:
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.emit()
+
+    def emit(self) -> None:
+        try:
+            text = self.line()
+        except Exception as exc:  # a log line must never stop the job it describes
+            text = f"(status unavailable: {type(exc).__name__}: {exc})"
+        print(f"{time.strftime('%H:%M:%S')} [{self.name}] {text}", flush=True)
+
+    def stop(self) -> None:
+        if self.every_s > 0 and not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
+            self.emit()

@@ -1,0 +1,208 @@
+"""The embeddings topic, read from its start into an ``EmbeddingTable`` by a background thread.
+
+The topic is what ``KafkaSink`` publishes: one message per node, keyed by ``str(node)``, the vector as JSON
+``{"node", "t", "embedding"}`` or as little-endian float32 (with ``t`` in a header). It is compacted, so a
+reader that starts from the beginning rebuilds the latest vector of every node, then follows new ones. No
+consumer group: every service instance reads every partition (each holds the whole table).
+
+    reader = EmbeddingsReader("localhost:9092", "embeddings").start()
+    reader.wait_caught_up(timeout_s=30)
+    reader.table.embeddings([1, 2])
+    reader.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+
+from ..errors import ConfigError, ConnectorError
+from .metrics import ServiceMetrics
+from .table import EmbeddingTable
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddingsReader:
+    """Follows ``topic`` into ``table`` (made with the first vector's width when not given).
+
+    ``node_ids``: "int" or "str" (see ``ServeConfig``). Messages that cannot be applied (no value, an
+    undecodable vector, a width other than the table's, a key that is not a node id) are counted in
+    ``metrics`` under their reason and skipped; the stream goes on. ``caught_up`` is set once every partition
+    has been read up to where it ended when the reader started.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        table: EmbeddingTable | None = None,
+        node_ids: str = "int",
+        metrics: ServiceMetrics | None = None,
+        poll_timeout_s: float = 0.2,
+        **consumer_config,
+    ) -> None:
+        if node_ids not in ("int", "str"):
+            raise ConfigError(f"node_ids must be 'int' or 'str', got {node_ids!r}")
+        self.bootstrap_servers, self.topic, self.node_ids = bootstrap_servers, topic, node_ids
+        self.table = table
+        self.metrics = metrics or ServiceMetrics()
+        self.poll_timeout_s = poll_timeout_s
+        self.consumer_config = consumer_config
+        self.caught_up = threading.Event()
+        self.messages = 0  # applied to the table
+        self.lag: dict[str, int] = {}
+        self.error: str | None = None  # the latest broker error, cleared by the next good poll
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="streamgnn-embeddings-reader", daemon=True)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> EmbeddingsReader:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def wait_caught_up(self, timeout_s: float | None = None) -> bool:
+        return self.caught_up.wait(timeout_s)
+
+    # ------------------------------------------------------------------ the loop
+    def _run(self) -> None:
+        from kafka import KafkaConsumer, TopicPartition
+
+        try:
+            consumer = KafkaConsumer(
+                bootstrap_servers=self.bootstrap_servers,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                **self.consumer_config,
+            )
+        except Exception as exc:
+            self.error = f"cannot reach Kafka at {self.bootstrap_servers}: {exc}"
+            log.error(self.error)
+            return
+        try:
+            parts = self._wait_for_topic(consumer)
+            if parts is None:
+                return
+            tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            target = consumer.end_offsets(tps)  # caught up once every partition reached these
+            last_lag = 0.0
+            while not self._stop.is_set():
+                try:
+                    fetched = consumer.poll(timeout_ms=int(self.poll_timeout_s * 1000), max_records=20_000)
+                    self._apply([r for records in fetched.values() for r in records])
+                    now = time.monotonic()
+                    if now - last_lag > 1.0 or not self.caught_up.is_set():
+                        ends = consumer.end_offsets(tps)
+                        pos = {tp: consumer.position(tp) for tp in tps}
+                        self.lag = {f"{tp.topic}:{tp.partition}": max(0, ends[tp] - pos[tp]) for tp in tps}
+                        self.metrics.set_lag(self.lag)
+                        if all(pos[tp] >= target[tp] for tp in tps):
+                            self.caught_up.set()
+                        last_lag = now
+                    self.error = None
+                except Exception as exc:  # the client reconnects on its own; say what is wrong meanwhile
+                    self.error = f"{type(exc).__name__}: {exc}"
+                    log.warning("embeddings reader: %s", self.error)
+                    self._stop.wait(1.0)
+        finally:
+            consumer.close()
+
+    def _wait_for_topic(self, consumer) -> set[int] | None:
+        said = 0.0
+        while not self._stop.is_set():
+            parts = consumer.partitions_for_topic(self.topic)
+            if parts:
+                return parts
+            if time.monotonic() - said > 10:
+                self.error = f"topic {self.topic!r} does not exist yet at {self.bootstrap_servers}"
+                log.warning("%s; waiting", self.error)
+                said = time.monotonic()
+            self._stop.wait(0.5)
+        return None
+
+    def _apply(self, records) -> None:
+        """Decode ``records`` (offset order per partition), keep each node's last vector, write them."""
+        from ..connectors.sink import decode_embedding
+
+        latest: dict = {}
+        good = 0
+        for r in records:
+            reason = None
+            try:
+                node = self._node(r.key)
+                headers = {k: v for k, v in (r.headers or [])}
+                ctype = headers.get("content-type", b"").decode() or None
+                if r.value is None:
+                    reason = "message has no value (a tombstone); the node keeps its last vector"
+                else:
+                    vec, t = decode_embedding(r.value, ctype)
+                    if "t" in headers:
+                        t = float(headers["t"].decode())
+                    if self.table is None and vec.ndim == 1 and len(vec):
+                        self.table = EmbeddingTable(len(vec))
+                    if vec.shape != (self.table.dim,):
+                        reason = f"a vector of shape {vec.shape} in a table of {self.table.dim}-d rows"
+            except ConfigError as exc:
+                reason = str(exc)
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+                reason = f"undecodable embedding message ({type(exc).__name__}: {exc})"
+            if reason is not None:
+                self.metrics.dead_letter(reason)
+                log.debug("skipped %s:%s@%s: %s", r.topic, r.partition, r.offset, reason)
+                continue
+            latest[node] = (vec, np.nan if t is None else float(t), r.timestamp)
+            good += 1
+        if not latest:
+            return
+        ids = np.empty(len(latest), dtype=object if self.node_ids == "str" else np.int64)
+        ids[:] = list(latest)
+        vecs = np.stack([v for v, _, _ in latest.values()])
+        ts = np.array([t for _, t, _ in latest.values()])
+        for t in np.unique(ts):
+            at = (ts == t) | (np.isnan(ts) & np.isnan(t))
+            self.table.update(ids[at], vecs[at], float(t))
+        now = time.time()
+        for _, _, stamp in latest.values():
+            if stamp is not None and stamp > 0:
+                self.metrics.freshness.observe(max(0.0, now - stamp / 1000.0))
+        self.messages += good
+        self.metrics.ingested.inc(good)
+        self.metrics.nodes.set(len(self.table))
+
+    def _node(self, key: bytes | None):
+        if key is None:
+            raise ConfigError("message has no key (the node id)")
+        text = key.decode()
+        if self.node_ids == "str":
+            return text
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f"key {text!r} is not an int node id (serve.node_ids is 'int')") from None
+
+
+def check_reachable(bootstrap_servers: str, timeout_s: float = 10.0) -> None:
+    """Raise ``ConnectorError`` naming the addresses tried when none of them accepts a connection (a job
+    says so at once instead of retrying in the background)."""
+    import socket
+
+    tried = []
+    for address in bootstrap_servers.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout_s).close()
+            return
+        except (OSError, ValueError) as exc:
+            tried.append(f"{address.strip()} ({exc})")
+    raise ConnectorError(f"no Kafka broker reachable at {', '.join(tried)}")

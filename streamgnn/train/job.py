@@ -1,0 +1,206 @@
+"""The long-running training job behind ``streamgnn train``: a source (a dataset, a file or a Kafka topic),
+online training (data-parallel under ``torchrun``), embeddings published to a compacted topic, checkpoints,
+Prometheus metrics and one log line per interval.
+
+Under ``torchrun`` every rank runs this. A dataset or file is read by every rank (the same batches by
+construction); a topic is read by rank 0 and broadcast (``BroadcastSource``). A restarted job resumes from
+the newest checkpoint, the one rank 0 names (all ranks load the same one even while a new one is written).
+
+    job = TrainJob(config, topic="events", bootstrap="localhost:9092", embeddings_topic="embeddings")
+    result = job.run(idle_timeout_s=30)  # None: follow the topic until stopped
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import ConfigError
+from ..serve.metrics import IntervalLog, WorkerMetrics
+from .broadcast import BroadcastSource
+from .config import TrainConfig
+from .distributed import init_distributed
+from .online import plot_windows, write_summary
+from .trainer import OnlineResult, OnlineTrainer
+
+
+class MonitoredTrainer(OnlineTrainer):
+    """An ``OnlineTrainer`` that calls ``on_step(batch, result, arrival)`` after every global batch."""
+
+    on_step = None
+
+    def step(self, batch, **kw):
+        arrival = kw.get("arrival") or time.perf_counter()
+        result = super().step(batch, **kw)
+        if self.on_step is not None:
+            self.on_step(batch, result, arrival)
+        return result
+
+
+@dataclass
+class TrainJob:
+    """One worker of the job; see the module docstring. Give ``topic`` + ``bootstrap`` for Kafka, or
+    ``source`` (any iterable of EventBatches every rank can read alike: ``DatasetSource``, ``CsvSource``)."""
+
+    config: TrainConfig
+    source: object | None = None
+    topic: str | None = None
+    bootstrap: str | None = None
+    embeddings_topic: str | None = None
+    dead_letter_topic: str | None = None
+    metrics_port: int | None = None
+    log_every_s: float = 10.0
+    out_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.source is None) == (self.topic is None):
+            raise ConfigError("give either a source (dataset or file) or a Kafka topic to train from")
+        if (self.topic or self.embeddings_topic) and not self.bootstrap:
+            raise ConfigError("a Kafka topic needs the broker's bootstrap address")
+        self.dist = init_distributed()
+        self.metrics = WorkerMetrics()
+        self.trainer: MonitoredTrainer | None = None
+        self._rate = (time.monotonic(), 0)
+        self._lag_reader = None
+        self._source = None  # rank 0's KafkaSource
+
+    # ------------------------------------------------------------------ build
+    def _trainer(self, sink) -> MonitoredTrainer:
+        ckpt = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
+        latest = None
+        if ckpt is not None and self.dist.is_main and (ckpt / "LATEST").exists():
+            latest = (ckpt / "LATEST").read_text().strip()
+        if self.dist.active:  # every rank loads the checkpoint rank 0 saw, even if a newer one lands now
+            box = [latest]
+            torch.distributed.broadcast_object_list(box, 0)
+            latest = box[0]
+        if latest is None:
+            return MonitoredTrainer(self.config, sink=sink, dist=self.dist)
+        trainer = MonitoredTrainer.resume(ckpt / latest, config=self.config, sink=sink, dist=self.dist)
+        if self.dist.is_main:
+            print(f"resumed from {ckpt / latest}: {trainer.position:,} events already learned", flush=True)
+        return trainer
+
+    def _stream(self, trainer: MonitoredTrainer, sink, idle_timeout_s: float | None):
+        if self.topic is None:
+            return self.source, None
+        from ..connectors.kafka import KafkaSource
+
+        source = None
+        if self.dist.is_main:
+            source = KafkaSource(
+                self.topic, bootstrap_servers=self.bootstrap, store=trainer.store,
+                dead_letter_topic=self.dead_letter_topic, max_batch_events=10 * self.config.batch_size,
+            ).start()  # fmt: skip
+
+        def publish() -> None:
+            if sink is not None and trainer.table is not None and trainer.table.publish(sink):
+                sink.flush()
+
+        return BroadcastSource(source, self.dist, idle_timeout_s=idle_timeout_s, on_idle=publish), source
+
+    # ------------------------------------------------------------------ monitoring
+    def _on_step(self, batch, result, arrival: float) -> None:
+        m, trainer = self.metrics, self.trainer
+        m.ingested.inc(len(batch))
+        for letter in result.dead_letters:
+            m.dead_letter(letter.reason)
+        if self._source is not None and result.dead_letters:
+            self._source.report_dead_letters(result.dead_letters)
+        if trainer.table is not None:
+            m.freshness.observe(time.perf_counter() - arrival)
+        if trainer.metrics.windows:
+            w = trainer.metrics.windows[-1]
+            for name, gauge in m.window.items():
+                gauge.set(getattr(w, name))
+            m.loss.set(w.loss)
+        m.steps.set(trainer.steps)
+        m.position.set(trainer.position + len(batch))  # fit advances it after the step
+        m.learned.set(trainer.learned)
+        params = torch.cat([p.detach().reshape(-1).cpu() for p in trainer.model.parameters()])
+        m.fingerprint.set(zlib.crc32(params.numpy().tobytes()))
+
+    def _lag(self) -> dict[str, int]:
+        if self._source is None:
+            return {}
+        from kafka import KafkaConsumer, TopicPartition
+
+        if self._lag_reader is None:
+            self._lag_reader = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        positions = self._source.positions()
+        parts = [
+            TopicPartition(self.topic, p) for p in sorted(self._lag_reader.partitions_for_topic(self.topic))
+        ]
+        ends = self._lag_reader.end_offsets(parts)
+        lag = {f"{tp.topic}:{tp.partition}": max(0, ends[tp] - positions.get(f"{tp.topic}:{tp.partition}", 0))
+               for tp in parts}  # fmt: skip
+        self.metrics.set_lag(lag)
+        return lag
+
+    def _status(self) -> str:
+        trainer = self.trainer
+        if trainer is None:
+            return "starting"
+        now, pos = time.monotonic(), trainer.position
+        then, before = self._rate
+        self._rate = (now, pos)
+        rate = (pos - before) / max(now - then, 1e-9)
+        self.metrics.events_per_s.set(rate)
+        w = trainer.metrics.windows[-1] if trainer.metrics.windows else None
+        quality = f"window AP {w.ap:.4f} MRR {w.mrr:.4f}" if w else "no window closed yet"
+        lag = sum(self._lag().values()) if self._source is not None else None
+        return (
+            f"rank {self.dist.rank}/{self.dist.world_size}: {pos:,} events ({rate:,.0f}/s), "
+            f"step {trainer.steps:,}, {quality}" + ("" if lag is None else f", lag {lag:,} messages")
+        )
+
+    # ------------------------------------------------------------------ run
+    def run(
+        self,
+        *,
+        idle_timeout_s: float | None = None,
+        max_events: int | None = None,
+        progress: bool = True,
+        total: int | None = None,
+    ) -> OnlineResult:
+        from contextlib import ExitStack
+
+        if self.metrics_port is not None:
+            from prometheus_client import start_http_server
+
+            # one port per process of a node: torchrun --nproc-per-node N takes ports PORT..PORT+N-1
+            port = self.metrics_port + int(os.environ.get("LOCAL_RANK", "0"))
+            start_http_server(port, registry=self.metrics.registry)
+        with ExitStack() as stack:
+            sink = None
+            if self.embeddings_topic and self.dist.is_main and self.config.serve_every:
+                from ..connectors.sink import KafkaSink
+
+                sink = stack.enter_context(
+                    KafkaSink(self.bootstrap, embeddings_topic=self.embeddings_topic, fmt="binary")
+                )
+            self.trainer = trainer = self._trainer(sink)
+            trainer.on_step = self._on_step
+            stream, self._source = self._stream(trainer, sink, idle_timeout_s)
+            if self._source is not None:
+                stack.callback(self._source.close)
+            log = IntervalLog(f"train rank {self.dist.rank}", self._status, self.log_every_s)
+            stack.callback(log.stop)
+            result = trainer.fit(
+                stream, max_events=max_events, progress=progress and self.dist.is_main, total=total
+            )
+        if self._lag_reader is not None:
+            self._lag_reader.close()
+        if result.events == 0 and trainer.position:
+            print(f"nothing left to do: the source holds no events after the {trainer.position:,} learned")
+        if self.out_dir and self.dist.is_main and result.windows:
+            out = Path(self.out_dir)
+            out.mkdir(parents=True, exist_ok=True)
+            plot_windows(result.windows, out / "metrics.png")
+            write_summary(result, out / "summary.json")
+        return result
