@@ -174,7 +174,8 @@ def fit_offline(
             res = trainer.step(batch, train=False, score=scored, ingest=ingest, **neg)
             results.append(((res.pos, res.neg, res.rr), res.baselines))
         for base, parts in baselines.items():
-            parts[name] = batch_mean_metrics([b[base] for _, b in results]) if scored else unscored
+            scores = [b[base] for _, b in results if base in b]  # (a batch with no positive has none)
+            parts[name] = batch_mean_metrics(scores) if scored else unscored
         return batch_mean_metrics([r for r, _ in results]) if scored else unscored
 
     def memory() -> list:
