@@ -6,7 +6,8 @@ python benchmarks/train.py [--quick] [--json] [--epochs N] [--device cuda] [--pl
 Both sides: chronological 70/15/15 split by row, dims 100, batch 200, 10 latest neighbors, one attention
 layer, Adam 1e-4, no edge features; train events/s is the median over epochs. After the last epoch the
 validation part is replayed into memory and the test part is scored test-then-observe against the same
-fixed negatives (AP: the first one, mean over batches; MRR: all 100). The embedding latency is measured
+fixed negatives (AP: the first one, mean over batches; MRR: all 100); EdgeBank is scored beside ours on
+the same negatives. The embedding latency is measured
 separately, in our online loop (test-then-train plus serving-table refresh) over the head of the stream.
 """
 
@@ -116,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         "ap_pyg": _finite(pyg.ap),
         "mrr": _finite(ours.test.mrr),
         "mrr_pyg": _finite(pyg.mrr),
+        "ap_edgebank": _finite(ours.baselines["edgebank"]["test"].ap),
+        "mrr_edgebank": _finite(ours.baselines["edgebank"]["test"].mrr),
+        "flags": ours.flags,
         "embedding_latency_p50_ms": _finite(online.latency_p50_ms),
         "embedding_latency_p99_ms": _finite(online.latency_p99_ms),
         "latency_events": latency_events,
