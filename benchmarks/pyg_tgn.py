@@ -20,6 +20,7 @@ from torch_geometric.nn import TransformerConv
 from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader, TGNMemory
 from torch_geometric.utils import scatter
 
+from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.sampling import EvalNegatives
 from streamgnn.train.metrics import LinkMetrics, batch_mean_metrics, reciprocal_ranks
@@ -48,6 +49,17 @@ class PygRecipe:
     time_init: str = "uniform"
     negatives: str = "id_range"
     idle_gru: bool = True
+
+    def __post_init__(self) -> None:
+        allowed = {
+            "neighbor_time": ("last_update", "query"),
+            "time_init": ("uniform", "geometric"),
+            "negatives": ("id_range", "seen"),
+            "idle_gru": (True, False),
+        }
+        for name, values in allowed.items():
+            if getattr(self, name) not in values:
+                raise ConfigError(f"PygRecipe.{name} must be one of {values}, got {getattr(self, name)!r}")
 
 
 class _QuietMemory(TGNMemory):

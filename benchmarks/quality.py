@@ -15,6 +15,8 @@ every seed's values. ``--quick``: the first 4,000 events of each stream, one epo
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import statistics
 from pathlib import Path
@@ -24,15 +26,17 @@ from tqdm import tqdm
 
 try:
     from .common import report, set_threads
-    from .pyg_tgn import BATCH_SIZE, eval_negatives, split_points, train_pyg_tgn
+    from .pyg_tgn import BATCH_SIZE, PygRecipe, eval_negatives, split_points, train_pyg_tgn
     from .train import train_ours, training_parser
 except ImportError:  # run as a script
     from common import report, set_threads
-    from pyg_tgn import BATCH_SIZE, eval_negatives, split_points, train_pyg_tgn
+    from pyg_tgn import BATCH_SIZE, PygRecipe, eval_negatives, split_points, train_pyg_tgn
     from train import train_ours, training_parser
 
 from streamgnn.datasets import load
+from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
+from streamgnn.nn import TGNConfig
 from streamgnn.train import TrainConfig
 
 STREAMS = ("jodie_wikipedia", "collegemsg", "bitcoin_otc", "bitcoin_alpha", "digg_reply")
@@ -49,32 +53,64 @@ def prepare(name: str, events: int | None = None) -> EventBatch:
     return EventBatch.from_columns(src=raw.src, dst=raw.dst, t=raw.t - raw.t.min(), eid=np.arange(n))
 
 
+def overrides(pairs: list[str], flag: str) -> dict:
+    """``["model.neighbor_time=query", "lr=3e-4"]`` -> ``{"model": {"neighbor_time": "query"}, "lr": 3e-4}``
+    (values as JSON where they parse, else strings)."""
+    out: dict = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or not key:
+            raise ConfigError(f"{flag} takes KEY=VALUE pairs, got {pair!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
 def run_stream(
-    name: str, events: EventBatch, seeds: list[int], epochs: int, device: str = "cpu"
+    name: str,
+    events: EventBatch,
+    seeds: list[int],
+    epochs: int,
+    device: str = "cpu",
+    ours: dict | None = None,
+    recipe: PygRecipe | None = None,
 ) -> list[dict]:
-    """One run per seed of both models on ``events``: test AP/MRR, training events/s, EdgeBank's scores."""
+    """One run per seed of both models on ``events``: test AP/MRR, training events/s, EdgeBank's scores.
+
+    ``ours``: ``TrainConfig`` fields to change (``model``: a dict of ``TGNConfig`` fields); ``recipe``: PyG's.
+    """
     _, val_end = split_points(len(events))
     negatives = eval_negatives(events, val_end)
+    ours = dict(ours or {})
+    model = TGNConfig(**ours.pop("model", {}))
     runs = []
     for seed in seeds:
-        pyg = train_pyg_tgn(events, epochs, negatives=negatives, seed=seed, device=device)
-        ours = train_ours(
-            events, epochs, negatives, TrainConfig(batch_size=BATCH_SIZE, seed=seed, device=device)
+        pyg = train_pyg_tgn(events, epochs, negatives=negatives, seed=seed, device=device, recipe=recipe)
+        config = TrainConfig(
+            **{"batch_size": BATCH_SIZE, "seed": seed, "device": device, **ours}, model=model
         )
+        ours_result = train_ours(events, epochs, negatives, config)
         run = {
             "stream": name,
             "seed": seed,
             "events": len(events),
-            "ap": ours.test.ap,
-            "mrr": ours.test.mrr,
+            "ap": ours_result.test.ap,
+            "mrr": ours_result.test.mrr,
             "ap_pyg": pyg.ap,
             "mrr_pyg": pyg.mrr,
-            "train_events_per_s": statistics.median(ours.train_events_per_s),
+            "train_events_per_s": statistics.median(ours_result.train_events_per_s),
             "train_events_per_s_pyg": statistics.median(pyg.train_events_per_s),
         }
         for base in BASELINES:
-            run[f"ap_{base}"] = ours.baselines[base]["test"].ap
-            run[f"mrr_{base}"] = ours.baselines[base]["test"].mrr
+            run[f"ap_{base}"] = ours_result.baselines[base]["test"].ap
+            run[f"mrr_{base}"] = ours_result.baselines[base]["test"].mrr
         runs.append(run)
     return runs
 
@@ -131,9 +167,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = training_parser(__doc__, quick, "write AP and MRR per stream as a PNG, e.g. quality.png", None)
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="e.g. --seeds 0 1 (default 0 1)")
     ap.add_argument("--streams", nargs="+", choices=STREAMS, default=list(STREAMS), help="e.g. collegemsg")
+    ap.add_argument(
+        "--ours", nargs="+", default=[], metavar="KEY=VALUE",
+        help="TrainConfig fields for our side, for ablations, e.g. --ours model.neighbor_time=query lr=3e-4",
+    )  # fmt: skip
+    ap.add_argument(
+        "--pyg", nargs="+", default=[], metavar="KEY=VALUE",
+        help="PygRecipe fields for PyG's side, e.g. --pyg neighbor_time=query negatives=seen",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
         ap.error(f"--plot {args.plot}: its folder does not exist")  # before hours of training
+    try:  # refuse a bad field or value now, not after hours of training
+        ours, recipe = overrides(args.ours, "--ours"), PygRecipe(**overrides(args.pyg, "--pyg"))
+        TrainConfig(**{**ours, "model": TGNConfig(**ours.get("model", {}))})
+    except (TypeError, ConfigError) as exc:
+        ap.error(str(exc))
     set_threads(args.threads)
     seeds = args.seeds or ([0] if args.quick else [0, 1])
     epochs = args.epochs or (1 if args.quick else 3)
@@ -143,9 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     bar = tqdm(args.streams, unit="stream", disable=args.json)
     for name in bar:
         bar.set_postfix_str(name)
-        runs += run_stream(name, prepare(name, cap), seeds, epochs, args.device)
+        runs += run_stream(name, prepare(name, cap), seeds, epochs, args.device, ours, recipe)
     summary = summarize(runs)
-    summary.update(seeds=seeds, epochs=epochs, threads=args.threads, device=args.device)
+    summary.update(seeds=seeds, epochs=epochs, threads=args.threads, device=args.device, ours=ours)
+    summary["pyg"] = dataclasses.asdict(recipe)
     if args.plot:
         plot(summary, args.streams, args.plot)
     report(_finite(summary), args.json, "quality: our TGN vs PyG's TGN vs EdgeBank, test AP/MRR")

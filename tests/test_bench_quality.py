@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from streamgnn.benchmarks import quality
 
@@ -32,3 +33,13 @@ def test_streams_are_time_sorted_from_zero_without_features():
     events = quality.prepare("digg_reply", 500)
     assert len(events) == 500 and events.t[0] == 0 and np.all(np.diff(events.t) >= 0)
     assert events.features is None
+
+
+def test_ablation_flags_parse_and_bad_fields_fail_before_any_training(capsys):
+    parsed = quality.overrides(["model.neighbor_time=query", "lr=3e-4", "baselines=[]"], "--ours")
+    assert parsed == {"model": {"neighbor_time": "query"}, "lr": 3e-4, "baselines": []}
+    for argv in (["--ours", "model.neighbor_tim=query"], ["--pyg", "negatives=all"], ["--ours", "lr"]):
+        with pytest.raises(SystemExit):
+            quality.main(argv)
+        err = capsys.readouterr().err
+        assert "error: " in err and "Traceback" not in err  # usage and one error line
