@@ -9,7 +9,11 @@ Both use the clients' default settings (record CRC checks on; kafka-python does 
 Each figure is the median of several runs, timed from creating the consumer to the last message received
 or event stored, so connecting and fetching are inside.
 
-python benchmarks/ingest.py [--quick] [--json]    (also: streamgnn bench ingest)
+Keys of --json: per client (kafka_python_, confluent_) the JSON and binary events/s into the store, the raw
+loop's messages/s and `<client>_json_vs_raw` (JSON source -> store over the raw loop; confluent_json_vs_raw
+for the fast client), plus the headline keys for the default client.
+
+python benchmarks/ingest.py [--quick] [--json] [--events N]    (also: streamgnn bench ingest)
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ try:
 except ImportError:  # run as a script
     from common import report, set_threads
 
+from streamgnn.cli._args import positive_int
 from streamgnn.connectors.broker import LocalBroker
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, available_backends, create_topic
 from streamgnn.datasets import load
@@ -97,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a run under a minute (fewer events and runs)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--repeats", type=positive_int, default=None, help="timed runs per figure (e.g. 5)")
+    ap.add_argument(
+        "--events", type=positive_int, default=None, help="at most this many events per topic (a smoke run)"
+    )
     args = ap.parse_args(argv)
     set_threads(1)
     repeats = args.repeats or (3 if args.quick else 5)
@@ -107,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         "json": wiki[:50_000] if args.quick else wiki,
         "binary": replayed(wiki, 4 if args.quick else 10),
     }
+    if args.events is not None:
+        events = {fmt: batch[: args.events] for fmt, batch in events.items()}
     TemporalGraphStore().ingest(wiki[:100])  # compile (or load the cached kernels) outside the timing
 
     results: dict = {

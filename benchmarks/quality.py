@@ -19,7 +19,6 @@ import dataclasses
 import json
 import math
 import statistics
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -176,8 +175,6 @@ def main(argv: list[str] | None = None) -> int:
         help="PygRecipe fields for PyG's side, e.g. --pyg neighbor_time=query negatives=seen",
     )  # fmt: skip
     args = ap.parse_args(argv)
-    if args.plot and not Path(args.plot).resolve().parent.is_dir():
-        ap.error(f"--plot {args.plot}: its folder does not exist")  # before hours of training
     try:  # refuse a bad field or value now, not after hours of training
         ours, recipe = overrides(args.ours, "--ours"), PygRecipe(**overrides(args.pyg, "--pyg"))
         TrainConfig(**{**ours, "model": TGNConfig(**ours.get("model", {}))})

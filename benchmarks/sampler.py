@@ -36,6 +36,7 @@ except ImportError:  # run as a script
 import torch
 from torch_geometric.nn.models.tgn import LastNeighborLoader
 
+from streamgnn.cli._args import output_file, positive_int
 from streamgnn.datasets import load
 from streamgnn.events import EventBatch
 from streamgnn.sampling import TemporalSampler
@@ -341,11 +342,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument(
-        "--events", type=int, default=None, help="synthetic stream size (default 10M, quick 300k)"
+        "--events", type=positive_int, default=None, help="synthetic stream size (default 10M, quick 300k)"
     )
-    ap.add_argument("--runs", type=int, default=None, help="runs per figure; the median is reported")
-    ap.add_argument("--batches", type=int, default=None, help="batches of 200 events per run")
-    ap.add_argument("--plot", default=None, help="write neighbors/s per method and stream as a PNG")
+    ap.add_argument("--runs", type=positive_int, default=None, help="runs per figure; the median is reported")
+    ap.add_argument("--batches", type=positive_int, default=None, help="batches of 200 events per run")
+    ap.add_argument(
+        "--plot", type=output_file, default=None, help="write neighbors/s per method and stream as a PNG"
+    )
     args = ap.parse_args(argv)
     events = args.events or (300_000 if args.quick else 10_000_000)
     runs = args.runs or (3 if args.quick else 9)

@@ -18,6 +18,7 @@ except ImportError:  # run as a script
 import torch
 from tqdm import tqdm
 
+from streamgnn.cli._args import output_file, positive_int
 from streamgnn.datasets import load
 from streamgnn.events import EventBatch
 from streamgnn.store import TemporalGraphStore
@@ -99,9 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="a run under a minute")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--batch-size", type=int, default=200)
-    ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--plot", default=None, help="write insert cost per million events as a PNG")
+    ap.add_argument("--batch-size", type=positive_int, default=200, help="events per insert (e.g. 200)")
+    ap.add_argument("--repeats", type=positive_int, default=None, help="timed runs per figure (e.g. 5)")
+    ap.add_argument(
+        "--plot", type=output_file, default=None, help="write insert cost per million events as a PNG"
+    )
     args = ap.parse_args(argv)
     set_threads(1)
     repeats = args.repeats or (3 if args.quick else 5)

@@ -24,6 +24,7 @@ except ImportError:  # run as a script
     from common import report, set_threads
     from pyg_tgn import BATCH_SIZE, eval_negatives, split_points, train_pyg_tgn
 
+from streamgnn.cli._args import device, output_file, positive_int
 from streamgnn.datasets import load
 from streamgnn.events import EventBatch
 from streamgnn.train import ChronologicalSplit, OnlineTrainer, TrainConfig, fit_offline
@@ -75,11 +76,11 @@ def training_parser(doc: str, quick: str, plot: str, epochs: int | None) -> argp
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--epochs", type=int, default=epochs, help="passes over the training part, e.g. 3")
-    ap.add_argument("--threads", type=int, default=1, help="torch and Numba threads, both sides")
-    ap.add_argument("--device", default="cpu", help="torch device of both sides, e.g. cuda")
-    ap.add_argument("--plot", default=None, help=plot)
-    ap.add_argument("--events", type=int, default=None, help=argparse.SUPPRESS)  # cap the stream (tests)
+    ap.add_argument("--epochs", type=positive_int, default=epochs, help="passes over training, e.g. 3")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch and Numba threads, both sides")
+    ap.add_argument("--device", type=device, default="cpu", help="torch device of both sides, e.g. cuda")
+    ap.add_argument("--plot", type=output_file, default=None, help=plot)
+    ap.add_argument("--events", type=positive_int, default=None, help=argparse.SUPPRESS)  # cap (tests)
     return ap
 
 

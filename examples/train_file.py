@@ -5,7 +5,8 @@
     torchrun --nproc_per_node 2 examples/train_file.py --events 20000   # data-parallel (gloo or NCCL)
 
 Run it again with the same ``--checkpoint-dir`` after an interruption and it resumes where the last
-checkpoint left off, skipping the events it had already learned from.
+checkpoint left off, skipping the events it had already learned from; ``--events`` is where the run ends,
+so the same command ends at the same point whether or not it was interrupted.
 """
 
 from __future__ import annotations
@@ -33,7 +34,12 @@ def main() -> None:
     ap.add_argument("--columns", default="src,dst,t", help="CSV columns in file order ('-' skips one)")
     ap.add_argument("--header", action="store_true", help="the CSV's first row names its columns")
     ap.add_argument("--delimiter", default=",", help="CSV delimiter; 'space' splits on runs of whitespace")
-    ap.add_argument("--events", type=int, default=None, help="stop after this many events")
+    ap.add_argument(
+        "--events",
+        type=int,
+        default=None,
+        help="stop once this many events of the stream are learned, those of a resumed checkpoint included",
+    )
     ap.add_argument("--batch-size", type=int, default=200)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

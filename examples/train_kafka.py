@@ -33,7 +33,12 @@ def main() -> None:
     ap.add_argument("--topic", default="edges")
     ap.add_argument("--dataset", default="jodie_wikipedia", help="what to produce into the topic first")
     ap.add_argument("--no-produce", action="store_true", help="the topic is already being written")
-    ap.add_argument("--events", type=int, default=None, help="stop after this many events")
+    ap.add_argument(
+        "--events",
+        type=int,
+        default=None,
+        help="stop once this many events of the topic are learned, those of a resumed checkpoint included",
+    )
     ap.add_argument("--idle-timeout", type=float, default=10.0, help="stop after this long without data")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="out/train_kafka")
@@ -70,7 +75,7 @@ def main() -> None:
         result = trainer.fit(
             source.stream(idle_timeout_s=args.idle_timeout),
             positions=source.positions,
-            max_events=args.events,
+            max_events=None if args.events is None else max(0, args.events - trainer.position),
         )
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

@@ -30,3 +30,13 @@ class ConfigError(StreamGNNError, ValueError):
 
 class ConnectorError(StreamGNNError):
     """A source or sink failed in a way that retrying will not fix."""
+
+
+class OffsetOutOfRangeError(ConnectorError):
+    """A partition's next offset lies outside its log: the topic was recreated or truncated (a broker that
+    lost its data, retention that deleted unread events). Reading on would skip events, so the source stops;
+    the message names the partition, the offset and the log's range."""
+
+
+class SnapshotError(StreamGNNError, ValueError):
+    """A snapshot cannot be cut as asked (a time before the last one, a node beyond a fixed node count)."""

@@ -55,36 +55,50 @@ def encodes_utf8(s: str) -> bool:
     return True
 
 
-def _as_ids(name: str, values) -> np.ndarray:
+def _id_array(values) -> np.ndarray:
+    """Array-like ids as an array; a list mixing ints and strs stays mixed (numpy would turn [1, "a"] into
+    ["1", "a"] silently), so that the check below refuses it."""
     arr = np.asarray(values)
     if arr.dtype.kind == "U" and not isinstance(values, np.ndarray):
-        arr = np.array(list(values), dtype=object)  # numpy would turn [1, "a"] into ["1", "a"] silently
+        arr = np.array(list(values), dtype=object)
+    return arr
+
+
+def _as_ids(name: str, arr: np.ndarray) -> np.ndarray:
+    """A 1-D id column as int64, or as an object array of ``str``; anything else is refused.
+
+    Text arrays (numpy ``'U'``) are string ids, also when they hold digits: ``"7"`` and ``7`` are different
+    nodes. An object array holds either ints or strs, never both.
+    """
     if arr.ndim != 1:
         raise EventValidationError(f"column '{name}' must be 1-D, got shape {arr.shape}")
+    if arr.dtype == np.int64:
+        return arr
     if arr.dtype.kind in "iuf":
         return to_int64(name, arr, "node ids must be int or str")
-    if arr.dtype.kind in "UO":
-        if arr.size == 0:
-            return np.empty(0, dtype=object)
-        out = arr.astype(object)
-        bad = [
-            i for i, v in enumerate(out) if not isinstance(v, str | int | np.integer) or isinstance(v, bool)
-        ]
-        if bad:
-            raise EventValidationError(
-                f"column '{name}' row {bad[0]}: node id must be int or str, got {type(out[bad[0]]).__name__}"
-            )
-        if all(isinstance(v, int | np.integer) for v in out):
-            try:
-                return out.astype(np.int64)
-            except OverflowError:
-                raise EventValidationError(f"column '{name}' has ids outside the int64 range") from None
-        if any(isinstance(v, int | np.integer) for v in out):
-            raise EventValidationError(
-                f"column '{name}' mixes int and str node ids; use one id type per stream"
-            )
-        return out
-    raise EventValidationError(f"column '{name}' has dtype {arr.dtype}; node ids must be int64 or str")
+    if arr.dtype.kind == "U":
+        return arr.astype(object)
+    if arr.dtype.kind != "O":
+        raise EventValidationError(f"column '{name}' has dtype {arr.dtype}; node ids must be int64 or str")
+    if not arr.size:
+        return np.empty(0, dtype=object)
+    types = set(map(type, arr.tolist()))
+    if all(issubclass(k, str) for k in types):
+        return arr
+    if all(issubclass(k, int | np.integer) and not issubclass(k, bool) for k in types):
+        try:
+            return arr.astype(np.int64)
+        except OverflowError:
+            raise EventValidationError(f"column '{name}' has ids outside the int64 range") from None
+    kinds = [type(v) for v in arr.tolist()]
+    bad = next(
+        (i for i, k in enumerate(kinds) if not issubclass(k, str | int | np.integer) or k is bool), None
+    )
+    if bad is not None:
+        raise EventValidationError(
+            f"column '{name}' row {bad}: node id must be int or str, got {kinds[bad].__name__}"
+        )
+    raise EventValidationError(f"column '{name}' mixes int and str node ids; use one id type per stream")
 
 
 def to_int64(name: str, arr: np.ndarray, hint: str) -> np.ndarray:
@@ -119,6 +133,18 @@ def _as_numeric(name: str, values, dtype, ndim: int) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
+def _is(col, dtype, ndim: int) -> bool:
+    return col.__class__ is np.ndarray and col.dtype == dtype and col.ndim == ndim
+
+
+def _as_kind(values) -> np.ndarray:
+    """The kind column as int8; unknown kinds that fit stay (rows to dead-letter), others are refused."""
+    kind = _as_numeric("kind", values, np.int64, 1)
+    if kind.size and (kind.min() < -128 or kind.max() > 127):
+        raise EventValidationError("column 'kind' out of int8 range")
+    return kind.astype(np.int8)
+
+
 @dataclass(frozen=True, eq=False)
 class EventBatch:
     """A columnar batch of graph events.
@@ -137,17 +163,43 @@ class EventBatch:
     features: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        n = len(self.kind)
-        cols = {"src": self.src, "dst": self.dst, "t": self.t, "eid": self.eid}
+        """Check every column and bring it to its canonical dtype, so that a batch that exists is one the
+        store can apply or dead-letter row by row: a structural problem raises here, before anything
+        consumes the batch, never halfway through an ingest."""
+        if (
+            _is(self.kind, np.int8, 1)
+            and _is(self.src, np.int64, 1)
+            and _is(self.dst, np.int64, 1)
+            and _is(self.t, np.float64, 1)
+            and _is(self.eid, np.int64, 1)
+            and (self.weight is None or _is(self.weight, np.float32, 1))
+            and (self.features is None or _is(self.features, np.float32, 2))
+        ):  # the codecs' columns: only the lengths are left to check
+            n = len(self.kind)
+            if len(self.src) == len(self.dst) == len(self.t) == len(self.eid) == n and all(
+                col is None or len(col) == n for col in (self.weight, self.features)
+            ):
+                return
+        cols = {
+            "kind": _as_kind(self.kind),
+            "src": _as_ids("src", _id_array(self.src)),
+            "dst": _as_ids("dst", _id_array(self.dst)),
+            "t": _as_numeric("t", self.t, np.float64, 1),
+            "eid": _as_numeric("eid", self.eid, np.int64, 1),
+        }
         if self.weight is not None:
-            cols["weight"] = self.weight
+            cols["weight"] = _as_numeric("weight", self.weight, np.float32, 1)
         if self.features is not None:
-            cols["features"] = self.features
+            cols["features"] = _as_numeric("features", self.features, np.float32, 2)
+        n = len(cols["kind"])
         for name, col in cols.items():
             if len(col) != n:
                 raise EventValidationError(f"column '{name}' has {len(col)} rows but 'kind' has {n}")
-        if self.src.dtype != self.dst.dtype and n:
-            raise EventValidationError(f"src dtype {self.src.dtype} differs from dst dtype {self.dst.dtype}")
+            object.__setattr__(self, name, col)
+        if n and self.src.dtype != self.dst.dtype:
+            raise EventValidationError(
+                f"src holds {self.src.dtype} ids but dst holds {self.dst.dtype}; use one id type"
+            )
 
     @classmethod
     def from_columns(
@@ -161,38 +213,21 @@ class EventBatch:
         weight=None,
         features=None,
     ) -> EventBatch:
-        """Build a batch from array-likes, coercing dtypes and raising on structural errors."""
-        src_a = _as_ids("src", src)
-        n = len(src_a)
-        dst_a = src_a if dst is None else _as_ids("dst", dst)
-        if n and dst_a.dtype != src_a.dtype:
-            raise EventValidationError(
-                f"src holds {src_a.dtype} ids but dst holds {dst_a.dtype}; use one id type"
-            )
+        """Build a batch from array-likes (``kind`` may hold names such as "edge_add"); structural errors
+        raise ``EventValidationError``."""
+        src_a = _id_array(src)
         if kind is None:
-            kind_a = np.zeros(n, dtype=np.int8)
+            kind = np.zeros(len(src_a), dtype=np.int8)
         else:
-            kind_raw = np.asarray(kind)
-            if kind_raw.dtype.kind in "UO":
+            kind = np.asarray(kind)
+            if kind.dtype.kind in "UO":
                 try:
-                    kind_raw = np.array(
-                        [int(KIND_NAMES.get(k, k)) for k in kind_raw.tolist()], dtype=np.int64
-                    )
+                    kind = np.array([int(KIND_NAMES.get(k, k)) for k in kind.tolist()], dtype=np.int64)
                 except (TypeError, ValueError) as exc:
                     raise EventValidationError(
                         f"column 'kind': {exc}; use one of {sorted(KIND_NAMES)}"
                     ) from exc
-            kind_a = _as_numeric("kind", kind_raw, np.int64, 1)
-            if kind_a.size and (kind_a.min() < -128 or kind_a.max() > 127):
-                raise EventValidationError("column 'kind' out of int8 range")
-            kind_a = kind_a.astype(np.int8)
-        t_a = _as_numeric("t", t, np.float64, 1)
-        eid_a = _as_numeric("eid", eid, np.int64, 1)
-        w_a = None if weight is None else _as_numeric("weight", weight, np.float32, 1)
-        f_a = None
-        if features is not None:
-            f_a = _as_numeric("features", features, np.float32, 2)
-        return cls(kind_a, src_a, dst_a, t_a, eid_a, w_a, f_a)
+        return cls(kind, src_a, src_a if dst is None else _id_array(dst), t, eid, weight, features)
 
     @classmethod
     def empty(cls, feature_dim: int | None = None, weighted: bool = False) -> EventBatch:
@@ -218,9 +253,19 @@ class EventBatch:
     def string_ids(self) -> bool:
         return self.src.dtype == object
 
+    @classmethod
+    def _of_checked(cls, *columns) -> EventBatch:
+        """A batch of columns taken from checked batches (rows, concatenations): nothing to check again."""
+        batch = object.__new__(cls)
+        for f, col in zip(_FIELDS, columns, strict=True):
+            object.__setattr__(batch, f, col)
+        return batch
+
     def take(self, index) -> EventBatch:
         """Rows ``index`` (a mask, slice or integer array) as a new batch."""
-        return EventBatch(
+        if not isinstance(index, slice) and np.ndim(index) != 1:
+            raise EventValidationError("take() needs a mask, a slice or a 1-D array of rows")
+        return EventBatch._of_checked(
             self.kind[index],
             self.src[index],
             self.dst[index],
@@ -280,6 +325,9 @@ class EventBatch:
         return self.take(~bad), letters
 
 
+_FIELDS = ("kind", "src", "dst", "t", "eid", "weight", "features")
+
+
 def concat(batches: Sequence[EventBatch]) -> EventBatch:
     """Concatenate batches of one stream (same id type, same feature width)."""
     batches = [b for b in batches if len(b)]
@@ -298,7 +346,7 @@ def concat(batches: Sequence[EventBatch]) -> EventBatch:
     id_obj = {b.string_ids for b in batches}
     if len(id_obj) > 1:
         raise EventValidationError("cannot concatenate batches with int and str node ids")
-    return EventBatch(
+    return EventBatch._of_checked(
         np.concatenate([b.kind for b in batches]),
         np.concatenate([b.src for b in batches]),
         np.concatenate([b.dst for b in batches]),

@@ -1,15 +1,15 @@
 """Store checkpoints: atomic, verified, pickle-free, resumable."""
 
-import hashlib
 import json
 
 import numpy as np
 import pytest
+from forgery import forge, reseal
 
 from streamgnn.errors import CheckpointError
 from streamgnn.events import EventBatch
 from streamgnn.store import StoreConfig, TemporalGraphStore
-from streamgnn.store.checkpoint import versions
+from streamgnn.store.checkpoint import read_latest, versions
 
 
 def stream(n=3000, seed=0, strings=False):
@@ -57,7 +57,7 @@ def test_versions_are_kept_and_latest_wins(tmp_path):
 
 
 def corrupt_latest(root, how):
-    d = root / (root / "LATEST").read_text()
+    d = root / read_latest(root)[0]
     target = d / "edge_t.npy"
     data = target.read_bytes()
     if how == "truncate":
@@ -91,18 +91,9 @@ def test_consistent_but_forged_content_is_refused(tmp_path):
     d = s.save(tmp_path)
     manifest = json.loads((d / "manifest.json").read_text())
     manifest["watermark"] = 1.0  # below the newest edge: samplers would see edges after their query times
-    (d / "manifest.json").write_text(json.dumps(manifest))
+    reseal(d, manifest)
     with pytest.raises(CheckpointError, match="watermark 1.0 is below"):
         TemporalGraphStore.load(tmp_path)
-
-
-def forge(d, name, array):
-    """Replace one array of checkpoint ``d`` and recompute its checksum, as a deliberate forger would."""
-    np.save(d / f"{name}.npy", array)
-    manifest = json.loads((d / "manifest.json").read_text())
-    data = (d / f"{name}.npy").read_bytes()
-    manifest["arrays"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    (d / "manifest.json").write_text(json.dumps(manifest))
 
 
 @pytest.mark.parametrize(
@@ -138,7 +129,7 @@ def test_malformed_manifest_is_refused(tmp_path, edit):
     s = TemporalGraphStore()
     s.ingest(stream(n=50))
     d = s.save(tmp_path)
-    (d / "manifest.json").write_text(json.dumps(edit(json.loads((d / "manifest.json").read_text()))))
+    reseal(d, edit(json.loads((d / "manifest.json").read_text())))
     with pytest.raises(CheckpointError):
         TemporalGraphStore.load(tmp_path)
 
@@ -149,7 +140,7 @@ def test_a_forged_hash_over_changed_content_is_refused(tmp_path):
     d = s.save(tmp_path)
     manifest = json.loads((d / "manifest.json").read_text())
     manifest["watermark"] += 5.0  # consistent with the edges, but not what was hashed
-    (d / "manifest.json").write_text(json.dumps(manifest))
+    reseal(d, manifest)
     with pytest.raises(CheckpointError, match="content hash"):
         TemporalGraphStore.load(tmp_path)
 
@@ -158,12 +149,7 @@ def test_object_arrays_are_never_unpickled(tmp_path):
     s = TemporalGraphStore()
     s.ingest(stream(n=100))
     d = s.save(tmp_path)
-    target = d / "edge_t.npy"
-    np.save(target, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
-    manifest = json.loads((d / "manifest.json").read_text())
-    data = target.read_bytes()
-    manifest["arrays"]["edge_t"] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    (d / "manifest.json").write_text(json.dumps(manifest))
+    forge(d, "edge_t", np.array([{"evil": 1}], dtype=object))
     with pytest.raises(CheckpointError, match="not a plain array"):
         TemporalGraphStore.load(tmp_path)
 

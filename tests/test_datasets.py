@@ -226,6 +226,7 @@ def test_shipped_files_match_their_readme_checksums():
     shipped = sorted(p.name for p in DATA_DIR.iterdir() if p.name != "README.md")
     assert sorted(listed) == shipped
     needed = {f for name in datasets.names() for f in datasets.info(name).files} | {"travian-communities.zip"}
+    needed |= set(datasets.pgt.FILES.values())  # PyTorch Geometric Temporal's signals (load_signal)
     assert needed == set(shipped)
     for name, digest in listed.items():
         assert hashlib.sha256((DATA_DIR / name).read_bytes()).hexdigest() == digest, name

@@ -104,3 +104,53 @@ def test_string_ids_that_are_not_utf8_are_dead_letters():
     report = store.ingest(batch)
     assert report.applied == 1 and len(report.dead_letters) == 2
     assert store.external_ids([0, 1]).tolist() == ["a", "x"]
+
+
+def hand_built(src, dst, eid=(0, 1), **cols):
+    n = len(eid)
+    kind, t = cols.get("kind", np.zeros(n, np.int8)), cols.get("t", np.arange(n, dtype=float))
+    return EventBatch(kind, src, dst, t, np.array(eid))
+
+
+def test_a_hand_built_batch_of_text_ids_is_refused_whole_by_an_int_stream_and_changes_nothing():
+    """Numpy text ('U') ids are string ids. An int stream refuses such a batch row by row with a reason
+    and nothing else changes: its event ids stay unseen, so the corrected events are taken afterwards."""
+    s = TemporalGraphStore()
+    s.ingest(EventBatch.from_columns(src=[1], dst=[2], t=[0.0], eid=[100]))
+    before = s.content_hash()
+    report = s.ingest(hand_built(np.array(["a", "b"]), np.array(["b", "c"])))
+    assert report.applied == 0 and all("str node ids" in d.reason for d in report.dead_letters)
+    assert len(report.dead_letters) == 2 and s.content_hash() == before
+    assert s.ingest(hand_built(np.array([1, 2]), np.array([2, 3]))).applied == 2
+
+
+def test_digit_strings_in_a_text_array_are_string_ids_not_ints():
+    b = hand_built(np.array(["1", "2"]), np.array(["2", "3"]))
+    assert b.string_ids and b.src.tolist() == ["1", "2"]
+    s = TemporalGraphStore()
+    s.ingest(b)
+    assert s.ids.kind == "str" and s.node_index(["1"]).tolist() == [0]
+    assert s.node_index([1], strict=False).tolist() == [-1]
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ({"src": np.array(["a", 1], object), "dst": np.array(["b", "c"], object)}, "mixes int and str"),
+        ({"src": np.array(["a", 1.5], object), "dst": np.array(["b", "c"], object)}, "row 1: node id"),
+        ({"src": np.array([True, False]), "dst": np.array([1, 2])}, "dtype bool"),
+        ({"src": np.array([1, 2]), "dst": np.array(["b", "c"])}, "src holds int64 ids but dst holds object"),
+        ({"src": np.array([[1, 2]]), "dst": np.array([1, 2])}, "'src' must be 1-D"),
+        ({"src": np.array([1, 2]), "dst": np.array([1, 2]), "kind": np.array([0.5, 0])}, "'kind' row 0"),
+        ({"src": np.array([1, 2]), "dst": np.array([1, 2]), "t": np.array(["x", "y"])}, "'t' must be"),
+        ({"src": np.array([1.5, 2]), "dst": np.array([1, 2])}, "non-integer floats"),
+    ],
+)
+def test_a_malformed_hand_built_batch_raises_a_streamgnn_error_before_any_store_sees_it(columns, message):
+    s = TemporalGraphStore()
+    s.ingest(EventBatch.from_columns(src=[1], dst=[2], t=[0.0], eid=[100]))
+    before = s.content_hash()
+    with pytest.raises(EventValidationError, match=message):
+        s.ingest(hand_built(**columns))
+    assert s.content_hash() == before
+    assert s.ingest(hand_built(np.array([1, 2]), np.array([2, 3]))).applied == 2

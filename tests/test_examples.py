@@ -87,3 +87,24 @@ def test_kafka_example_trains_from_a_topic_and_publishes_embeddings(kafka_bootst
     summary = json.loads((tmp_path / "out/train_kafka/summary.json").read_text())
     assert summary["events"] == 2000 and 0.5 < summary["metrics"]["ap"] <= 1.0
     assert f"embeddings in {topic}-embeddings" in out
+
+
+def test_readme_kafka_blocks_run_as_written(kafka_bootstrap, tmp_path, monkeypatch):
+    """The Kafka section's blocks, with only the broker address swapped for the test broker's."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    section = readme.split("## From Kafka, with nothing lost", 1)[1].split("\n## ", 1)[0]
+    blocks = [part.split("```", 1)[0] for part in section.split("```python")[1:]]
+    assert len(blocks) == 2
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    code = blocks[0].replace('"localhost:9092"', repr(kafka_bootstrap))
+    exec(compile(code, "README.md", "exec"), scope)
+    store = scope["store"]
+    assert store.num_edges == 157_474 and (tmp_path / "ckpt").is_dir()
+    assert sum(store.source_offsets.values()) == sum(scope["source"].positions().values())
+    from streamgnn.store import TemporalGraphStore
+
+    assert TemporalGraphStore.load(tmp_path / "ckpt").content_hash() == store.content_hash()
+    secured: dict = {}
+    exec(compile(blocks[1], "README.md", "exec"), secured)
+    assert secured["secured"]["security_protocol"] == "SASL_SSL"

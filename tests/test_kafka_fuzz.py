@@ -1,10 +1,9 @@
 """Malformed input never stops the stream: every bad message lands in the dead-letter topic with its
-origin, every good event lands in the store, and credentials appear in neither logs nor dead letters."""
+origin, and every good event lands in the store (credentials: test_kafka_security.py)."""
 
 from __future__ import annotations
 
 import json
-import logging
 import time
 import zlib
 
@@ -119,13 +118,18 @@ def test_ten_thousand_malformed_messages_all_dead_lettered_and_every_good_event_
     producer.close()
 
     store = TemporalGraphStore(StoreConfig(num_partitions=2))
+    ends = {f"{topic}:{p}": counts[p] for p in range(parts)}
     with KafkaSource(
         topic, bootstrap_servers=kafka_bootstrap, backend=backend, dead_letter_topic=dlq
     ) as source:
-        for batch in source.stream(idle_timeout_s=1.5):
-            report = store.ingest(batch)
-            source.report_dead_letters(report.dead_letters)
-        assert source.positions() == {f"{topic}:{p}": counts[p] for p in range(parts)}
+        deadline = time.monotonic() + 300
+        while source.positions() != ends:  # wait for the messages, not for time: a loaded host is slow
+            assert time.monotonic() < deadline, f"{source.positions()} of {ends}"
+            batch = source.poll(0.5)
+            if batch is not None:
+                report = store.ingest(batch)
+                source.report_dead_letters(report.dead_letters)
+        assert source.poll(0.5) is None
         assert source.stats.dead_letters == n_bad
 
     edges = store.edges()
@@ -154,53 +158,6 @@ def test_ten_thousand_malformed_messages_all_dead_lettered_and_every_good_event_
         assert h["reason"] and h["source-topic"].decode() == topic, h
         origins.add((int(h["source-partition"]), int(h["source-offset"])))
     assert origins == bad_positions
-
-
-def test_credentials_never_reach_logs_or_dead_letters(kafka_bootstrap, make_topic, backend, caplog):
-    secret = "hunter2-d0-not-leak"
-    topic, dlq = make_topic(1), make_topic(1)
-    if backend == "kafka-python":
-        creds = {"security_protocol": "PLAINTEXT", "sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
-                 "sasl_plain_password": secret, "session_timeout_ms": 3000, "heartbeat_interval_ms": 500,
-                 "max_poll_interval_ms": 3000}  # fmt: skip
-    else:
-        creds = {"security.protocol": "plaintext", "sasl.mechanism": "PLAIN", "sasl.username": "alice",
-                 "sasl.password": secret, "session.timeout.ms": 3000, "heartbeat.interval.ms": 500,
-                 "max.poll.interval.ms": 3000}  # fmt: skip
-    caplog.set_level(logging.DEBUG)
-    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-
-    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
-    producer.send(topic, b"not json at all")
-    producer.send(topic, encode_json_event(EventBatch.from_columns(src=[1], dst=[2], t=[1.0], eid=[1]), 0))
-    producer.flush()
-    producer.close()
-    with KafkaSource(
-        topic, bootstrap_servers=kafka_bootstrap, backend=backend, group_id=f"creds-{topic}",
-        dead_letter_topic=dlq, **creds,
-    ) as source:  # fmt: skip
-        batch = None
-        deadline = time.monotonic() + 30
-        while batch is None:
-            assert time.monotonic() < deadline
-            batch = source.poll(1.0)
-        assert source.stats.dead_letters == 1
-        source.positions()  # flushes the dead letter
-    reader = KafkaConsumer(bootstrap_servers=kafka_bootstrap, enable_auto_commit=False)
-    reader.assign([TopicPartition(dlq, 0)])
-    reader.seek_to_beginning()
-    letters = []
-    deadline = time.monotonic() + 10
-    while not letters and time.monotonic() < deadline:
-        for records in reader.poll(500).values():
-            letters += records
-    reader.close()
-    assert len(letters) == 1
-    dumped = repr(letters[0].headers) + repr(letters[0].value)
-    assert "not json" in dumped and secret not in dumped
-    assert caplog.records, "nothing was logged, so the check below would prove nothing"
-    leaked = [r for r in caplog.records if secret in r.getMessage()]
-    assert not leaked, leaked[0].getMessage()
 
 
 def read_dead_letters(bootstrap: str, dlq: str, n: int) -> list:

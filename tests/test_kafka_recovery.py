@@ -36,10 +36,9 @@ def consume_with_checkpoints(bootstrap: str, topic: str, ckpt: str, backend: str
         store=store,
         max_batch_events=1000,
         max_poll_messages=40,
-        idle_partition_s=30,  # never give up on a partition: the merge order must not depend on timing
     )
     with source as src:
-        for i, batch in enumerate(src.stream(idle_timeout_s=1.0)):
+        for i, batch in enumerate(src.stream(idle_timeout_s=0)):  # the topic is finished: read to its end
             store.ingest(batch)
             if i % 4 == 3:
                 store.save(path, source_offsets=src.positions())
@@ -62,10 +61,8 @@ def test_consumer_killed_mid_stream_resumes_from_checkpoint_to_the_same_store(
     sizes = np.bincount(hash_partition(events.src, 3), minlength=3)
     ends = {f"{topic}:{p}": int(-(-sizes[p] // 50)) for p in range(3)}  # messages per partition
     reference = TemporalGraphStore(StoreConfig(num_partitions=2))
-    with KafkaSource(
-        topic, bootstrap_servers=kafka_bootstrap, backend=backend, idle_partition_s=30
-    ) as source:
-        for batch in source.stream(idle_timeout_s=1.0):
+    with KafkaSource(topic, bootstrap_servers=kafka_bootstrap, backend=backend) as source:
+        for batch in source.stream(idle_timeout_s=0):
             reference.ingest(batch)
         assert source.positions() == ends
     assert reference.num_edges == len(events)
@@ -175,6 +172,40 @@ def test_local_broker_refuses_a_second_start_and_a_port_another_program_holds(ow
         with pytest.raises(ConnectorError, match="in use"):
             busy.start()
         assert busy.pid is None
+
+
+HOLDER = """
+import sys, time
+from streamgnn.connectors.broker import LocalBroker
+broker = LocalBroker().start()
+print(broker.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_local_broker_dies_with_the_process_that_started_it(sig):
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(holder.stdout.readline())
+        assert _alive(pid)
+        holder.send_signal(sig)
+        holder.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(pid):  # re-parented to init if it outlived its parent
+            assert time.monotonic() < deadline, f"broker {pid} outlived its parent ({sig.name})"
+            time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for init to reap it counts as dead)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
 
 
 if __name__ == "__main__":  # the worker process of the SIGKILL test

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,3 +146,22 @@ def test_sink_refuses_node_ids_no_message_key_can_carry(kafka_bootstrap, make_to
         assert sink.publish_embeddings(["ok"], np.ones((1, 4), np.float32)) == 1
     (record,) = read_all(kafka_bootstrap, topic, 1)
     assert record.key == b"ok"
+
+
+def test_produce_command_names_an_unreachable_broker_in_one_line_after_the_connect_timeout(tmp_path):
+    streamgnn = str(Path(sys.executable).with_name("streamgnn"))
+    cases = [
+        (["--bootstrap", "127.0.0.1:1", "--connect-timeout", "1"], "127.0.0.1:1 (connection refused)"),
+        (["--bootstrap", "no-such-host.invalid:9092", "--connect-timeout", "1"], "(unknown host)"),
+        (["--bootstrap", "localhost:notaport"], "'localhost:notaport' is not 'host:port'"),
+    ]
+    for extra, expected in cases:
+        began = time.monotonic()
+        out = subprocess.run(
+            [streamgnn, "produce", "collegemsg", "--topic", "t", *extra],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        assert out.returncode == 2, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("streamgnn: error:") and expected in lines[0], lines
+        assert time.monotonic() - began < 60  # the old client retried ~31 s, then printed a traceback

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -200,8 +201,15 @@ def test_bad_client_settings_name_only_keys_and_leave_no_client_behind(kafka_boo
     dead-letter producer fails must close the consumer it already made."""
     topic = make_topic(1)
     secret = "hunter2-must-not-show"
-    typo = {"sasl_plain_pasword": secret} if backend == "kafka-python" else {"sasl.pasword": secret}
-    key = next(iter(typo))
+    if backend == "kafka-python":
+        typo = {
+            "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_plain_pasword": secret,
+        }
+    else:
+        typo = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.pasword": secret}
+    key = list(typo)[-1]
     kw = {"bootstrap_servers": kafka_bootstrap, "backend": backend}
     threads, fds = set(threading.enumerate()), _open_fds()
     attempts = [
@@ -250,3 +258,75 @@ def test_producer_sends_no_part_of_a_batch_it_cannot_send_whole(
     ends = reader.end_offsets([TopicPartition(topic, p) for p in range(2)])
     reader.close()
     assert sorted(ends.values()) == [1, 1]  # the two binary messages of the good batch, nothing else
+
+
+def test_a_store_from_another_stream_stops_the_source_with_one_loud_error(
+    kafka_bootstrap, make_topic, make_events, backend, caplog
+):
+    """Every event of the topic has string ids, the store int ids: a configuration error, said once at
+    ERROR level and then raised, not thousands of quiet dead letters."""
+    topic = make_topic(1)
+    store = TemporalGraphStore(StoreConfig(num_partitions=2))
+    store.ingest(make_events(10))
+    events = make_events(300)
+    named = EventBatch.from_columns(
+        src=[f"n{i}" for i in events.src], dst=[f"n{i}" for i in events.dst], t=events.t, eid=events.eid
+    )
+    with EventProducer(kafka_bootstrap, topic, fmt="json", backend=backend) as producer:
+        producer.send(named)
+    caplog.set_level(logging.ERROR)
+    with (
+        KafkaSource(topic, bootstrap_servers=kafka_bootstrap, backend=backend, store=store) as source,
+        pytest.raises(ConfigError, match="none of the first 100 events .* fits the store .*str but this"),
+    ):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert source.poll(0.2) is None
+    errors = [r for r in caplog.records if "do not fit the store" in r.getMessage()]
+    assert len(errors) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_linger_bounds_what_a_batch_adds_for_a_slow_caller(kafka_bootstrap, make_topic, make_events, backend):
+    """A caller that needs 1 ms per event gets batches of about linger_s worth of events (here 0.1 s: about
+    100), not max_batch_events, so no event waits behind a huge batch; without linger_s it gets them all."""
+    topic = make_topic(1)
+    events = make_events(5000)
+    with EventProducer(kafka_bootstrap, topic, fmt="binary", batch_size=500, backend=backend) as producer:
+        producer.send(events)
+    for linger in (0.1, None):
+        sizes = []
+        with KafkaSource(
+            topic, bootstrap_servers=kafka_bootstrap, backend=backend, linger_s=linger
+        ) as source:
+            while sum(sizes) < 1500:
+                batch = source.poll(10)
+                assert batch is not None
+                sizes.append(len(batch))
+                time.sleep(len(batch) * 1e-3)  # the caller's work: 1 ms per event
+        if linger is None:
+            assert max(sizes) >= 1000, sizes  # whatever is ready (the whole topic, once fetched)
+        else:
+            # after the first batch (before the pace is known) about 100 events; a slow host only shrinks it
+            assert max(sizes[1:]) <= 200, sizes
+
+
+def test_a_kafka_python_without_the_state_the_pause_workaround_needs_is_refused_loudly(
+    kafka_bootstrap, make_topic, monkeypatch
+):
+    """The workaround for kafka-python 3.0.12's resumed partitions writes the fetcher's state; a version
+    that changed it must be refused at once, not left to stall the first time backpressure resumes."""
+    import kafka
+
+    class Changed(kafka.KafkaConsumer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            del self._fetcher._next_partition_records
+
+    monkeypatch.setattr(kafka, "KafkaConsumer", Changed)
+    threads = set(threading.enumerate())
+    with pytest.raises(ConnectorError, match=r"kafka-python==3\.0\.12"):
+        KafkaSource(make_topic(1), bootstrap_servers=kafka_bootstrap, backend="kafka-python")
+    deadline = time.monotonic() + 5
+    while set(threading.enumerate()) - threads and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not set(threading.enumerate()) - threads, "the refused client was left running"

@@ -517,3 +517,27 @@ def test_last_update_neighbor_time_needs_memory():
         small_config(variant="tgat", neighbor_time="last_update")
     with pytest.raises(ConfigError, match="neighbor_time"):
         small_config(neighbor_time="edge")
+
+
+def test_gather_rows_backward_is_the_same_on_every_run():
+    """Repeated rows' gradients are summed in one order: ``x[index]``'s CPU backward adds them with
+    parallel atomics from 32768 elements on, so with 2 threads its gradients changed from run to run."""
+    from streamgnn.nn.gather import gather_rows
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(300, 100, generator=gen, requires_grad=True)
+        index = torch.randint(0, 300, (2000, 3), generator=gen)
+        upstream = torch.randn(2000, 3, 100, generator=gen)
+        grads = []
+        for _ in range(5):
+            x.grad = None
+            out = gather_rows(x, index)
+            assert torch.equal(out, x[index])
+            out.backward(upstream)
+            grads.append(x.grad.clone())
+        assert all(torch.equal(grads[0], g) for g in grads[1:])
+    finally:
+        torch.set_num_threads(threads)

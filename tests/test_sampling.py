@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections import Counter
 
 import numba
@@ -407,3 +408,29 @@ def test_a_query_at_infinity_sees_every_edge_never_deleted():
     for direction in ("both", "out"):
         hop = TemporalSampler(store, fanouts=(5,), direction=direction).sample([0], math.inf).hops[0]
         assert hop.t.tolist() == [2.0]
+
+
+def test_a_large_sample_leaves_torchs_thread_count_alone():
+    """The first parallel sample starts Numba's OpenMP threads, which set the process's OpenMP thread count:
+    torch, reading the same setting, went from the 1 thread its user chose to Numba's count."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np, torch
+torch.set_num_threads(1)
+assert torch.get_num_threads() == 1  # torch has run before the sample, as in a trainer
+from streamgnn.events import EventBatch
+from streamgnn.sampling import TemporalSampler
+from streamgnn.store import TemporalGraphStore
+store = TemporalGraphStore()
+n = 5000
+store.ingest(EventBatch.from_columns(src=np.arange(n), dst=np.arange(n) + 1, t=np.arange(n, dtype=float),
+                                     eid=np.arange(n)))
+TemporalSampler(store, fanouts=(5,)).sample(np.arange(n), np.full(n, 1e9))
+print(torch.get_num_threads())
+"""
+    env = {**os.environ, "NUMBA_NUM_THREADS": "2", "OMP_WAIT_POLICY": "passive"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1"]

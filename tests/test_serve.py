@@ -196,6 +196,29 @@ def test_resume_publishes_only_the_trained_model_s_embeddings(tmp_path):
     trainer.fit(list(events.split(50)), progress=False)
     sink = FlakySink()
     resumed = OnlineTrainer.resume(tmp_path, sink=sink)
+    nodes = np.arange(30)  # served as the run served them, not re-embedded at the resume
+    np.testing.assert_array_equal(resumed.table.embeddings(nodes), trainer.table.embeddings(nodes))
+    np.testing.assert_array_equal(resumed.table.updated_at(nodes), trainer.table.updated_at(nodes))
+    assert not sink.calls  # every row went out before the checkpoint: the resume sends nothing again
+    resumed.step(
+        EventBatch.from_columns(src=[1, 2], dst=[21, 22], t=[300.0, 301.0], eid=[300, 301])
+    )  # publishes the rows it touched
     assert sink.calls
     for ids, vectors, _ in sink.calls:  # nothing the untrained model computed went out
         np.testing.assert_allclose(vectors, resumed.table.embeddings(ids), atol=1e-6)
+
+
+@pytest.mark.parametrize("ids", [[3, 1, 2], ["c", "a", "b"]])
+def test_a_table_state_restores_rows_times_and_what_is_still_to_publish(ids):
+    table = EmbeddingTable(dim=2)
+    table.update(np.array(ids, dtype=object if isinstance(ids[0], str) else None), np.eye(3, 2), t=1.0)
+    table.publish(FlakySink())
+    table.update(np.array(ids[1:2], dtype=object if isinstance(ids[0], str) else None), [[7.0, 7.0]], t=2.0)
+    copy = EmbeddingTable(dim=2)
+    copy.load_state_dict(table.state_dict())
+    np.testing.assert_array_equal(copy.embeddings(ids), table.embeddings(ids))
+    np.testing.assert_array_equal(copy.updated_at(ids), [1.0, 2.0, 1.0])
+    sink = FlakySink()
+    assert copy.publish(sink) == 1 and sink.calls[0][0].tolist() == ids[1:2]
+    with pytest.raises(ConfigError, match="does not fit"):
+        EmbeddingTable(dim=3).load_state_dict(table.state_dict())

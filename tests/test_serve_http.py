@@ -14,6 +14,7 @@ import torch
 
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.serve import EmbeddingService, ServeConfig
+from streamgnn.store.checkpoint import read_latest
 
 torch.set_num_threads(1)
 
@@ -176,5 +177,5 @@ def test_link_scores_come_from_the_trained_predictor(kafka_bootstrap, make_topic
         wait_for(lambda: call(f"{service.url}/health")[1]["nodes"] == 30, "all 30 nodes")
         status, got = call(f"{service.url}/score?src=0&dst=25")
     assert status == 200 and got["scorer"] == "link_predictor"
-    assert got["checkpoint"] == (tmp_path / "LATEST").read_text()
+    assert got["checkpoint"] == read_latest(tmp_path)[0]
     assert got["scores"][0]["score"] == pytest.approx(float(expected), rel=1e-5)

@@ -1,5 +1,7 @@
 """Two data-parallel ranks (gloo, real processes) follow the same trajectory as one rank with the same global
-batch: per-batch losses, scores and AP, and the final parameters. This file is also the worker script."""
+batch: per-batch losses and scores, the gradients and the final parameters, within float tolerances (rank
+sums change the reduction order). AP and reciprocal ranks are step functions of the scores, so a last-bit
+difference can move them by a whole rank: they are not compared. This file is also the worker script."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ BATCHES, BATCH = 20, 60
 def worker(rank: int, world: int, port: int, out: str) -> None:
     from streamgnn.events import EventBatch
     from streamgnn.nn import TGNConfig
-    from streamgnn.train import OnlineTrainer, TrainConfig, average_precision, init_distributed
+    from streamgnn.train import OnlineTrainer, TrainConfig, init_distributed
 
     torch.set_num_threads(1)
     if world > 1:
@@ -59,8 +61,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     steps = []
     for batch in events.split(BATCH):
         res = trainer.step(batch)
-        ap = average_precision(np.r_[res.pos, res.neg], np.r_[np.ones(len(res.pos)), np.zeros(len(res.neg))])
-        steps.append([res.loss, ap, res.pos, res.neg, res.rr])
+        steps.append([res.loss, res.pos, res.neg])
     torch.save({"steps": steps, "grads": grads, "model": trainer.model.state_dict()}, out)
 
 
@@ -101,8 +102,7 @@ def test_two_ranks_match_one_rank_with_the_same_global_batch(tmp_path: Path):
     assert losses[-1] < losses[1]  # it learns, so agreement is not the trivial one of a frozen model
     for one, two in zip(single["steps"], rank0["steps"], strict=True):
         np.testing.assert_allclose(two[0], one[0], rtol=1e-5, atol=1e-7)  # loss
-        np.testing.assert_allclose(two[1], one[1], rtol=0, atol=1e-6)  # AP
-        for a, b in zip(one[2:], two[2:], strict=True):  # every score and reciprocal rank
+        for a, b in zip(one[1:], two[1:], strict=True):  # every positive's and negative's score
             np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
     assert len(single["grads"]) == len(rank0["grads"]) == BATCHES - 1
     for one, two in zip(single["grads"], rank0["grads"], strict=True):

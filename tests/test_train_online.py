@@ -270,3 +270,23 @@ def test_rows_a_file_source_could_not_parse_count_as_dead_letters(tmp_path):
     result = OnlineTrainer(config()).fit(source, progress=False)
     assert result.events == 300 and len(source.dead_letters) == 2
     assert result.dead_letters == 3
+
+
+def test_run_online_ends_at_the_same_event_whether_or_not_it_was_interrupted(tmp_path):
+    """``max_events`` counts from the stream's start: rerunning the same call after an interruption (here a
+    run that stopped at its checkpoint after 300 events) ends where the uninterrupted call ends, in the same
+    state, instead of 300 events later."""
+    events = stream(600)
+
+    def job(folder, max_events):
+        cfg = config(checkpoint_dir=str(tmp_path / folder), checkpoint_every=2)
+        run_online(events.split(100), TemporalGraphStore(), cfg, max_events=max_events, progress=False)
+        return OnlineTrainer.resume(tmp_path / folder)
+
+    whole = job("whole", 500)
+    job("cut", 300)
+    rerun = job("cut", 500)
+    assert rerun.position == whole.position == 500
+    assert rerun.store.content_hash() == whole.store.content_hash()
+    for key, value in whole.model.state_dict().items():
+        assert torch.equal(rerun.model.state_dict()[key], value), key

@@ -9,6 +9,8 @@ import contextlib
 import time
 
 from ...errors import ConfigError, ConnectorError
+from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight, starting
+from .settings import settings_error
 
 
 def create_topic(
@@ -18,20 +20,28 @@ def create_topic(
     *,
     compacted: bool = False,
     timeout_s: float = 30.0,
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     **admin_config,
 ) -> None:
     """Create ``topic`` with ``partitions`` partitions (kafka-python admin settings pass through).
 
     An existing topic with the same partition count is fine; a different count raises ``ConfigError``,
     since keying by graph partition depends on it. ``compacted`` keeps only the latest value per key.
+    No broker answering within ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried;
+    the topic not appearing within ``timeout_s`` another.
     """
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
+    from kafka.errors import KafkaConfigurationError, TopicAlreadyExistsError
 
     if partitions < 1:
         raise ConfigError(f"a topic needs at least 1 partition, got {partitions}")
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **admin_config)
+    preflight("kafka-python", bootstrap_servers, admin_config, connect_timeout_s)
+    try:
+        with starting("kafka-python", bootstrap_servers, admin_config):
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, **admin_config)
+    except (KafkaConfigurationError, ValueError, TypeError, AssertionError):
+        raise settings_error("kafka-python admin", admin_config, KafkaAdminClient.DEFAULT_CONFIG) from None
     try:
         configs = {"cleanup.policy": "compact"} if compacted else {}
         with contextlib.suppress(TopicAlreadyExistsError):

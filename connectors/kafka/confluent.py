@@ -1,18 +1,35 @@
 """The confluent-kafka (librdkafka) client behind the ``Consumer`` interface (``backend="confluent"``).
 
 librdkafka insists on a group id, so a source without a group gets a private one it never commits to;
-under a cooperative assignor it leaves incremental assignment to the rebalance callbacks.
+under a cooperative assignor it leaves incremental assignment to the rebalance callbacks. The client
+never resets an offset on its own (``auto.offset.reset`` is ``error`` inside): a partition with no saved
+or committed offset starts where ``start`` says, and one whose offset the log no longer holds is an
+``OffsetOutOfRangeError``. A partition is read to its end when librdkafka says so (a partition-EOF event)
+and no message came after it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import operator
 import uuid
+from collections.abc import Sequence
+
+import numpy as np
 
 from ...errors import ConnectorError
-from .consumer import TP, Fetched, OnAssign, OnCommit, OnFailure, OnRevoke, content_type
+from .consumer import (
+    TP,
+    Fetched,
+    OnAssign,
+    OnCommit,
+    OnFailure,
+    OnRevoke,
+    content_type,
+    out_of_range,
+)
 from .producer import RDKAFKA_LOG
+from .reach import starting
 from .settings import settings_error
 
 log = logging.getLogger(__name__)
@@ -24,8 +41,10 @@ class ConfluentConsumer:
         bootstrap_servers: str,
         group_id: str | None,
         config: dict,
+        start: str,
         committed: OnCommit,
         failed: OnFailure,
+        connect_timeout_s: float = 10.0,
     ) -> None:
         from confluent_kafka import Consumer, KafkaException
 
@@ -35,7 +54,12 @@ class ConfluentConsumer:
             "logger": RDKAFKA_LOG,
             **config,
         }
-        conf["bootstrap.servers"] = bootstrap_servers
+        conf.update({"bootstrap.servers": bootstrap_servers, "auto.offset.reset": "error",
+                     "enable.partition.eof": True})  # fmt: skip
+        self.start, self.grouped = start, group_id is not None
+        self._bootstrap, self._settings, self._timeout_s = bootstrap_servers, config, connect_timeout_s
+        self._next: dict[TP, int] = {}  # the offset after the last message handed out (or the seek target)
+        self._at_end: set[TP] = set()  # partitions whose last word was a partition-EOF event
         # librdkafka leaves assigning to the rebalance callbacks, incrementally under a cooperative assignor
         self.cooperative = "cooperative" in str(conf.get("partition.assignment.strategy", ""))
         user_on_commit = conf.get("on_commit")
@@ -64,12 +88,11 @@ class ConfluentConsumer:
         self.failed = failed
 
     def partitions_for(self, topic: str) -> list[int]:
-        meta = self.c.list_topics(timeout=10).topics.get(topic)
+        with starting("confluent", self._bootstrap, self._settings):
+            meta = self.c.list_topics(timeout=self._timeout_s).topics.get(topic)
         return [] if meta is None or meta.error is not None else sorted(meta.partitions)
 
     def subscribe(self, topics: list[str], assigned: OnAssign, revoked: OnRevoke) -> None:
-        from confluent_kafka import OFFSET_INVALID, TopicPartition
-
         cooperative = self.cooperative
 
         def unassign(consumer, partitions) -> None:
@@ -80,8 +103,7 @@ class ConfluentConsumer:
 
         def on_assign(consumer, partitions) -> None:
             parts = [(tp.topic, tp.partition) for tp in partitions]
-            offsets = assigned(parts)
-            tps = [TopicPartition(t, p, offsets.get((t, p), OFFSET_INVALID)) for t, p in parts]
+            tps = self._starts(parts, assigned(parts))
             if cooperative:
                 consumer.incremental_assign(tps)
             else:
@@ -103,23 +125,51 @@ class ConfluentConsumer:
         self.c.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
 
     def assign(self, parts: list[TP], offsets: dict[TP, int]) -> None:
-        from confluent_kafka import OFFSET_INVALID, TopicPartition
+        self.c.assign(self._starts(parts, offsets))
 
-        self.c.assign([TopicPartition(t, p, offsets.get((t, p), OFFSET_INVALID)) for t, p in parts])
+    def _starts(self, parts: list[TP], offsets: dict[TP, int]) -> list:
+        """Where each partition starts: its saved offset, else the group's committed one, else ``start``."""
+        from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+        missing = [TopicPartition(t, p) for t, p in parts if (t, p) not in offsets]
+        found = {}
+        if missing and self.grouped:
+            found = {(tp.topic, tp.partition): tp.offset for tp in self.c.committed(missing, timeout=10)}
+        policy = OFFSET_BEGINNING if self.start == "earliest" else OFFSET_END
+        out = []
+        for tp in parts:
+            offset = offsets.get(tp, found.get(tp, -1))
+            self._at_end.discard(tp)
+            self._next.pop(tp, None)
+            if offset >= 0:
+                self._next[tp] = offset
+            out.append(TopicPartition(*tp, offset if offset >= 0 else policy))
+        return out
 
     def poll(self, timeout_s: float, max_messages: int) -> list[Fetched]:
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
 
         by_part: dict[TP, Fetched] = {}
         # take what is already fetched at once; block only when nothing is (consume() otherwise waits
         # for a full batch until the timeout)
         messages = self.c.consume(max_messages, 0) or self.c.consume(max_messages, timeout_s)
+        # (Message.error through map() leaves an exception set on EOF events in confluent-kafka 2.16)
+        if all(m.error() is None for m in messages):
+            return self._messages(messages)
+        eof: dict[TP, int] = {}  # partition -> how many of its messages came before its EOF event
         for m in messages:
             err = m.error()
             if err is not None:  # an event, not a message: the ones around it are still delivered
-                if err.fatal():
+                tp = (m.topic(), m.partition())
+                if err.code() == KafkaError._PARTITION_EOF:
+                    eof[tp] = len(by_part[tp].offsets) if tp in by_part else 0
+                    self._next.setdefault(tp, m.offset())
+                elif err.code() == KafkaError._AUTO_OFFSET_RESET:  # out of range: no reset allowed
+                    self._out_of_range(tp, self._next.get(tp, m.offset()))
+                elif err.fatal():
                     raise ConnectorError(f"Kafka consumer failed for good: {err.str()}")
-                self.failed(KafkaException(err), "fetch")
+                else:
+                    self.failed(KafkaException(err), "fetch")
                 continue
             key = (m.topic(), m.partition())
             f = by_part.get(key)
@@ -128,19 +178,65 @@ class ConfluentConsumer:
             f.offsets.append(m.offset())
             f.values.append(m.value())
             f.ctypes.append(content_type(m.headers()))
+        for key, f in by_part.items():
+            self._next[key] = f.offsets[-1] + 1
+            if eof.get(key) != len(f.offsets):  # a message after the last EOF: there was more
+                self._at_end.discard(key)
+        self._at_end.update(
+            tp for tp, before in eof.items() if before == len(by_part[tp].offsets if tp in by_part else ())
+        )
         return list(by_part.values())
 
-    def caught_up(self, parts: list[TP]) -> set[TP]:
-        """Partitions fetched up to the high watermark of their last fetch response."""
-        from confluent_kafka import KafkaException, TopicPartition
+    def _messages(self, messages: list) -> list[Fetched]:
+        """A poll of messages only (no events), grouped by partition: column by column, the usual case."""
+        from confluent_kafka import Message
 
-        out = set()
-        with contextlib.suppress(KafkaException):
-            for tp in self.c.position([TopicPartition(t, p) for t, p in parts]):
-                low, high = self.c.get_watermark_offsets(tp, cached=True)
-                if high >= 0 and (tp.offset >= high or (tp.offset < 0 and low == high)):
-                    out.add((tp.topic, tp.partition))
+        n = len(messages)
+        if not n:
+            return []
+        topics = list(map(Message.topic, messages))
+        parts = np.fromiter(map(Message.partition, messages), np.int64, n)
+        offsets, values = list(map(Message.offset, messages)), list(map(Message.value, messages))
+        ctypes = _ContentTypes(messages)
+        if topics.count(topics[0]) == n and (parts == parts[0]).all():
+            out = [Fetched(topics[0], int(parts[0]), offsets, values, ctypes)]
+        else:  # group by partition, keeping each one's offset order
+            keys = np.unique(np.array(topics, dtype=object), return_inverse=True)[1] * (1 << 32) + parts
+            order = np.argsort(keys, kind="stable")
+            out = []
+            for idx in np.split(order, np.flatnonzero(np.diff(keys[order])) + 1):
+                rows = idx.tolist()
+                pick = operator.itemgetter(*rows) if len(rows) > 1 else lambda col, i=rows[0]: (col[i],)
+                out.append(
+                    Fetched(topics[rows[0]], int(parts[rows[0]]), list(pick(offsets)), list(pick(values)),
+                            _ContentTypes(list(pick(messages))))
+                )  # fmt: skip
+        for f in out:  # messages, so more than the last EOF said
+            key = (f.topic, f.partition)
+            self._next[key] = f.offsets[-1] + 1
+            self._at_end.discard(key)
         return out
+
+    def caught_up(self, parts: list[TP]) -> set[TP]:
+        """Partitions whose last word was a partition-EOF event (no message after it)."""
+        from confluent_kafka import TopicPartition
+
+        for tp in parts:
+            position = self._next.get(tp)
+            if position is None:
+                continue
+            _, high = self.c.get_watermark_offsets(TopicPartition(*tp), cached=True)
+            if 0 <= high < position:  # the broker says the log ends before us
+                self._out_of_range(tp, position)
+        return self._at_end.intersection(parts)
+
+    def _out_of_range(self, tp: TP, position: int) -> None:
+        """Raise ``OffsetOutOfRangeError`` if the broker confirms that ``position`` is outside the log."""
+        from confluent_kafka import TopicPartition
+
+        low, high = self.c.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)
+        if not low <= position <= high:
+            raise out_of_range(tp, position, low, high)
 
     def set_paused(self, parts: list[TP], paused: bool) -> None:
         from confluent_kafka import TopicPartition
@@ -161,3 +257,22 @@ class ConfluentConsumer:
 
     def close(self) -> None:
         self.c.close()
+
+
+class _ContentTypes(Sequence):
+    """The messages' content types, read from their headers only when the decoder asks: confluent-kafka's
+    ``headers()`` costs more than decoding the message, and a poll of plain JSON events never needs it."""
+
+    def __init__(self, messages: list) -> None:
+        self._messages = messages
+        self._read: dict[int, str | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i not in self._read:
+            self._read[i] = content_type(self._messages[i].headers())
+        return self._read[i]

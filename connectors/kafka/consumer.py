@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ...errors import ConfigError
+from ...errors import ConfigError, OffsetOutOfRangeError
 from .producer import CONTENT_TYPE_HEADER
 
 TP = tuple[str, int]
@@ -39,6 +39,22 @@ def split_key(key: str) -> TP:
     return topic, int(part)
 
 
+START_POLICIES = ("earliest", "latest")  # where a partition with no saved or committed offset starts
+
+
+def out_of_range(tp: TP, position: int, low: int | None, end: int | None) -> OffsetOutOfRangeError:
+    """The error for a partition whose next offset lies outside its log ``[low, end)``."""
+    key = partition_key(*tp)
+    where = "after the end" if end is not None and position > end else "before the start"
+    span = f"[{'?' if low is None else low}, {'?' if end is None else end}]"
+    return OffsetOutOfRangeError(
+        f"partition {key}: the next offset to read, {position}, is {where} of its log {span}: the topic was "
+        "recreated or truncated (a broker that lost its data, or retention), and reading on would skip "
+        f"events. To read what the log holds now from its start, pass start_offsets={{{key!r}: 0}} or a "
+        "store without these offsets"
+    )
+
+
 @dataclass
 class Fetched:
     """One partition's messages from one poll, in offset order."""
@@ -52,10 +68,31 @@ class Fetched:
 
 def content_type(headers) -> str | None:
     """The ``content-type`` header of a message (any case), or None."""
-    for k, v in headers or ():
+    if not headers:
+        return None
+    k, v = headers[0]
+    if k == CONTENT_TYPE_HEADER and type(v) is bytes:  # how EventProducer sends it: a per-message fast path
+        known = _CTYPES.get(v)
+        if known is None:
+            known = v.decode("latin-1")
+            if len(_CTYPES) < 64:
+                _CTYPES[v] = known
+        return known
+    for k, v in headers:
         if k == CONTENT_TYPE_HEADER or k.lower() == CONTENT_TYPE_HEADER:
             return None if v is None else bytes(v).decode("latin-1")
     return None
+
+
+_CTYPES: dict[bytes, str] = {}  # decoded content types (a handful in practice)
+
+
+def content_types(headers: list) -> list[str | None]:
+    """``content_type`` of each message's headers; at C speed when all messages carry the same headers
+    (what one producer sends), the usual case."""
+    if headers and headers.count(headers[0]) == len(headers):
+        return [content_type(headers[0])] * len(headers)
+    return list(map(content_type, headers))
 
 
 class Consumer(Protocol):
@@ -75,7 +112,8 @@ class Consumer(Protocol):
         """What arrived within ``timeout_s`` (at once if something was already fetched)."""
 
     def caught_up(self, parts: list[TP]) -> set[TP]:
-        """The partitions read up to the end offset the broker last reported."""
+        """The partitions read up to the end offset the broker last reported; raises
+        ``OffsetOutOfRangeError`` for one whose position the broker confirms is beyond that end."""
 
     def set_paused(self, parts: list[TP], paused: bool) -> None:
         """Stop or restart fetching ``parts`` while polling goes on (group membership survives)."""

@@ -1,9 +1,17 @@
 """Kafka messages into EventBatch rows: JSON lines or binary batches, bad ones out as dead letters.
 
 A message's format comes from its ``content-type`` header; without one, a payload starting with the binary
-magic is binary and anything else JSON lines. Every event must fit the stream's schema (id type and
-feature width), fixed by the store the source feeds where it has events, else by the first events decoded,
-so that it does not depend on where a reader resumes.
+magic is binary and anything else JSON lines. One exception keeps JSON topics fast: a poll whose every
+message is exactly one valid JSON event object is read as JSON without looking at the headers (reading them
+costs confluent-kafka more than the whole decode), whatever they say.
+
+Every event must fit the stream's schema (id type and feature width), fixed by the store the source feeds
+where it has events, else by the first events decoded, so that it does not depend on where a reader
+resumes.
+
+A store whose schema the topic does not match is a configuration error (a checkpoint of another stream),
+not a stream of bad events: the first mismatch is logged at ERROR level naming both schemas, and if none of
+the first ``SCHEMA_VERDICT_EVENTS`` events that reach a verdict fits, decoding stops with ``ConfigError``.
 
 >>> decoder = StreamDecoder(DeadLetters(None))
 >>> f = Fetched("edges", 0, [0, 1], [b'{"src":1,"dst":2,"t":1.0,"eid":0}', b"oops"], [None, None])
@@ -14,14 +22,20 @@ so that it does not depend on where a reader resumes.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ...codec import CONTENT_JSON, MAGIC, decode, decode_json_lines
+from ...errors import ConfigError
 from ...events import DeadLetter, EventBatch
 from .consumer import Fetched, partition_key
 from .dead_letters import DeadLetters
+from .fastjson import fast_rows
 from .merge import Chunk, join_rows
 
+log = logging.getLogger(__name__)
+SCHEMA_VERDICT_EVENTS = 100
 _BOM = b"\xef\xbb\xbf"
 _UNFIXED = -1  # a feature width not known yet (None means: no features)
 
@@ -37,9 +51,16 @@ class StreamDecoder:
         width = None if store is None else store.edge_feature_dim
         width = store.node_feature_dim if width is None and store is not None else width
         self._width: int | None = _UNFIXED if width is None else width
+        self._from_store = self._string_ids is not None or self._width != _UNFIXED
+        self._fits = self._misfits = 0  # events that fit the stream's schema, and that did not
 
     def decode(self, f: Fetched) -> Chunk:
         """Decode one partition's messages; dead letters go out before the chunk becomes visible."""
+        self.messages += len(f.offsets)
+        if all(f.values):  # the usual JSON topic: every message one event, headers not even read
+            batch = fast_rows(f.values, f"{f.topic}:{f.partition}")
+            if batch is not None and self._mismatch(batch, count=False) is None:
+                return self._chunk(f, [(batch, np.array(f.offsets, np.int64))])
         pieces: list[tuple[EventBatch, np.ndarray]] = []
         run: list[int] = []
         for i, (value, ctype) in enumerate(zip(f.values, f.ctypes, strict=True)):
@@ -52,20 +73,27 @@ class StreamDecoder:
             pieces += self._decode_one(f, i)
         if run:
             pieces += self._decode_json_run(f, run)
-        self.messages += len(f.offsets)
+        return self._chunk(f, pieces)
+
+    @staticmethod
+    def _chunk(f: Fetched, pieces: list[tuple[EventBatch, np.ndarray]]) -> Chunk:
         # every piece passed _mismatch(), so they share id type and feature width and concatenate
         batch = join_rows([b for b, _ in pieces])
         origin = np.concatenate([o for _, o in pieces]) if pieces else np.zeros(0, np.int64)
         return Chunk(partition_key(f.topic, f.partition), batch, origin, f.offsets[-1] + 1)
 
     def _decode_json_run(self, f: Fetched, run: list[int]) -> list[tuple[EventBatch, np.ndarray]]:
-        """Fast path: consecutive JSON messages decoded as one payload; any trouble means one by one."""
+        """Consecutive JSON messages: one event per message through msgspec (``fast_rows``), else decoded
+        as one payload by the codec; any trouble means one by one, where each dead letter gets its reason."""
         values = [f.values[i] for i in run]
+        offsets = np.array([f.offsets[i] for i in run], np.int64)
+        batch = fast_rows(values, f"{f.topic}:{f.partition}")
+        if batch is not None and self._mismatch(batch, count=False) is None:
+            return [(batch, offsets)]
         joined = b"\n".join(values)
         if _BOM not in joined:  # a byte-order mark is only skipped at the start of a payload
             batch, letters = decode_json_lines(joined, f"{f.topic}:{f.partition}")
-            if not letters and self._mismatch(batch) is None:
-                offsets = np.array([f.offsets[i] for i in run], np.int64)
+            if not letters and self._mismatch(batch, count=False) is None:
                 if len(batch) == len(values) and joined.count(b"\n") == len(values) - 1:
                     return [(batch, offsets)]  # one event per message, the usual case
                 rows = [v.count(b"\n") + 1 - v.endswith(b"\n") for v in values]
@@ -89,18 +117,41 @@ class StreamDecoder:
             self.dead_letters.send(letter, f.topic, f.partition, offset, f.ctypes[i])
         return [(batch, np.full(len(batch), offset, np.int64))] if len(batch) else []
 
-    def _mismatch(self, batch: EventBatch) -> str | None:
-        """Why ``batch`` cannot join this stream, or None; what the store did not fix, the first events do."""
+    def _mismatch(self, batch: EventBatch, count: bool = True) -> str | None:
+        """Why ``batch`` cannot join this stream, or None; what the store did not fix, the first events do.
+        ``count=False``: a trial whose misfits are counted when its messages are decoded one by one."""
         if not len(batch):
             return None
+        reason = None
+        width = batch.feature_dim
         if self._string_ids is not None and batch.string_ids != self._string_ids:
             have, want = ("str", "int") if batch.string_ids else ("int", "str")
-            return f"node ids are {have} but this stream uses {want} ids; use one id type per stream"
-        width = batch.feature_dim
-        if self._width != _UNFIXED and width != self._width:
+            reason = f"node ids are {have} but this stream uses {want} ids; use one id type per stream"
+        elif self._width != _UNFIXED and width != self._width:
             have = "no features" if width is None else f"{width} features"
             want = "no features" if self._width is None else f"{self._width} features"
-            return f"events carry {have} but this stream carries {want}; use one feature width per stream"
-        self._string_ids = batch.string_ids
-        self._width = width
-        return None
+            reason = f"events carry {have} but this stream carries {want}; use one feature width per stream"
+        if reason is None:
+            self._string_ids = batch.string_ids
+            self._width = width
+            self._fits += len(batch)
+            return None
+        if self._from_store and count:
+            self._misfit(batch, reason)
+        return reason
+
+    def _misfit(self, batch: EventBatch, reason: str) -> None:
+        """Report a store whose schema the topic does not match: loudly once, and stop if nothing fits."""
+        self._misfits += len(batch)
+        if self._misfits == len(batch):
+            log.error(
+                "events of this topic do not fit the store this source feeds (%s): is the store, or its "
+                "checkpoint, from another stream? Such events go to the dead letters",
+                reason,
+            )
+        if not self._fits and self._misfits >= SCHEMA_VERDICT_EVENTS:
+            raise ConfigError(
+                f"none of the first {self._misfits} events of this topic fits the store this source feeds "
+                f"({reason}): the store, or the checkpoint it came from, belongs to another stream; use a "
+                "new store, or the checkpoint of this topic"
+            )

@@ -1,15 +1,20 @@
 """The kafka-python client behind the ``Consumer`` interface (``backend="kafka-python"``, the default).
 
 Rebalance hooks run on kafka-python's IO thread, so they must not block: revoked offsets are committed
-asynchronously and awaited there.
+asynchronously and awaited there. The client never resets an offset on its own (``auto_offset_reset`` is
+``"none"`` inside): a partition with no saved or committed offset starts where ``start`` says, and one whose
+offset the log no longer holds is an ``OffsetOutOfRangeError``, never a silent jump.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 
-from .consumer import TP, Fetched, OnAssign, OnCommit, OnFailure, OnRevoke, content_type
+from ...errors import ConnectorError
+from .consumer import TP, Fetched, OnAssign, OnCommit, OnFailure, OnRevoke, content_types, out_of_range
+from .reach import starting
 from .settings import settings_error
 
 log = logging.getLogger(__name__)
@@ -21,6 +26,7 @@ class KafkaPythonConsumer:
         bootstrap_servers: str,
         group_id: str | None,
         config: dict,
+        start: str,
         committed: OnCommit,
         failed: OnFailure,
     ) -> None:
@@ -28,10 +34,17 @@ class KafkaPythonConsumer:
         from kafka.errors import KafkaConfigurationError
 
         try:
-            self.c = KafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=group_id, **config)
+            with starting("kafka-python", bootstrap_servers, config):
+                self.c = KafkaConsumer(
+                    bootstrap_servers=bootstrap_servers, group_id=group_id, **config, auto_offset_reset="none"
+                )
         except (KafkaConfigurationError, ValueError, TypeError, AssertionError):
             raise settings_error("kafka-python consumer", config, KafkaConsumer.DEFAULT_CONFIG) from None
-        self.committed, self.failed = committed, failed
+        fetcher = getattr(self.c, "_fetcher", None)
+        if not all(hasattr(fetcher, a) for a in ("_next_partition_records", "_paused_partition_records")):
+            self.c.close(autocommit=False)
+            raise ConnectorError(_UNTESTED)
+        self.start, self.committed, self.failed = start, committed, failed
 
     def partitions_for(self, topic: str) -> list[int]:
         return sorted(self.c.partitions_for_topic(topic) or ())
@@ -71,29 +84,44 @@ class KafkaPythonConsumer:
             self.c.seek(TopicPartition(t, p), offset)
 
     def poll(self, timeout_s: float, max_messages: int) -> list[Fetched]:
+        from kafka.errors import LogTruncationError, NoOffsetForPartitionError, OffsetOutOfRangeError
+
         self._unstick_resumed()
         out = []
-        for tp, records in self.c.poll(timeout_ms=int(timeout_s * 1000), max_records=max_messages).items():
+        try:
+            fetched = self.c.poll(timeout_ms=int(timeout_s * 1000), max_records=max_messages)
+        except NoOffsetForPartitionError as exc:  # nothing saved or committed: start where ``start`` says
+            parts = list(exc.args[0]) if exc.args else []
+            (self.c.seek_to_beginning if self.start == "earliest" else self.c.seek_to_end)(*parts)
+            return []
+        except (OffsetOutOfRangeError, LogTruncationError) as exc:
+            offsets = exc.args[0] if exc.args and isinstance(exc.args[0], dict) else {}
+            tp, position = next(iter(offsets.items()), (None, -1))
+            if tp is None:
+                raise ConnectorError(f"kafka-python: {exc}; the topic was recreated or truncated") from None
+            low = self.c.beginning_offsets([tp], timeout_ms=10_000).get(tp)
+            end = self.c.end_offsets([tp], timeout_ms=10_000).get(tp)
+            offset = int(getattr(position, "offset", position))
+            raise out_of_range((tp.topic, tp.partition), offset, low, end) from None
+        for tp, records in fetched.items():
             if records:
-                out.append(
-                    Fetched(
-                        tp.topic, tp.partition, [r.offset for r in records], [r.value for r in records],
-                        [content_type(r.headers) for r in records],
-                    )
-                )  # fmt: skip
+                offsets, values = list(map(_OFFSET, records)), list(map(_VALUE, records))
+                ctypes = content_types(list(map(_HEADERS, records)))
+                out.append(Fetched(tp.topic, tp.partition, offsets, values, ctypes))
         return out
 
     def _unstick_resumed(self) -> None:
-        """Work around kafka-python 3.0.x (KAFKA-7548 port): records parked while their partition was paused
-        are restored only when the in-line record set is None, but a drained one is left in place, so a
-        resumed partition is never fetched again. Clear the drained set so the parked records come back."""
-        fetcher = getattr(self.c, "_fetcher", None)
-        current = getattr(fetcher, "_next_partition_records", None)
-        if current is not None and not current and getattr(fetcher, "_paused_partition_records", None):
+        """Work around kafka-python 3.0.12 (its KAFKA-7548 port): records parked while their partition was
+        paused are restored only when the in-line record set is None, but a drained one is left in place,
+        so a resumed partition is never fetched again. Clear the drained set so the parked records come
+        back. The attributes were checked at construction (see ``_UNTESTED``)."""
+        fetcher = self.c._fetcher
+        current = fetcher._next_partition_records
+        if current is not None and not current and fetcher._paused_partition_records:
             fetcher._next_partition_records = None
 
     def caught_up(self, parts: list[TP]) -> set[TP]:
-        """Partitions fetched up to the high watermark of their last fetch response."""
+        """Partitions whose position reached the high watermark of their last fetch response."""
         from kafka import TopicPartition
         from kafka.errors import IllegalStateError
 
@@ -101,10 +129,18 @@ class KafkaPythonConsumer:
         for t, p in parts:
             tp = TopicPartition(t, p)
             high = self.c.highwater(tp)
+            position = None
             with contextlib.suppress(IllegalStateError):
                 position = None if high is None else self.c.position(tp, timeout_ms=0)
-                if position is not None and position >= high:
-                    out.add((t, p))
+            if position is None:
+                continue
+            if position > high:  # the broker says the log ends before us: ask it once more to be sure
+                end = self.c.end_offsets([tp], timeout_ms=10_000).get(tp)
+                if end is not None and position > end:
+                    low = self.c.beginning_offsets([tp], timeout_ms=10_000).get(tp)
+                    raise out_of_range((t, p), position, low, end)
+            if position >= high:
+                out.add((t, p))
         return out
 
     def set_paused(self, parts: list[TP], paused: bool) -> None:
@@ -133,6 +169,16 @@ class KafkaPythonConsumer:
 
     def close(self) -> None:
         self.c.close(autocommit=False)
+
+
+_OFFSET, _VALUE, _HEADERS = (operator.attrgetter(name) for name in ("offset", "value", "headers"))
+
+
+_UNTESTED = (
+    "this kafka-python lacks the fetcher state KafkaSource's pause/resume workaround needs (tested with "
+    "kafka-python 3.0.12, whose resumed partitions are otherwise never fetched again): install "
+    "kafka-python==3.0.12, or use backend='confluent'"
+)
 
 
 def _kp_offsets(offsets: dict[TP, int]) -> dict:

@@ -80,7 +80,7 @@ class PartitionMerge:
     def __init__(
         self,
         max_batch_events: int = 200_000,
-        idle_partition_s: float = 1.0,
+        idle_partition_s: float = 0.0,
         positions: dict[str, int] | None = None,
     ) -> None:
         self.max_batch_events = max_batch_events
@@ -91,7 +91,7 @@ class PartitionMerge:
         self.owned: set[str] = set()
         self.seen_t: dict[str, float] = {}  # per partition: the latest event time decoded so far
         self.last_data: dict[str, float] = {}  # per partition: when data last arrived (or it was assigned)
-        self.caught_up: set[str] = set()  # partitions read up to their high watermark
+        self.caught_up: set[str] = set()  # partitions the broker reports read to their end offset
         self.paused: set[str] = set()  # partitions whose fetching backpressure stopped
         self._handed: dict[str, tuple[int, int]] = {}  # per partition: (offset, rows) of a message half out
 
@@ -140,24 +140,30 @@ class PartitionMerge:
     def frontier(self, now: float) -> float:
         """Rows earlier than this time are complete: no partition can still deliver an earlier one.
 
-        A partition read up to its high watermark, or idle for ``idle_partition_s`` (and not paused), does
-        not hold the frontier back; any other holds it at the latest time it has delivered, since its
-        later rows cannot be earlier (each partition is in time order)."""
+        Each partition holds the frontier at the latest time it has delivered (its later rows cannot be
+        earlier), until the broker reports it read to its end offset and ``idle_partition_s`` passed
+        without new data from it: only then can nothing more come from it, as far as anyone knows. A slow
+        fetch never frees a partition that still has data; a live partition that went quiet holds the
+        others back for ``idle_partition_s`` at most."""
         frontier = np.inf
         for key in self.owned:
-            if key in self.caught_up:
-                continue
-            if key not in self.paused and now - self.last_data.get(key, now) > self.idle_partition_s:
+            if key in self.caught_up and now - self.last_data.get(key, now) >= self.idle_partition_s:
                 continue
             frontier = min(frontier, self.seen_t.get(key, -np.inf))
         return frontier
 
-    def release(self, now: float) -> list[Piece] | None:
+    def at_end(self) -> bool:
+        """Every owned partition is read to its end offset and every row is handed out."""
+        return bool(self.owned) and self.owned <= self.caught_up and not self.buffered
+
+    def release(self, now: float, limit: int | None = None) -> list[Piece] | None:
         """Take the rows before the frontier: ``(key, rows, offsets)`` per partition in key order, ``[]``
         if only dead-letter chunks moved positions on, None if nothing is ready.
 
-        With more than ``max_batch_events`` ready, the earliest by (time, partition, offset) go first,
-        so the sequence of batches is the same time-ordered stream whatever the fetches looked like."""
+        With more than ``limit`` (at most ``max_batch_events``) ready, the earliest by (time, partition,
+        offset) go first, so the sequence of batches is the same time-ordered stream whatever the fetches
+        looked like."""
+        limit = self.max_batch_events if limit is None else max(1, min(limit, self.max_batch_events))
         if not self.buffered:
             return None
         frontier = self.frontier(now)
@@ -173,8 +179,8 @@ class PartitionMerge:
                 ready[key] = n
         if not ready:
             return None
-        if sum(ready.values()) > self.max_batch_events:
-            ready = self._earliest(ready)
+        if sum(ready.values()) > limit:
+            ready = self._earliest(ready, limit)
         pieces = []
         for key in sorted(ready):
             rows, offsets = self._pop_rows(key, ready[key])
@@ -198,9 +204,9 @@ class PartitionMerge:
             return set()
         return self.paused & holding
 
-    def _earliest(self, ready: dict[str, int]) -> dict[str, int]:
-        """How many of each partition's ready rows are among the first ``max_batch_events`` of all of them,
-        by (time, partition, offset)."""
+    def _earliest(self, ready: dict[str, int], limit: int) -> dict[str, int]:
+        """How many of each partition's ready rows are among the first ``limit`` of all of them, by (time,
+        partition, offset)."""
         keys = sorted(ready)
         times = []
         for key in keys:
@@ -212,7 +218,7 @@ class PartitionMerge:
                 need -= len(parts[-1])
             times.append(np.concatenate(parts) if parts else np.zeros(0))
         owner = np.repeat(np.arange(len(keys)), [len(t) for t in times])
-        first = owner[np.argsort(np.concatenate(times), kind="stable")[: self.max_batch_events]]
+        first = owner[np.argsort(np.concatenate(times), kind="stable")[:limit]]
         counts = np.bincount(first, minlength=len(keys))
         return {key: int(c) for key, c in zip(keys, counts, strict=True) if c}
 

@@ -29,8 +29,9 @@ from ...errors import ConfigError, ConnectorError
 from ...events import EventBatch
 from ...partition import hash_partition
 from .admin import create_topic
+from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight, starting
 from .retry import Backoff, is_fatal, too_large
-from .settings import admin_settings, check_backend, settings_error
+from .settings import admin_settings, check_backend, check_security, settings_error
 
 log = logging.getLogger(__name__)
 RDKAFKA_LOG = logging.getLogger(
@@ -48,18 +49,29 @@ class Producer:
     never messages; one no resend can fix (a refused record, no authorization, a message over the size
     limit) raises ``ConnectorError`` at once. With ``shrink_oversize`` (dead-letter topics), a message too
     large for its topic goes out cut short, with a ``payload-truncated`` header giving its original size.
-    ``config`` holds the client's own settings, in its own spelling.
+    ``config`` holds the client's own settings, in its own spelling; a mistyped security setting is a
+    ``ConfigError``, and no broker answering within ``connect_timeout_s`` a ``ConnectorError`` naming the
+    addresses tried.
 
     >>> with Producer("kafka-python", "localhost:9092", {"linger_ms": 5}) as p:  # doctest: +SKIP
     ...     p.send("edges", b'{"src":1,"dst":2,"t":0.0,"eid":0}', key=b"0")
     """
 
     def __init__(
-        self, backend: str, bootstrap_servers: str, config: Mapping, *, shrink_oversize: bool = False
+        self,
+        backend: str,
+        bootstrap_servers: str,
+        config: Mapping,
+        *,
+        shrink_oversize: bool = False,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     ) -> None:
         check_backend(backend)
+        config = dict(config)
+        preflight(backend, bootstrap_servers, config, connect_timeout_s)
         self.backend = backend
-        self._bootstrap, self._config = bootstrap_servers, dict(config)
+        self._bootstrap, self._config = bootstrap_servers, config
+        self._connect_timeout_s = connect_timeout_s
         self._shrink_oversize = shrink_oversize
         self._failed: collections.deque = collections.deque()
         self._backoff = Backoff("Kafka produce")
@@ -68,7 +80,8 @@ class Producer:
             from kafka.errors import KafkaConfigurationError
 
             try:
-                self._p = KafkaProducer(bootstrap_servers=bootstrap_servers, **config)
+                with starting(backend, bootstrap_servers, config):
+                    self._p = KafkaProducer(bootstrap_servers=bootstrap_servers, **config)
             except (KafkaConfigurationError, ValueError, TypeError, AssertionError):
                 raise settings_error("kafka-python producer", config, KafkaProducer.DEFAULT_CONFIG) from None
         else:
@@ -84,12 +97,16 @@ class Producer:
         one topic by name lets brokers that auto-create topics (Tansu does) create it, and kafka-python's
         producer would block for ``max_block_ms`` waiting for it."""
         if self.backend == "confluent":
-            meta = self._p.list_topics(timeout=10).topics.get(topic)
+            with starting(self.backend, self._bootstrap, self._config):
+                meta = self._p.list_topics(timeout=self._connect_timeout_s).topics.get(topic)
             return [] if meta is None or meta.error is not None else sorted(meta.partitions)
         from kafka import KafkaConsumer
 
         settings = {k: v for k, v in self._config.items() if k in KafkaConsumer.DEFAULT_CONFIG}
-        probe = KafkaConsumer(bootstrap_servers=self._bootstrap, **{**settings, "enable_auto_commit": False})
+        with starting(self.backend, self._bootstrap, self._config):
+            probe = KafkaConsumer(
+                bootstrap_servers=self._bootstrap, **{**settings, "enable_auto_commit": False}
+            )
         try:
             return sorted(probe.partitions_for_topic(topic) or ())
         finally:
@@ -227,7 +244,8 @@ class EventProducer:
     Each event goes to topic partition ``hash_partition(src, P)`` (the map the store and the consumers
     use; P is the topic's partition count), keyed by that number. ``fmt="json"`` sends one event per
     message; ``"binary"`` one message per topic partition per ``batch_size`` events. Producer settings
-    pass through unchanged (kafka-python or confluent spelling, per ``backend``).
+    pass through unchanged (kafka-python or confluent spelling, per ``backend``); ``connect_timeout_s``
+    bounds the wait for a broker (see ``Producer``).
     """
 
     def __init__(
@@ -238,6 +256,7 @@ class EventProducer:
         fmt: str = "json",
         batch_size: int = 1000,
         backend: str = "kafka-python",
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         **producer_config,
     ) -> None:
         if fmt not in FORMATS:
@@ -245,7 +264,7 @@ class EventProducer:
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.topic, self.fmt, self.batch_size = topic, fmt, batch_size
-        self._p = Producer(backend, bootstrap_servers, producer_config)
+        self._p = Producer(backend, bootstrap_servers, producer_config, connect_timeout_s=connect_timeout_s)
         try:
             self.num_partitions = len(self._p.partitions_for(topic))
             if not self.num_partitions:
@@ -333,18 +352,23 @@ def produce_dataset(
     fmt: str = "json",
     batch_size: int = 1000,
     backend: str = "kafka-python",
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     **producer_config,
 ) -> ProduceReport:
     """Create ``topic`` with ``partitions`` partitions and write a dataset (or event file) into it, in time
-    order, keyed by graph partition; ``rate`` caps events per second (None: as fast as possible)."""
+    order, keyed by graph partition; ``rate`` caps events per second (None: as fast as possible). No broker
+    answering within ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried."""
     if rate is not None and rate <= 0:
         raise ConfigError(f"rate must be > 0 events/s (or None for unthrottled), got {rate}")
+    check_security(backend, producer_config)  # before it is translated for the admin client
     events = _load_events(name_or_path).sorted_by_time()
-    create_topic(bootstrap, topic, partitions, **admin_settings(backend, producer_config))
+    admin = admin_settings(backend, producer_config)
+    create_topic(bootstrap, topic, partitions, connect_timeout_s=connect_timeout_s, **admin)
     start = time.perf_counter()
     with EventProducer(
-        bootstrap, topic, fmt=fmt, batch_size=batch_size, backend=backend, **producer_config
-    ) as out:
+        bootstrap, topic, fmt=fmt, batch_size=batch_size, backend=backend,
+        connect_timeout_s=connect_timeout_s, **producer_config,
+    ) as out:  # fmt: skip
         window = batch_size * partitions  # about batch_size events per partition per window
         done = 0
         for piece in events.split(window):

@@ -16,17 +16,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import ConfigError, ConnectorError
+from ...errors import ConfigError, ConnectorError, StreamGNNError
 from ...events import DeadLetter, EventBatch
-from .consumer import TP, partition_key, split_key
+from .consumer import START_POLICIES, TP, partition_key, split_key
 from .dead_letters import DeadLetters
 from .decoding import StreamDecoder
 from .merge import PartitionMerge, join_rows
 from .producer import Producer
+from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight
 from .retry import Backoff, is_fatal
 from .settings import check_backend, producer_settings
 
 log = logging.getLogger(__name__)
+_FIRST_BATCH = 1000  # events in the first batch with linger_s, before the caller's pace is known
 
 
 @dataclass
@@ -57,18 +59,31 @@ class KafkaSource:
     Modes: ``topics`` + ``group_id`` joins a consumer group that spreads partitions over its members;
     ``partitions=["edges:0", ...]`` reads exactly those; ``topics`` without a group reads every partition.
     Messages are JSON lines or binary batches (``content-type`` header; JSON when absent, binary when the
-    payload starts with the binary magic). A message that cannot be decoded, or an event that fails
+    payload starts with the binary magic; a poll of messages that are each one valid JSON event is read as
+    JSON without reading headers, see ``decoding``). A message that cannot be decoded, or an event that fails
     validation or does not fit the stream (id type, feature width: fixed by ``store`` where it has events,
     else by the first events decoded), goes to ``dead_letter_topic`` with headers ``reason``,
     ``source-topic``, ``source-partition``, ``source-offset``; the stream goes on. A dead letter too large
     for that topic goes out cut short, with a ``payload-truncated`` header giving its original size.
 
     Partitions are merged into one stream ordered by (time, partition, offset): a row is handed out once
-    no partition can still deliver an earlier one (each partition is in time order; one read up to its
-    high watermark, or silent for ``idle_partition_s``, holds nothing back). The order is then the same
-    whatever the fetches looked like, so replaying a topic, with or without a restart in between, builds
-    the same store. A restart resumes at the first message not wholly handed out; rows of it that were
-    handed out come again and the store skips their event ids.
+    no partition can still deliver an earlier one. Each partition is in time order, so a partition holds
+    the others back at the latest time it delivered until the broker reports it read to its end offset
+    (a slow fetch or a loaded host never frees it) and ``idle_partition_s`` passed without new data from
+    it. Replaying a topic whose writers have finished is therefore exact with any ``idle_partition_s``:
+    the same order whatever the fetches looked like, with or without a restart in between, so the same
+    store. On a live stream ``idle_partition_s`` is the bounded wait for a partition that went quiet: the
+    default 0 hands rows out as soon as every partition is read to its end (lowest latency, like Kafka
+    Streams' ``max.task.idle.ms=0``); a value near the skew between your producers keeps a live stream in
+    order too, adding up to that much latency after each quiet partition's last event. A restart resumes
+    at the first message not wholly handed out; rows of it that were handed out come again and the store
+    skips their event ids.
+
+    ``linger_s`` bounds the latency a batch adds, as ``linger.ms`` does for a producer: a batch holds
+    about what the caller processed in ``linger_s`` last time (never more than ``max_batch_events``), so
+    the last event of a batch waits about ``linger_s`` for the caller to get through the ones before it.
+    Smaller values mean smaller batches: lower latency, more per-batch overhead. None: always up to
+    ``max_batch_events``.
 
     A background thread polls and decodes into a buffer of about ``max_buffered_events`` events (plus a
     poll of up to ``max_poll_messages`` messages per partition); when the caller lags, partitions are
@@ -76,8 +91,17 @@ class KafkaSource:
     processing. Fetching resumes once half the buffer is drained.
 
     ``start_offsets`` (or ``store=``, whose ``source_offsets`` came from a checkpoint) names where to
-    resume each partition; the rest start from the group's committed offset or ``auto_offset_reset``
-    (``earliest`` unless given). Other keyword arguments go to the client unchanged.
+    resume each partition; the rest start from the group's committed offset, else where
+    ``auto_offset_reset`` (``auto.offset.reset`` for confluent) says: ``"earliest"`` (default) or
+    ``"latest"``. No offset is ever reset silently: one outside the partition's log (a topic recreated or
+    truncated since the checkpoint, a broker that lost its data) raises ``OffsetOutOfRangeError`` naming
+    the partition, the offset and the log's range. Other keyword arguments go to the client unchanged,
+    except that a mistyped security setting is a ``ConfigError`` and no broker answering within
+    ``connect_timeout_s`` a ``ConnectorError`` naming the addresses tried.
+
+    >>> with KafkaSource("edges", bootstrap_servers="broker:9092", store=store) as source:  # doctest: +SKIP
+    ...     for batch in source.stream(idle_timeout_s=0):  # what the topic holds now, then stop
+    ...         store.ingest(batch)
     """
 
     def __init__(
@@ -94,9 +118,11 @@ class KafkaSource:
         max_buffered_events: int = 500_000,
         max_batch_events: int = 200_000,
         commit_interval_s: float = 1.0,
-        idle_partition_s: float = 1.0,
+        idle_partition_s: float = 0.0,
+        linger_s: float | None = 1.0,
         max_poll_messages: int = 2000,
         poll_timeout_s: float = 0.1,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         producer_config: Mapping | None = None,
         **consumer_config,
     ) -> None:
@@ -106,6 +132,14 @@ class KafkaSource:
             raise ConfigError("name what to read: topics=['edges'] or partitions=['edges:0', 'edges:1']")
         if min(max_buffered_events, max_batch_events, max_poll_messages) < 1:
             raise ConfigError("max_buffered_events, max_batch_events and max_poll_messages must be >= 1")
+        if not idle_partition_s >= 0 or (linger_s is not None and not linger_s > 0):
+            raise ConfigError(
+                f"idle_partition_s must be >= 0 and linger_s > 0 or None; got {idle_partition_s}, {linger_s}"
+            )
+        self.linger_s = linger_s
+        self._cap = max_batch_events if linger_s is None else min(max_batch_events, _FIRST_BATCH)
+        self._handed_at: float | None = None  # when the last batch went to the caller, and its size
+        self._handed_n = 0
         self.backend = backend
         self.group_id = group_id
         self.dead_letter_topic = dead_letter_topic
@@ -130,6 +164,14 @@ class KafkaSource:
         self._ready = threading.Condition(self._lock)
 
         config = dict(consumer_config)
+        reset_key = "auto_offset_reset" if backend == "kafka-python" else "auto.offset.reset"
+        start = config.pop(reset_key, "earliest")
+        if start not in START_POLICIES:
+            raise ConfigError(
+                f"{reset_key}={start!r}: use one of {START_POLICIES} (where a partition with no saved or "
+                "committed offset starts; an offset outside the log is always an error, never a reset)"
+            )
+        preflight(backend, bootstrap_servers, config, connect_timeout_s)
         if backend == "kafka-python":
             from .kafka_python import KafkaPythonConsumer
 
@@ -138,9 +180,8 @@ class KafkaSource:
                     "enable_auto_commit must stay False: KafkaSource commits what it has delivered"
                 )
             config["enable_auto_commit"] = False
-            config.setdefault("auto_offset_reset", "earliest")
             self._consumer = KafkaPythonConsumer(
-                bootstrap_servers, group_id, config, self._acknowledged, self._failed
+                bootstrap_servers, group_id, config, start, self._acknowledged, self._failed
             )
         else:
             from .confluent import ConfluentConsumer
@@ -150,9 +191,14 @@ class KafkaSource:
                     "enable.auto.commit must stay false: KafkaSource commits what it has delivered"
                 )
             config["enable.auto.commit"] = False
-            config.setdefault("auto.offset.reset", "earliest")
             self._consumer = ConfluentConsumer(
-                bootstrap_servers, group_id, config, self._acknowledged, self._failed
+                bootstrap_servers,
+                group_id,
+                config,
+                start,
+                self._acknowledged,
+                self._failed,
+                connect_timeout_s,
             )
         dlq: Producer | None = None
         if dead_letter_topic:
@@ -160,7 +206,13 @@ class KafkaSource:
                 producer_settings(backend, consumer_config) if producer_config is None else producer_config
             )
             try:
-                dlq = Producer(backend, bootstrap_servers, settings, shrink_oversize=True)
+                dlq = Producer(
+                    backend,
+                    bootstrap_servers,
+                    settings,
+                    shrink_oversize=True,
+                    connect_timeout_s=connect_timeout_s,
+                )
             except BaseException:
                 self._consumer.close()  # its client threads and sockets would outlive this failed source
                 raise
@@ -250,29 +302,47 @@ class KafkaSource:
         return self.stream()
 
     def stream(self, idle_timeout_s: float | None = None) -> Iterator[EventBatch]:
-        """Batches as they arrive; ends after ``idle_timeout_s`` without new data (never, if None). The idle
-        clock only ends the stream while partitions are assigned: a group join can take seconds."""
+        """Batches as they arrive. With ``idle_timeout_s``, the stream ends once every assigned partition
+        has been read to the end offset the broker reports, everything is handed out, and no new data came
+        for ``idle_timeout_s`` after that (0: end right there, a replay of what the topic holds now). A
+        group join, a slow fetch or a slow host never counts as idle; nothing assigned never ends it."""
         self.start()
+        quiet_since = None
         while True:
-            batch = self.poll(idle_timeout_s if idle_timeout_s is not None else 1.0)
+            batch = self.poll(1.0 if idle_timeout_s is None else min(idle_timeout_s, 0.1) or 0.01)
             if batch is not None:
+                quiet_since = None
                 yield batch
-            elif idle_timeout_s is not None and self.assignment():
+                continue
+            if idle_timeout_s is None:
+                continue
+            with self._lock:
+                at_end = self._merge.at_end()
+            now = time.monotonic()
+            quiet_since = (quiet_since or now) if at_end else None
+            if at_end and now - quiet_since >= idle_timeout_s:
                 return
 
     def poll(self, timeout_s: float = 1.0) -> EventBatch | None:
-        """The next batch (up to ``max_batch_events`` events), or None if nothing came within ``timeout_s``.
+        """The next batch, or None if nothing came within ``timeout_s``.
 
-        Positions advance as the batch is handed out: ingest it before the next ``positions()``.
+        A batch holds up to ``max_batch_events`` events, and with ``linger_s`` about what this caller
+        processes in ``linger_s`` (measured between polls), so that no event waits in a batch much longer
+        than that before the caller reaches it. Positions advance as the batch is handed out: ingest it
+        before the next ``positions()``.
         """
         self.start()
-        deadline = time.monotonic() + timeout_s
+        began = time.monotonic()
+        self._measure_caller(began)
+        deadline = began + timeout_s
         while True:
             with self._ready:
                 while True:
                     if self._error is not None:
+                        if isinstance(self._error, StreamGNNError):
+                            raise self._error
                         raise ConnectorError(f"the Kafka source stopped: {self._error}") from self._error
-                    pieces = self._merge.release(time.monotonic())
+                    pieces = self._merge.release(time.monotonic(), self._cap)
                     if pieces is not None:
                         break
                     left = deadline - time.monotonic()
@@ -294,7 +364,18 @@ class KafkaSource:
                 batch, part, offsets = batch.take(order), part[order], offsets[order]
             self._last_origin = _Origin(keys, part, offsets)
             self._stats.events += len(batch)
+            self._handed_at, self._handed_n = time.monotonic(), len(batch)
             return batch
+
+    def _measure_caller(self, now: float) -> None:
+        """Size the next batch to what the caller processed per second since the last one (``linger_s``)."""
+        if self.linger_s is None or self._handed_at is None:
+            return
+        busy = max(now - self._handed_at, 1e-4)
+        self._handed_at = None
+        want = self._handed_n / busy * self.linger_s
+        # grow at most 4x per batch (a fast batch says little about a big one), shrink at once
+        self._cap = int(max(1, min(self.max_batch_events, want, 4 * self._cap)))
 
     def positions(self) -> dict[str, int]:
         """``{"topic:partition": next offset}`` for everything handed out: save it with the store.

@@ -42,7 +42,8 @@ ENV_PREFIX = "STREAMGNN_"
 class KafkaConfig:
     """The topics a deployment shares: raw events (``partitions`` of them, keyed by graph partition), the
     compacted embeddings topic the trainer publishes and the service reads, and an optional dead-letter
-    topic. ``format``: how producers encode events ("binary" or "json")."""
+    topic. ``format``: how producers encode events ("binary" or "json"). ``connect_timeout_s``: how long a
+    job waits for a first broker answer before it gives up with one line naming the address."""
 
     bootstrap: str = "localhost:9092"
     events_topic: str = "events"
@@ -51,6 +52,7 @@ class KafkaConfig:
     embeddings_partitions: int = 1
     dead_letter_topic: str | None = None
     format: str = "binary"
+    connect_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("partitions", "embeddings_partitions"):
@@ -58,6 +60,15 @@ class KafkaConfig:
                 raise ConfigError(f"kafka.{name} must be >= 1, got {getattr(self, name)}")
         if self.format not in ("binary", "json"):
             raise ConfigError(f"kafka.format must be 'binary' or 'json', got {self.format!r}")
+        if not self.connect_timeout_s > 0:
+            raise ConfigError(f"kafka.connect_timeout_s must be > 0, got {self.connect_timeout_s}")
+
+    def check_reachable(self) -> None:
+        """Fail at once, in one line naming the address, when no broker answers within
+        ``connect_timeout_s`` (instead of a client retrying in the background)."""
+        from ..connectors.kafka.reach import check_reachable
+
+        check_reachable(self.bootstrap, self.connect_timeout_s, tls=False)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("store", "sampler", "ingest", "train", "serve", "quality")
+BENCHMARKS = ("store", "sampler", "ingest", "train", "serve", "partition", "snapshots", "quality")
 
 EXAMPLE = """examples:
   streamgnn bench store --quick          # each benchmark takes --quick (under a minute) and --json

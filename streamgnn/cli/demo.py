@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import positive_int
+from ._args import output_dir, positive_int
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
@@ -24,7 +24,12 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     d.add_argument("--events", type=positive_int, default=None, help="replay and train on this many events")
-    d.add_argument("--out", default="out/demo", help="report folder: metrics.png, summary.json (out/demo)")
+    d.add_argument(
+        "--out",
+        type=output_dir,
+        default="out/demo",
+        help="report folder: metrics.png, summary.json (out/demo)",
+    )
     d.add_argument("--dataset", default="jodie_wikipedia", help="a bundled dataset (jodie_wikipedia)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.set_defaults(func=_run)

@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from ._args import positive_int
+from ._args import positive_int, seconds
 from ._config import add_config_option, config_from_args
 from .train import add_source_options, event_source
 
@@ -35,9 +35,8 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     kafka = None
     if args.kafka:
         from ..connectors.kafka import KafkaSource
-        from ..serve.reader import check_reachable
 
-        check_reachable(cfg.kafka.bootstrap)
+        cfg.kafka.check_reachable()
         kafka = KafkaSource(
             cfg.kafka.events_topic, bootstrap_servers=cfg.kafka.bootstrap, store=store,
             dead_letter_topic=cfg.kafka.dead_letter_topic,
@@ -97,6 +96,8 @@ def register(sub) -> None:
         "--idle-timeout", type=float, default=None, metavar="S",
         help="with --kafka: stop after S seconds without data (default: follow until stopped), e.g. 10",
     )  # fmt: skip
-    p.add_argument("--save-every", type=float, default=30.0, metavar="S", help="seconds between saves (30)")
-    p.add_argument("--log-every", type=float, default=10.0, metavar="S", help="seconds per status line (10)")
+    p.add_argument("--save-every", type=seconds, default=30.0, metavar="S", help="seconds between saves (30)")
+    p.add_argument(
+        "--log-every", type=seconds, default=10.0, metavar="S", help="seconds per status line (10)"
+    )
     p.set_defaults(func=_run)

@@ -17,14 +17,13 @@ EXAMPLE = """example:
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     import dataclasses
 
-    from ..serve.reader import check_reachable
     from ..serve.service import EmbeddingService
 
     cfg = config_from_args(args)
     serve = cfg.serve
     if serve.checkpoint_dir is None and cfg.train.checkpoint_dir:  # the trainer's, from the same file
         serve = dataclasses.replace(serve, checkpoint_dir=cfg.train.checkpoint_dir)
-    check_reachable(cfg.kafka.bootstrap)
+    cfg.kafka.check_reachable()
     EmbeddingService(serve, cfg.kafka.bootstrap, cfg.kafka.embeddings_topic).run()
     return 0
 

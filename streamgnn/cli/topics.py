@@ -14,10 +14,9 @@ EXAMPLE = """example:
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..connectors.kafka import create_topic
-    from ..serve.reader import check_reachable
 
     k = config_from_args(args).kafka
-    check_reachable(k.bootstrap)
+    k.check_reachable()
     topics = [(k.events_topic, k.partitions, False), (k.embeddings_topic, k.embeddings_partitions, True)]
     if k.dead_letter_topic:
         topics.append((k.dead_letter_topic, 1, False))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._args import positive_int
+from ._args import device, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args, override
 
 EXAMPLE = """examples:
@@ -68,9 +68,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     total = None
     kafka = dict(bootstrap=cfg.kafka.bootstrap) if args.kafka or args.publish else {}
     if args.kafka:
-        from ..serve.reader import check_reachable
-
-        check_reachable(cfg.kafka.bootstrap)
+        cfg.kafka.check_reachable()
         kafka.update(topic=cfg.kafka.events_topic, dead_letter_topic=cfg.kafka.dead_letter_topic)
     else:
         kafka["source"], total = event_source(args, train.batch_size)
@@ -104,10 +102,14 @@ def register(sub) -> None:
     )
     add_config_option(p)
     add_source_options(p)
-    p.add_argument("--events", type=positive_int, help="stop after this many events, e.g. 20000")
     p.add_argument(
-        "--idle-timeout", type=float, metavar="S", help="with --kafka: stop after S seconds without data "
-        "(default: follow the topic until stopped), e.g. 30",
+        "--events",
+        type=positive_int,
+        help="stop once this many events are learned (a resumed run's included)",
+    )
+    p.add_argument(
+        "--idle-timeout", type=positive_float, metavar="S",
+        help="with --kafka: stop after S seconds without data (default: follow the topic), e.g. 30",
     )  # fmt: skip
     p.add_argument("--publish", action="store_true", help="publish embeddings to kafka.embeddings_topic")
     p.add_argument("--out", metavar="DIR", help="write metrics.png and summary.json here, e.g. out/train")
@@ -117,9 +119,11 @@ def register(sub) -> None:
     )
     override(p, "--batch-size", key="train.batch_size", type=int, help="events per global batch (200)")
     override(p, "--lr", key="train.lr", type=float, help="Adam learning rate (1e-4)")
-    override(p, "--device", key="train.device", help="cpu or cuda (cpu)")
+    override(p, "--device", key="train.device", type=device, help="cpu or cuda (cpu)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (1)")
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")
-    p.add_argument("--log-every", type=float, default=10.0, metavar="S", help="seconds per status line (10)")
+    p.add_argument(
+        "--log-every", type=seconds, default=10.0, metavar="S", help="seconds per status line (10)"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)

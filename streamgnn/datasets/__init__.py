@@ -3,6 +3,9 @@
 Every loader returns one time-ordered ``EventBatch`` of edge additions: rows are stably sorted by time and
 ``eid`` is ``0..n-1`` in that order. Node ids are the file's own ids. Times are in each file's unit
 (``DatasetInfo.time_unit``). Parsed files are cached, so loading a dataset twice costs one parse.
+
+PyTorch Geometric Temporal's five JSON datasets are signals, not event streams: ``load_signal(name)`` (see
+``pgt``) returns what PGT's own loaders return, read from the package.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..events import EventBatch
 from ._formats import RawEdges, as_ids, drop_comments, drop_header, read_gzip_text, read_zip_texts, table
+from .pgt import load_signal
 
 __all__ = [
     "DatasetInfo",
@@ -27,6 +31,7 @@ __all__ = [
     "load_communities",
     "load_labels",
     "load_node_labels",
+    "load_signal",
     "names",
 ]
 

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from .gather import gather_rows
 from .inputs import NeighborHop
 from .time import TimeEncoder
 
@@ -79,15 +80,15 @@ class TemporalAttentionLayer(nn.Module):
         w_kv = torch.cat([w_k, w_v])
         node_kv = F.linear(nbr_states, w_kv[:, : self.node_dim])
         if nbr_index is not None:
-            node_kv = node_kv[nbr_index]
+            node_kv = gather_rows(node_kv, nbr_index)
         rest = [self.time_enc(dt)] if edge_feat is None else [edge_feat, self.time_enc(dt)]
         kv = node_kv + F.linear(torch.cat(rest, dim=-1), w_kv[:, self.node_dim :], b_kv)
         k, v = kv.view(-1, 2, heads, head_dim).unbind(1)
-        score = (q[row] * k).sum(-1)  # [E, heads]
+        score = (gather_rows(q, row) * k).sum(-1)  # [E, heads]
         at = row.unsqueeze(1).expand(-1, heads)
         top = score.new_full((n, heads), -math.inf).scatter_reduce(0, at, score.detach(), "amax")
         weight = torch.exp(score - top[row])
-        weight = weight / weight.new_zeros(n, heads).index_add(0, row, weight)[row]
+        weight = weight / gather_rows(weight.new_zeros(n, heads).index_add(0, row, weight), row)
         weight = F.dropout(weight, self.dropout, self.training)
         out = h_root.new_zeros(n, heads, head_dim).index_add(0, row, weight.unsqueeze(-1) * v)
         empty = torch.ones(n, 1, dtype=torch.bool, device=row.device).index_fill(0, row, False)
@@ -177,4 +178,4 @@ class TemporalAttentionEmbedding(nn.Module):
 
 
 def _gather(table: Tensor, rows: Tensor | None) -> Tensor:
-    return table if rows is None else table[rows]
+    return table if rows is None else gather_rows(table, rows)

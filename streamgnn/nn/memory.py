@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import ConfigError, EventValidationError, UnknownNodeError
+from .gather import gather_rows
 from .time import TimeEncoder
 
 MessageFunction = Literal["identity", "mlp"]
@@ -136,7 +137,7 @@ class NodeMemory(nn.Module):
         """
         uniq, inverse = torch.unique(self._ids(nodes), return_inverse=True)
         memory, last_update = self._updated(uniq)
-        return memory[inverse], last_update[inverse]
+        return gather_rows(memory, inverse), last_update[inverse]
 
     def get_unique(self, uniq: Tensor) -> tuple[Tensor, Tensor]:
         """``get`` of distinct ids (e.g. ``torch.unique``'s output), without the gather."""
@@ -236,7 +237,7 @@ class NodeMemory(nn.Module):
         """Messages of the pending entries ``sel`` from committed memory, as column blocks of one message."""
         node = self.msg_node[sel]
         raw = [
-            torch.cat([self.memory[node], self.memory[self.msg_other[sel]]], 1),
+            torch.cat([gather_rows(self.memory, node), gather_rows(self.memory, self.msg_other[sel])], 1),
             self.time_enc(self.msg_t[sel] - self.last_update[node]),
             self.msg_feat[sel],
         ]

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .gather import gather_rows
+
 
 class LinkPredictor(nn.Module):
     """MLP on ``[z_src, z_dst]`` -> one logit per pair (TGN's merge-layer decoder); directed."""
@@ -29,4 +31,4 @@ class LinkPredictor(nn.Module):
         d = z_src.size(-1)
         src = F.linear(z_src, first.weight[:, :d], first.bias)
         cand = F.linear(z_cand, first.weight[:, d:])
-        return last(act(src.unsqueeze(1) + cand[index])).squeeze(-1)
+        return last(act(src.unsqueeze(1) + gather_rows(cand, index))).squeeze(-1)

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError
 from .attention import TemporalAttentionEmbedding
+from .gather import gather_rows
 from .inputs import EmbeddingInput, NeighborHop
 from .memory import AGGREGATORS, MESSAGE_FUNCTIONS, Aggregator, MessageFunction, NodeMemory
 from .predictor import LinkPredictor
@@ -176,7 +177,7 @@ class TGN(nn.Module):
             if not cfg.node_feature_dim:
                 return self.embedding([memory] * len(levels), hops, list(index))
             for part, rows in zip(parts, index, strict=True):
-                part.append(memory[rows])
+                part.append(gather_rows(memory, rows))
         if cfg.node_feature_dim:
             feats = [inp.node_feat, *(hop.node_feat for hop in hops)]
             if any(f is None for f in feats):

@@ -16,6 +16,7 @@ from typing import Literal
 
 import numba
 import numpy as np
+import torch
 
 from ..errors import ConfigError
 from ..store import FeatureStore, FeatureView, GraphStore
@@ -169,16 +170,32 @@ def _feats(fv: FeatureView, want_edge: bool, want_node: bool) -> tuple:
 def _sample_hop(graph, roots, ts, k, how, hop, feats):
     """``kernels.sample_hop``, in parallel when the hop has enough roots to pay for waking the threads, or
     ``sample_hop_plain`` (no features, ``feats`` None: fewer arrays in and out) when it runs serially."""
-    serial = len(roots) < PARALLEL_MIN_ROOTS or (threads := numba.get_num_threads()) == 1
-    if serial and feats is None:
+    threads = 1 if len(roots) < PARALLEL_MIN_ROOTS else _numba_threads()
+    if threads == 1 and feats is None:
         return _split_plain(len(roots), *K.sample_hop_plain(*graph, roots, ts, k, *how, hop))
     f = feats if feats is not None else _NO_FEATS
-    if serial:
+    if threads == 1:
         out = K.sample_hop(*graph, roots, ts, k, *how, hop, *f)
     else:
         out = K.sample_hop_parallel(*graph, roots, ts, k, *how, hop, *f, 4 * threads)
     *arrays, edge_x, node_x, nan = out
     return (*arrays, edge_x if f[1] else None, node_x if f[7] else None, nan)
+
+
+def _numba_threads() -> int:
+    """Numba's thread count, leaving torch's as it was.
+
+    The first call starts Numba's OpenMP threading layer, which sets the calling thread's OpenMP thread
+    count to Numba's, and torch reads its own count from that same setting: the first large sample (a
+    resume refreshing every node) silently switched a trainer from the 1 thread its user chose to 2, and
+    with it the order of torch's float reductions, so the resumed run left the path of the run it resumed.
+    """
+    threads = torch.get_num_threads()
+    try:
+        return numba.get_num_threads()
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
 
 def _split_plain(n, ints, floats, nan):

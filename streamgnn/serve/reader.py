@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..errors import ConfigError, ConnectorError
+from ..errors import ConfigError
 from .metrics import ServiceMetrics
 from .table import EmbeddingTable
 
@@ -190,19 +190,3 @@ class EmbeddingsReader:
             return int(text)
         except ValueError:
             raise ConfigError(f"key {text!r} is not an int node id (serve.node_ids is 'int')") from None
-
-
-def check_reachable(bootstrap_servers: str, timeout_s: float = 10.0) -> None:
-    """Raise ``ConnectorError`` naming the addresses tried when none of them accepts a connection (a job
-    says so at once instead of retrying in the background)."""
-    import socket
-
-    tried = []
-    for address in bootstrap_servers.split(","):
-        host, _, port = address.strip().rpartition(":")
-        try:
-            socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout_s).close()
-            return
-        except (OSError, ValueError) as exc:
-            tried.append(f"{address.strip()} ({exc})")
-    raise ConnectorError(f"no Kafka broker reachable at {', '.join(tried)}")

@@ -37,13 +37,14 @@ class LinkScorer:
     def _refresh(self, dim: int) -> None:
         if self.checkpoint_dir is None:
             return
+        from ..train.checkpoint import load_state, step_path
+
         try:
-            latest = (self.checkpoint_dir / "LATEST").read_text().strip()
-        except OSError:
-            return  # no checkpoint yet: keep what we have (cosine until the first one)
+            latest = step_path(self.checkpoint_dir).name
+        except CheckpointError:
+            return  # no checkpoint yet (or LATEST mid-replace): keep what we have (cosine until the first)
         if latest == self._loaded:
             return
-        from ..train.checkpoint import load_state
 
         try:
             _, _, state = load_state(self.checkpoint_dir / latest)

@@ -80,6 +80,39 @@ class EmbeddingTable:
             self._time[rows] = t
             self._version[rows] += 1
 
+    def state_dict(self) -> dict:
+        """Every row as plain values (``ids``: a list of str or an int64 array; ``vectors``, ``time``, and
+        ``unsent``: rows no sink has taken yet), e.g. for a checkpoint: a table given them by
+        ``load_state_dict`` serves and publishes what this one would."""
+        with self._lock:
+            n = self._ids.size
+            ids = self._ids.all_external()
+            return {
+                "ids": ids.tolist() if self._ids.kind == "str" else ids.astype(np.int64),
+                "vectors": self._vectors[:n].copy(),
+                "time": self._time[:n].copy(),
+                "unsent": self._version[:n] != self._sent[:n],
+            }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace every row by those of ``state_dict()``."""
+        ids = state["ids"]
+        ids = np.array(ids, dtype=object) if isinstance(ids, list) else np.asarray(ids, np.int64)
+        vectors = np.asarray(state["vectors"], np.float32)
+        time, unsent = np.asarray(state["time"], np.float64), np.asarray(state["unsent"], bool)
+        n = len(ids)
+        if vectors.shape != (n, self.dim) or time.shape != (n,) or unsent.shape != (n,):
+            raise ConfigError(f"a table state of {vectors.shape} vectors does not fit {n} {self.dim}-d rows")
+        self.clear()
+        if not n:
+            return
+        with self._lock:
+            rows = self._ids.map(ids)
+            self._grow(self._ids.size)
+            self._vectors[rows], self._time[rows] = vectors, time
+            self._version[rows] = 1
+            self._sent[rows] = np.where(unsent, 0, 1)
+
     def _grow(self, n: int) -> None:
         cap = max(n, 2 * len(self._vectors), 1024)
         vectors = np.zeros((cap, self.dim), np.float32)

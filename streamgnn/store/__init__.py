@@ -1,14 +1,18 @@
 """The temporal graph store: growable per-node adjacency, deletions, versioned features, checkpoints."""
 
+from .changes import ChangeFeed, LogPosition, StoreChanges
 from .contract import FeatureStore, FeatureView, GraphStore, TCSRView
 from .graph import EdgeTable, IngestReport, StoreConfig, TemporalGraphStore
 
 __all__ = [
+    "ChangeFeed",
     "EdgeTable",
     "FeatureStore",
     "FeatureView",
     "GraphStore",
     "IngestReport",
+    "LogPosition",
+    "StoreChanges",
     "StoreConfig",
     "TCSRView",
     "TemporalGraphStore",

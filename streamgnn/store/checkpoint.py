@@ -1,9 +1,15 @@
 """Atomic, verifiable store checkpoints: plain ``.npy`` arrays plus a JSON manifest, never pickle.
 
-Layout: ``ROOT/ckpt-NNNNNN/{manifest.json, *.npy}`` and ``ROOT/LATEST`` naming the newest. A version
-directory is written under a temporary name, fsynced, then renamed; ``LATEST`` is replaced the same way,
-so a crash at any point leaves the previous good checkpoint in place. Every array carries its SHA-256
-and the manifest the store's content hash, so truncation or tampering is refused on load.
+Layout: ``ROOT/ckpt-NNNNNN/{manifest.json, manifest.sha256, *.npy}`` and ``ROOT/LATEST`` naming the newest.
+A version directory is written under a temporary name, fsynced, then renamed; ``LATEST`` is replaced the
+same way, so a crash at any point leaves the previous good checkpoint in place.
+
+Every byte a load trusts is verified before it is used: each array against the SHA-256 its manifest
+records, the manifest against the SHA-256 beside it (``manifest.sha256``), and ``LATEST`` holds the name of
+the checkpoint it was written for together with that checkpoint's manifest digest. So a flipped bit
+anywhere, a truncated file, or a ``LATEST`` pointing at another checkpoint (also an older one that is
+still kept) is refused with ``CheckpointError``. Loading an older checkpoint on purpose is explicit:
+``TemporalGraphStore.load(root, version=N)``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CheckpointError
+from ..partition import PartitionerConfig
 from . import kernels as K
 from .dedup import SeenIds
 from .idmap import NodeIdMap
@@ -29,8 +36,9 @@ if TYPE_CHECKING:
     from .graph import TemporalGraphStore
 
 FORMAT = "streamgnn-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the manifest is checksummed and LATEST carries its digest
 _VERSION_DIR = re.compile(r"^ckpt-(\d{6,})$")
+_LATEST = re.compile(rb"^([a-z]+-[0-9]{6,}) ([0-9a-f]{64})\n$")
 
 
 def fsync_dir(path: Path) -> None:
@@ -80,34 +88,76 @@ def write_checkpoint(root: Path, arrays: dict[str, np.ndarray], manifest: dict, 
         "created_unix": time.time(),
         "arrays": entries,
     }
-    _write_file(tmp / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True).encode())
+    data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    _write_file(tmp / "manifest.json", data)
+    digest = hashlib.sha256(data).hexdigest()
+    _write_file(tmp / "manifest.sha256", f"{digest}\n".encode())
     fsync_dir(tmp)
     os.rename(tmp, final)
     fsync_dir(root)
-    _write_file(root / "LATEST.tmp", final.name.encode())
-    os.replace(root / "LATEST.tmp", root / "LATEST")
-    fsync_dir(root)
+    write_latest(root, final.name, digest)
     for old in versions(root)[:-keep] if keep > 0 else []:
         shutil.rmtree(root / f"ckpt-{old:06d}", ignore_errors=True)
     return final
+
+
+def write_latest(root: Path, name: str, digest: str) -> None:
+    """Point ``root/LATEST`` at checkpoint ``name`` whose manifest has SHA-256 ``digest``, atomically."""
+    _write_file(root / "LATEST.tmp", f"{name} {digest}\n".encode())
+    os.replace(root / "LATEST.tmp", root / "LATEST")
+    fsync_dir(root)
+
+
+def read_latest(root: Path, hint: str = "") -> tuple[str, str]:
+    """``(name, manifest digest)`` that ``root/LATEST`` holds; a missing or damaged one is refused."""
+    try:
+        data = (root / "LATEST").read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"no checkpoint at {root}: LATEST is missing ({exc}).{hint}") from exc
+    m = _LATEST.match(data)
+    if m is None:
+        raise CheckpointError(
+            f"{root}/LATEST is damaged: it holds {data[:80]!r}, not a checkpoint name and its manifest's "
+            f"SHA-256.{hint}"
+        )
+    return m.group(1).decode(), m.group(2).decode()
+
+
+def read_manifest(d: Path, expected: str | None = None, hint: str = "") -> dict:
+    """The manifest of checkpoint directory ``d``, checked against ``manifest.sha256`` beside it and, when
+    given, against ``expected`` (the digest LATEST holds for it)."""
+    try:
+        data = (d / "manifest.json").read_bytes()
+        recorded = (d / "manifest.sha256").read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {d} has no readable manifest ({exc}).{hint}") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if recorded != f"{digest}\n".encode():
+        raise CheckpointError(f"checkpoint {d}: the manifest or its checksum is truncated or altered.{hint}")
+    if expected is not None and expected != digest:
+        raise CheckpointError(
+            f"{d.parent}/LATEST names {d.name} but was written for another checkpoint (or is altered); "
+            f"load a checkpoint other than the latest by its version.{hint}"
+        )
+    try:
+        return json.loads(data)
+    except ValueError as exc:  # only a writer's bug gets here: the bytes are the ones it checksummed
+        raise CheckpointError(f"checkpoint {d} has no readable manifest ({exc}).{hint}") from exc
 
 
 def read_checkpoint(root: Path, version: int | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """Manifest and verified arrays of ``version`` (default: the one LATEST names)."""
     others = versions(root)
     hint = f" Versions present: {others}; load an older one with version=N." if others else ""
+    expected = None
     if version is None:
-        try:
-            name = (root / "LATEST").read_text().strip()
-        except OSError as exc:
-            raise CheckpointError(f"no checkpoint at {root}: LATEST is missing ({exc}).{hint}") from exc
+        name, expected = read_latest(root, hint)
+        if not _VERSION_DIR.match(name):
+            raise CheckpointError(f"{root}/LATEST names {name!r}, not a store checkpoint version.{hint}")
     else:
         name = f"ckpt-{version:06d}"
     d = root / name
-    try:
-        manifest = json.loads((d / "manifest.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint {d} has no readable manifest ({exc}).{hint}") from exc
+    manifest = read_manifest(d, expected, hint)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("arrays", {}), dict):
         raise CheckpointError(f"checkpoint {d}: the manifest is not a JSON object of arrays.{hint}")
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
@@ -115,7 +165,7 @@ def read_checkpoint(root: Path, version: int | None = None) -> tuple[dict, dict[
             f"checkpoint {d} is format {manifest.get('format')!r} v{manifest.get('format_version')!r}; "
             f"this streamgnn reads {FORMAT!r} v{FORMAT_VERSION}"
         )
-    arrays = {}
+    verified = {}
     for key, meta in manifest.get("arrays", {}).items():
         path = d / f"{key}.npy"
         try:
@@ -128,6 +178,9 @@ def read_checkpoint(root: Path, version: int | None = None) -> tuple[dict, dict[
                 f"checkpoint {d}: array {key!r} is truncated or altered (size {len(data)} vs "
                 f"{meta.get('bytes')}, checksum mismatch).{hint}"
             )
+        verified[key] = data
+    arrays = {}
+    for key, data in verified.items():  # parsed only once every byte is verified
         try:
             arrays[key] = np.load(io.BytesIO(data), allow_pickle=False)
         except ValueError as exc:
@@ -147,6 +200,7 @@ def save_store(
         "config": {
             "num_partitions": store.config.num_partitions,
             "allowed_lateness": store.config.allowed_lateness,
+            "partitioner": store.config.partitioner.to_dict(),
         },
         "id_kind": store.ids.kind,
         "watermark": store.watermark,
@@ -169,17 +223,11 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         raise CheckpointError(f"{root} holds a {manifest.get('kind')!r} checkpoint, not a store")
     try:
         cfg = manifest["config"]
-        store = TemporalGraphStore(StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"])))
-        kind = manifest["id_kind"]
-        if kind == "str":
-            offs, raw = a["ext_str_offsets"], a["ext_str_bytes"].tobytes()
-            ext = np.empty(len(offs) - 1, dtype=object)
-            ext[:] = [raw[offs[i] : offs[i + 1]].decode() for i in range(len(offs) - 1)]
-        else:
-            ext = a.get("ext_int", np.zeros(0, np.int64))
-            if ext.ndim != 1 or ext.dtype != np.int64:
-                raise ValueError(f"ext_int must be 1-D int64, got {ext.dtype} {ext.shape}")
-        store.ids = NodeIdMap.from_external(kind, ext)
+        partitioner = PartitionerConfig.from_dict(cfg.get("partitioner", {"name": "hash"}))
+        store = TemporalGraphStore(
+            StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"]), partitioner)
+        )
+        store.ids = NodeIdMap.from_arrays(manifest["id_kind"], a)
         store.watermark = float(manifest["watermark"])
         store.partition = a["partition"].astype(np.int32)
         store.start, store.deg, store.pool = _blocks(a["adj_indptr"], a["adj"])
@@ -203,6 +251,9 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         c[K.EDGES], c[K.UPDATES], c[K.DELETIONS] = len(store.edge_t), len(store.upd_t), len(store.del_t)
         store.source_offsets = {str(k): int(v) for k, v in manifest.get("source_offsets", {}).items()}
         _check_structure(store, a)
+        prefix = "partitioner_"
+        state = {k[len(prefix) :]: v for k, v in a.items() if k.startswith(prefix)}
+        store.partitioner.restore(state, store.partition, store.num_edges)
     except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
         raise CheckpointError(f"checkpoint under {root} is inconsistent: {exc!r}") from exc
     if store.content_hash() != manifest.get("content_hash"):
@@ -235,8 +286,8 @@ def _check_structure(store, a: dict[str, np.ndarray]) -> None:
     need(((store.upool[:, 1] >= 0) & (store.upool[:, 1] < u)).all(), "upd_adj: an update id is out of range")
     need(len(store.partition) == n and len(store.upd_node) == u, "partition or upd_node has the wrong length")
     need(((store.upd_node >= 0) & (store.upd_node < n)).all(), "upd_node: a node id is out of range")
-    need(len(store.edge_del) in (0, e), "edge_del must be empty or hold one time per edge")
     d = len(store.del_t)
+    need(len(store.edge_del) == (e if d else 0), "edge_del must hold one time per edge once a delete applied")
     need(len(store.del_src) == d and len(store.del_dst) == d, "the deletion log's columns differ in length")
     for col, rows in (("edge_weight", e), ("edge_feat", e), ("node_feat", u)):
         need(getattr(store, col) is None or len(getattr(store, col)) == rows, f"{col} has the wrong length")
@@ -248,4 +299,13 @@ def _blocks(indptr: np.ndarray, adj: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return start, deg, adj.astype(np.int32).reshape(-1, 2).copy()
 
 
-__all__ = ["load_store", "read_checkpoint", "save_store", "versions", "write_checkpoint"]
+__all__ = [
+    "load_store",
+    "read_checkpoint",
+    "read_latest",
+    "read_manifest",
+    "save_store",
+    "versions",
+    "write_checkpoint",
+    "write_latest",
+]

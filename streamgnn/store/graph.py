@@ -19,8 +19,9 @@ import torch
 
 from ..errors import ConfigError, EventValidationError, UnknownNodeError
 from ..events import DeadLetter, EventBatch, EventKind
-from ..partition import hash_partition
+from ..partition import PartitionerConfig, make_partitioner
 from . import kernels as K
+from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
 from .contract import FeatureView, TCSRView
 from .dedup import SeenIds
 from .idmap import NodeIdMap
@@ -34,16 +35,21 @@ _NO_WEIGHT = np.empty(0, np.float32)
 @dataclass(frozen=True)
 class StoreConfig:
     """``allowed_lateness``: how far (in stream time) behind the newest event a late event may be and
-    still be placed in time order; later ones are dead-lettered. ``inf`` accepts any order."""
+    still be placed in time order; later ones are dead-lettered. ``inf`` accepts any order.
+    ``partitioner``: how vertices (or edges) are placed in the ``num_partitions`` partitions: a method name
+    (``"hash"``, ``"ldg"``, ``"fennel"``, ``"hdrf"``, ``"dbh"``), a mapping of ``PartitionerConfig`` fields
+    or a ``PartitionerConfig``; stored as a ``PartitionerConfig``."""
 
     num_partitions: int = 1
     allowed_lateness: float = math.inf
+    partitioner: PartitionerConfig | str = "hash"
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_partitions, int | np.integer) or self.num_partitions < 1:
             raise EventValidationError(f"num_partitions must be an int >= 1, got {self.num_partitions!r}")
         if not (self.allowed_lateness >= 0):
             raise EventValidationError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
+        object.__setattr__(self, "partitioner", PartitionerConfig.parse(self.partitioner))
 
 
 @dataclass
@@ -120,7 +126,8 @@ class TemporalGraphStore:
         self.watermark = -math.inf
         self.seen = SeenIds()
         self.counters = np.zeros(K.NUM_COUNTERS, np.int64)
-        self.partition = np.zeros(0, np.int32)
+        self.partition = np.zeros(0, np.int32)  # written by the partitioner (-1: a vertex waits)
+        self.partitioner = make_partitioner(self.config.partitioner, self.config.num_partitions)
         self.start = np.zeros(0, np.int64)
         self.deg = np.zeros(0, np.int64)
         self.cap = np.zeros(0, np.int64)
@@ -140,6 +147,7 @@ class TemporalGraphStore:
         self.del_dst = np.zeros(0, np.int32)
         self.del_t = np.zeros(0, np.float64)
         self.source_offsets: dict[str, int] = {}
+        self._journal: EdgeJournal | None = None  # new edges' endpoints, while a ChangeFeed is open
         self._views: tuple[TCSRView, FeatureView] | None = None  # until the next mutation (``_changed``)
 
     # ------------------------------------------------------------------ sizes
@@ -227,6 +235,9 @@ class TemporalGraphStore:
                 orig = np.flatnonzero(ok) if orig is None else orig[ok]
                 counts, n_late = np.bincount(ev.kind.astype(np.intp), minlength=3), int(late.sum())
         status, edge_of, upd_of = self._apply(ev, src, dst, late, counts)
+        if self._journal is not None and not self._journal.record(edge_of, src, dst):
+            self._journal = None  # every feed was closed or dropped
+        self.partitioner.observe(self.partition, ev.kind, src, dst, ev.t, graph=self.view)
         nomatch = np.flatnonzero(status) if counts[DELETE] else ()
         reject(
             nomatch,
@@ -247,10 +258,6 @@ class TemporalGraphStore:
         per-batch cost.
         """
         if batch.string_ids or self._reject_stream_mismatch(batch):
-            return None
-        if batch.kind.dtype != np.int8 or batch.t.dtype != np.float64:
-            return None  # hand-built columns: the kernel is compiled for the codecs' dtypes only
-        if batch.weight is not None and batch.weight.dtype != np.float32:
             return None
         if batch.features is not None and batch.features.size and not np.isfinite(batch.features).all():
             return None
@@ -293,9 +300,7 @@ class TemporalGraphStore:
 
     def _add_nodes(self, lo: int, hi: int) -> None:
         self._grow_together(("start", "deg", "cap", "ustart", "udeg", "ucap", "partition"), hi)
-        self.partition[lo:hi] = hash_partition(
-            self.ids.external(np.arange(lo, hi)), self.config.num_partitions
-        )
+        self.partitioner.add_vertices(self.partition, lo, hi, self.ids.external(np.arange(lo, hi)))
 
     def _grow_together(self, names: tuple[str, ...], n: int) -> None:
         """``_grow`` arrays that always share one length, checking it once: most batches need no room."""
@@ -543,23 +548,109 @@ class TemporalGraphStore:
         """Feature rows of internal edge ids (as samplers return them); None if the stream has none."""
         if self.edge_feat is None:
             return None
-        eids = np.asarray(eids)
-        if eids.size and (eids.dtype.kind not in "iu" or eids.min() < 0 or eids.max() >= self.num_edges):
+        return self.edge_feat[self._edge_ids(eids)]
+
+    # ------------------------------------------------------------------ change logs (see ``changes``)
+    def log_position(self) -> LogPosition:
+        """The end of each log now: a reader that has consumed everything stands here."""
+        c = self.counters
+        return LogPosition(int(c[K.EDGES]), int(c[K.DELETIONS]), int(c[K.UPDATES]))
+
+    def change_feed(self, position: LogPosition | None = None) -> ChangeFeed:
+        """A reader of everything appended after ``position`` (default: now); see ``changes``."""
+        position = self.log_position() if position is None else position
+        self._check_position(position)
+        if self._journal is None:
+            self._journal = EdgeJournal(self.num_edges)
+        feed = ChangeFeed(self, position)
+        self._journal.feeds.add(feed)
+        return feed
+
+    def changes_since(self, position: LogPosition) -> StoreChanges:
+        """The log entries after ``position``: O(change) when an open feed's journal covers it, else one
+        pass over the adjacency for the new edges' endpoints."""
+        self._check_position(position)
+        end = self.log_position()
+        lo, hi = position.edges, end.edges
+        if self._journal is not None and self._journal.covers(lo):
+            src, dst = self._journal.endpoints(lo, hi)
+        elif hi > lo:
+            full = self.edges()
+            src, dst = full.src[lo:hi], full.dst[lo:hi]
+        else:
+            src = dst = np.zeros(0, np.int64)
+        d0, d1, u0, u1 = position.deletions, end.deletions, position.updates, end.updates
+        return StoreChanges(
+            position,
+            end,
+            self._table(np.arange(lo, hi), src, dst),
+            self.del_src[d0:d1].astype(np.int64),
+            self.del_dst[d0:d1].astype(np.int64),
+            self.del_t[d0:d1].copy(),
+            self.upd_node[u0:u1].astype(np.int64),
+            self.upd_t[u0:u1].copy(),
+            np.arange(u0, u1),
+            None if self.node_feat is None else self.node_feat[u0:u1].copy(),
+        )
+
+    def _check_position(self, position: LogPosition) -> None:
+        if not isinstance(position, LogPosition):
+            raise ConfigError(f"position must be a LogPosition, got {type(position).__name__}")
+        end = self.log_position()
+        if position.edges > end.edges or position.deletions > end.deletions or position.updates > end.updates:
+            raise ConfigError(f"{position} is beyond this store's logs ({end}): a position of another store?")
+
+    def _trim_journal(self) -> None:
+        if self._journal is not None:
+            self._journal.trim()
+
+    def _forget_feed(self, feed: ChangeFeed) -> None:
+        if self._journal is not None:
+            self._journal.feeds.discard(feed)
+            if not len(self._journal.feeds):
+                self._journal = None
+
+    def deleted_at(self, eids) -> np.ndarray:
+        """Deletion time of internal edge ids (inf: live); a delete arriving later may still lower it."""
+        e = self._edge_ids(eids)
+        return self.edge_del[e] if len(self.edge_del) else np.full(len(e), np.inf)
+
+    def edges_between(self, src, dst) -> tuple[np.ndarray, EdgeTable]:
+        """Every edge ``src[i] -> dst[i]`` (internal ids), deleted ones too: ``(pair, table)`` where
+        ``table`` row j is an edge of pair ``pair[j]``. Costs O(out-degree of each src)."""
+        src, dst = self._node_ids(src), self._node_ids(dst)
+        if len(src) != len(dst):
+            raise ConfigError(f"src has {len(src)} ids but dst has {len(dst)}")
+        room = int(self.deg[src].sum()) if len(src) else 0
+        pair, e = np.empty(room, np.int64), np.empty(room, np.int64)
+        n = pair_edges(self.start, self.deg, self.pool, src, dst, pair, e)
+        pair, e = pair[:n], e[:n]
+        return pair, self._table(e, src[pair], dst[pair])
+
+    def _edge_ids(self, eids) -> np.ndarray:
+        e = np.asarray(eids)
+        if e.size and (e.dtype.kind not in "iu" or e.min() < 0 or e.max() >= self.num_edges):
             raise ConfigError(f"edge ids must be ints in [0, {self.num_edges}): the store's internal ids")
-        return self.edge_feat[eids.astype(np.int64, copy=False)]
+        return e.astype(np.int64, copy=False)
+
+    def _node_ids(self, nodes) -> np.ndarray:
+        v = np.asarray(nodes)
+        if v.ndim != 1 or (v.size and (v.dtype.kind not in "iu" or v.min() < 0 or v.max() >= self.num_nodes)):
+            raise ConfigError(f"internal node ids must be a 1-D array of ints in [0, {self.num_nodes})")
+        return v.astype(np.int64, copy=False)
 
     # ------------------------------------------------------------------ partitions
     def partition_sizes(self) -> np.ndarray:
-        """Vertices per partition."""
-        return np.bincount(self.partition[: self.num_nodes], minlength=self.config.num_partitions)
+        """Vertices per partition (placed ones: a vertex waiting for the partitioner is in none)."""
+        p = self.partition[: self.num_nodes]
+        return np.bincount(p[p >= 0], minlength=self.config.num_partitions)
 
     def edge_cut(self) -> float:
-        """Fraction of edges whose endpoints live in different partitions."""
+        """Fraction of edges (with both ends placed) whose endpoints live in different partitions."""
         table = self.edges()
-        if not len(table):
-            return 0.0
-        p = self.partition
-        return float((p[table.src] != p[table.dst]).mean())
+        p_src, p_dst = self.partition[table.src], self.partition[table.dst]
+        placed = (p_src >= 0) & (p_dst >= 0)
+        return float((p_src != p_dst)[placed].mean()) if placed.any() else 0.0
 
     # ------------------------------------------------------------------ accounting, identity, persistence
     def nbytes(self) -> dict[str, int]:
@@ -583,6 +674,8 @@ class TemporalGraphStore:
             + (0 if self.node_feat is None else self.node_feat.nbytes),
             "id_map": self.ids.nbytes(),
             "seen_event_ids": self.seen.nbytes(),
+            "change_journal": 0 if self._journal is None else self._journal.nbytes(),
+            "partitioner": sum(a.nbytes for a in self.partitioner.state_arrays().values()),
         }
         parts["total"] = sum(parts.values())
         return parts
@@ -602,7 +695,8 @@ class TemporalGraphStore:
             "adj_indptr": indptr,
             "adj": adj,
             "edge_t": self.edge_t[:e],
-            "edge_del": self.edge_del[:e] if len(self.edge_del) else np.zeros(0),
+            # empty until a delete applies: whether a batch's unmatched delete made room is no content
+            "edge_del": self.edge_del[:e] if self.counters[K.DELETIONS] else np.zeros(0),
             "del_src": self.del_src[:d],
             "del_dst": self.del_dst[:d],
             "del_t": self.del_t[:d],
@@ -619,18 +713,16 @@ class TemporalGraphStore:
             out["edge_feat"] = self.edge_feat[:e]
         if self.node_feat is not None:
             out["node_feat"] = self.node_feat[:u]
-        if self.ids.kind == "str":
-            encoded = [s.encode() for s in self.ids.all_external().tolist()]
-            out["ext_str_offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
-            out["ext_str_bytes"] = np.frombuffer(b"".join(encoded), np.uint8)
-        else:
-            out["ext_int"] = self.ids.all_external().astype(np.int64)
+        out.update({f"partitioner_{k}": v for k, v in self.partitioner.state_arrays().items()})
+        out.update(self.ids.to_arrays())
         return out
 
     def content_hash(self) -> str:
         """SHA-256 over the logical content: equal stores hash equal whatever their batch history."""
         h = hashlib.sha256()
         h.update(repr((self.ids.kind, self.config.num_partitions, self.watermark)).encode())
+        if self.config.partitioner.stateful:
+            h.update(repr(self.config.partitioner).encode())
         for name, arr in sorted(self.logical_arrays().items()):
             h.update(name.encode())
             h.update(str(arr.dtype).encode() + str(arr.shape).encode())

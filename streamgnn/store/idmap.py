@@ -210,6 +210,30 @@ class NodeIdMap:
             return sum(len(s) + 57 for s in self._ext_str) + 100 * len(self._dict)
         return self._keys.nbytes + self._vals.nbytes + self._ext_int.nbytes
 
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """The external ids as plain arrays (checkpoints): ``ext_int``, or UTF-8 ``ext_str_bytes`` cut at
+        ``ext_str_offsets``."""
+        if self.kind == "str":
+            encoded = [s.encode() for s in self.all_external().tolist()]
+            return {
+                "ext_str_offsets": np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64),
+                "ext_str_bytes": np.frombuffer(b"".join(encoded), np.uint8),
+            }
+        return {"ext_int": self.all_external().astype(np.int64)}
+
+    @classmethod
+    def from_arrays(cls, kind: str | None, arrays: dict[str, np.ndarray]) -> NodeIdMap:
+        """The map ``to_arrays`` saved; ValueError (or KeyError) where the arrays are malformed."""
+        if kind == "str":
+            offs, raw = arrays["ext_str_offsets"], arrays["ext_str_bytes"].tobytes()
+            ext = np.empty(len(offs) - 1, dtype=object)
+            ext[:] = [raw[offs[i] : offs[i + 1]].decode() for i in range(len(offs) - 1)]
+        else:
+            ext = arrays.get("ext_int", np.zeros(0, np.int64))
+            if ext.ndim != 1 or ext.dtype != np.int64:
+                raise ValueError(f"ext_int must be 1-D int64, got {ext.dtype} {ext.shape}")
+        return cls.from_external(kind, ext)
+
     @classmethod
     def from_external(cls, kind: str | None, ext: np.ndarray) -> NodeIdMap:
         m = cls(kind)

@@ -122,7 +122,9 @@ def apply_events(
 
     ``status[i]``: 0 applied, 1 delete matched no live edge. ``edge_of[i]``/``upd_of[i]`` receive the
     internal edge / update index an event created, else -1 (for the caller to fill weights and features).
-    ``edge_del`` is empty until the first deletion; then it holds each edge's deletion time (inf = live).
+    ``edge_del`` is empty until a batch holds a delete; then it holds each edge's deletion time (inf = live).
+    The deletion log (``del_*``) holds the deletes that ended an edge: a late add they cover is stored
+    deleted. Only an applied delete is logged, so a late add's fate never depends on dead letters.
     """
     n = len(kind)
     pool_cap = pool.shape[0]
@@ -173,11 +175,12 @@ def apply_events(
                 if c >= 0 and pool[s + j, 0] == dst[i] and edge_t[c] <= t[i] and edge_del[c] > t[i]:
                     edge_del[c] = t[i]
                     hit += 1
-            d = counters[DELETIONS]
-            del_src[d] = src[i]
-            del_dst[d] = dst[i]
-            del_t[d] = t[i]
-            counters[DELETIONS] = d + 1
+            if hit > 0:  # a delete that ended nothing is a dead letter: it changes nothing, not even the log
+                d = counters[DELETIONS]
+                del_src[d] = src[i]
+                del_dst[d] = dst[i]
+                del_t[d] = t[i]
+                counters[DELETIONS] = d + 1
             status[i] = 0 if hit > 0 else 1
             edge_of[i] = -1
             upd_of[i] = -1

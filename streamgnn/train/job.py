@@ -22,6 +22,7 @@ import torch
 
 from ..errors import ConfigError
 from ..serve.metrics import IntervalLog, WorkerMetrics
+from . import checkpoint
 from .broadcast import BroadcastSource
 from .config import TrainConfig
 from .distributed import init_distributed
@@ -74,7 +75,7 @@ class TrainJob:
         ckpt = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
         latest = None
         if ckpt is not None and self.dist.is_main and (ckpt / "LATEST").exists():
-            latest = (ckpt / "LATEST").read_text().strip()
+            latest = checkpoint.step_path(ckpt).name
         if self.dist.active:  # every rank loads the checkpoint rank 0 saw, even if a newer one lands now
             box = [latest]
             torch.distributed.broadcast_object_list(box, 0)
@@ -191,8 +192,11 @@ class TrainJob:
                 stack.callback(self._source.close)
             log = IntervalLog(f"train rank {self.dist.rank}", self._status, self.log_every_s)
             stack.callback(log.stop)
+            # where the job ends, counted from the stream's start: the same command ends at the same
+            # point whether or not an earlier run was interrupted
+            more = None if max_events is None else max(0, max_events - trainer.position)
             result = trainer.fit(
-                stream, max_events=max_events, progress=progress and self.dist.is_main, total=total
+                stream, max_events=more, progress=progress and self.dist.is_main, total=total
             )
         if self._lag_reader is not None:
             self._lag_reader.close()

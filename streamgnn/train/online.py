@@ -31,7 +31,11 @@ def run_online(
 ) -> OnlineResult:
     """Train test-then-train on ``source`` into ``store``; with ``out_dir``, write ``metrics.png`` (running
     metrics over stream time) and ``summary.json``. Resumes from ``config.checkpoint_dir`` if it holds a
-    checkpoint (``store`` is then replaced by the checkpoint's)."""
+    checkpoint (``store`` is then replaced by the checkpoint's).
+
+    ``max_events``: where the job ends, counted from the stream's start: the events a resumed checkpoint
+    holds count, so the same call ends at the same point whether or not an earlier run was interrupted.
+    """
     ckpt_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
     resumed = ckpt_dir is not None and (ckpt_dir / "LATEST").exists()
     if resumed:
@@ -40,10 +44,11 @@ def run_online(
             print(f"resumed from {ckpt_dir}: {trainer.position:,} events already learned", flush=True)
     else:
         trainer = OnlineTrainer(config, store, sink=sink)
-    result = trainer.fit(source, max_events=max_events, progress=progress, total=total)
+    more = None if max_events is None else max(0, max_events - trainer.position)
+    result = trainer.fit(source, max_events=more, progress=progress, total=total)
     if resumed and not result.events and progress and trainer.dist.is_main:
         print(
-            f"nothing left to do: the source has no events after the {trainer.position:,} that {ckpt_dir} "
+            f"nothing left to do: the stream has no events after the {trainer.position:,} that {ckpt_dir} "
             "holds (delete it to train from scratch)", flush=True,
         )  # fmt: skip
     if out_dir is None or not trainer.dist.is_main:

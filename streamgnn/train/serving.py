@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from ..serve import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..store import TemporalGraphStore
@@ -104,6 +105,26 @@ class Serving:
             self.table.publish(self.sink)
             if callable(getattr(self.sink, "flush", None)):
                 self.sink.flush()
+
+    def state_dict(self) -> dict:
+        """The table's rows and what waits for the next refresh or publish, as tensors and ints (for a
+        checkpoint): restored, a resumed run serves and publishes what the interrupted one would have,
+        where re-embedding every node at the resume would serve rows computed at another time."""
+        rows = self.table.state_dict().items()
+        touched = np.concatenate(self._touched) if self._touched else np.zeros(0, np.int64)
+        return {
+            "table": {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in rows},
+            "touched": torch.from_numpy(touched.astype(np.int64)),
+            "refreshes": self._refreshes,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        table = state["table"]
+        self.table.load_state_dict(
+            {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in table.items()}
+        )
+        self._touched = [state["touched"].numpy()]
+        self._refreshes = int(state["refreshes"])
 
     def reset(self) -> None:
         """A new pass: forget waiting node ids (of the old store) and clear the table, whose rows would be

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..nn import TGN, EmbeddingInput
+from ..nn.gather import gather_rows
 from ..sampling import SamplerConfig, TemporalSampler
 from ..store import TemporalGraphStore
 from .config import TrainConfig
@@ -193,7 +194,7 @@ class TGNLinkModel:
         if n:
             inp, rows = prepared.train_input
             z = model(inp)
-            logits = model.predictor.candidates(z[rows[:n]], z, rows[n:].view(2, n).T)
+            logits = model.predictor.candidates(gather_rows(z, rows[:n]), z, rows[n:].view(2, n).T)
             pos, neg = logits.unbind(1)
             w_pos = torch.from_numpy(keep[lo:hi].astype(np.float32)).to(self.device)
             loss = (

@@ -465,10 +465,12 @@ class OnlineTrainer:
         return path
 
     def _state(self) -> dict:
-        state = {**self.link_model.state_dict(), "metrics": self.metrics.state_dict()}
+        state = {**self.link_model.state_dict(), "metrics": self.metrics.state_dict(), **checkpoint.rngs()}
         if self.baselines:  # (their memory is the store's edges: ``attach`` rebuilds it)
             state["baseline_metrics"] = {n: r.state_dict() for n, r in self.baseline_metrics.items()}
-        return {**state, **checkpoint.torch_rngs()}
+        if self.table is not None:  # the served rows, so a resume serves what this run served
+            state["serving"] = self.serving.state_dict()
+        return state
 
     def _manifest(self) -> dict:
         return {
@@ -477,7 +479,6 @@ class OnlineTrainer:
             "position": self.position,
             "learned": self.learned,
             "dead_letters": self.dead_letter_count,
-            **checkpoint.host_rngs(),
             "store_hash": self.store.content_hash(),
         }
 
@@ -513,8 +514,10 @@ class OnlineTrainer:
         trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
         trainer._replayed = trainer.position
         trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])
-        checkpoint.restore_rngs(ckpt.state, man)
-        if trainer.table is not None:
+        checkpoint.restore_rngs(ckpt.state)
+        if trainer.table is not None and "serving" in ckpt.state:
+            trainer.serving.load_state_dict(ckpt.state["serving"])
+        elif trainer.table is not None:  # the run served nothing (serve_every=0): embed every node now
             trainer.refresh(np.arange(trainer.store.num_nodes))
         return trainer
 

@@ -1,0 +1,170 @@
+"""How good a partitioning is, now and over stream time: cut, replication, balance, moves.
+
+``partition_report(store)`` measures the store's current assignment; ``PartitionTimeline`` records a
+report every so many edges as a stream is ingested and draws them (``plot(path)``, a PNG).
+
+- edge cut: fraction of edges (both ends placed, repeated edges counted each time) whose ends lie in
+  different partitions; for vertex partitioners only.
+- replication factor: partitions holding a copy of a vertex, averaged over vertices with an edge, with
+  every edge held where the partitioner places it (its own partition for HDRF/DBH, its source's for
+  vertex partitioners, as the router sends it). 1.0: nothing replicated.
+- balance: max over mean of the partitions' vertices (replicas for edge partitioners) and edges.
+
+    >>> from streamgnn import EventBatch
+    >>> from streamgnn.store import StoreConfig, TemporalGraphStore
+    >>> store = TemporalGraphStore(StoreConfig(num_partitions=2, partitioner="ldg"))
+    >>> events = EventBatch.from_columns(src=[1, 2, 3], dst=[2, 3, 4], t=[0.0, 1.0, 2.0], eid=[0, 1, 2])
+    >>> _ = store.ingest(events)
+    >>> partition_report(store).edge_cut
+    0.3333333333333333
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from numba import njit
+
+from .base import Partitioner
+
+
+@njit(cache=True)
+def replica_counts(src, dst, part, n, k):
+    """(replicas per partition, vertices with an edge) when edge e lies in partition ``part[e]``."""
+    words = (k + 63) // 64
+    bits = np.zeros((n, words), np.uint64)
+    for e in range(len(src)):
+        p = part[e]
+        if p < 0:
+            continue
+        bit = np.uint64(1) << np.uint64(p & 63)
+        bits[src[e], p >> 6] |= bit
+        bits[dst[e], p >> 6] |= bit
+    per = np.zeros(k, np.int64)
+    touched = 0
+    for v in range(n):
+        any_bit = False
+        for p in range(k):
+            if (bits[v, p >> 6] >> np.uint64(p & 63)) & np.uint64(1):
+                per[p] += 1
+                any_bit = True
+        touched += any_bit
+    return per, touched
+
+
+def _balance(loads: np.ndarray) -> float:
+    mean = loads.mean() if len(loads) else 0.0
+    return float(loads.max() / mean) if mean > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    method: str
+    num_partitions: int
+    vertices: int
+    edges: int
+    pending: int
+    edge_cut: float | None
+    replication_factor: float
+    vertex_balance: float
+    edge_balance: float
+    vertices_moved: int
+    moves_by_reason: dict = field(default_factory=dict)
+    vertex_loads: list = field(default_factory=list)
+    edge_loads: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure(
+    partitioner: Partitioner, labels: np.ndarray, src: np.ndarray, dst: np.ndarray
+) -> PartitionReport:
+    """The report for edges ``src -> dst`` (internal ids, in edge-id order) under ``labels``."""
+    k, n = partitioner.num_partitions, len(labels)
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    part = partitioner.edge_partitions(labels, src, np.arange(len(src)))
+    per, touched = replica_counts(src, dst, part, n, k)
+    edge_loads = np.bincount(part[part >= 0], minlength=k)
+    cut = None
+    if partitioner.config.places_vertices:
+        a, b = labels[src], labels[dst]
+        ok = (a >= 0) & (b >= 0)
+        cut = float((a != b)[ok].mean()) if ok.any() else 0.0
+        vertex_loads = np.bincount(labels[labels >= 0], minlength=k)
+    else:
+        vertex_loads = per
+    state = getattr(partitioner, "rebalance_state", None)
+    return PartitionReport(
+        method=partitioner.name,
+        num_partitions=k,
+        vertices=n,
+        edges=len(src),
+        pending=partitioner.pending,
+        edge_cut=cut,
+        replication_factor=float(per.sum() / touched) if touched else 1.0,
+        vertex_balance=_balance(vertex_loads),
+        edge_balance=_balance(edge_loads),
+        vertices_moved=partitioner.moved,
+        moves_by_reason={} if state is None else dict(state.by_reason),
+        vertex_loads=vertex_loads.tolist(),
+        edge_loads=edge_loads.tolist(),
+    )
+
+
+def partition_report(store) -> PartitionReport:
+    """The report of a ``TemporalGraphStore``'s current partitioning (every stored edge counts)."""
+    table = store.edges()
+    return measure(store.partitioner, store.partition[: store.num_nodes], table.src, table.dst)
+
+
+class PartitionTimeline:
+    """Reports over stream time: call ``record(store)`` after each batch; a row is kept each time the
+    store has ``every_edges`` more edges than at the last row (each row costs a pass over the edges)."""
+
+    def __init__(self, every_edges: int = 100_000) -> None:
+        self.every_edges = every_edges
+        self.rows: list[dict] = []
+        self._last = -every_edges
+
+    def record(self, store, force: bool = False) -> PartitionReport | None:
+        if not force and store.num_edges - self._last < self.every_edges:
+            return None
+        self._last = store.num_edges
+        report = partition_report(store)
+        self.rows.append({"stream_time": store.watermark, **report.to_dict()})
+        return report
+
+    def plot(self, path, title: str | None = None) -> None:
+        """Cut (or replication factor), balance and vertices moved against edges ingested, as a PNG."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        rows = self.rows
+        x = [r["edges"] for r in rows]
+        fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
+        if rows and rows[0]["edge_cut"] is not None:
+            axes[0].plot(x, [r["edge_cut"] for r in rows], marker=".")
+            axes[0].set_ylabel("edge-cut fraction")
+        else:
+            axes[0].plot(x, [r["replication_factor"] for r in rows], marker=".")
+            axes[0].set_ylabel("replication factor")
+        axes[1].plot(x, [r["vertex_balance"] for r in rows], marker=".", label="vertices")
+        axes[1].plot(x, [r["edge_balance"] for r in rows], marker=".", label="edges")
+        axes[1].set_ylabel("max / mean load")
+        axes[1].legend()
+        axes[2].plot(x, [r["vertices_moved"] for r in rows], marker=".")
+        axes[2].set_ylabel("vertices moved (total)")
+        for ax in axes:
+            ax.set_xlabel("edges ingested")
+        method = rows[-1]["method"] if rows else ""
+        fig.suptitle(title or f"partitioning over the stream ({method})")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+
+
+__all__ = ["PartitionReport", "PartitionTimeline", "measure", "partition_report", "replica_counts"]
