@@ -18,7 +18,9 @@ from torch_geometric.data import TemporalData
 from torch_geometric.loader import TemporalDataLoader
 from torch_geometric.nn import TransformerConv
 from torch_geometric.nn.models.tgn import IdentityMessage, LastAggregator, LastNeighborLoader, TGNMemory
+from torch_geometric.utils import scatter
 
+from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.sampling import EvalNegatives
 from streamgnn.train.metrics import LinkMetrics, batch_mean_metrics, reciprocal_ranks
@@ -28,6 +30,53 @@ BATCH_SIZE = 200
 NUM_NEIGHBORS = 10
 LR = 1e-4
 NUM_EVAL_NEGATIVES = 100
+
+
+@dataclass(frozen=True)
+class PygRecipe:
+    """Where PyG's example departs from the TGN paper (or from our trainer), each switchable for ablations.
+
+    Defaults are the example's. ``neighbor_time="query"``: attention sees (batch's first event time - edge
+    time), as the paper and our ``TGNConfig.neighbor_time="query"``, instead of (neighbor's last update -
+    edge time). ``time_init="geometric"``: the time encoder starts at the paper's frequencies. ``negatives=
+    "seen"``: training negatives uniform over the destinations seen so far in the epoch, as our default
+    ``train_negative_pool``, not over the training part's destination id range. ``idle_gru=False``: nodes
+    without messages keep their memory (ours), where PyG steps the GRU with a zero message for every node it
+    reads.
+    """
+
+    neighbor_time: str = "last_update"
+    time_init: str = "uniform"
+    negatives: str = "id_range"
+    idle_gru: bool = True
+
+    def __post_init__(self) -> None:
+        allowed = {
+            "neighbor_time": ("last_update", "query"),
+            "time_init": ("uniform", "geometric"),
+            "negatives": ("id_range", "seen"),
+            "idle_gru": (True, False),
+        }
+        for name, values in allowed.items():
+            if getattr(self, name) not in values:
+                raise ConfigError(f"PygRecipe.{name} must be one of {values}, got {getattr(self, name)!r}")
+
+
+class _QuietMemory(TGNMemory):
+    """``TGNMemory`` in which only nodes with messages step the GRU and move their ``last_update``."""
+
+    def _get_updated_memory(self, n_id: Tensor) -> tuple[Tensor, Tensor]:
+        self._assoc[n_id] = torch.arange(n_id.size(0), device=n_id.device)
+        msg_s, t_s, src_s, _ = self._compute_msg(n_id, self.msg_s_store, self.msg_s_module)
+        msg_d, t_d, src_d, _ = self._compute_msg(n_id, self.msg_d_store, self.msg_d_module)
+        idx, msg, t = torch.cat([src_s, src_d]), torch.cat([msg_s, msg_d]), torch.cat([t_s, t_d])
+        aggr = self.aggr_module(msg, self._assoc[idx], t, n_id.size(0))
+        has = torch.zeros(n_id.size(0), dtype=torch.bool, device=n_id.device)
+        has[self._assoc[idx]] = True
+        old = self.memory[n_id]
+        memory = torch.where(has.unsqueeze(1), self.gru(aggr, old), old)
+        last = scatter(t, idx, 0, self.last_update.size(0), reduce="max")[n_id]
+        return memory, torch.where(has, last, self.last_update[n_id])
 
 
 @dataclass(frozen=True)
@@ -84,8 +133,10 @@ class GraphAttentionEmbedding(nn.Module):
         edge_dim = msg_dim + time_enc.out_channels
         self.conv = TransformerConv(in_channels, out_channels // 2, heads=2, dropout=0.1, edge_dim=edge_dim)
 
-    def forward(self, x: Tensor, last_update: Tensor, edge_index: Tensor, t: Tensor, msg: Tensor) -> Tensor:
-        rel_t = last_update[edge_index[0]] - t
+    def forward(
+        self, x: Tensor, last_update: Tensor, edge_index: Tensor, t: Tensor, msg: Tensor, t_query=None
+    ) -> Tensor:
+        rel_t = last_update[edge_index[0]] - t if t_query is None else t_query - t
         edge_attr = torch.cat([self.time_enc(rel_t.to(x.dtype)), msg], dim=-1)
         return self.conv(x, edge_index, edge_attr)
 
@@ -112,8 +163,16 @@ class PygTGN:
     no edge features, which is what our side runs.
     """
 
-    def __init__(self, events: EventBatch, seed: int = 0, lr: float = LR, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        events: EventBatch,
+        seed: int = 0,
+        lr: float = LR,
+        device: str = "cpu",
+        recipe: PygRecipe | None = None,
+    ) -> None:
         torch.manual_seed(seed)
+        self.recipe = recipe = recipe or PygRecipe()
         self.device = torch.device(device)
         self.num_nodes = int(max(events.src.max(), events.dst.max())) + 1
         self.data = TemporalData(
@@ -123,10 +182,14 @@ class PygTGN:
             msg=torch.zeros(len(events), 1),
         ).to(self.device)
         msg_dim = self.data.msg.size(-1)
-        self.memory = TGNMemory(
+        self.memory = (TGNMemory if recipe.idle_gru else _QuietMemory)(
             self.num_nodes, msg_dim, DIM, DIM,
             message_module=IdentityMessage(msg_dim, DIM, DIM), aggregator_module=LastAggregator(),
         )  # fmt: skip
+        if recipe.time_init == "geometric":  # after the default init, so every other draw is unchanged
+            with torch.no_grad():
+                self.memory.time_enc.lin.weight.copy_((1.0 / 10 ** torch.linspace(0, 9, DIM)).unsqueeze(1))
+                self.memory.time_enc.lin.bias.zero_()
         self.gnn = GraphAttentionEmbedding(DIM, DIM, msg_dim, self.memory.time_enc)
         self.link_pred = LinkPredictor(DIM)
         for module in (self.memory, self.gnn, self.link_pred):
@@ -137,11 +200,13 @@ class PygTGN:
         self.criterion = nn.BCEWithLogitsLoss()
         self.assoc = torch.empty(self.num_nodes, dtype=torch.long, device=self.device)
 
-    def _embed(self, n_id: Tensor) -> Tensor:
+    def _embed(self, n_id: Tensor, t: Tensor) -> Tensor:
+        """Embeddings of ``n_id`` for a batch with event times ``t``."""
         n_id, edge_index, e_id = self.neighbor_loader(n_id)
         self.assoc[n_id] = torch.arange(n_id.size(0), device=self.device)
         z, last_update = self.memory(n_id)
-        return self.gnn(z, last_update, edge_index, self.data.t[e_id], self.data.msg[e_id])
+        t_query = t.min() if self.recipe.neighbor_time == "query" else None
+        return self.gnn(z, last_update, edge_index, self.data.t[e_id], self.data.msg[e_id], t_query)
 
     def _observe(self, batch: TemporalData) -> None:
         self.memory.update_state(batch.src, batch.dst, batch.t, batch.msg)
@@ -153,10 +218,16 @@ class PygTGN:
             module.train()
         self.memory.reset_state()
         self.neighbor_loader.reset_state()
+        seen = torch.zeros(self.num_nodes, dtype=torch.bool, device=self.device)
         t0 = time.perf_counter()
         for batch in TemporalDataLoader(self.data[:end], batch_size=BATCH_SIZE, neg_sampling_ratio=1.0):
+            if self.recipe.negatives == "seen" and seen.any():  # (the first batch keeps the loader's draw)
+                pool = seen.nonzero().squeeze(1)
+                batch.neg_dst = pool[torch.randint(len(pool), batch.dst.shape, device=self.device)]
+                batch.n_id = torch.cat([batch.src, batch.dst, batch.neg_dst]).unique()
+            seen[batch.dst] = True
             self.optimizer.zero_grad()
-            z = self._embed(batch.n_id)
+            z = self._embed(batch.n_id, batch.t)
             src = z[self.assoc[batch.src]]
             pos_out = self.link_pred(src, z[self.assoc[batch.dst]])
             neg_out = self.link_pred(src, z[self.assoc[batch.neg_dst]])
@@ -183,7 +254,7 @@ class PygTGN:
         self._eval_mode()
         batch = self.data[lo:hi]
         neg_t = torch.from_numpy(neg.astype(np.int64)).to(self.device)
-        z = self._embed(torch.cat([batch.src, batch.dst, neg_t.reshape(-1)]).unique())
+        z = self._embed(torch.cat([batch.src, batch.dst, neg_t.reshape(-1)]).unique(), batch.t)
         src = z[self.assoc[batch.src]]
         pos = self.link_pred(src, z[self.assoc[batch.dst]])
         k = neg.shape[1]
@@ -204,6 +275,7 @@ def train_pyg_tgn(
     seed: int = 0,
     lr: float = LR,
     device: str = "cpu",
+    recipe: PygRecipe | None = None,
 ) -> TrainResult:
     """Train PyG's TGN for ``epochs`` on the first 70% of ``events``, then score the last 15%.
 
@@ -214,7 +286,7 @@ def train_pyg_tgn(
     train_end, val_end = split_points(len(events))
     if negatives is None:
         negatives = eval_negatives(events, val_end, seed=seed)
-    model = PygTGN(events, seed=seed, lr=lr, device=device)
+    model = PygTGN(events, seed=seed, lr=lr, device=device, recipe=recipe)
     rates = [train_end / model.train_epoch(train_end) for _ in range(epochs)]
     model.replay(train_end, val_end)
     test = score_test(model.batch_scores, (val_end, len(events)), negatives)

@@ -37,3 +37,4 @@ def test_main_prints_one_json_object_with_the_promised_keys(capsys):
     assert set(keys) <= set(result)
     assert result["events"] == 2000
     assert all(isinstance(result[k], float) and result[k] > 0 for k in keys)
+    assert 0 <= result["ap_edgebank"] <= 1 and isinstance(result["flags"], list)  # the baseline beside us

@@ -42,6 +42,20 @@ def test_readme_sampling_snippet_runs(tmp_path, monkeypatch):
     assert fixed.neg.shape == (200, 100) and (tmp_path / "eval_negatives.npy").exists()
 
 
+def test_readme_training_snippet_runs(tmp_path, monkeypatch):
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    block = (
+        readme.split("## Train online, serve embeddings", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    )
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(block.replace("max_events=20_000", "max_events=1_000"), "README.md", "exec"), scope)
+    result = scope["result"]
+    assert result.events == 1_000 and 0 < result.metrics.ap <= 1
+    assert 0 <= result.baselines["edgebank"].mrr <= 1 and isinstance(result.flags, list)
+    assert (tmp_path / "out/run/metrics.png").exists() and (tmp_path / "out/ckpt/LATEST").exists()
+
+
 def _run_example(args: list[str], tmp_path: Path) -> str:
     env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)

@@ -461,6 +461,64 @@ def test_config_rejects_inconsistent_values(kw):
         small_config(**kw)
 
 
+def test_uniform_time_init_is_pygs_linear_default():
+    enc, ref = TimeEncoder(50, init="uniform"), torch.nn.Linear(1, 50)
+    torch.manual_seed(0)
+    enc.reset_parameters()
+    torch.manual_seed(0)
+    ref.reset_parameters()
+    assert torch.equal(enc.lin.weight, ref.weight) and torch.equal(enc.lin.bias, ref.bias)
+    assert enc.lin.weight.abs().max() <= 1 and enc.lin.bias.abs().min() > 0  # U(-1, 1), not 1/10**k and 0
+    with pytest.raises(ConfigError, match="init"):
+        TimeEncoder(4, init="normal")
+
+
+def hop_with_times(past: list, nodes: torch.Tensor, t: torch.Tensor) -> EmbeddingInput:
+    """``one_hop_input`` plus each neighbor edge's exact time (``NeighborHop.t``)."""
+    inp = one_hop_input(nodes, t, past)
+    hop = inp.hops[0]
+    edge_t = torch.where(hop.mask, t.unsqueeze(1) - hop.dt.double(), torch.zeros((), dtype=torch.float64))
+    return EmbeddingInput(
+        inp.nodes, inp.t, hops=[NeighborHop(hop.nbr, hop.dt, hop.mask, hop.edge_feat, t=edge_t)]
+    )
+
+
+def test_last_update_neighbor_time_is_the_neighbors_last_update_minus_the_edge_time():
+    stream = make_stream(seed=4, batches=4)
+    torch.manual_seed(0)
+    model = TGN(small_config(neighbor_time="last_update")).eval()
+    query = TGN(small_config(neighbor_time="query")).eval()
+    query.load_state_dict(model.state_dict())
+    past = []
+    with torch.no_grad():
+        for src, dst, t, feat in stream[:3]:
+            model.observe(src, dst, t, feat)
+            query.observe(src, dst, t, feat)
+            past += as_events((src, dst, t, feat))
+        nodes = torch.arange(6)
+        t_q = torch.full((6,), 100.0, dtype=torch.float64)
+        inp = hop_with_times(past, nodes, t_q)
+        hop = inp.hops[0]
+        # reference: the neighbor's latest interaction in the stream so far, minus the edge's time
+        latest = {u: max(te for s, d, te, _ in past if u in (s, d)) for u in range(6)}
+        ages = torch.tensor([[latest[int(w)] for w in row] for row in hop.nbr], dtype=torch.float64) - hop.t
+        ages = torch.where(hop.mask, ages, torch.zeros((), dtype=torch.float64)).float()
+        assert (ages[hop.mask] >= 0).all() and (ages[hop.mask] == 0).any() and (ages[hop.mask] > 0).any()
+        expected = query(
+            EmbeddingInput(nodes, t_q, hops=[NeighborHop(hop.nbr, ages, hop.mask, hop.edge_feat)])
+        )
+        assert torch.allclose(model(inp), expected, atol=1e-6)
+        assert torch.allclose(model(one_hop_input(nodes, t_q, past)), expected, atol=1e-6)  # times from dt
+        assert not torch.allclose(query(inp), expected, atol=1e-3)  # the query-time ages differ
+
+
+def test_last_update_neighbor_time_needs_memory():
+    with pytest.raises(ConfigError, match="tgat"):
+        small_config(variant="tgat", neighbor_time="last_update")
+    with pytest.raises(ConfigError, match="neighbor_time"):
+        small_config(neighbor_time="edge")
+
+
 def test_gather_rows_backward_is_the_same_on_every_run():
     """Repeated rows' gradients are summed in one order: ``x[index]``'s CPU backward adds them with
     parallel atomics from 32768 elements on, so with 2 threads its gradients changed from run to run."""

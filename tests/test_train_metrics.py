@@ -120,9 +120,10 @@ def test_running_windows_close_at_batch_ends_and_survive_a_state_round_trip():
         90,
         180,
     ]  # 3 batches of 30 reach 70; windows never split one
-    first = batches[:3]
-    ref = link_metrics(*(np.concatenate(x) for x in zip(*[b[:3] for b in first], strict=True)))
-    assert full.windows[0].ap == pytest.approx(ref.ap)
+    ref = batch_mean_metrics([b[:3] for b in batches[:3]])  # the offline protocol's definition
+    assert full.windows[0].ap == pytest.approx(ref.ap) and full.windows[0].auc == pytest.approx(ref.auc)
+    pooled = link_metrics(*(np.concatenate(x) for x in zip(*[b[:3] for b in batches[:3]], strict=True)))
+    assert full.windows[0].ap != pytest.approx(pooled.ap)
     assert full.windows[0].t_start == 0.0 and full.windows[0].t_end == 89.0
 
     half = RunningMetrics(window_events=70)

@@ -11,6 +11,7 @@ import torch
 import streamgnn.train.negatives
 import streamgnn.train.serving
 import streamgnn.train.tgn_model
+from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.train import LinkModel, OnlineTrainer, StepInput, TrainConfig
 
@@ -107,3 +108,41 @@ def test_a_non_tgn_model_runs_in_the_unchanged_loop(tmp_path):
 )
 def test_module_examples_run(module):
     assert doctest.testmod(module).failed == 0
+
+
+def test_id_range_training_negatives_cover_the_id_range_unseen_ids_included():
+    from streamgnn.store import TemporalGraphStore
+    from streamgnn.train.negatives import TRAIN, StreamNegatives
+
+    store = TemporalGraphStore()
+    store.ingest(EventBatch.from_columns(src=[1, 2, 3], dst=[10, 20, 30], t=[0.0, 1.0, 2.0], eid=[0, 1, 2]))
+    seen, spread = StreamNegatives(seed=0), StreamNegatives(seed=0, pool="id_range")
+    seen.rebuild(store)
+    spread.rebuild(store)
+    src = store.node_index(np.array([1] * 2000))
+    dst = store.node_index(np.array([10] * 2000))
+    drawn = spread.draw(src, dst, num=1, strategy="random", step=3, purpose=TRAIN)[:, 0]
+    known = drawn[drawn >= 0]
+    assert set(store.external_ids(known).tolist()) == {10, 20, 30}  # the ids in [10, 30] the store knows
+    assert 0.8 < np.mean(drawn < 0) < 0.95  # 18 of the 21 ids are unknown: blank nodes
+    np.testing.assert_array_equal(
+        drawn, spread.draw(src, dst, num=1, strategy="random", step=3, purpose=TRAIN)[:, 0]
+    )
+    assert (seen.draw(src, dst, num=1, strategy="random", step=3, purpose=TRAIN) >= 0).all()
+    named = TemporalGraphStore()
+    named.ingest(EventBatch.from_columns(src=["a"], dst=["b"], t=[0.0], eid=[0]))
+    with pytest.raises(ConfigError, match="integer node ids"):
+        StreamNegatives(seed=0, pool="id_range").rebuild(named)
+    with pytest.raises(ConfigError, match="train_negatives='random'"):
+        TrainConfig(train_negative_pool="id_range", train_negatives="historical")
+
+
+def test_a_config_saved_before_the_time_options_resumes_as_the_papers_model():
+    saved = TrainConfig().as_dict()
+    for key in ("neighbor_time", "time_init"):
+        del saved["model"][key]
+    del saved["baselines"], saved["edgebank_window_ratio"], saved["train_negative_pool"]
+    old = TrainConfig.from_dict(saved)
+    assert (old.model.neighbor_time, old.model.time_init) == ("query", "geometric")
+    assert (TrainConfig().model.neighbor_time, TrainConfig().model.time_init) == ("last_update", "uniform")
+    assert TrainConfig.from_dict(TrainConfig().as_dict()) == TrainConfig()  # a new one round-trips

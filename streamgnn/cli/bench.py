@@ -15,12 +15,14 @@ BENCHMARKS = (
     "snapshots",
     "agents",
     "distributed",
+    "quality",
 )
 
 EXAMPLE = """examples:
   streamgnn bench store --quick          # each benchmark takes --quick (under a minute) and --json
   streamgnn bench serve --json           # one JSON object with the headline figures
   streamgnn bench sampler --help         # a benchmark's own options
+  streamgnn bench quality --quick        # ours, PyG's TGN and EdgeBank on every stream (a few minutes)
 """
 
 

@@ -29,9 +29,10 @@ class NeighborHop:
     mask: Tensor  # bool [n, k] True where a neighbor exists
     edge_feat: Tensor | None = None  # float32 [n, k, d_e]
     node_feat: Tensor | None = None  # float32 [n, k, d_n], features of nbr at the edge time
+    t: Tensor | None = None  # float64 [n, k] edge times (exact; ``dt`` is float32)
 
     def to(self, device: torch.device | str) -> NeighborHop:
-        parts = (self.nbr, self.dt, self.mask, self.edge_feat, self.node_feat)
+        parts = (self.nbr, self.dt, self.mask, self.edge_feat, self.node_feat, self.t)
         return NeighborHop(*(None if x is None else x.to(device) for x in parts))
 
 
@@ -93,6 +94,8 @@ class EmbeddingInput:
             nbr[at] = hop.nbr[kept]
             dt = np.zeros(n_level * k, np.float32)
             dt[at] = hop.dt[kept]
+            edge_t = np.zeros(n_level * k, np.float64)
+            edge_t[at] = hop.t[kept]
             mask = np.zeros(n_level * k, bool)
             mask[at] = True
             hops.append(
@@ -102,6 +105,7 @@ class EmbeddingInput:
                     mask=torch.from_numpy(mask.reshape(n_level, k)),
                     edge_feat=_dense_rows(hop.edge_features, kept, at, n_level, k),
                     node_feat=_dense_rows(hop.node_features, kept, at, n_level, k),
+                    t=torch.from_numpy(edge_t.reshape(n_level, k)),
                 )
             )
             parent_pos, n_level = slot, n_level * k

@@ -189,7 +189,7 @@ class Embedder:
                 edge = h.edge_feat
                 if mcfg.edge_feature_dim and edge is None:
                     edge = torch.zeros(*h.mask.shape, mcfg.edge_feature_dim)
-                hops.append(type(h)(torch.from_numpy(nbr), h.dt, h.mask, edge, None))
+                hops.append(type(h)(torch.from_numpy(nbr), h.dt, h.mask, edge, None, h.t))
             out.append(EmbeddingInput(torch.from_numpy(ws.ids(q.nodes)), inp.t, None, hops).to(tr.device))
         return out, ws
 

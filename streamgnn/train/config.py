@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from ..nn import TGNConfig
 from ..sampling.negative import STRATEGIES as NEGATIVE_STRATEGIES
 from ..sampling.sampler import STRATEGIES as SAMPLING_STRATEGIES
+from .negatives import POOLS as NEGATIVE_POOLS
 
 QUERY_TIMES = ("batch", "event")
 SHARD_MODES = ("exact", "comm_free")
@@ -48,14 +49,19 @@ class ShardConfig:
             raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
 
 
+BASELINES = ("edgebank", "edgebank_tw")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """One run. Defaults follow the TGN paper on JODIE Wikipedia (dims 100, batch 200, 10 recent neighbors,
-    Adam 1e-4, one random negative per positive).
+    Adam 1e-4, one random negative per positive), with the model departures ``TGNConfig`` explains.
 
     ``eval_negatives``: fixed negatives each positive is ranked against for MRR (0: no MRR); the first one
     is also the AP/AUC negative. ``eval_strategy``/``train_negatives``: where negatives come from (see
-    ``NegativeSampler``). ``window_events``: scored events per running-metrics window.
+    ``NegativeSampler``). ``train_negative_pool``: "seen" (destinations seen so far) or "id_range" (uniform
+    over their integer id range, unseen ids included, as PyG's loader; see ``train.negatives``).
+    ``window_events``: scored events per running-metrics window.
     ``checkpoint_every``: global batches between checkpoints (0: none). ``serve_every``: batches between
     embedding-table refreshes (0: no table); ``publish_every``: refreshes between sink publishes.
 
@@ -67,6 +73,11 @@ class TrainConfig:
     ``sharding``: None (default) trains data-parallel with every rank holding a full replica of the store and
     memory (``streamgnn.train.distributed``, fine while the graph fits one host); a ``ShardConfig`` makes
     each rank own graph partitions instead (``streamgnn.shard``: ``run_online`` switches on it).
+
+    ``baselines``: models scored beside the learned one on the same positives and negatives, each with its
+    own metrics (see ``EdgeBank``): "edgebank" (unlimited memory) and "edgebank_tw" (a pair counts if seen
+    within ``edgebank_window_ratio`` of the time span seen so far). A learned model that loses to one is
+    flagged in the run's result.
     """
 
     model: TGNConfig = field(default_factory=TGNConfig)
@@ -75,9 +86,12 @@ class TrainConfig:
     seed: int = 0
     sampling: str = "recent"
     train_negatives: str = "random"
+    train_negative_pool: str = "seen"
     eval_negatives: int = 100
     eval_strategy: str = "random"
     query_time: str = "batch"
+    baselines: tuple[str, ...] = ("edgebank", "edgebank_tw")
+    edgebank_window_ratio: float = 0.15
     window_events: int = 10_000
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
@@ -108,6 +122,20 @@ class TrainConfig:
                 "train_negatives='inductive' would draw destinations never seen before, but the trainer's "
                 "pool is exactly the destinations seen so far: use 'random' or 'historical'"
             )
+        if self.train_negative_pool not in NEGATIVE_POOLS:
+            raise ConfigError(
+                f"train_negative_pool must be one of {NEGATIVE_POOLS}, got {self.train_negative_pool!r}"
+            )
+        if self.train_negative_pool == "id_range" and self.train_negatives != "random":
+            raise ConfigError("train_negative_pool='id_range' draws uniformly: use train_negatives='random'")
+        object.__setattr__(self, "baselines", tuple(self.baselines))  # (lists from JSON)
+        unknown = sorted(set(self.baselines) - set(BASELINES))
+        if unknown or len(set(self.baselines)) != len(self.baselines):
+            raise ConfigError(
+                f"baselines must be distinct names from {BASELINES}, got {list(self.baselines)}"
+            )
+        if not self.edgebank_window_ratio > 0:
+            raise ConfigError(f"edgebank_window_ratio must be > 0, got {self.edgebank_window_ratio}")
         if self.query_time not in QUERY_TIMES:
             raise ConfigError(f"query_time must be one of {QUERY_TIMES}, got {self.query_time!r}")
         if self.checkpoint_every and not self.checkpoint_dir:
@@ -122,7 +150,8 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> TrainConfig:
         """Inverse of ``as_dict`` (e.g. the config a checkpoint was written with)."""
         data = dict(data)
-        model = TGNConfig(**data.pop("model"))
+        # Written before these options existed: the model was the paper's, and resumes as it was.
+        model = TGNConfig(**{"neighbor_time": "query", "time_init": "geometric", **data.pop("model")})
         if isinstance(data.get("sharding"), dict):
             data["sharding"] = ShardConfig(**data["sharding"])
         known = {f.name for f in dataclasses.fields(cls)}

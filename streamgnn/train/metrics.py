@@ -96,6 +96,17 @@ def batch_mean_metrics(batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]])
     )
 
 
+def losses_to_baselines(model: str, metrics: LinkMetrics, baselines: dict[str, LinkMetrics]) -> list[str]:
+    """One line per metric (AP, MRR) on which ``model`` scores below a baseline, e.g. for a run summary."""
+    flags = []
+    for name, base in baselines.items():
+        for metric in ("ap", "mrr"):
+            ours, theirs = getattr(metrics, metric), getattr(base, metric)
+            if ours < theirs:  # (False when either is NaN: nothing to compare)
+                flags.append(f"{model} loses to {name} on {metric.upper()}: {ours:.4f} < {theirs:.4f}")
+    return flags
+
+
 def _nanmean(values: list[float]) -> float:
     arr = np.asarray(values, np.float64)
     arr = arr[~np.isnan(arr)]
@@ -120,8 +131,10 @@ class WindowMetrics:
 class RunningMetrics:
     """Collects per-batch scores and closes a window every ``window_events`` scored positives.
 
-    Windows close only at batch ends, so a window never splits a batch. ``state_dict`` holds the open
-    window too, so a resumed run closes the same windows with the same values.
+    A window's metrics are defined as the offline protocol's (``batch_mean_metrics``: AP and AUC averaged
+    over its batches, MRR over its events), so online and offline figures compare directly. Windows close
+    only at batch ends, so a window never splits a batch. ``state_dict`` holds the open window too, so a
+    resumed run closes the same windows with the same values.
     """
 
     def __init__(self, window_events: int) -> None:
@@ -162,7 +175,7 @@ class RunningMetrics:
         n = self.open_events
         if not n and not self._loss_batches:
             return None
-        m = link_metrics(np.concatenate(self._pos), np.concatenate(self._neg), np.concatenate(self._rr))
+        m = batch_mean_metrics(list(zip(self._pos, self._neg, self._rr, strict=True)))
         loss = self._loss_sum / self._loss_batches if self._loss_batches else math.nan
         rate = n / self._seconds if self._seconds > 0 else math.nan
         window = WindowMetrics(self.scored, self._t[0], self._t[1], m.ap, m.auc, m.mrr, loss, n, rate)
@@ -191,6 +204,7 @@ class RunningMetrics:
             "pos": _cat(self._pos),
             "neg": _cat(self._neg),
             "rr": _cat(self._rr),
+            "sizes": [len(p) for p in self._pos],
             "loss": [self._loss_sum, self._loss_batches],
             "t": list(self._t),
             "seconds": self._seconds,
@@ -202,7 +216,11 @@ class RunningMetrics:
         self.windows = [WindowMetrics(*w) for w in state["windows"]]
         self._reset_open()
         if len(state["pos"]):
-            self._pos, self._neg, self._rr = ([state[k].numpy().copy()] for k in ("pos", "neg", "rr"))
+            # One batch per saved size (a checkpoint from before sizes were kept: the open window as one).
+            cuts = np.cumsum(state.get("sizes", [len(state["pos"])]))[:-1]
+            self._pos, self._neg, self._rr = (
+                list(np.split(state[k].numpy().copy(), cuts)) for k in ("pos", "neg", "rr")
+            )
         self._loss_sum, self._loss_batches = float(state["loss"][0]), int(state["loss"][1])
         self._t = [float(x) for x in state["t"]]
         self._seconds = float(state["seconds"])

@@ -5,6 +5,10 @@ store (``observe`` after each batch, ``rebuild`` when the store is replaced), so
 never depends on the batch itself. Draws are keyed by ``(step, purpose)``: a resumed run, or another rank,
 draws the same negatives for the same batch.
 
+``pool="id_range"`` draws training negatives uniformly over the integer id range of the destinations seen
+so far instead, ids the store does not know included (they read as blank nodes): the online analog of
+PyG's ``TemporalDataLoader``, which draws over the training data's destination id range.
+
 >>> import numpy as np
 >>> from streamgnn.store import TemporalGraphStore
 >>> negatives = StreamNegatives(seed=0)
@@ -20,18 +24,26 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..sampling import NegativeSampler
+from ..sampling.rng import key_of
 from ..store import TemporalGraphStore
 
 EVAL, TRAIN = 0, 1  # key offsets: every draw is named by (step, purpose)
+POOLS = ("seen", "id_range")
 
 
 class StreamNegatives:
     """Pool and history of negative destinations, equal to the destinations and pairs seen so far."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, pool: str = "seen") -> None:
+        if pool not in POOLS:
+            raise ConfigError(f"negative pool must be one of {POOLS}, got {pool!r}")
         self.seed = seed
+        self.pool = pool
         self.sampler: NegativeSampler | None = None
+        self.store: TemporalGraphStore | None = None
+        self._range = (np.iinfo(np.int64).max, np.iinfo(np.int64).min)  # external destination ids seen
 
     @property
     def ready(self) -> bool:
@@ -43,6 +55,11 @@ class StreamNegatives:
         ``history``: which pairs join the history (default all; a shard keeps only its own sources')."""
         if not len(dst):
             return
+        if self.pool == "id_range":
+            ext = np.asarray(self.store.external_ids(dst))
+            if ext.dtype.kind not in "iu":
+                raise ConfigError(f"train_negative_pool='id_range' needs integer node ids, not {ext.dtype}")
+            self._range = (min(self._range[0], int(ext.min())), max(self._range[1], int(ext.max())))
         if self.sampler is None:
             self.sampler = NegativeSampler(dst, seed=self.seed)
         else:
@@ -54,6 +71,8 @@ class StreamNegatives:
     def rebuild(self, store: TemporalGraphStore) -> None:
         """Start over from exactly the store's edges (a new pass, a restored checkpoint)."""
         self.sampler = None
+        self.store = store
+        self._range = (np.iinfo(np.int64).max, np.iinfo(np.int64).min)
         edges = store.edges()
         self.observe(edges.src, edges.dst)
 
@@ -68,7 +87,14 @@ class StreamNegatives:
         purpose: int,
         groups: np.ndarray | None = None,
     ) -> np.ndarray:
-        """``int64[n, num]`` negatives of ``(src, dst)`` (``NegativeSampler.sample``); needs ``ready``."""
+        """``int64[n, num]`` negatives of ``(src, dst)`` (``NegativeSampler.sample``); needs ``ready``.
+
+        With the ``id_range`` pool, training draws (``purpose=TRAIN``) are uniform over the id range, ``-1``
+        where the store does not know the id."""
+        if self.pool == "id_range" and purpose == TRAIN:
+            rng = np.random.default_rng(int(key_of(self.seed, 2 * step + purpose)))
+            ext = rng.integers(self._range[0], self._range[1] + 1, size=len(src) * num)
+            return self.store.node_index(ext, strict=False).reshape(len(src), num)
         return self.sampler.sample(
             src, dst, num=num, strategy=strategy, groups=groups, key=2 * step + purpose
         )

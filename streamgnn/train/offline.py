@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from ..errors import ConfigError
 from ..events import EventBatch
 from ..sampling import EvalNegatives
 from .config import TrainConfig
-from .metrics import LinkMetrics, batch_mean_metrics
+from .metrics import LinkMetrics, batch_mean_metrics, losses_to_baselines
 from .trainer import OnlineTrainer
 
 
@@ -87,7 +87,11 @@ _PARTS = ("val", "val_inductive", "test", "test_inductive")
 
 @dataclass(frozen=True)
 class OfflineResult:
-    """Training throughput per epoch (events/s over the training part) and the scores after the last."""
+    """Training throughput per epoch (events/s over the training part) and the scores after the last.
+
+    ``baselines``: each baseline's scores per part (``"val"``, ``"val_inductive"``, ``"test"``,
+    ``"test_inductive"``) on the same positives and negatives; ``flags``: where the model loses to one.
+    """
 
     train_events_per_s: list[float]
     train_loss: list[float]
@@ -95,12 +99,18 @@ class OfflineResult:
     val_inductive: LinkMetrics
     test: LinkMetrics
     test_inductive: LinkMetrics
+    baselines: dict[str, dict[str, LinkMetrics]] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {
             "train_events_per_s": self.train_events_per_s,
             "train_loss": self.train_loss,
             **{name: getattr(self, name).as_dict() for name in _PARTS},
+            "baselines": {
+                b: {p: m.as_dict() for p, m in parts.items()} for b, parts in self.baselines.items()
+            },
+            "flags": list(self.flags),
         }
 
 
@@ -149,7 +159,11 @@ def fit_offline(
         losses.append(float(np.nanmean(epoch_loss)) if epoch_loss else float("nan"))
     trainer.store.ingest(events.take(split.held_out))
 
-    def run(rows: np.ndarray, *, ingest: bool, scored: bool, negatives=None) -> LinkMetrics:
+    unscored = LinkMetrics(*[float("nan")] * 3, 0)
+    baselines: dict[str, dict[str, LinkMetrics]] = {name: {} for name in trainer.baselines}
+
+    def run(name: str, rows: np.ndarray, *, ingest: bool, scored: bool, negatives=None) -> LinkMetrics:
+        """Score (or only replay) part ``name``; the baselines' scores go to ``baselines[...][name]``."""
         if scored and negatives is None:
             negatives = fixed_negatives(events, split, rows, config)
         results = []
@@ -158,19 +172,30 @@ def fit_offline(
             part = slice(lo, lo + bs)
             neg = dict(negatives=negatives[0][part], negatives_valid=negatives[1][part]) if scored else {}
             res = trainer.step(batch, train=False, score=scored, ingest=ingest, **neg)
-            results.append((res.pos, res.neg, res.rr))
-        return batch_mean_metrics(results) if scored else LinkMetrics(*[float("nan")] * 3, 0)
+            results.append(((res.pos, res.neg, res.rr), res.baselines))
+        for base, parts in baselines.items():
+            scores = [b[base] for _, b in results if base in b]  # (a batch with no positive has none)
+            parts[name] = batch_mean_metrics(scores) if scored else unscored
+        return batch_mean_metrics([r for r, _ in results]) if scored else unscored
 
-    model = trainer.link_model
-    before_val = model.stream_state()
-    val = run(split.val, ingest=True, scored=score_val)
-    after_val = model.stream_state()
+    def memory() -> list:
+        return [model.stream_state() for model in trainer.stream_models()]
+
+    def restore(states: list) -> None:
+        for model, state in zip(trainer.stream_models(), states, strict=True):
+            model.load_stream_state(state)
+
+    before_val = memory()
+    val = run("val", split.val, ingest=True, scored=score_val)
+    after_val = memory()
     if score_val:
-        model.load_stream_state(before_val)
-        val_new = run(split.val_new, ingest=False, scored=True)
-        model.load_stream_state(after_val)
+        restore(before_val)
+        val_new = run("val_inductive", split.val_new, ingest=False, scored=True)
+        restore(after_val)
     else:
         val_new = val
+        for parts in baselines.values():
+            parts["val_inductive"] = parts["val"]
     test_neg = None
     if test_negatives is not None:
         test_negatives = np.asarray(test_negatives)
@@ -179,7 +204,13 @@ def fit_offline(
                 f"test_negatives has {test_negatives.shape[0]} rows for {len(split.test)} test events"
             )
         test_neg = (test_negatives, np.ones(test_negatives.shape, bool))
-    test = run(split.test, ingest=True, scored=True, negatives=test_neg)
-    model.load_stream_state(after_val)
-    test_new = run(split.test_new, ingest=False, scored=True)
-    return OfflineResult(rates, losses, val, val_new, test, test_new)
+    test = run("test", split.test, ingest=True, scored=True, negatives=test_neg)
+    restore(after_val)
+    test_new = run("test_inductive", split.test_new, ingest=False, scored=True)
+    label = getattr(trainer.link_model, "name", "model")
+    flags = [
+        f"{part}: {line}"
+        for part, ours in (("test", test), ("test_inductive", test_new))
+        for line in losses_to_baselines(label, ours, {b: parts[part] for b, parts in baselines.items()})
+    ]
+    return OfflineResult(rates, losses, val, val_new, test, test_new, baselines, flags)

@@ -66,14 +66,17 @@ def run_online(
         return result
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plot = plot_windows(result.windows, out / "metrics.png")
+    plot = plot_windows(result.windows, out / "metrics.png", result.baseline_windows)
     result = dataclasses.replace(result, plot_path=plot, summary_path=out / "summary.json")
     write_summary(result, result.summary_path)
     return result
 
 
-def plot_windows(windows: list[WindowMetrics], path: str | Path) -> Path:
-    """AP/AUC/MRR and loss per window against stream time, as a PNG (Agg; touches no global backend)."""
+def plot_windows(
+    windows: list[WindowMetrics], path: str | Path, baselines: dict[str, list[WindowMetrics]] | None = None
+) -> Path:
+    """AP/AUC/MRR and loss per window against stream time, as a PNG (Agg; touches no global backend);
+    each baseline's AP and MRR dashed beside them."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -84,6 +87,13 @@ def plot_windows(windows: list[WindowMetrics], path: str | Path) -> Path:
     x = np.array([w.t_end for w in windows], np.float64)
     for name in ("ap", "auc", "mrr"):
         top.plot(x, [getattr(w, name) for w in windows], marker=".", label=name.upper())
+    for base, base_windows in (baselines or {}).items():
+        bx = [w.t_end for w in base_windows]
+        for name, color in (("ap", "tab:blue"), ("mrr", "tab:green")):
+            values = [getattr(w, name) for w in base_windows]
+            top.plot(
+                bx, values, linestyle="--" if base == "edgebank" else ":", color=color, label=f"{base} {name}"
+            )
     top.set_ylabel("score (per window)")
     top.set_ylim(0.0, 1.0)
     top.grid(alpha=0.3)

@@ -104,6 +104,7 @@ class TGNLinkModel:
         # Fused: one kernel for all parameters instead of a dozen small ops per tensor (3x faster on CPU).
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
         self.out_dim = self.model.out_dim
+        self.name = mcfg.variant.upper()  # how run summaries call it
         self.sampler = TemporalSampler(
             TemporalGraphStore(),
             SamplerConfig(

@@ -36,7 +36,8 @@ from ..store import TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
 from .distributed import DistContext, init_distributed, local_device
-from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, reciprocal_ranks
+from .edgebank import make_baseline
+from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
 from .negatives import EVAL, TRAIN, StreamNegatives
 from .protocol import Candidates, LinkModel, StepInput
 from .serving import Serving
@@ -56,11 +57,16 @@ class StepResult:
     rr: np.ndarray  # reciprocal rank among its fixed negatives (NaN where none)
     loss: float  # NaN when not trained
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    baselines: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict
+    )  # (pos, neg, rr)
 
 
 @dataclass(frozen=True)
 class OnlineResult:
-    """What an online run reports; ``windows`` are the running metrics over stream time."""
+    """What an online run reports; ``windows`` are the running metrics over stream time. ``baselines`` and
+    ``baseline_windows``: the same for each baseline, on the same positives and negatives; ``flags`` says
+    where the learned model loses to one."""
 
     events: int
     learned: int
@@ -75,6 +81,9 @@ class OnlineResult:
     checkpoint: Path | None = None
     plot_path: Path | None = None
     summary_path: Path | None = None
+    baselines: dict[str, LinkMetrics] = field(default_factory=dict)
+    baseline_windows: dict[str, list[WindowMetrics]] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         """Plain JSON-able values (paths as strings)."""
@@ -123,14 +132,17 @@ class OnlineTrainer:
             serve_every=config.serve_every, publish_every=config.publish_every,
         )  # fmt: skip
         self.metrics = RunningMetrics(config.window_events)
+        self.baselines = {name: make_baseline(name, config) for name in config.baselines}
+        self.baseline_metrics = {name: RunningMetrics(config.window_events) for name in self.baselines}
         self.steps = 0
         self.position = 0  # events consumed from the source
         self._replayed = 0  # events a replayed source must skip (set by ``resume``)
         self.learned = 0
         self.dead_letter_count = 0
-        self.negatives = StreamNegatives(config.seed)
+        self.negatives = StreamNegatives(config.seed, config.train_negative_pool)
         self.negatives.rebuild(self.store)
-        self.link_model.attach(self.store)
+        for model in self.stream_models():
+            model.attach(self.store)
         if self.table is not None and self.store.num_nodes:
             self.refresh(np.arange(self.store.num_nodes))  # history nodes are servable before any step
 
@@ -195,6 +207,9 @@ class OnlineTrainer:
                 pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN
             )[:, 0]
         prepared = lm.prepare(view, candidates, train_neg) if scoring or training else None
+        base_prepared = (
+            {n: b.prepare(view, candidates, None) for n, b in self.baselines.items()} if scoring else {}
+        )
 
         letters: list[DeadLetter] = []
         if ingest:
@@ -204,23 +219,36 @@ class OnlineTrainer:
 
         pos = neg = rr = np.zeros(0)
         if scoring:
-            pos, neg, rr = (x[keep] for x in self._score(prepared, candidates, lo, hi, m))
+            pos, neg, rr = (x[keep] for x in self._score(lm, prepared, candidates, lo, hi, m))
+        base_scores = {
+            name: tuple(x[keep] for x in self._score(self.baselines[name], p, candidates, lo, hi, m))
+            for name, p in base_prepared.items()
+        }
         loss = lm.train(prepared, keep) if training else math.nan
 
         kept = rows[keep]
         post_src, post_dst = store.node_index(batch.src[kept]), store.node_index(batch.dst[kept])
-        lm.observe(post_src, post_dst, t[keep], None if feat is None else feat[keep])
+        for model in self.stream_models():
+            model.observe(post_src, post_dst, t[keep], None if feat is None else feat[keep])
         self.negatives.observe(post_src, post_dst)
         self.learned += len(kept)
         self.steps += 1
         touched = np.concatenate([post_src, post_dst, self._touched_otherwise(batch)])
         self.serving.after_step(store, self._embed, touched, arrival, len(batch), self.steps)
         scored = kept if scoring else kept[:0]
+        seconds = time.perf_counter() - started
         if scoring or training:
-            self.metrics.add(pos, neg, rr, batch.t[scored], loss, time.perf_counter() - started)
+            self.metrics.add(pos, neg, rr, batch.t[scored], loss, seconds)
+        for name, scores in base_scores.items():
+            self.baseline_metrics[name].add(*scores, batch.t[scored], math.nan, seconds)
         return StepResult(
-            len(batch), len(kept), batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters
-        )
+            len(batch), len(kept), batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters,
+            base_scores,
+        )  # fmt: skip
+
+    def stream_models(self) -> list[LinkModel]:
+        """The learned model and the baselines: every model that follows the stream."""
+        return [self.link_model, *self.baselines.values()]
 
     def _candidates(
         self, view: StepInput, rows: np.ndarray, negatives: np.ndarray | None, valid: np.ndarray | None
@@ -244,14 +272,14 @@ class OnlineTrainer:
         return Candidates(neg_ids, neg_ids >= 0, cfg.eval_negatives > 0)
 
     def _score(
-        self, prepared, candidates: Candidates, lo: int, hi: int, m: int
+        self, model: LinkModel, prepared, candidates: Candidates, lo: int, hi: int, m: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(pos, neg, rr)`` of all ``m`` rows from the model's logits of this rank's slice: the metric
+        """``(pos, neg, rr)`` of all ``m`` rows from ``model``'s logits of this rank's slice: the metric
         definitions are the loop's, the same for every model."""
         n = hi - lo
         local = np.full((n, 3), math.nan)
         if n:
-            ap, ranked = self.link_model.score(prepared)
+            ap, ranked = model.score(prepared)
             ok = candidates.valid[lo:hi]
             local[:, 0] = ap[:, 0]
             local[:, 1] = np.where(ok[:, 0], ap[:, 1], np.nan)
@@ -372,7 +400,9 @@ class OnlineTrainer:
                     bar.update(len(chunk))
                     if len(self.metrics.windows) > closed:
                         w = self.metrics.windows[-1]
-                        bar.set_postfix(ap=f"{w.ap:.4f}", mrr=f"{w.mrr:.4f}", refresh=False)
+                        best = {n: r.windows[-1].mrr for n, r in self.baseline_metrics.items() if r.windows}
+                        beside = {"best_baseline_mrr": f"{max(best.values()):.4f}"} if best else {}
+                        bar.set_postfix(ap=f"{w.ap:.4f}", mrr=f"{w.mrr:.4f}", **beside, refresh=False)
                     if positions is None and self._due(last_ckpt):
                         saved, last_ckpt = self.save_checkpoint(), self.steps
                 if max_events is not None and self.position - start_events >= max_events:
@@ -386,21 +416,34 @@ class OnlineTrainer:
         if cfg.checkpoint_every and self.steps > last_ckpt and not (positions is not None and cut_short):
             saved = self.save_checkpoint(None if positions is None else positions())
         self.serving.finish(self.store, self._embed)
-        self.metrics.close()
+        for running in (self.metrics, *self.baseline_metrics.values()):
+            running.close()
         seconds = time.perf_counter() - start
         events = self.position - start_events
+        summary = self.metrics.summary()
+        baselines = {name: running.summary() for name, running in self.baseline_metrics.items()}
         return OnlineResult(
             events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
-            self.metrics.summary(), list(self.metrics.windows), 1e3 * self.latency.percentile(50),
-            1e3 * self.latency.percentile(99), self.dead_letter_count, saved,
+            summary, list(self.metrics.windows), 1e3 * self.latency.percentile(50),
+            1e3 * self.latency.percentile(99), self.dead_letter_count, saved, baselines=baselines,
+            baseline_windows={n: list(r.windows) for n, r in self.baseline_metrics.items()},
+            flags=self._flags(summary, baselines),
         )  # fmt: skip
+
+    def _flags(self, metrics: LinkMetrics, baselines: dict[str, LinkMetrics]) -> list[str]:
+        """Where the learned model scores below a baseline (empty when the model learns nothing)."""
+        lm = self.link_model
+        if not lm.trainable:
+            return []
+        return losses_to_baselines(getattr(lm, "name", type(lm).__name__), metrics, baselines)
 
     def reset_stream(self, store: TemporalGraphStore | None = None) -> None:
         """Start a new pass over a replayed stream: fresh store (default: empty), blank memory and negative
         history; learned parameters and optimizer state stay (e.g. between offline epochs)."""
         self.store = store if store is not None else TemporalGraphStore()
-        self.link_model.attach(self.store)
-        self.link_model.reset_state()
+        for model in self.stream_models():
+            model.reset_state()
+            model.attach(self.store)
         self.negatives.rebuild(self.store)
         self.position = 0
         # The next refresh (each step's, or resume's once the state is loaded) serves the new pass's rows.
@@ -428,6 +471,8 @@ class OnlineTrainer:
 
     def _state(self) -> dict:
         state = {**self.link_model.state_dict(), "metrics": self.metrics.state_dict(), **checkpoint.rngs()}
+        if self.baselines:  # (their memory is the store's edges: ``attach`` rebuilds it)
+            state["baseline_metrics"] = {n: r.state_dict() for n, r in self.baseline_metrics.items()}
         if self.table is not None:  # the served rows, so a resume serves what this run served
             state["serving"] = self.serving.state_dict()
         return state
@@ -468,6 +513,9 @@ class OnlineTrainer:
         trainer.reset_stream(ckpt.store)
         trainer.link_model.load_state_dict(ckpt.state)
         trainer.metrics.load_state_dict(ckpt.state["metrics"])
+        for name, state in ckpt.state.get("baseline_metrics", {}).items():
+            if name in trainer.baseline_metrics:
+                trainer.baseline_metrics[name].load_state_dict(state)
         trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
         trainer._replayed = trainer.position
         trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])

@@ -1,0 +1,214 @@
+"""Learning quality: our TGN, PyG's TGN and EdgeBank on every bundled interaction stream, one protocol.
+
+python benchmarks/quality.py [--quick] [--json] [--seeds 0 1] [--epochs 3] [--streams NAME ...] [--plot PATH]
+(also: streamgnn bench quality)
+
+The protocol of ``benchmarks/train.py`` on each stream: events sorted by time (stably), times shifted to
+start at 0, no edge features; chronological 70/15/15 split by row; dims 100, batch 200, the 10 latest
+neighbors, Adam 1e-4, ``--epochs`` passes over the training part; after the last, validation is replayed
+into memory and the test part is scored test-then-observe against the same 100 fixed negatives per event on
+both sides (random over the stream's destinations; AP against the first, averaged over batches; MRR against
+all). EdgeBank, unlimited and time-window (``TrainConfig.baselines``), is scored by our trainer beside our
+model on the very same positives and negatives. Each figure is the mean over ``--seeds``; ``runs`` holds
+every seed's values. ``--quick``: the first 4,000 events of each stream, one epoch, seed 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+
+import numpy as np
+from tqdm import tqdm
+
+try:
+    from .common import report, set_threads
+    from .pyg_tgn import BATCH_SIZE, PygRecipe, eval_negatives, split_points, train_pyg_tgn
+    from .train import train_ours, training_parser
+except ImportError:  # run as a script
+    from common import report, set_threads
+    from pyg_tgn import BATCH_SIZE, PygRecipe, eval_negatives, split_points, train_pyg_tgn
+    from train import train_ours, training_parser
+
+from streamgnn.datasets import load
+from streamgnn.errors import ConfigError
+from streamgnn.events import EventBatch
+from streamgnn.nn import TGNConfig
+from streamgnn.train import TrainConfig
+
+STREAMS = ("jodie_wikipedia", "collegemsg", "bitcoin_otc", "bitcoin_alpha", "digg_reply")
+BASELINES = ("edgebank", "edgebank_tw")
+QUICK_EVENTS = 4_000
+
+
+def prepare(name: str, events: int | None = None) -> EventBatch:
+    """Stream ``name`` sorted by time, its first ``events`` rows, times from 0, no features, eids 0..n-1."""
+    raw = load(name)
+    raw = raw.take(np.argsort(raw.t, kind="stable"))
+    n = len(raw) if events is None else min(events, len(raw))
+    raw = raw.take(slice(0, n))
+    return EventBatch.from_columns(src=raw.src, dst=raw.dst, t=raw.t - raw.t.min(), eid=np.arange(n))
+
+
+def overrides(pairs: list[str], flag: str) -> dict:
+    """``["model.neighbor_time=query", "lr=3e-4"]`` -> ``{"model": {"neighbor_time": "query"}, "lr": 3e-4}``
+    (values as JSON where they parse, else strings)."""
+    out: dict = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or not key:
+            raise ConfigError(f"{flag} takes KEY=VALUE pairs, got {pair!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def run_stream(
+    name: str,
+    events: EventBatch,
+    seeds: list[int],
+    epochs: int,
+    device: str = "cpu",
+    ours: dict | None = None,
+    recipe: PygRecipe | None = None,
+) -> list[dict]:
+    """One run per seed of both models on ``events``: test AP/MRR, training events/s, EdgeBank's scores.
+
+    ``ours``: ``TrainConfig`` fields to change (``model``: a dict of ``TGNConfig`` fields); ``recipe``: PyG's.
+    """
+    _, val_end = split_points(len(events))
+    negatives = eval_negatives(events, val_end)
+    ours = dict(ours or {})
+    model = TGNConfig(**ours.pop("model", {}))
+    runs = []
+    for seed in seeds:
+        pyg = train_pyg_tgn(events, epochs, negatives=negatives, seed=seed, device=device, recipe=recipe)
+        config = TrainConfig(
+            **{"batch_size": BATCH_SIZE, "seed": seed, "device": device, **ours}, model=model
+        )
+        ours_result = train_ours(events, epochs, negatives, config)
+        run = {
+            "stream": name,
+            "seed": seed,
+            "events": len(events),
+            "ap": ours_result.test.ap,
+            "mrr": ours_result.test.mrr,
+            "ap_pyg": pyg.ap,
+            "mrr_pyg": pyg.mrr,
+            "train_events_per_s": statistics.median(ours_result.train_events_per_s),
+            "train_events_per_s_pyg": statistics.median(pyg.train_events_per_s),
+        }
+        for base in BASELINES:
+            run[f"ap_{base}"] = ours_result.baselines[base]["test"].ap
+            run[f"mrr_{base}"] = ours_result.baselines[base]["test"].mrr
+        runs.append(run)
+    return runs
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per-stream means over seeds (``ap_<stream>``, ``ap_pyg_<stream>``, ...), the worst gaps to PyG, the
+    streams where we lose to EdgeBank, and every run."""
+    out: dict = {}
+    gaps_ap, gaps_mrr, flags = [], [], []
+    metrics = ["ap", "mrr", "ap_pyg", "mrr_pyg", "train_events_per_s", "train_events_per_s_pyg"]
+    metrics += [f"{m}_{b}" for b in BASELINES for m in ("ap", "mrr")]
+    for stream in dict.fromkeys(r["stream"] for r in runs):
+        mine = [r for r in runs if r["stream"] == stream]
+        mean = {m: float(np.mean([r[m] for r in mine])) for m in metrics}
+        out.update({f"{m}_{stream}": value for m, value in mean.items()})
+        out[f"events_{stream}"] = mine[0]["events"]
+        gaps_ap.append(mean["ap_pyg"] - mean["ap"])
+        gaps_mrr.append(mean["mrr_pyg"] - mean["mrr"])
+        for b in BASELINES:
+            for m in ("ap", "mrr"):
+                if mean[m] < mean[f"{m}_{b}"]:
+                    flags.append(
+                        f"{stream}: ours loses to {b} on {m.upper()}: {mean[m]:.4f} < {mean[f'{m}_{b}']:.4f}"
+                    )
+    out["worst_ap_gap"] = max(gaps_ap)
+    out["worst_mrr_gap"] = max(gaps_mrr)
+    out["flags"] = flags
+    out["runs"] = runs
+    return out
+
+
+def plot(summary: dict, streams: list[str], path: str) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.6), tight_layout=True)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2)
+    sides = [("ours", ""), ("PyG TGN", "_pyg"), ("EdgeBank", "_edgebank"), ("EdgeBank tw", "_edgebank_tw")]
+    width = 0.2
+    for ax, metric in zip(axes, ("ap", "mrr"), strict=True):
+        for i, (label, suffix) in enumerate(sides):
+            values = [summary[f"{metric}{suffix}_{s}"] for s in streams]
+            ax.bar(np.arange(len(streams)) + (i - 1.5) * width, values, width, label=label)
+        ax.set_xticks(range(len(streams)), [s.replace("_", "\n") for s in streams], fontsize=8)
+        ax.set_ylabel(f"test {metric.upper()}")
+        ax.set_ylim(0, 1)
+    axes[0].legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    quick = "the first 4,000 events of each stream, 1 epoch, seed 0"
+    ap = training_parser(__doc__, quick, "write AP and MRR per stream as a PNG, e.g. quality.png", None)
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="e.g. --seeds 0 1 (default 0 1)")
+    ap.add_argument("--streams", nargs="+", choices=STREAMS, default=list(STREAMS), help="e.g. collegemsg")
+    ap.add_argument(
+        "--ours", nargs="+", default=[], metavar="KEY=VALUE",
+        help="TrainConfig fields for our side, for ablations, e.g. --ours model.neighbor_time=query lr=3e-4",
+    )  # fmt: skip
+    ap.add_argument(
+        "--pyg", nargs="+", default=[], metavar="KEY=VALUE",
+        help="PygRecipe fields for PyG's side, e.g. --pyg neighbor_time=query negatives=seen",
+    )  # fmt: skip
+    args = ap.parse_args(argv)
+    try:  # refuse a bad field or value now, not after hours of training
+        ours, recipe = overrides(args.ours, "--ours"), PygRecipe(**overrides(args.pyg, "--pyg"))
+        TrainConfig(**{**ours, "model": TGNConfig(**ours.get("model", {}))})
+    except (TypeError, ConfigError) as exc:
+        ap.error(str(exc))
+    set_threads(args.threads)
+    seeds = args.seeds or ([0] if args.quick else [0, 1])
+    epochs = args.epochs or (1 if args.quick else 3)
+    cap = args.events or (QUICK_EVENTS if args.quick else None)
+
+    runs = []
+    bar = tqdm(args.streams, unit="stream", disable=args.json)
+    for name in bar:
+        bar.set_postfix_str(name)
+        runs += run_stream(name, prepare(name, cap), seeds, epochs, args.device, ours, recipe)
+    summary = summarize(runs)
+    summary.update(seeds=seeds, epochs=epochs, threads=args.threads, device=args.device, ours=ours)
+    summary["pyg"] = dataclasses.asdict(recipe)
+    if args.plot:
+        plot(summary, args.streams, args.plot)
+    report(_finite(summary), args.json, "quality: our TGN vs PyG's TGN vs EdgeBank, test AP/MRR")
+    return 0
+
+
+def _finite(value):
+    """NaN/inf as None, so the JSON is strict."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

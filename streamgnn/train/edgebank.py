@@ -1,0 +1,146 @@
+"""EdgeBank (Poursafaei et al., NeurIPS 2022): predict a link iff the pair was seen before. No parameters.
+
+The baseline every learned temporal link predictor must beat to be worth its cost. ``window=None`` is
+EdgeBank with unlimited memory; ``window_ratio=r`` is the time-window variant: a pair counts as seen only if
+its latest interaction lies within ``r`` times the time span seen so far (``newest - oldest`` event time) of
+the newest event (TGB's ``fixed_time_window`` with ``time_window_ratio``, the span measured as the stream
+goes). Pairs are directed, as in the paper. Scores are 1 or 0, so AP/AUC/MRR treat its ties as ties.
+
+It is a ``LinkModel``: the trainer scores it on the very positives and negatives it scores the learned model
+on (``TrainConfig.baselines``), so their metrics are comparable at a glance. Its memory is the store's edges
+at ``attach`` (history, a restored checkpoint) plus every batch it observes.
+
+>>> import numpy as np
+>>> bank = EdgeBank()
+>>> bank.observe(np.array([0, 1]), np.array([2, 2]), np.array([1.0, 5.0]), None)
+>>> bank.seen(np.array([0, 2, -1, 0]), np.array([2, 0, 2, 1])).tolist()  # directed; -1: an unknown node
+[1.0, 0.0, 0.0, 0.0]
+>>> recent = EdgeBank(window_ratio=0.5)
+>>> recent.observe(np.array([0, 1]), np.array([2, 2]), np.array([1.0, 5.0]), None)
+>>> recent.seen(np.array([0, 1]), np.array([2, 2])).tolist()  # seen since 5 - 0.5 * (5 - 1) = 3
+[0.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..store import TemporalGraphStore
+from .protocol import Candidates, StepInput
+
+_MERGE_MIN = 4096  # newest pairs kept in a small sorted side array, merged into the main one when it grows
+
+
+class EdgeBank:
+    """Directed pairs seen so far with the time each was last seen; ``window_ratio`` for the windowed kind."""
+
+    trainable = False
+    out_dim = None
+
+    def __init__(self, window_ratio: float | None = None) -> None:
+        if window_ratio is not None and not window_ratio > 0:
+            raise ConfigError(f"EdgeBank window_ratio must be > 0 (or None: unlimited), got {window_ratio}")
+        self.window_ratio = window_ratio
+        self.reset_state()
+
+    def reset_state(self) -> None:
+        self._keys = np.zeros(0, np.int64)  # sorted src << 32 | dst
+        self._last = np.zeros(0, np.float64)  # last time each pair was seen
+        self._new_keys = np.zeros(0, np.int64)  # the same for pairs added since the last merge
+        self._new_last = np.zeros(0, np.float64)
+        self._t_min, self._t_max = math.inf, -math.inf
+
+    # ------------------------------------------------------------------ memory
+    def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
+        if not len(src):
+            return
+        keys = (np.asarray(src, np.int64) << 32) | np.asarray(dst, np.int64)
+        keys = np.concatenate([self._new_keys, keys])
+        last = np.concatenate([self._new_last, np.asarray(t, np.float64)])
+        self._new_keys, self._new_last = _latest(keys, last)
+        self._t_min = min(self._t_min, float(np.min(t)))
+        self._t_max = max(self._t_max, float(np.max(t)))
+        if len(self._new_keys) > max(_MERGE_MIN, len(self._keys) // 8):
+            self._keys, self._last = _latest(
+                np.concatenate([self._keys, self._new_keys]), np.concatenate([self._last, self._new_last])
+            )
+            self._new_keys, self._new_last = self._new_keys[:0], self._new_last[:0]
+
+    def seen(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """1.0 where ``(src, dst)`` was seen (within the window), else 0.0; any shape, ``-1`` never seen."""
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        ok = (src >= 0) & (dst >= 0)
+        keys = (np.where(ok, src, 0) << 32) | np.where(ok, dst, 0)
+        last = np.maximum(
+            _lookup(self._keys, self._last, keys), _lookup(self._new_keys, self._new_last, keys)
+        )
+        since = -math.inf
+        if self.window_ratio is not None and math.isfinite(self._t_max):
+            since = self._t_max - self.window_ratio * (self._t_max - self._t_min)
+        return (ok & (last > -math.inf) & (last >= since)).astype(np.float64)
+
+    def attach(self, store: TemporalGraphStore) -> None:
+        """Start from the pairs the store holds (history, or a restored checkpoint's stream)."""
+        self.reset_state()
+        edges = store.edges()
+        self.observe(edges.src, edges.dst, edges.t, None)
+
+    # ------------------------------------------------------------------ the LinkModel protocol
+    def prepare(self, batch: StepInput, candidates: Candidates | None, train_neg: np.ndarray | None):
+        return batch, candidates
+
+    def score(self, prepared) -> tuple[np.ndarray, np.ndarray | None]:
+        batch, cand = prepared
+        s = slice(batch.lo, batch.hi)
+        src = batch.src[s]
+        pos = self.seen(src, batch.dst[s])
+        ap = np.column_stack([pos, self.seen(src, cand.neg[s, 0])])
+        ranked = np.column_stack([pos, self.seen(src[:, None], cand.neg[s])]) if cand.rank else None
+        return ap, ranked
+
+    def train(self, prepared, keep: np.ndarray) -> float:
+        return math.nan
+
+    def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
+        raise ConfigError("EdgeBank embeds no nodes: it has nothing to serve")
+
+    def stream_state(self) -> tuple:
+        return (self._keys, self._last, self._new_keys, self._new_last, self._t_min, self._t_max)
+
+    def load_stream_state(self, state: tuple) -> None:
+        # Arrays are replaced, never written in place, so sharing them with a saved state is safe.
+        self._keys, self._last, self._new_keys, self._new_last, self._t_min, self._t_max = state
+
+    def state_dict(self) -> dict:
+        return {}  # the memory is the store's edges: ``attach`` rebuilds it from a restored store
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+def make_baseline(name: str, config) -> EdgeBank:
+    """The baseline ``TrainConfig.baselines`` names: "edgebank" or "edgebank_tw"."""
+    if name == "edgebank":
+        return EdgeBank()
+    if name == "edgebank_tw":
+        return EdgeBank(window_ratio=config.edgebank_window_ratio)
+    raise ConfigError(f"unknown baseline {name!r}: use 'edgebank' or 'edgebank_tw'")
+
+
+def _latest(keys: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct sorted ``keys`` with the largest ``last`` of each."""
+    order = np.lexsort((last, keys))
+    keys, last = keys[order], last[order]
+    end = np.r_[keys[1:] != keys[:-1], True]
+    return keys[end], last[end]
+
+
+def _lookup(keys: np.ndarray, last: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``last`` of each query key in sorted ``keys``, ``-inf`` where absent."""
+    if not len(keys):
+        return np.full(query.shape, -math.inf)
+    at = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
+    return np.where(keys[at] == query, last[at], -math.inf)

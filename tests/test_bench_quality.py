@@ -1,0 +1,45 @@
+"""The learning-quality benchmark: a tiny run of its real path prints the promised keys, means and gaps."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from streamgnn.benchmarks import quality
+
+
+def test_quick_run_on_two_stream_prefixes_prints_the_promised_keys(capsys):
+    streams = ["collegemsg", "bitcoin_alpha"]
+    argv = ["--quick", "--json", "--events", "1200", "--seeds", "0", "1", "--streams", *streams]
+    assert quality.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)  # the whole of stdout is one object
+    for s in streams:
+        for key in ("ap", "ap_pyg", "mrr", "mrr_pyg", "ap_edgebank", "ap_edgebank_tw", "mrr_edgebank"):
+            assert 0 <= result[f"{key}_{s}"] <= 1, key
+        assert result[f"events_{s}"] == 1200
+        runs = [r for r in result["runs"] if r["stream"] == s]
+        assert [r["seed"] for r in runs] == [0, 1]
+        assert result[f"ap_{s}"] == np.mean([r["ap"] for r in runs])  # the mean of the seeds' values
+        assert runs[0]["ap_edgebank"] == runs[1]["ap_edgebank"]  # no seed in EdgeBank, same negatives
+    gaps = [result[f"ap_pyg_{s}"] - result[f"ap_{s}"] for s in streams]
+    assert result["worst_ap_gap"] == max(gaps)
+    assert result["worst_mrr_gap"] == max(result[f"mrr_pyg_{s}"] - result[f"mrr_{s}"] for s in streams)
+    assert isinstance(result["flags"], list)
+
+
+def test_streams_are_time_sorted_from_zero_without_features():
+    events = quality.prepare("digg_reply", 500)
+    assert len(events) == 500 and events.t[0] == 0 and np.all(np.diff(events.t) >= 0)
+    assert events.features is None
+
+
+def test_ablation_flags_parse_and_bad_fields_fail_before_any_training(capsys):
+    parsed = quality.overrides(["model.neighbor_time=query", "lr=3e-4", "baselines=[]"], "--ours")
+    assert parsed == {"model": {"neighbor_time": "query"}, "lr": 3e-4, "baselines": []}
+    for argv in (["--ours", "model.neighbor_tim=query"], ["--pyg", "negatives=all"], ["--ours", "lr"]):
+        with pytest.raises(SystemExit):
+            quality.main(argv)
+        err = capsys.readouterr().err
+        assert "error: " in err and "Traceback" not in err  # usage and one error line
