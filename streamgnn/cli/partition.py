@@ -6,11 +6,13 @@ import argparse
 import json
 import os
 
-from ._args import positive_int
+from ._args import positive_int, seconds, topic_name
+from ._config import add_config_option, config_from_args, override
 
-EXAMPLE = """example:
+EXAMPLE = """examples:
   streamgnn partition --bootstrap localhost:9092 --in-topic raw --out-topic events --partitions 8 \\
       --partitioner fennel --buffer-edges 4 --checkpoint router-ckpt --report router.json --plot router.png
+  streamgnn partition --config cluster.yaml   # partition.in_topic -> kafka.events_topic (kafka.partitions)
 
 Killed and restarted with the same command, it resumes from its checkpoint with no event lost, doubled or
 placed differently."""
@@ -18,36 +20,52 @@ placed differently."""
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..errors import ConfigError
-    from ..partition import PartitionerConfig
     from ..partition.router import PartitionRouter
+    from ..progress import IntervalLog, IntervalRate
 
     for path in (args.report, args.plot):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ConfigError(f"no directory for {path}")
-    config = PartitionerConfig(args.partitioner, buffer_edges=args.buffer_edges, buffer_time=args.buffer_time)
+    cfg = config_from_args(args, defaults={"kafka.partitions": 8})
+    k, r = cfg.kafka, cfg.partition
+    k.check_reachable()
     router = PartitionRouter(
-        args.bootstrap,
-        args.in_topic,
-        args.out_topic,
-        args.partitions,
-        partitioner=config,
-        checkpoint_dir=args.checkpoint,
-        checkpoint_every=args.checkpoint_every,
-        fmt=args.format,
-        batch_size=args.batch_size,
-        dead_letter_topic=args.dead_letter_topic,
+        k.bootstrap,
+        r.in_topic,
+        k.events_topic,
+        k.partitions,
+        partitioner=r.partitioner,
+        checkpoint_dir=r.checkpoint_dir,
+        checkpoint_every=r.checkpoint_every,
+        fmt=k.format,
+        batch_size=r.batch_size,
+        dead_letter_topic=k.dead_letter_topic,
     )
-    report = router.run(max_events=args.max_events, idle_timeout_s=args.idle_timeout, flush=args.flush)
+    counts, speed = router.state.counts, IntervalRate()
+    log = IntervalLog(
+        "partition",
+        lambda: (
+            f"{counts['events']:,} events routed ({speed(counts['events']):,.0f} events/s), "
+            f"{counts['published']:,} published, {len(router.state.held):,} held, edge cut "
+            f"{counts['cut_edges'] / max(counts['placed_edges'], 1):.3f}, "
+            f"{counts['dead_letters']:,} dead letters"
+        ),
+        r.log_every_s,
+    )
+    try:
+        report = router.run(max_events=args.max_events, idle_timeout_s=args.idle_timeout, flush=args.flush)
+    finally:
+        log.stop()
     if args.report:
         router.write_report(args.report)
     if args.plot:
-        router.timeline.plot(args.plot, f"router {args.in_topic} -> {args.out_topic} ({args.partitioner})")
+        router.timeline.plot(args.plot, f"router {r.in_topic} -> {k.events_topic} ({r.partitioner.name})")
     part = report.partitioning
     quality = (
         f"edge cut {part.edge_cut:.3f}" if part.edge_cut is not None else f"RF {part.replication_factor:.2f}"
     )
     print(
-        f"routed {report.events:,} events into {args.out_topic} ({args.partitions} partitions, {quality}, "
+        f"routed {report.events:,} events into {k.events_topic} ({k.partitions} partitions, {quality}, "
         f"edge balance {part.edge_balance:.2f}); {report.held:,} held, {report.dead_letters:,} dead letters"
     )
     print(json.dumps({"published": report.published, "skipped_on_resume": report.skipped_on_resume}))
@@ -74,24 +92,55 @@ def register(sub) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, e.g. localhost:9092")
-    p.add_argument("--in-topic", required=True, help="the raw topic to read, e.g. raw")
-    p.add_argument(
-        "--out-topic", required=True, help="the topic to write (created with --partitions), e.g. events"
+    add_config_option(p, "kafka (the output topic), partition")
+    override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka (localhost:9092)")
+    override(p, "--in-topic", key="partition.in_topic", type=topic_name, help="the raw topic to read (raw)")
+    override(
+        p, "--out-topic", key="kafka.events_topic", type=topic_name,
+        help="the topic to write, created with --partitions (events)",
+    )  # fmt: skip
+    override(
+        p, "--partitions", key="kafka.partitions", type=positive_int,
+        help="graph partitions = output partitions (8)",
+    )  # fmt: skip
+    override(
+        p,
+        "--partitioner",
+        key="partition.partitioner.name",
+        choices=METHODS,
+        help="placement method (fennel)",
     )
-    p.add_argument(
-        "--partitions", type=positive_int, default=8, help="graph partitions = output partitions (8)"
-    )
-    p.add_argument("--partitioner", choices=METHODS, default="fennel", help="placement method (fennel)")
     buffer = "LDG/Fennel: edges a new vertex waits for before it is placed, e.g. 4 (1: at first sight)"
-    p.add_argument("--buffer-edges", type=positive_int, default=1, help=buffer)
+    override(p, "--buffer-edges", key="partition.partitioner.buffer_edges", type=positive_int, help=buffer)
     wait = "LDG/Fennel: the most stream time a new vertex waits, e.g. 3600 (default: no limit)"
-    p.add_argument("--buffer-time", type=_non_negative, default=float("inf"), help=wait)
-    p.add_argument("--checkpoint", default=None, help="checkpoint folder for resuming, e.g. router-ckpt")
-    p.add_argument("--checkpoint-every", type=positive_int, default=100_000, help="input events (100000)")
-    p.add_argument("--format", choices=("binary", "json"), default="binary", help="output messages (binary)")
-    p.add_argument("--batch-size", type=positive_int, default=1000, help="events per binary message (1000)")
-    p.add_argument("--dead-letter-topic", default=None, help="where undecodable or invalid events go")
+    override(p, "--buffer-time", key="partition.partitioner.buffer_time", type=_non_negative, help=wait)
+    override(
+        p, "--checkpoint", key="partition.checkpoint_dir", metavar="DIR",
+        help="checkpoint folder for resuming, e.g. router-ckpt",
+    )  # fmt: skip
+    override(
+        p,
+        "--checkpoint-every",
+        key="partition.checkpoint_every",
+        type=positive_int,
+        help="input events (100000)",
+    )
+    override(p, "--format", key="kafka.format", choices=("binary", "json"), help="output messages (binary)")
+    override(
+        p,
+        "--batch-size",
+        key="partition.batch_size",
+        type=positive_int,
+        help="events per binary message (1000)",
+    )
+    override(
+        p, "--dead-letter-topic", key="kafka.dead_letter_topic", type=topic_name,
+        help="where undecodable or invalid events go",
+    )  # fmt: skip
+    override(
+        p, "--log-every", key="partition.log_every_s", type=seconds, metavar="S",
+        help="seconds per status line, 0 for none (10)",
+    )  # fmt: skip
     p.add_argument("--max-events", type=positive_int, default=None, help="stop after this many input events")
     idle = "stop after this many seconds without input, e.g. 30 (default: run forever)"
     p.add_argument("--idle-timeout", type=_non_negative, default=None, help=idle)

@@ -17,9 +17,10 @@ import time
 import uvicorn
 
 from ..errors import ConnectorError
+from ..progress import IntervalLog
 from .app import create_app
 from .config import ServeConfig
-from .metrics import IntervalLog, ServiceMetrics
+from .metrics import ServiceMetrics
 from .reader import EmbeddingsReader
 from .scoring import LinkScorer
 from .table import EmbeddingTable
