@@ -23,10 +23,11 @@ from .train import OnlineTrainer, TrainConfig
 from .train.online import plot_windows, write_summary
 
 
-def demo_config(events: int) -> TrainConfig:
+def demo_config(events: int, checkpoint_dir: str | Path) -> TrainConfig:
     """The demo's trainer settings for a run of ``events`` events."""
     return TrainConfig(
         model=TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10),
+        checkpoint_dir=str(checkpoint_dir),
         checkpoint_every=200,
         publish_every=20,
         window_events=max(500, min(10_000, events // 20)),  # a short run still draws a curve
@@ -75,8 +76,11 @@ def run_demo(
         sink = stack.enter_context(
             KafkaSink(broker.bootstrap, embeddings_topic=embeddings_topic, fmt="binary")
         )
-        config = dataclasses.replace(
-            config or demo_config(len(stream)), checkpoint_dir=str(out_dir / "checkpoints")
+        ckpt = out_dir / "checkpoints"
+        config = (
+            dataclasses.replace(config, checkpoint_dir=str(ckpt))
+            if config
+            else demo_config(len(stream), ckpt)
         )
         trainer = OnlineTrainer(config, sink=sink)
         source = stack.enter_context(

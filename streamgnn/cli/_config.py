@@ -303,7 +303,11 @@ def override(parser, *flags: str, key: str | tuple[str, ...], **kw) -> None:
 
 
 def config_from_args(args: argparse.Namespace, defaults: Mapping[str, object] | None = None) -> JobConfig:
-    """The command's ``JobConfig``: its ``defaults`` < ``--config`` < environment < its flags."""
+    """The command's ``JobConfig``: its defaults (``defaults``, else ``config_defaults`` that its parser
+    set, e.g. ``p.set_defaults(config_defaults={"kafka.partitions": 8})``) < ``--config`` < environment <
+    its flags."""
+    if defaults is None:
+        defaults = getattr(args, "config_defaults", None)
     given = {
         key: value
         for dest, value in vars(args).items()

@@ -70,9 +70,9 @@ def _die(args) -> int | None:
     return args.die_round if args.die_rank is not None and rank == args.die_rank else None
 
 
-def _config(args, **defaults):
+def _config(args):
     """The ``agents`` section of ``--config`` with this task's defaults, environment and flags."""
-    return config_from_args(args, defaults=defaults).agents
+    return config_from_args(args).agents
 
 
 def _write(out: Path, name: str, summary: dict, quiet: bool) -> None:
@@ -168,7 +168,7 @@ def _flocking(args, rest) -> int:
     )
 
     out = _out_dir(args.out)
-    cfg = _config(args, **{"agents.sweep.fit.steps": 600, "agents.sweep.taps": 3})
+    cfg = _config(args)
     setup, sweep = cfg.flocking, cfg.sweep
     agents = _agents(args, setup.env.agents)
     start = time.perf_counter()
@@ -394,7 +394,11 @@ def register(sub) -> None:
         help="evaluation runs per point (10)",
     )  # fmt: skip
     _common(fl, "out/agents", 600, "sweep")
-    fl.set_defaults(func=_run, agents_func=_flocking)
+    fl.set_defaults(
+        func=_run,
+        agents_func=_flocking,
+        config_defaults={"agents.sweep.fit.steps": 600, "agents.sweep.taps": 3},
+    )
     tr = tasks.add_parser(
         "train",
         help="decentralized training (gossip SGD over lossy links, optional compression) vs centralized",

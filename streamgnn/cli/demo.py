@@ -14,20 +14,23 @@ EXAMPLE = """examples:
 """
 
 
-def _run(args: argparse.Namespace, rest: list[str]) -> int:
-    import dataclasses
+def train_config(args: argparse.Namespace):
+    """The trainer's ``TrainConfig``: the demo's own settings for this many events, under the file's, the
+    environment's and the flags'."""
 
     from .. import datasets
-    from ..demo import demo_config, run_demo
+    from ..demo import demo_config
 
-    events = min(args.events or datasets.info(args.dataset).rows, datasets.info(args.dataset).rows)
-    own = demo_config(events)  # the demo's settings, under the file's, the environment's and the flags'
-    defaults = {
-        f"train.{f.name}": getattr(own, f.name)
-        for f in dataclasses.fields(own)
-        if f.name in ("checkpoint_every", "publish_every", "window_events")
-    }
-    config = config_from_args(args, defaults=defaults).train
+    rows = datasets.info(args.dataset).rows
+    own = demo_config(min(args.events or rows, rows), args.out / "checkpoints")
+    keys = ("checkpoint_dir", "checkpoint_every", "publish_every", "window_events")
+    return config_from_args(args, defaults={f"train.{k}": getattr(own, k) for k in keys}).train
+
+
+def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    from ..demo import run_demo
+
+    config = train_config(args)
     return run_demo(events=args.events, out=args.out, dataset=args.dataset, quiet=args.quiet, config=config)
 
 

@@ -26,7 +26,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     for path in (args.report, args.plot):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ConfigError(f"no directory for {path}")
-    cfg = config_from_args(args, defaults={"kafka.partitions": 8})
+    cfg = config_from_args(args)
     k, r = cfg.kafka, cfg.partition
     k.check_reachable()
     router = PartitionRouter(
@@ -147,4 +147,4 @@ def register(sub) -> None:
     p.add_argument("--flush", action="store_true", help="at the stop, place waiting vertices and publish")
     p.add_argument("--report", default=None, help="write the routing report here (JSON)")
     p.add_argument("--plot", default=None, help="write cut/balance at each checkpoint here (PNG)")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, config_defaults={"kafka.partitions": 8})

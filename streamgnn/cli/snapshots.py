@@ -60,7 +60,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 
     check_output_folder(args.out)  # before any long work
     args.bootstrap_given = vars(args)["cfg:kafka.bootstrap"] is not None
-    cfg = config_from_args(args, defaults={"store.allowed_lateness": 0.0})
+    cfg = config_from_args(args)
     snaps_cfg = cfg.snapshots
     spec = snaps_cfg.spec
     if spec is None:
@@ -171,4 +171,4 @@ def register(sub) -> None:
         "--batch-size", type=positive_int, default=10_000, help="events per batch read from a file"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, config_defaults={"store.allowed_lateness": 0.0})
