@@ -28,6 +28,10 @@ def test_top_level_and_bench_help(capsys):
     out = capsys.readouterr().out
     assert out.startswith("usage: streamgnn bench") and "example" in out and "serve" in out
     assert main(["bench"]) == 2  # a name is needed to run one
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", "store", "--help"])  # the benchmark's own options, under this command's name
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("usage: streamgnn bench store [-h]")
 
 
 def test_config_file_maps_onto_the_dataclasses(tmp_path):
