@@ -51,9 +51,9 @@ def _source(args: argparse.Namespace, cfg, store):
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     import numpy as np
-    from tqdm import tqdm
 
     from ..errors import ConfigError
+    from ..progress import progress_bar
     from ..snapshots import live_snapshots
     from ..snapshots.files import SignalWriter, check_output_folder
     from ..store import TemporalGraphStore
@@ -72,7 +72,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     snaps = live_snapshots(source, store, spec, target=target, idle_timeout_s=args.idle_timeout)
     most_nodes = edges = 0
     try:
-        for snap in tqdm(snaps, unit="snapshot", disable=args.quiet, dynamic_ncols=True):
+        for snap in progress_bar(iterable=snaps, unit="snapshot", disable=args.quiet):
             writer.write(snap)
             most_nodes, edges = max(most_nodes, snap.num_nodes), edges + snap.num_edges
     finally:
