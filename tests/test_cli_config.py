@@ -73,8 +73,6 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("serve: {colour: blue}\n")
     assert main(["serve", "--config", str(tmp_path / "c.yaml")]) == 2
     assert "unknown key 'colour' for ServeConfig" in capsys.readouterr().err
-    assert main(["serve", "--bootstrap", "127.0.0.1:1"]) == 2
-    assert "no Kafka broker reachable at 127.0.0.1:1" in capsys.readouterr().err
     assert main(["train", "--file", str(tmp_path / "nope.csv")]) == 2
     assert "no events file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
@@ -213,3 +211,23 @@ def test_snapshots_run_from_a_config_file(tmp_path):
     assert len(signal.edge_weights) == 4 and all(w.sum() == 10 for w in signal.edge_weights)
     assert signal.meta["spec"]["kind"] == "window" and signal.meta["target"] == "links"
     assert signal.meta["lateness"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["partition"],
+        ["snapshots", "events", "--out", "sig", "--every", "60"],
+        ["ingest", "--kafka", "--store", "s"],
+        ["train", "--kafka"],
+        ["topics"],
+        ["serve"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_an_unreachable_broker_is_one_line_naming_the_address(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("STREAMGNN_KAFKA__CONNECT_TIMEOUT_S", "0.5")  # a refused port is retried this long
+    assert main([*argv, "--bootstrap", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no Kafka broker reachable at 127.0.0.1:1" in err, err
