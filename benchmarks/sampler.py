@@ -9,7 +9,7 @@ uniform 10-10 two hops (ours, numpy), in sampled neighbors per second, median ov
 ``--batches`` batches each. The numpy baseline queries a T-CSR of the whole stream built once (it cannot
 take inserts; its build time is reported) and draws uniform neighbors with replacement. Also reported:
 the latency of a recent-10 call right after an insert, and the kernel's compile and cached-start cost
-measured in fresh processes.
+measured in fresh processes (not with --quick).
 """
 
 from __future__ import annotations
@@ -338,7 +338,9 @@ def plot(per: dict[str, dict[str, float]], path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
-        "--quick", action="store_true", help="300k synthetic events, fewer runs and batches (under a minute)"
+        "--quick",
+        action="store_true",
+        help="300k synthetic events, fewer runs and batches, no cold-compile probe (under a minute)",
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument(
@@ -367,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         per[stream.name] = measure(stream, runs, batches, threads)
         results.update({f"{stream.name}.{k}": v for k, v in per[stream.name].items()})
     results.update(headline(per))
-    results.update(compile_costs())
+    if not args.quick:  # a fresh process compiling every kernel takes longer than the whole quick run
+        results.update(compile_costs())
     results["load_avg_1m_after"] = os.getloadavg()[0]
     results["wall_s"] = time.perf_counter() - t_start
     report(results, args.json, "Temporal sampler: neighbors/s, medians of runs")

@@ -23,6 +23,17 @@ from .train import OnlineTrainer, TrainConfig
 from .train.online import plot_windows, write_summary
 
 
+def demo_config(events: int, checkpoint_dir: str | Path) -> TrainConfig:
+    """The demo's trainer settings for a run of ``events`` events."""
+    return TrainConfig(
+        model=TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10),
+        checkpoint_dir=str(checkpoint_dir),
+        checkpoint_every=200,
+        publish_every=20,
+        window_events=max(500, min(10_000, events // 20)),  # a short run still draws a curve
+    )
+
+
 def _count_published(bootstrap: str, topic: str) -> int:
     """Distinct node keys in the embeddings topic: what a compacted topic serves after compaction."""
     from kafka import KafkaConsumer
@@ -36,7 +47,15 @@ def _count_published(bootstrap: str, topic: str) -> int:
         consumer.close()
 
 
-def run_demo(events: int | None, out: str, dataset: str = "jodie_wikipedia", quiet: bool = False) -> int:
+def run_demo(
+    events: int | None,
+    out: str,
+    dataset: str = "jodie_wikipedia",
+    quiet: bool = False,
+    config: TrainConfig | None = None,
+) -> int:
+    """Run the demo; ``config`` (default: the demo's own) is the trainer's, whose ``checkpoint_dir`` is
+    always ``out/checkpoints`` (every demo is a fresh run)."""
     datasets.info(dataset)  # an unknown name fails here, before a broker starts
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -57,12 +76,11 @@ def run_demo(events: int | None, out: str, dataset: str = "jodie_wikipedia", qui
         sink = stack.enter_context(
             KafkaSink(broker.bootstrap, embeddings_topic=embeddings_topic, fmt="binary")
         )
-        config = TrainConfig(
-            model=TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10),
-            checkpoint_dir=str(out_dir / "checkpoints"),
-            checkpoint_every=200,
-            publish_every=20,
-            window_events=max(500, min(10_000, len(stream) // 20)),  # a short run still draws a curve
+        ckpt = out_dir / "checkpoints"
+        config = (
+            dataclasses.replace(config, checkpoint_dir=str(ckpt))
+            if config
+            else demo_config(len(stream), ckpt)
         )
         trainer = OnlineTrainer(config, sink=sink)
         source = stack.enter_context(

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from streamgnn.cli import build_parser
-from streamgnn.cli._config import load_config
+from streamgnn.cli._config import config_from_args, load_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,15 +71,27 @@ def test_the_router_sits_between_the_producer_and_the_trainers():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services, parser = compose["services"], build_parser()
     cfg = load_config(ROOT / "config" / "cluster.yaml", env={})
-    producer = parser.parse_args(
+
+    def resolved(argv):  # what the command runs with: its flags over the shared file
+        args = parser.parse_args(argv)
+        if getattr(args, "config", None) == "/config/cluster.yaml":
+            args.config = str(ROOT / "config" / "cluster.yaml")
+        return args, config_from_args(args)
+
+    _, produced = resolved(
         shlex.split(services["producer"]["command"].replace("${REPLAY_RATE:-1000}", "1"))[1:]
     )
-    assert producer.topic == cfg.kafka.raw_topic != cfg.kafka.events_topic and cfg.kafka.raw_partitions == 1
+    assert produced.kafka.events_topic == cfg.kafka.raw_topic != cfg.kafka.events_topic
+    assert produced.kafka.partitions == cfg.kafka.raw_partitions == 1  # one raw partition: in time order
     router = services["router"]
-    args = parser.parse_args(shlex.split(router["command"])[1:])
-    assert getattr(args, "cfg:kafka.raw_topic") is None and getattr(args, "cfg:kafka.events_topic") is None
-    assert args.format == "binary" and args.partitioner == "fennel"  # binary: placement travels with events
-    volume = next(v for v in router["volumes"] if v.split(":")[1] == args.checkpoint)
+    args, routed = resolved(shlex.split(router["command"])[1:])
+    assert (
+        routed.kafka.raw_topic == cfg.kafka.raw_topic and routed.kafka.events_topic == cfg.kafka.events_topic
+    )
+    assert (
+        routed.kafka.format == "binary" and routed.partition.partitioner.name == "fennel"
+    )  # placement travels
+    volume = next(v for v in router["volumes"] if v.split(":")[1] == routed.partition.checkpoint_dir)
     assert volume.split(":")[0] in compose["volumes"] and router["restart"] == "unless-stopped"
     assert router["depends_on"]["topics"]["condition"] == "service_completed_successfully"
     for name in ("trainer-0", "trainer-1"):

@@ -23,8 +23,10 @@ from streamgnn.partition import hash_partition
 from streamgnn.store import StoreConfig, TemporalGraphStore
 
 
-def consume_with_checkpoints(bootstrap: str, topic: str, ckpt: str, backend: str) -> None:
-    """The worker: resume from ``ckpt`` if there is one, checkpoint every few batches, print progress."""
+def consume_with_checkpoints(bootstrap: str, topic: str, ckpt: str, backend: str, hold_at: str = "0") -> None:
+    """The worker: resume from ``ckpt`` if there is one, checkpoint every few batches, print progress;
+    with ``hold_at``, stop and wait (for the SIGKILL) once the store holds that many edges, so that a
+    loaded host cannot let it finish before the test has read its progress."""
     path = Path(ckpt)
     store = (
         TemporalGraphStore.load(path) if path.exists() else TemporalGraphStore(StoreConfig(num_partitions=2))
@@ -43,6 +45,8 @@ def consume_with_checkpoints(bootstrap: str, topic: str, ckpt: str, backend: str
             if i % 4 == 3:
                 store.save(path, source_offsets=src.positions())
             print(store.num_edges, flush=True)
+            if 0 < int(hold_at) <= store.num_edges:
+                sys.stdin.readline()  # nobody writes: the test kills it here at the latest
         store.save(path, source_offsets=src.positions())
     print("done", flush=True)
 
@@ -69,14 +73,15 @@ def test_consumer_killed_mid_stream_resumes_from_checkpoint_to_the_same_store(
 
     ckpt = tmp_path / "ckpt"
     cmd = [sys.executable, __file__, kafka_bootstrap, topic, str(ckpt), backend]
-    worker = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    worker = subprocess.Popen([*cmd, "12000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     progress = 0
-    while progress < 6000:  # kill it well into the stream, between or during checkpoints
+    while progress < 6000:  # kill it well into the stream (6000-12000 edges), between or during checkpoints
         line = worker.stdout.readline()
         assert line and line.strip() != "done", "the worker finished before it could be killed"
         progress = int(line)
     worker.send_signal(signal.SIGKILL)
     worker.wait()
+    worker.stdin.close()
     crashed = TemporalGraphStore.load(ckpt)
     assert 0 < crashed.num_edges < len(events)
     assert crashed.source_offsets.keys() == ends.keys()

@@ -139,15 +139,19 @@ def test_lookups_topk_errors_updates_and_metrics(kafka_bootstrap, published):
             lambda: (e := call(f"{url}/embeddings?ids=3")[1]["embeddings"][0])["t"] == 9.0 and e, "the update"
         )
         assert got["embedding"] == [1.0] * 8
-        metrics = wait_for(
-            lambda: (m := call(f"{url}/metrics")[1]).count("streamgnn_dead_letters_total{") >= 3 and m,
-            "dead letters counted",
+        lag_zero = f'streamgnn_consumer_lag_messages{{partition="0",topic="{topic}"}} 0.0'
+        metrics = wait_for(  # the lag gauge is refreshed after the messages are applied: wait for both
+            lambda: (
+                (m := call(f"{url}/metrics")[1]).count("streamgnn_dead_letters_total{") >= 3
+                and lag_zero in m
+                and m
+            ),
+            "dead letters counted and the lag gauge back at 0",
         )
         assert 'reason="a vector of shape in a table of rows"} 1.0' in metrics
         assert 'reason="undecodable embedding message"} 1.0' in metrics
         assert 'reason="key is not an int node id"' in metrics
         assert "streamgnn_events_ingested_total 61.0" in metrics and "streamgnn_table_nodes 60.0" in metrics
-        assert f'streamgnn_consumer_lag_messages{{partition="0",topic="{topic}"}} 0.0' in metrics
         assert "streamgnn_embedding_freshness_seconds_count 61.0" in metrics
         assert 'streamgnn_http_request_seconds_count{route="topk",status="200"}' in metrics
 

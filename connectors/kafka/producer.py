@@ -28,6 +28,7 @@ from ...codec import (
 from ...errors import ConfigError, ConnectorError
 from ...events import EventBatch
 from ...partition import hash_partition
+from ...progress import IntervalLog, IntervalRate
 from .admin import create_topic
 from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight, starting
 from .retry import Backoff, is_fatal, too_large
@@ -353,11 +354,13 @@ def produce_dataset(
     batch_size: int = 1000,
     backend: str = "kafka-python",
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    log_every_s: float = 0.0,
     **producer_config,
 ) -> ProduceReport:
     """Create ``topic`` with ``partitions`` partitions and write a dataset (or event file) into it, in time
     order, keyed by graph partition; ``rate`` caps events per second (None: as fast as possible). No broker
-    answering within ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried."""
+    answering within ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried. With
+    ``log_every_s`` > 0, one status line per interval (events sent, events/s, messages)."""
     if rate is not None and rate <= 0:
         raise ConfigError(f"rate must be > 0 events/s (or None for unthrottled), got {rate}")
     check_security(backend, producer_config)  # before it is translated for the admin client
@@ -370,14 +373,25 @@ def produce_dataset(
         connect_timeout_s=connect_timeout_s, **producer_config,
     ) as out:  # fmt: skip
         window = batch_size * partitions  # about batch_size events per partition per window
-        done = 0
-        for piece in events.split(window):
-            out.send(piece)
-            done += len(piece)
-            if rate is not None:
-                ahead = done / rate - (time.perf_counter() - start)
-                if ahead > 0:
-                    time.sleep(ahead)
-        out.flush()
+        done, speed = 0, IntervalRate()
+        log = IntervalLog(
+            f"produce {topic}",
+            lambda: (
+                f"{done:,} of {len(events):,} events sent ({speed(done):,.0f} events/s), "
+                f"{out.messages:,} messages"
+            ),
+            log_every_s,
+        )
+        try:
+            for piece in events.split(window):
+                out.send(piece)
+                done += len(piece)
+                if rate is not None:
+                    ahead = done / rate - (time.perf_counter() - start)
+                    if ahead > 0:
+                        time.sleep(ahead)
+            out.flush()
+        finally:
+            log.stop()
         messages = out.messages
     return ProduceReport(topic, partitions, len(events), messages, time.perf_counter() - start)

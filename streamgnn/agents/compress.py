@@ -38,7 +38,16 @@ class Codec:
         return 4 * size
 
     def encode(self, rows: Tensor) -> np.ndarray:
-        return rows.detach().float().contiguous().numpy().view(np.uint8).reshape(len(rows), -1).copy()
+        # explicit widths: a round in which every link of this rank failed sends zero rows
+        return (
+            rows.detach()
+            .float()
+            .contiguous()
+            .numpy()
+            .view(np.uint8)
+            .reshape(len(rows), 4 * rows.shape[1])
+            .copy()
+        )
 
     def decode(self, data: np.ndarray, size: int) -> Tensor:
         return torch.from_numpy(np.ascontiguousarray(data).view(np.float32).reshape(len(data), size).copy())
@@ -67,8 +76,8 @@ class TopK(Codec):
         idx = rows.abs().topk(k, dim=1, sorted=False).indices.sort(dim=1).values
         vals = rows.gather(1, idx).float()
         out = np.empty((len(rows), 8 * k), np.uint8)
-        out[:, : 4 * k] = idx.int().numpy().view(np.uint8).reshape(len(rows), -1)
-        out[:, 4 * k :] = vals.numpy().view(np.uint8).reshape(len(rows), -1)
+        out[:, : 4 * k] = idx.int().numpy().view(np.uint8).reshape(len(rows), 4 * k)
+        out[:, 4 * k :] = vals.numpy().view(np.uint8).reshape(len(rows), 4 * k)
         return out
 
     def decode(self, data: np.ndarray, size: int) -> Tensor:
@@ -100,7 +109,7 @@ class Quantize(Codec):
         q = torch.round(rows / torch.where(scale > 0, scale, 1.0) * levels).to(torch.int64) + levels
         per = 8 // self.bits
         size = rows.shape[1]
-        q = torch.nn.functional.pad(q, (0, -size % per)).view(len(rows), -1, per)
+        q = torch.nn.functional.pad(q, (0, -size % per)).view(len(rows), -(-size // per), per)
         shifts = torch.arange(per) * self.bits
         packed = (q << shifts).sum(-1).to(torch.uint8).numpy()
         return np.concatenate([scale.numpy().view(np.uint8).reshape(len(rows), 4), packed], axis=1)
@@ -112,7 +121,7 @@ class Quantize(Codec):
         scale = torch.from_numpy(data[:, :4].copy().view(np.float32))
         packed = torch.from_numpy(data[:, 4:].astype(np.int64))
         q = (packed.unsqueeze(-1) >> (torch.arange(per) * self.bits)) & ((1 << self.bits) - 1)
-        q = q.reshape(len(data), -1)[:, :size] - levels
+        q = q.reshape(len(data), packed.shape[1] * per)[:, :size] - levels
         return q.float() / levels * scale
 
 

@@ -28,13 +28,13 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch.func import functional_call
-from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..nn.dictconfig import DictConfig
 from ..nn.exchange import Exchange
 from ..nn.failures import mix_seed
 from ..nn.graph_filter import GraphNN
+from ..progress import progress_bar
 from .compress import Codec, make_codec
 from .source_loc import SourceLocalization, correct_counts
 
@@ -224,7 +224,7 @@ class DecentralizedTrainer:
         return self.mixer.bytes_sent + self.tracker.bytes_sent
 
     def train(self, desc: str | None = None) -> list[float]:
-        bar = tqdm(range(self.config.steps), desc=desc, disable=desc is None, leave=False)
+        bar = progress_bar(iterable=range(self.config.steps), desc=desc, disable=desc is None, leave=False)
         for _ in bar:
             self.step()
             if len(self.losses) % 50 == 0:

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..nn.exchange import LocalExchange
 from ..nn.failures import make_failures, mix_seed
 from ..nn.graph_filter import GraphNN, GraphNNConfig
 from ..nn.robust import Aggregation
+from ..progress import progress_bar
 from .dsgd import DecentralizedConfig, DecentralizedTrainer
 from .fit import FitConfig, fit
 from .flocking import Flocking, FlockingConfig, imitation_batches, velocity_variance
@@ -112,7 +112,9 @@ def train_source_loc(task: SourceLocalization, sweep: SweepConfig, quiet=False) 
 def sweep_source_loc(agents, models, task, sweep: SweepConfig, rounds: int = 3, quiet=False) -> dict | None:
     """Accuracy of every variant at every failure rate and model: ``{kind: {variant: [acc per p]}}``."""
     out: dict = {}
-    for kind, p, v in tqdm(_points(sweep), desc="sweep", disable=quiet or not agents.is_root, leave=False):
+    for kind, p, v in progress_bar(
+        iterable=_points(sweep), desc="sweep", disable=quiet or not agents.is_root, leave=False
+    ):
         base, agg = VARIANTS[v]
         ex = agents.exchange(
             make_failures(kind, p, mix_seed(sweep.seed, 5)), per_lane=True, memory=agg.max_age > 0
@@ -210,7 +212,9 @@ def sweep_flocking(
     agents, models, scale, setup: FlockingSetup, sweep: SweepConfig, quiet=False
 ) -> dict | None:
     out: dict = {}
-    for kind, p, v in tqdm(_points(sweep), desc="flocking", disable=quiet or not agents.is_root, leave=False):
+    for kind, p, v in progress_bar(
+        iterable=_points(sweep), desc="flocking", disable=quiet or not agents.is_root, leave=False
+    ):
         base, agg = VARIANTS[v]
         failures = make_failures(kind, p, mix_seed(sweep.seed, 5))
         var = flocking_run(

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..nn.dictconfig import DictConfig
@@ -34,6 +33,7 @@ from ..nn.exchange import LocalExchange
 from ..nn.failures import Bernoulli, mix_seed
 from ..nn.graph_filter import GraphNN
 from ..nn.shift import ShiftOperator
+from ..progress import progress_bar
 
 Batch = Callable[[np.random.Generator, int], tuple[Tensor, ShiftOperator, Tensor]]
 
@@ -68,7 +68,7 @@ def fit(
     exchange = LocalExchange(failures, per_lane=True, exact=False)
     opt = torch.optim.Adam(model.parameters(), lr=config.lr)
     losses = []
-    bar = tqdm(range(config.steps), desc=desc, disable=desc is None, leave=False)
+    bar = progress_bar(iterable=range(config.steps), desc=desc, disable=desc is None, leave=False)
     for _ in bar:
         x, shift, y = batches(rng, config.batch)
         exchange.begin_step(shift)

@@ -13,10 +13,21 @@ dataclasses, overridden by environment variables and then by command-line flags.
         memory_dim: 100
     serve:            # streamgnn.serve.ServeConfig
       port: 8000
+    produce:          # ProduceConfig (below): streamgnn produce
+      source: jodie_wikipedia
+      rate: 1000
+    partition:        # RouterConfig (below): streamgnn partition (reads kafka.raw_topic)
+      partitioner: {name: fennel, buffer_edges: 4}   # streamgnn.partition.PartitionerConfig
+    snapshots:        # SnapshotsConfig (below): streamgnn snapshots
+      spec: {kind: window, every: 86400}             # streamgnn.snapshots.SnapshotSpec
+    agents:           # AgentsConfig (below): streamgnn agents
+      source_loc: {nodes: 100}                       # streamgnn.agents.source_loc.SourceLocConfig
 
 Environment: ``STREAMGNN_<SECTION>__<KEY>[__<KEY>]=value`` (a YAML scalar), e.g.
 ``STREAMGNN_TRAIN__MODEL__MEMORY_DIM=64``. An unknown section or key, in the file or the environment, is an
-error that names it; a value of the wrong type too (``batch_size: "200"``).
+error that names it; a value of the wrong type too (``batch_size: "200"``). Each command reads the sections
+it needs (``kafka`` and its own), but every section of the file is checked, so a typo in a shared file fails
+every job that reads it, at once.
 """
 
 from __future__ import annotations
@@ -29,9 +40,14 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from ..agents.experiments import DecentralizedSetup, FlockingSetup, SweepConfig
+from ..agents.source_loc import SourceLocConfig
 from ..errors import ConfigError, StreamGNNError
+from ..partition import PartitionerConfig
 from ..serve.config import ServeConfig
+from ..snapshots import NextLinks, NodeTarget, SnapshotSpec
 from ..store import StoreConfig
 from ..train.config import TrainConfig
 
@@ -76,6 +92,72 @@ class KafkaConfig:
 
 
 @dataclass(frozen=True)
+class ProduceConfig:
+    """``streamgnn produce`` (``produce_dataset``'s arguments; the topic, its partition count, the message
+    format and the connect timeout are the ``kafka`` section's): ``source`` a dataset name or an events
+    file, ``rate`` events per second (None: as fast as the broker takes them), ``batch_size`` events per
+    binary message, ``log_every_s`` seconds between status lines (0: none)."""
+
+    source: str | None = None
+    rate: float | None = None
+    batch_size: int = 1000
+    log_every_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.rate is not None and not 0 < self.rate < float("inf"):
+            raise ConfigError(f"produce.rate must be a finite number > 0 (or unset), got {self.rate}")
+        if self.batch_size < 1:
+            raise ConfigError(f"produce.batch_size must be >= 1, got {self.batch_size}")
+        if self.log_every_s < 0:
+            raise ConfigError(f"produce.log_every_s must be >= 0, got {self.log_every_s}")
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    """``streamgnn partition`` (``PartitionRouter``'s arguments): it reads ``kafka.raw_topic`` and writes the
+    ``kafka`` section's events topic with ``kafka.partitions`` partitions in ``kafka.format``, placing each
+    vertex with ``partitioner`` (a ``PartitionerConfig``); ``checkpoint_dir``/``checkpoint_every`` (input
+    events) make a restart resume; ``log_every_s`` seconds between status lines (0: none)."""
+
+    partitioner: PartitionerConfig = field(default_factory=lambda: PartitionerConfig("fennel"))
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 100_000
+    batch_size: int = 1000
+    log_every_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if min(self.checkpoint_every, self.batch_size) < 1:
+            raise ConfigError("partition.checkpoint_every and partition.batch_size must be >= 1")
+        if self.log_every_s < 0:
+            raise ConfigError(f"partition.log_every_s must be >= 0, got {self.log_every_s}")
+
+
+@dataclass(frozen=True)
+class SnapshotsConfig:
+    """``streamgnn snapshots``: ``spec`` (a ``SnapshotSpec``: what each snapshot is and when it is cut;
+    it needs ``every`` or ``times``), and the labels: ``target`` none, ``links`` (next-snapshot links,
+    a ``NextLinks``) or ``node`` (a feature column ahead, a ``NodeTarget``). The allowed lateness is the
+    ``store`` section's ``allowed_lateness`` (0 for this command unless set)."""
+
+    spec: SnapshotSpec | None = None
+    target: Literal["none", "links", "node"] = "none"
+    links: NextLinks = field(default_factory=NextLinks)
+    node: NodeTarget = field(default_factory=NodeTarget)
+
+
+@dataclass(frozen=True)
+class AgentsConfig:
+    """``streamgnn agents``: ``source_loc`` the source-localization task (``source-loc`` and ``train``),
+    ``sweep`` the trained variants and failure sweep (``source-loc`` and ``flocking``), ``flocking`` the
+    flock and its episodes, ``decentralized`` the gossip training of ``agents train``."""
+
+    source_loc: SourceLocConfig = field(default_factory=SourceLocConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+    flocking: FlockingSetup = field(default_factory=FlockingSetup)
+    decentralized: DecentralizedSetup = field(default_factory=DecentralizedSetup)
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """The whole file."""
 
@@ -83,15 +165,21 @@ class JobConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
+    produce: ProduceConfig = field(default_factory=ProduceConfig)
+    partition: RouterConfig = field(default_factory=RouterConfig)
+    snapshots: SnapshotsConfig = field(default_factory=SnapshotsConfig)
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
 
 
 def load_config(
     path: str | Path | None,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, object] | None = None,
+    defaults: Mapping[str, object] | None = None,
 ) -> JobConfig:
-    """Defaults < the file at ``path`` < ``STREAMGNN_*__*`` variables of ``env`` < ``overrides``
-    (``{"serve.port": 8001}``, from flags)."""
+    """The dataclasses' defaults < a command's own ``defaults`` (``{"store.allowed_lateness": 0.0}``) <
+    the file at ``path`` < ``STREAMGNN_*__*`` variables of ``env`` < ``overrides`` (``{"serve.port": 8001}``,
+    from flags)."""
     import yaml
 
     data: dict = {}
@@ -106,6 +194,8 @@ def load_config(
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
     where = str(path) if path is not None else "config"
+    for dotted, value in (defaults or {}).items():
+        _put(data, dotted.split("."), value, f"default for {dotted}", keep=True)
     env = os.environ if env is None else env
     for name, text in sorted(env.items()):
         if name.startswith(ENV_PREFIX) and "__" in name:
@@ -116,13 +206,17 @@ def load_config(
     return _build(JobConfig, data, where)
 
 
-def _put(data: dict, keys: list[str], value, origin: str) -> None:
+def _put(data: dict, keys: list[str], value, origin: str, keep: bool = False) -> None:
+    """Set ``data[k0][k1]... = value``; with ``keep``, only where the file has not set it."""
     node = data
     for key in keys[:-1]:
         node = node.setdefault(key, {})
         if not isinstance(node, dict):
+            if keep:  # the file put something else there: its own mistake is named when it is built
+                return
             raise ConfigError(f"{origin}: {'.'.join(keys)} goes inside a value that is not a mapping")
-    node[keys[-1]] = value
+    if not (keep and keys[-1] in node):
+        node[keys[-1]] = value
 
 
 def _build(cls, data, where: str):
@@ -149,6 +243,9 @@ def _coerce(value, hint, where: str):
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        mapped = [arg for arg in args if dataclasses.is_dataclass(arg)]
+        if isinstance(value, dict) and mapped:  # a mapping is that dataclass: its own mistakes are named
+            return _build(mapped[0], value, where)
         for arg in args:
             if arg is not type(None):
                 try:
@@ -186,20 +283,37 @@ def _name(hint) -> str:
 # ---------------------------------------------------------------------------------------------- argparse
 
 
-def add_config_option(parser: argparse.ArgumentParser) -> None:
+def add_config_option(parser: argparse.ArgumentParser, sections: str = "kafka") -> None:
     parser.add_argument(
         "--config",
         metavar="FILE.yaml",
-        help="settings shared by every job (sections kafka, store, train, serve: the Python config "
-        "dataclasses' keys; STREAMGNN_SECTION__KEY variables and flags override it), e.g. cluster.yaml",
+        help=f"settings shared by every job; this command reads sections {sections} (keys: the Python "
+        "config dataclasses'; STREAMGNN_SECTION__KEY variables and flags override it), e.g. cluster.yaml",
     )
 
 
-def override(parser, *flags: str, key: str, **kw) -> None:
-    """A flag that overrides config key ``key`` ("serve.port") when given."""
-    parser.add_argument(*flags, dest=f"cfg:{key}", default=None, **kw)
+def override(parser, *flags: str, key: str | tuple[str, ...], **kw) -> None:
+    """A flag that overrides config key ``key`` ("serve.port"), or each of several keys, when given;
+    a positional argument when ``flags`` is empty."""
+    dest = "cfg:" + ",".join((key,) if isinstance(key, str) else key)
+    if flags:
+        if "choices" not in kw and kw.get("action") is None:  # as argparse names it, not after the dest
+            kw.setdefault("metavar", flags[-1].lstrip("-").upper().replace("-", "_"))
+        parser.add_argument(*flags, dest=dest, default=None, **kw)
+    else:
+        parser.add_argument(dest, nargs="?", default=None, **kw)
 
 
-def config_from_args(args: argparse.Namespace) -> JobConfig:
-    given = {dest[4:]: v for dest, v in vars(args).items() if dest.startswith("cfg:") and v is not None}
-    return load_config(args.config, overrides=given)
+def config_from_args(args: argparse.Namespace, defaults: Mapping[str, object] | None = None) -> JobConfig:
+    """The command's ``JobConfig``: its defaults (``defaults``, else ``config_defaults`` that its parser
+    set, e.g. ``p.set_defaults(config_defaults={"kafka.partitions": 8})``) < ``--config`` < environment <
+    its flags."""
+    if defaults is None:
+        defaults = getattr(args, "config_defaults", None)
+    given = {
+        key: value
+        for dest, value in vars(args).items()
+        if dest.startswith("cfg:") and value is not None
+        for key in dest[4:].split(",")
+    }
+    return load_config(args.config, overrides=given, defaults=defaults)

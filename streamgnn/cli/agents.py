@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ._args import positive_int
+from ._config import add_config_option, config_from_args, override
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -69,14 +70,9 @@ def _die(args) -> int | None:
     return args.die_round if args.die_rank is not None and rank == args.die_rank else None
 
 
-def _sweep(args):
-    from ..agents.experiments import SweepConfig
-    from ..agents.fit import FitConfig
-
-    fit = FitConfig(steps=args.fit_steps, batch=args.batch, lr=args.lr, seed=args.seed)
-    return SweepConfig(
-        args.probs, args.kinds, args.keep, args.taps, args.hidden, fit, args.variants, args.seed
-    )
+def _config(args):
+    """The ``agents`` section of ``--config`` with this task's defaults, environment and flags."""
+    return config_from_args(args).agents
 
 
 def _write(out: Path, name: str, summary: dict, quiet: bool) -> None:
@@ -110,13 +106,11 @@ def _source_loc(args, rest) -> int:
         train_source_loc,
         verify_source_loc,
     )
-    from ..agents.source_loc import SourceLocalization, SourceLocConfig
+    from ..agents.source_loc import SourceLocalization
 
     out = _out_dir(args.out)
-    task_cfg = SourceLocConfig(
-        args.nodes, args.communities, args.p_in, args.p_out, args.max_time, args.train, args.test, args.seed
-    )
-    sweep = _sweep(args)
+    cfg = _config(args)
+    task_cfg, sweep = cfg.source_loc, cfg.sweep
     if 0.0 not in sweep.probs:
         raise ConfigError("--probs must include 0 (the failure-free accuracy the others are compared with)")
     task = SourceLocalization(task_cfg)
@@ -167,20 +161,16 @@ def _verify_sweep(args, sweep):
 
 def _flocking(args, rest) -> int:
     from ..agents.experiments import (
-        FlockingSetup,
         flocking_baselines,
         plot_curves,
         sweep_flocking,
         train_flocking,
     )
-    from ..agents.flocking import FlockingConfig
 
     out = _out_dir(args.out)
-    setup = FlockingSetup(
-        FlockingConfig(agents=args.agents, steps=args.sim_steps), args.train_episodes, args.test_episodes
-    )
-    sweep = _sweep(args)
-    agents = _agents(args, args.agents)
+    cfg = _config(args)
+    setup, sweep = cfg.flocking, cfg.sweep
+    agents = _agents(args, setup.env.agents)
     start = time.perf_counter()
     models, scale = agents.share(lambda: train_flocking(setup, sweep, quiet=args.quiet))
     curves = sweep_flocking(agents, models, scale, setup, sweep, quiet=args.quiet)
@@ -205,23 +195,19 @@ def _flocking(args, rest) -> int:
             sweep.probs,
             "mean velocity variance (lower is better)",
             out / "flocking.png",
-            f"flocking, {args.agents} agents imitating the centralized controller",
+            f"flocking, {setup.env.agents} agents imitating the centralized controller",
             base,
         )
     return _end(agents)
 
 
 def _train(args, rest) -> int:
-    from ..agents.dsgd import DecentralizedConfig
-    from ..agents.experiments import DecentralizedSetup, plot_decentralized, run_decentralized
-    from ..agents.source_loc import SourceLocalization, SourceLocConfig
+    from ..agents.experiments import plot_decentralized, run_decentralized
+    from ..agents.source_loc import SourceLocalization
 
     out = _out_dir(args.out)
-    task_cfg = SourceLocConfig(
-        args.nodes, args.communities, args.p_in, args.p_out, args.max_time, args.train, args.test, args.seed
-    )
-    train = DecentralizedConfig(args.fit_steps, args.batch, args.lr, args.mix_rate, "none", args.seed)
-    setup = DecentralizedSetup(train, args.compression, args.failure_p, args.taps, args.hidden)
+    cfg = _config(args)
+    task_cfg, setup = cfg.source_loc, cfg.decentralized
     task = SourceLocalization(task_cfg)
     agents = _agents(args, task_cfg.nodes)
     result = run_decentralized(agents, task, setup, quiet=args.quiet)
@@ -251,44 +237,45 @@ def _train(args, rest) -> int:
     return _end(agents)
 
 
-def _common(p: argparse.ArgumentParser, out: str, steps: int) -> None:
+def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None:
+    """The training, failure-sweep and MPI options; ``task`` is ``sweep`` (source-loc, flocking: the
+    config's ``agents.sweep``) or ``decentralized`` (train: ``agents.decentralized``)."""
     from ..nn.failures import FAILURE_KINDS
 
+    fit = "agents.sweep.fit." if task == "sweep" else "agents.decentralized.train."
+    model = f"agents.{task}."
+    seeds = (fit + "seed", "agents.source_loc.seed") + (("agents.sweep.seed",) if task == "sweep" else ())
     g = p.add_argument_group("task and training")
-    g.add_argument("--fit-steps", type=positive_int, default=steps, help=f"training steps (default {steps})")
-    g.add_argument("--batch", type=positive_int, default=64, help="signals per training step (default 64)")
-    g.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (default 3e-3)")
-    g.add_argument("--taps", type=positive_int, default=5, help="filter taps K per layer (K-1 rounds each)")
-    g.add_argument("--hidden", type=positive_int, default=32, help="hidden features per agent (default 32)")
-    g.add_argument(
-        "--keep",
-        type=float,
-        default=0.7,
-        help="link keep probability of random edge sampling in training (default 0.7)",
+    override(g, "--fit-steps", key=fit + "steps", type=positive_int, help=f"training steps ({steps})")
+    batch = 64 if task == "sweep" else 32
+    override(g, "--batch", key=fit + "batch", type=positive_int, help=f"signals per training step ({batch})")
+    override(g, "--lr", key=fit + "lr", type=float, help="Adam learning rate (3e-3)")
+    override(
+        g, "--taps", key=model + "taps", type=positive_int, help="filter taps K per layer (K-1 rounds each)"
     )
-    g.add_argument("--seed", type=int, default=0)
-    s = p.add_argument_group("failure sweep")
-    s.add_argument(
-        "--probs",
-        type=_floats,
-        default=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
-        help="link failure probabilities, e.g. --probs 0,0.3,0.5 (must include 0)",
-    )
-    s.add_argument(
-        "--kinds",
-        type=_names(FAILURE_KINDS),
-        default=("bernoulli",),
-        help="failure models: bernoulli, bursty (Gilbert-Elliott, bursts of 4 rounds), adversarial "
-        "(cut the highest-degree links), e.g. --kinds bernoulli,bursty",
-    )
-    from ..agents.experiments import VARIANTS
+    override(g, "--hidden", key=model + "hidden", type=positive_int, help="hidden features per agent (32)")
+    override(g, "--seed", key=seeds, type=int, help="seed of the task, the training and the failures (0)")
+    if task == "sweep":
+        override(
+            g, "--keep", key="agents.sweep.keep", type=float,
+            help="link keep probability of random edge sampling in training (0.7)",
+        )  # fmt: skip
+        s = p.add_argument_group("failure sweep")
+        override(
+            s, "--probs", key="agents.sweep.probs", type=_floats,
+            help="link failure probabilities, e.g. --probs 0,0.3,0.5 (must include 0; default 0,0.1,...,0.5)",
+        )  # fmt: skip
+        override(
+            s, "--kinds", key="agents.sweep.kinds", type=_names(FAILURE_KINDS),
+            help="failure models: bernoulli (default), bursty (Gilbert-Elliott, bursts of 4 rounds), "
+            "adversarial (cut the highest-degree links), e.g. --kinds bernoulli,bursty",
+        )  # fmt: skip
+        from ..agents.experiments import VARIANTS
 
-    s.add_argument(
-        "--variants",
-        type=_names(tuple(VARIANTS)),
-        default=tuple(VARIANTS),
-        help=f"which of {', '.join(VARIANTS)} (default all)",
-    )
+        override(
+            s, "--variants", key="agents.sweep.variants", type=_names(tuple(VARIANTS)),
+            help=f"which of {', '.join(VARIANTS)} (default all)",
+        )  # fmt: skip
     m = p.add_argument_group("MPI and faults (under mpiexec)")
     m.add_argument(
         "--deadline",
@@ -311,21 +298,25 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int) -> None:
     m.add_argument("--die-round", type=int, default=5, help="... at this forward round (default 5)")
     p.add_argument("--out", default=out, help=f"report folder: JSON summary and PNG plot (default {out})")
     p.add_argument("--quiet", action="store_true", help="no progress bars or tables")
+    add_config_option(p, f"agents (source_loc, {task}{', flocking' if task == 'sweep' else ''})")
 
 
 def _source_loc_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("source localization graph and signals")
-    g.add_argument("--nodes", type=positive_int, default=100, help="agents (SBM nodes, default 100)")
-    g.add_argument(
-        "--communities", type=positive_int, default=10, help="SBM communities = classes (default 10)"
-    )
-    g.add_argument("--p-in", type=float, default=0.8, help="edge probability within a community (0.8)")
-    g.add_argument("--p-out", type=float, default=0.02, help="edge probability across communities (0.02)")
-    g.add_argument(
-        "--max-time", type=positive_int, default=10, help="diffusion steps drawn from [0, max-time)"
-    )
-    g.add_argument("--train", type=positive_int, default=4000, help="training signals (default 4000)")
-    g.add_argument("--test", type=positive_int, default=500, help="test signals (default 500)")
+    g = p.add_argument_group("source localization graph and signals (agents.source_loc)")
+    key = "agents.source_loc."
+    override(g, "--nodes", key=key + "nodes", type=positive_int, help="agents (SBM nodes, default 100)")
+    override(
+        g, "--communities", key=key + "communities", type=positive_int,
+        help="SBM communities = classes (default 10)",
+    )  # fmt: skip
+    override(g, "--p-in", key=key + "p_in", type=float, help="edge probability within a community (0.8)")
+    override(g, "--p-out", key=key + "p_out", type=float, help="edge probability across communities (0.02)")
+    override(
+        g, "--max-time", key=key + "max_time", type=positive_int,
+        help="diffusion steps drawn from [0, max-time) (10)",
+    )  # fmt: skip
+    override(g, "--train", key=key + "train", type=positive_int, help="training signals (default 4000)")
+    override(g, "--test", key=key + "test", type=positive_int, help="test signals (default 500)")
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
@@ -340,6 +331,7 @@ EXAMPLE = """example:
   streamgnn agents source-loc --probs 0,0.3 --kinds bernoulli,bursty --out out/agents
   mpiexec -n 4 streamgnn agents source-loc --verify --out out/agents-mpi
   mpiexec -n 4 streamgnn agents train --compression none,quant:8,topk:0.1
+  streamgnn agents flocking --config agents.yaml   # agents.flocking, agents.sweep: the config dataclasses
   streamgnn agents TASK --help   # each task's options
 """
 
@@ -361,7 +353,7 @@ def register(sub) -> None:
         "bernoulli,bursty --out out/agents",
     )
     _source_loc_args(sl)
-    _common(sl, "out/agents", 1500)
+    _common(sl, "out/agents", 1500, "sweep")
     sl.add_argument(
         "--rounds",
         type=positive_int,
@@ -385,12 +377,28 @@ def register(sub) -> None:
         "rate and model; writes flocking.json and flocking.png. Example: mpiexec -n 4 streamgnn agents "
         "flocking",
     )
-    fl.add_argument("--agents", type=positive_int, default=50, help="flock size (default 50)")
-    fl.add_argument("--sim-steps", type=positive_int, default=200, help="time steps of 10 ms per run (200)")
-    fl.add_argument("--train-episodes", type=positive_int, default=20, help="expert runs to imitate (20)")
-    fl.add_argument("--test-episodes", type=positive_int, default=10, help="evaluation runs per point (10)")
-    _common(fl, "out/agents", 600)
-    fl.set_defaults(func=_run, agents_func=_flocking, taps=3)
+    key = "agents.flocking."
+    override(fl, "--agents", key=key + "env.agents", type=positive_int, help="flock size (default 50)")
+    override(
+        fl, "--sim-steps", key=key + "env.steps", type=positive_int, help="time steps of 10 ms per run (200)"
+    )
+    override(
+        fl,
+        "--train-episodes",
+        key=key + "train_episodes",
+        type=positive_int,
+        help="expert runs to imitate (20)",
+    )
+    override(
+        fl, "--test-episodes", key=key + "test_episodes", type=positive_int,
+        help="evaluation runs per point (10)",
+    )  # fmt: skip
+    _common(fl, "out/agents", 600, "sweep")
+    fl.set_defaults(
+        func=_run,
+        agents_func=_flocking,
+        config_defaults={"agents.sweep.fit.steps": 600, "agents.sweep.taps": 3},
+    )
     tr = tasks.add_parser(
         "train",
         help="decentralized training (gossip SGD over lossy links, optional compression) vs centralized",
@@ -399,16 +407,22 @@ def register(sub) -> None:
         "mpiexec -n 4 streamgnn agents train --compression none,quant:4,topk:0.1",
     )
     _source_loc_args(tr)
-    _common(tr, "out/agents", 1500)
-    tr.add_argument(
-        "--compression",
-        type=lambda t: tuple(t.split(",")),
-        default=("none", "quant:8"),
+    _common(tr, "out/agents", 1500, "decentralized")
+    key = "agents.decentralized."
+    override(
+        tr, "--compression", key=key + "compressions", type=lambda t: tuple(t.split(",")),
         help="mixing message codecs to compare: none, quant:BITS (2, 4, 8), topk:FRACTION "
         "(default none,quant:8)",
+    )  # fmt: skip
+    override(
+        tr, "--failure-p", key=key + "failure_p", type=float,
+        help="link failure probability while training (0.1)",
+    )  # fmt: skip
+    override(
+        tr,
+        "--mix-rate",
+        key=key + "train.mix_rate",
+        type=float,
+        help="gossip step size in (0, 1] (default 1)",
     )
-    tr.add_argument(
-        "--failure-p", type=float, default=0.1, help="link failure probability while training (0.1)"
-    )
-    tr.add_argument("--mix-rate", type=float, default=1.0, help="gossip step size in (0, 1] (default 1)")
-    tr.set_defaults(func=_run, agents_func=_train, batch=32)
+    tr.set_defaults(func=_run, agents_func=_train)

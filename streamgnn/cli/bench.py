@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 
 BENCHMARKS = (
     "store",
@@ -31,7 +32,11 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         args.parser.print_help()
         return 0 if {"-h", "--help"} & set(rest) else 2
     module = importlib.import_module(f"streamgnn.benchmarks.{args.name}")
-    return int(module.main(rest) or 0)
+    argv0, sys.argv[0] = sys.argv[0], f"streamgnn bench {args.name}"  # its usage line names this command
+    try:
+        return int(module.main(rest) or 0)
+    finally:
+        sys.argv[0] = argv0
 
 
 def register(sub) -> None:

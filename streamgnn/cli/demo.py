@@ -5,12 +5,33 @@ from __future__ import annotations
 import argparse
 
 from ._args import output_dir, positive_int
+from ._config import add_config_option, config_from_args
+
+EXAMPLE = """examples:
+  streamgnn demo --events 3000          # a short run (only 3,000 events are produced)
+  streamgnn demo --dataset collegemsg --out out/college
+  streamgnn demo --events 3000 --config demo.yaml   # train: {batch_size: 100, model: {memory_dim: 64}}
+"""
+
+
+def train_config(args: argparse.Namespace):
+    """The trainer's ``TrainConfig``: the demo's own settings for this many events, under the file's, the
+    environment's and the flags'."""
+
+    from .. import datasets
+    from ..demo import demo_config
+
+    rows = datasets.info(args.dataset).rows
+    own = demo_config(min(args.events or rows, rows), args.out / "checkpoints")
+    keys = ("checkpoint_dir", "checkpoint_every", "publish_every", "window_events")
+    return config_from_args(args, defaults={f"train.{k}": getattr(own, k) for k in keys}).train
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..demo import run_demo
 
-    return run_demo(events=args.events, out=args.out, dataset=args.dataset, quiet=args.quiet)
+    config = train_config(args)
+    return run_demo(events=args.events, out=args.out, dataset=args.dataset, quiet=args.quiet, config=config)
 
 
 def register(sub) -> None:
@@ -19,10 +40,10 @@ def register(sub) -> None:
         help="the end-to-end job on an embedded default",
         description="Start a local broker, replay a bundled dataset into a topic, train TGN online from it "
         "with running AP/MRR, publish embeddings to a compacted topic, write a plot and a JSON summary.",
-        epilog="examples:\n  streamgnn demo --events 3000          # a short run (only 3,000 events are "
-        "produced)\n  streamgnn demo --dataset collegemsg --out out/college",
+        epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_config_option(d, "train (its checkpoint_dir is always OUT/checkpoints)")
     d.add_argument("--events", type=positive_int, default=None, help="replay and train on this many events")
     d.add_argument(
         "--out",

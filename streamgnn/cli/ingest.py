@@ -21,7 +21,7 @@ again from its start; the store skips the event ids it already holds.
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
-    from ..serve.metrics import IntervalLog
+    from ..progress import IntervalLog, IntervalRate
     from ..store import TemporalGraphStore
 
     cfg = config_from_args(args)
@@ -45,11 +45,11 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     else:
         source = event_source(args, 10_000)[0]
         batches = iter(source)
-    started = time.monotonic()
+    speed = IntervalRate()
     log = IntervalLog(
         "ingest",
         lambda: (
-            f"{counts['events']:,} events ({counts['events'] / (time.monotonic() - started):,.0f}/s), "
+            f"{counts['events']:,} events ({speed(counts['events']):,.0f}/s), "
             f"{store.num_edges:,} edges, {counts['dead']:,} dead letters"
         ),
         args.log_every,
@@ -86,7 +86,7 @@ def register(sub) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_option(p)
+    add_config_option(p, "kafka, store")
     add_source_options(p)
     p.add_argument(
         "--store", required=True, metavar="DIR", help="the store checkpoint folder, e.g. out/store"

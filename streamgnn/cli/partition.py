@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 
-from ._args import positive_int
+from ._args import positive_int, seconds, topic_name
 from ._config import add_config_option, config_from_args, override
 
 EXAMPLE = """examples:
@@ -24,43 +24,54 @@ placed differently."""
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..errors import ConfigError
-    from ..partition import PartitionerConfig
     from ..partition.router import PartitionRouter
+    from ..progress import IntervalLog, IntervalRate
 
     for path in (args.report, args.plot):
         if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
             raise ConfigError(f"no directory for {path}")
-    kafka = config_from_args(args).kafka
-    if not kafka.raw_topic:
+    cfg = config_from_args(args)
+    k, r = cfg.kafka, cfg.partition
+    if not k.raw_topic:
         raise ConfigError("give the topic to read: --in-topic, or kafka.raw_topic in --config")
-    given = getattr(args, "cfg:kafka.partitions") is not None or args.config
-    partitions = kafka.partitions if given else 8  # a bare command line keeps the router's default
-    config = PartitionerConfig(args.partitioner, buffer_edges=args.buffer_edges, buffer_time=args.buffer_time)
-    kafka.check_reachable()
+    k.check_reachable()
     router = PartitionRouter(
-        kafka.bootstrap,
-        kafka.raw_topic,
-        kafka.events_topic,
-        partitions,
-        partitioner=config,
-        checkpoint_dir=args.checkpoint,
-        checkpoint_every=args.checkpoint_every,
-        fmt=args.format,
-        batch_size=args.batch_size,
-        dead_letter_topic=kafka.dead_letter_topic,
+        k.bootstrap,
+        k.raw_topic,
+        k.events_topic,
+        k.partitions,
+        partitioner=r.partitioner,
+        checkpoint_dir=r.checkpoint_dir,
+        checkpoint_every=r.checkpoint_every,
+        fmt=k.format,
+        batch_size=r.batch_size,
+        dead_letter_topic=k.dead_letter_topic,
     )
-    report = router.run(max_events=args.max_events, idle_timeout_s=args.idle_timeout, flush=args.flush)
+    counts, speed = router.state.counts, IntervalRate()
+    log = IntervalLog(
+        "partition",
+        lambda: (
+            f"{counts['events']:,} events routed ({speed(counts['events']):,.0f} events/s), "
+            f"{counts['published']:,} published, {len(router.state.held):,} held, edge cut "
+            f"{counts['cut_edges'] / max(counts['placed_edges'], 1):.3f}, "
+            f"{counts['dead_letters']:,} dead letters"
+        ),
+        r.log_every_s,
+    )
+    try:
+        report = router.run(max_events=args.max_events, idle_timeout_s=args.idle_timeout, flush=args.flush)
+    finally:
+        log.stop()
     if args.report:
         router.write_report(args.report)
     if args.plot:
-        title = f"router {router.in_topic} -> {router.out_topic} ({args.partitioner})"
-        router.timeline.plot(args.plot, title)
+        router.timeline.plot(args.plot, f"router {k.raw_topic} -> {k.events_topic} ({r.partitioner.name})")
     part = report.partitioning
     quality = (
         f"edge cut {part.edge_cut:.3f}" if part.edge_cut is not None else f"RF {part.replication_factor:.2f}"
     )
     print(
-        f"routed {report.events:,} events into {router.out_topic} ({partitions} partitions, {quality}, "
+        f"routed {report.events:,} events into {k.events_topic} ({k.partitions} partitions, {quality}, "
         f"edge balance {part.edge_balance:.2f}); {report.held:,} held, {report.dead_letters:,} dead letters"
     )
     print(json.dumps({"published": report.published, "skipped_on_resume": report.skipped_on_resume}))
@@ -87,30 +98,65 @@ def register(sub) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_option(p)
-    override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT",
-             help="Kafka bootstrap servers, e.g. localhost:9092 (kafka.bootstrap)")  # fmt: skip
-    override(p, "--in-topic", key="kafka.raw_topic", metavar="TOPIC",
-             help="the raw topic to read, e.g. raw (kafka.raw_topic)")  # fmt: skip
-    out = "the topic to write (created with --partitions), e.g. events (kafka.events_topic)"
-    override(p, "--out-topic", key="kafka.events_topic", metavar="TOPIC", help=out)
-    count = "graph partitions = output partitions, e.g. 4 (kafka.partitions with --config, else 8)"
-    override(p, "--partitions", key="kafka.partitions", type=positive_int, metavar="N", help=count)
-    p.add_argument("--partitioner", choices=METHODS, default="fennel", help="placement method (fennel)")
+    add_config_option(p, "kafka (the output topic), partition")
+    override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka (localhost:9092)")
+    override(
+        p,
+        "--in-topic",
+        key="kafka.raw_topic",
+        type=topic_name,
+        help="the raw topic to read (kafka.raw_topic)",
+    )
+    override(
+        p, "--out-topic", key="kafka.events_topic", type=topic_name,
+        help="the topic to write, created with --partitions (events)",
+    )  # fmt: skip
+    override(
+        p, "--partitions", key="kafka.partitions", type=positive_int,
+        help="graph partitions = output partitions (8)",
+    )  # fmt: skip
+    override(
+        p,
+        "--partitioner",
+        key="partition.partitioner.name",
+        choices=METHODS,
+        help="placement method (fennel)",
+    )
     buffer = "LDG/Fennel: edges a new vertex waits for before it is placed, e.g. 4 (1: at first sight)"
-    p.add_argument("--buffer-edges", type=positive_int, default=1, help=buffer)
+    override(p, "--buffer-edges", key="partition.partitioner.buffer_edges", type=positive_int, help=buffer)
     wait = "LDG/Fennel: the most stream time a new vertex waits, e.g. 3600 (default: no limit)"
-    p.add_argument("--buffer-time", type=_non_negative, default=float("inf"), help=wait)
-    p.add_argument("--checkpoint", default=None, help="checkpoint folder for resuming, e.g. router-ckpt")
-    p.add_argument("--checkpoint-every", type=positive_int, default=100_000, help="input events (100000)")
-    p.add_argument("--format", choices=("binary", "json"), default="binary", help="output messages (binary)")
-    p.add_argument("--batch-size", type=positive_int, default=1000, help="events per binary message (1000)")
-    override(p, "--dead-letter-topic", key="kafka.dead_letter_topic", metavar="TOPIC",
-             help="where undecodable or invalid events go (kafka.dead_letter_topic)")  # fmt: skip
+    override(p, "--buffer-time", key="partition.partitioner.buffer_time", type=_non_negative, help=wait)
+    override(
+        p, "--checkpoint", key="partition.checkpoint_dir", metavar="DIR",
+        help="checkpoint folder for resuming, e.g. router-ckpt",
+    )  # fmt: skip
+    override(
+        p,
+        "--checkpoint-every",
+        key="partition.checkpoint_every",
+        type=positive_int,
+        help="input events (100000)",
+    )
+    override(p, "--format", key="kafka.format", choices=("binary", "json"), help="output messages (binary)")
+    override(
+        p,
+        "--batch-size",
+        key="partition.batch_size",
+        type=positive_int,
+        help="events per binary message (1000)",
+    )
+    override(
+        p, "--dead-letter-topic", key="kafka.dead_letter_topic", type=topic_name,
+        help="where undecodable or invalid events go",
+    )  # fmt: skip
+    override(
+        p, "--log-every", key="partition.log_every_s", type=seconds, metavar="S",
+        help="seconds per status line, 0 for none (10)",
+    )  # fmt: skip
     p.add_argument("--max-events", type=positive_int, default=None, help="stop after this many input events")
     idle = "stop after this many seconds without input, e.g. 30 (default: run forever)"
     p.add_argument("--idle-timeout", type=_non_negative, default=None, help=idle)
     p.add_argument("--flush", action="store_true", help="at the stop, place waiting vertices and publish")
     p.add_argument("--report", default=None, help="write the routing report here (JSON)")
     p.add_argument("--plot", default=None, help="write cut/balance at each checkpoint here (PNG)")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, config_defaults={"kafka.partitions": 8})

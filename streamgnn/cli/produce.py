@@ -4,24 +4,37 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import positive_float, positive_int, topic_name
+from ._args import positive_float, positive_int, seconds, topic_name
+from ._config import add_config_option, config_from_args, override
+
+EXAMPLE = """examples:
+  streamgnn produce jodie_wikipedia --bootstrap localhost:9092 --topic events --partitions 4 --rate 1000
+  streamgnn produce edges.jsonl --format json --log-every 5
+  streamgnn produce --config cluster.yaml     # produce.source, produce.rate; kafka.events_topic, partitions
+"""
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..connectors.kafka import produce_dataset
+    from ..errors import ConfigError
 
+    cfg = config_from_args(args)
+    k, p = cfg.kafka, cfg.produce
+    if p.source is None:
+        raise ConfigError("name a dataset or an events file: streamgnn produce SOURCE (or produce.source)")
     report = produce_dataset(
-        args.bootstrap,
-        args.topic,
-        args.source,
-        partitions=args.partitions,
-        rate=args.rate,
-        fmt=args.format,
-        batch_size=args.batch_size,
-        connect_timeout_s=args.connect_timeout,
+        k.bootstrap,
+        k.events_topic,
+        p.source,
+        partitions=k.partitions,
+        rate=p.rate,
+        fmt=k.format,
+        batch_size=p.batch_size,
+        connect_timeout_s=k.connect_timeout_s,
+        log_every_s=p.log_every_s,
     )
     print(
-        f"produced {report.events:,} events in {report.messages:,} messages to {args.topic} "
+        f"produced {report.events:,} events in {report.messages:,} messages to {k.events_topic} "
         f"({report.seconds:.1f} s)"
     )
     return 0
@@ -32,22 +45,36 @@ def register(sub) -> None:
         "produce",
         help="load a dataset or events file into a Kafka topic",
         description="Write events into a topic in time order, keyed by graph partition (creates the topic).",
-        epilog="example:\n  streamgnn produce jodie_wikipedia --bootstrap localhost:9092 --topic events "
-        "--partitions 4 --format binary --rate 1000",
+        epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    pr.add_argument("source", help="dataset name, or a .jsonl/.json events file or binary batch file")
-    pr.add_argument("--bootstrap", required=True, help="Kafka, e.g. localhost:9092")
-    pr.add_argument("--topic", type=topic_name, required=True, help="the topic to write, e.g. events")
-    pr.add_argument("--partitions", type=positive_int, default=1, help="topic partitions (1)")
-    pr.add_argument(
-        "--rate", type=positive_float, default=None, help="events per second, e.g. 1000 (default: full speed)"
+    add_config_option(pr, "kafka, produce")
+    override(
+        pr, key="produce.source", metavar="SOURCE",
+        help="dataset name, or a .jsonl/.json events file or binary batch file, e.g. jodie_wikipedia",
+    )  # fmt: skip
+    override(pr, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka (localhost:9092)")
+    override(pr, "--topic", key="kafka.events_topic", type=topic_name, help="the topic to write (events)")
+    override(pr, "--partitions", key="kafka.partitions", type=positive_int, help="topic partitions (1)")
+    override(
+        pr, "--rate", key="produce.rate", type=positive_float,
+        help="events per second, e.g. 1000 (default: full speed)",
+    )  # fmt: skip
+    override(pr, "--format", key="kafka.format", choices=("json", "binary"), help="message format (binary)")
+    override(
+        pr,
+        "--batch-size",
+        key="produce.batch_size",
+        type=positive_int,
+        help="events per binary message (1000)",
     )
-    pr.add_argument("--format", choices=("json", "binary"), default="json", help="message format (json)")
-    pr.add_argument("--batch-size", type=positive_int, default=1000, help="events per binary message (1000)")
-    pr.add_argument(
-        "--connect-timeout", type=float, default=10.0, metavar="SECONDS",
+    override(
+        pr, "--connect-timeout", key="kafka.connect_timeout_s", type=positive_float, metavar="SECONDS",
         help="give up, with one line naming the address, when no broker answers within this long "
         "(default 10, e.g. --connect-timeout 30)",
+    )  # fmt: skip
+    override(
+        pr, "--log-every", key="produce.log_every_s", type=seconds, metavar="S",
+        help="seconds per status line, 0 for none (10)",
     )  # fmt: skip
     pr.set_defaults(func=_run)

@@ -37,7 +37,7 @@ def register(sub) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_option(p)
+    add_config_option(p, "kafka, serve, train (checkpoint_dir)")
     override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka, e.g. localhost:9092")
     override(p, "--topic", key="kafka.embeddings_topic", help="the embeddings topic, e.g. embeddings")
     override(p, "--host", key="serve.host", help="address to listen on, e.g. 0.0.0.0 (default 127.0.0.1)")

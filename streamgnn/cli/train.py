@@ -100,7 +100,7 @@ def register(sub) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_option(p)
+    add_config_option(p, "kafka, train")
     add_source_options(p)
     p.add_argument(
         "--events",

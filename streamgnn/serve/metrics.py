@@ -1,4 +1,4 @@
-"""Prometheus metrics of the long-running jobs, and the one line each logs per interval.
+"""Prometheus metrics of the long-running jobs (their one line per interval: ``streamgnn.progress``).
 
 Each job owns a ``CollectorRegistry`` (several can live in one process, e.g. in tests): the embeddings
 service serves it at ``/metrics``, a trainer worker with ``prometheus_client.start_http_server``. Names:
@@ -21,9 +21,6 @@ service serves it at ``/metrics``, a trainer worker with ``prometheus_client.sta
 from __future__ import annotations
 
 import re
-import threading
-import time
-from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -105,32 +102,3 @@ class WorkerMetrics(_Common):
         self.fingerprint = Gauge(
             "streamgnn_replica_fingerprint", "CRC32 of the parameters; equal across replicas", registry=r
         )
-
-
-class IntervalLog:
-    """Prints ``line()`` every ``every_s`` seconds from a daemon thread (``every_s=0``: never), and once
-    more at ``stop()``: each job says what it is doing in one line per interval."""
-
-    def __init__(self, name: str, line: Callable[[], str], every_s: float) -> None:
-        self.name, self.line, self.every_s = name, line, every_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"streamgnn-log-{name}", daemon=True)
-        if every_s > 0:
-            self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.emit()
-
-    def emit(self) -> None:
-        try:
-            text = self.line()
-        except Exception as exc:  # a log line must never stop the job it describes
-            text = f"(status unavailable: {type(exc).__name__}: {exc})"
-        print(f"{time.strftime('%H:%M:%S')} [{self.name}] {text}", flush=True)
-
-    def stop(self) -> None:
-        if self.every_s > 0 and not self._stop.is_set():
-            self._stop.set()
-            self._thread.join()
-            self.emit()

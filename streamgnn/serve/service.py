@@ -17,9 +17,10 @@ import time
 import uvicorn
 
 from ..errors import ConnectorError
+from ..progress import IntervalLog, IntervalRate
 from .app import create_app
 from .config import ServeConfig
-from .metrics import IntervalLog, ServiceMetrics
+from .metrics import ServiceMetrics
 from .reader import EmbeddingsReader
 from .scoring import LinkScorer
 from .table import EmbeddingTable
@@ -51,7 +52,7 @@ class EmbeddingService:
         )  # fmt: skip
         self._thread: threading.Thread | None = None
         self._log: IntervalLog | None = None
-        self._last = (time.monotonic(), 0)
+        self._rate = IntervalRate()
 
     @property
     def port(self) -> int:
@@ -67,9 +68,7 @@ class EmbeddingService:
         return f"http://{host}:{self.port}"
 
     def _status(self) -> str:
-        now, count = time.monotonic(), self.reader.messages
-        then, before = self._last
-        self._last = (now, count)
+        count = self.reader.messages
         table = self.reader.table
         lag = sum(self.reader.lag.values())
         dead = sum(
@@ -81,7 +80,7 @@ class EmbeddingService:
         requests = sum(
             s.value for m in self.metrics.requests.collect() for s in m.samples if s.name.endswith("_count")
         )
-        rate = (count - before) / max(now - then, 1e-9)
+        rate = self._rate(count)
         served = 0 if table is None else len(table)
         line = (
             f"{served:,} nodes served; {rate:,.0f} embeddings/s; lag {lag:,} messages; "

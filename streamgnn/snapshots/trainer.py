@@ -32,9 +32,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from ..errors import ConfigError
+from ..progress import progress_bar
 from ..train import checkpoint
 from .cells import RecurrentCell
 from .metrics import SnapshotMetrics, SnapshotTrainResult, link_snapshot_metrics, plot_metrics
@@ -176,7 +176,7 @@ class SnapshotTrainer:
                 f"{len(snaps)} snapshots leave nothing to train or to test at train_ratio={cfg.train_ratio}"
             )
         started = time.perf_counter()
-        bar = tqdm(range(cfg.epochs), unit="epoch", disable=not progress, dynamic_ncols=True)
+        bar = progress_bar(iterable=range(cfg.epochs), unit="epoch", disable=not progress)
         for epoch in bar:
             self.state, window, last = None, [], epoch == cfg.epochs - 1
             self.cell.reset()
@@ -210,7 +210,7 @@ class SnapshotTrainer:
             )
         bptt = cfg.bptt or 1
         started, window, saved, ended = time.perf_counter(), [], None, False
-        bar = tqdm(unit="snapshot", initial=self.steps, disable=not progress, dynamic_ncols=True)
+        bar = progress_bar(unit="snapshot", initial=self.steps, disable=not progress)
         self.model.train()
         try:
             for snap in snapshots:

@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError
-from ..serve.metrics import IntervalLog, WorkerMetrics
+from ..progress import IntervalLog, IntervalRate
+from ..serve.metrics import WorkerMetrics
 from . import checkpoint
 from .broadcast import BroadcastSource
 from .config import TrainConfig
@@ -66,7 +67,7 @@ class TrainJob:
         self.dist = init_distributed()
         self.metrics = WorkerMetrics()
         self.trainer: MonitoredTrainer | None = None
-        self._rate = (time.monotonic(), 0)
+        self._rate = IntervalRate()
         self._lag_reader = None
         self._source = None  # rank 0's KafkaSource
 
@@ -147,10 +148,8 @@ class TrainJob:
         trainer = self.trainer
         if trainer is None:
             return "starting"
-        now, pos = time.monotonic(), trainer.position
-        then, before = self._rate
-        self._rate = (now, pos)
-        rate = (pos - before) / max(now - then, 1e-9)
+        pos = trainer.position
+        rate = self._rate(pos)
         self.metrics.events_per_s.set(rate)
         w = trainer.metrics.windows[-1] if trainer.metrics.windows else None
         quality = f"window AP {w.ap:.4f} MRR {w.mrr:.4f}" if w else "no window closed yet"
