@@ -17,7 +17,12 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert summary["summary_path"] == str(tmp_path / "summary.json")
     png = (tmp_path / "metrics.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "online AP" in capsys.readouterr().out
+    part = summary["partition"]  # placed as it streamed: every vertex, better than a random cut of 4
+    assert part["method"] == "fennel" and part["edges"] == 1200 and part["pending"] == 0
+    assert sum(part["vertex_loads"]) == part["vertices"] and part["edge_cut"] < 0.75
+    assert (tmp_path / "partition.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    out = capsys.readouterr().out
+    assert "online AP" in out and "edge cut" in out
 
 
 def test_cli_reports_mistakes_without_a_traceback(tmp_path, capsys):
