@@ -139,10 +139,10 @@ def test_id_range_training_negatives_cover_the_id_range_unseen_ids_included():
 
 def test_a_config_saved_before_the_time_options_resumes_as_the_papers_model():
     saved = TrainConfig().as_dict()
-    for key in ("neighbor_time", "time_init"):
+    for key in ("neighbor_time", "time_init", "merge"):
         del saved["model"][key]
     del saved["baselines"], saved["edgebank_window_ratio"], saved["train_negative_pool"]
     old = TrainConfig.from_dict(saved)
-    assert (old.model.neighbor_time, old.model.time_init) == ("query", "geometric")
+    assert (old.model.neighbor_time, old.model.time_init, old.model.merge) == ("query", "geometric", "mlp")
     assert (TrainConfig().model.neighbor_time, TrainConfig().model.time_init) == ("last_update", "uniform")
     assert TrainConfig.from_dict(TrainConfig().as_dict()) == TrainConfig()  # a new one round-trips
