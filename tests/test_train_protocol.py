@@ -146,3 +146,24 @@ def test_a_config_saved_before_the_time_options_resumes_as_the_papers_model():
     assert (old.model.neighbor_time, old.model.time_init, old.model.merge) == ("query", "geometric", "mlp")
     assert (TrainConfig().model.neighbor_time, TrainConfig().model.time_init) == ("last_update", "uniform")
     assert TrainConfig.from_dict(TrainConfig().as_dict()) == TrainConfig()  # a new one round-trips
+
+
+def test_id_range_negatives_the_store_does_not_know_count_as_blank_nodes_in_the_loss():
+    """PyG's loader trains against ids with no history yet; with ``train_negative_pool="id_range"`` such a
+    draw (-1: unknown to the store) is a blank-node negative, where -1 from the seen pool means none."""
+    from streamgnn.nn import TGNConfig
+    from streamgnn.store import TemporalGraphStore
+
+    store = TemporalGraphStore()
+    store.ingest(EventBatch.from_columns(src=[0, 1], dst=[1, 2], t=[0.0, 1.0], eid=[0, 1]))
+    t = np.array([2.0, 2.0])
+    view = StepInput(np.array([0, 1]), np.array([1, 2]), t, t, store.num_nodes, 0, 2, 0)
+    losses = {}
+    for pool in ("seen", "id_range"):
+        torch.manual_seed(0)
+        model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=2)
+        lm = streamgnn.train.tgn_model.TGNLinkModel(TrainConfig(model=model, train_negative_pool=pool))
+        lm.attach(store)
+        losses[pool] = lm.train(lm.prepare(view, None, np.array([-1, -1])), np.ones(2, bool))
+    # The same model and positives: only the blank negatives' mean BCE (about log 2 untrained) differs.
+    assert losses["id_range"] - losses["seen"] > 0.3
