@@ -22,7 +22,6 @@ from torch_geometric.utils import scatter
 
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
-from streamgnn.nn import LinkPredictor as OurLinkPredictor
 from streamgnn.nn import TemporalAttentionLayer, TimeEncoder
 from streamgnn.sampling import EvalNegatives
 from streamgnn.train.metrics import LinkMetrics, batch_mean_metrics, reciprocal_ranks
@@ -46,8 +45,6 @@ class PygRecipe:
     without messages keep their memory (ours), where PyG steps the GRU with a zero message for every node it
     reads. ``embedding="ours"``: our ``TemporalAttentionLayer`` (its default, TGN's merge MLP) on the same
     neighbors, ages and messages in place of ``TransformerConv``: every embedding-module difference at once.
-    ``predictor="ours"``: our ``LinkPredictor`` (one MLP over ``[z_src, z_dst]``, the same function class as
-    PyG's ``lin_src + lin_dst``, initialized as one ``Linear(2d, d)``).
     """
 
     neighbor_time: str = "last_update"
@@ -55,7 +52,6 @@ class PygRecipe:
     negatives: str = "id_range"
     idle_gru: bool = True
     embedding: str = "transformer_conv"
-    predictor: str = "pyg"
 
     def __post_init__(self) -> None:
         allowed = {
@@ -64,7 +60,6 @@ class PygRecipe:
             "negatives": ("id_range", "seen"),
             "idle_gru": (True, False),
             "embedding": ("transformer_conv", "ours"),
-            "predictor": ("pyg", "ours"),
         }
         for name, values in allowed.items():
             if getattr(self, name) not in values:
@@ -228,7 +223,7 @@ class PygTGN:
             GraphAttentionEmbedding if recipe.embedding == "transformer_conv" else OurAttentionEmbedding
         )
         self.gnn = embedding(DIM, DIM, msg_dim, self.memory.time_enc)
-        self.link_pred = LinkPredictor(DIM) if recipe.predictor == "pyg" else OurLinkPredictor(DIM)
+        self.link_pred = LinkPredictor(DIM)
         for module in (self.memory, self.gnn, self.link_pred):
             module.to(self.device)
         self.neighbor_loader = LastNeighborLoader(self.num_nodes, size=NUM_NEIGHBORS, device=self.device)
