@@ -60,8 +60,8 @@ class LinkModel(Protocol):
         """Everything ``score`` and ``train`` need that must be read before the batch is ingested.
 
         ``train_neg``: one negative per positive (int64 [m], -1: none), given when the loop trains. With
-        ``TrainConfig.train_negative_pool="id_range"`` every row has one, and -1 is an id the store does not
-        know yet: a blank node (zero memory, no neighbors), as PyG's loader draws.
+        ``TrainConfig.train_negative_pool`` "id_range" or "seen_blank", -1 is a blank node instead (zero
+        memory, no neighbors: an id the store does not know yet), as PyG's loader draws.
         """
 
     def score(self, prepared: Any) -> tuple[np.ndarray, np.ndarray | None]:
