@@ -22,6 +22,7 @@ from torch_geometric.utils import scatter
 
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
+from streamgnn.nn import TemporalAttentionLayer, TimeEncoder
 from streamgnn.sampling import EvalNegatives
 from streamgnn.train.metrics import LinkMetrics, batch_mean_metrics, reciprocal_ranks
 
@@ -42,13 +43,15 @@ class PygRecipe:
     "seen"``: training negatives uniform over the destinations seen so far in the epoch, as our default
     ``train_negative_pool``, not over the training part's destination id range. ``idle_gru=False``: nodes
     without messages keep their memory (ours), where PyG steps the GRU with a zero message for every node it
-    reads.
+    reads. ``embedding="ours"``: our ``TemporalAttentionLayer`` (its default, TGN's merge MLP) on the same
+    neighbors, ages and messages in place of ``TransformerConv``: every embedding-module difference at once.
     """
 
     neighbor_time: str = "last_update"
     time_init: str = "uniform"
     negatives: str = "id_range"
     idle_gru: bool = True
+    embedding: str = "transformer_conv"
 
     def __post_init__(self) -> None:
         allowed = {
@@ -56,6 +59,7 @@ class PygRecipe:
             "time_init": ("uniform", "geometric"),
             "negatives": ("id_range", "seen"),
             "idle_gru": (True, False),
+            "embedding": ("transformer_conv", "ours"),
         }
         for name, values in allowed.items():
             if getattr(self, name) not in values:
@@ -136,9 +140,34 @@ class GraphAttentionEmbedding(nn.Module):
     def forward(
         self, x: Tensor, last_update: Tensor, edge_index: Tensor, t: Tensor, msg: Tensor, t_query=None
     ) -> Tensor:
-        rel_t = last_update[edge_index[0]] - t if t_query is None else t_query - t
-        edge_attr = torch.cat([self.time_enc(rel_t.to(x.dtype)), msg], dim=-1)
+        rel_t = _ages(last_update, edge_index, t, t_query).to(x.dtype)
+        edge_attr = torch.cat([self.time_enc(rel_t), msg], dim=-1)
         return self.conv(x, edge_index, edge_attr)
+
+
+class OurAttentionEmbedding(nn.Module):
+    """Our ``TemporalAttentionLayer`` on ``GraphAttentionEmbedding``'s inputs (for ``PygRecipe.embedding``).
+
+    It reads PyG's shared time encoder through a ``TimeEncoder`` holding the same ``lin`` (both are
+    ``cos(lin(t))``), so memory and attention still share one encoder as in PyG's example.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, msg_dim: int, time_enc: nn.Module) -> None:
+        super().__init__()
+        enc = TimeEncoder(time_enc.out_channels, "uniform")
+        enc.lin = time_enc.lin
+        self.layer = TemporalAttentionLayer(in_channels, msg_dim, enc, out_channels, num_heads=2, dropout=0.1)
+
+    def forward(
+        self, x: Tensor, last_update: Tensor, edge_index: Tensor, t: Tensor, msg: Tensor, t_query=None
+    ) -> Tensor:
+        rel_t = _ages(last_update, edge_index, t, t_query)
+        return self.layer(x, x, edge_index[0], edge_index[1], rel_t.to(x.dtype), msg)
+
+
+def _ages(last_update: Tensor, edge_index: Tensor, t: Tensor, t_query) -> Tensor:
+    """The age attention sees per edge: the neighbor's last update (or ``t_query``) minus the edge time."""
+    return last_update[edge_index[0]] - t if t_query is None else t_query - t
 
 
 class LinkPredictor(nn.Module):
@@ -190,7 +219,10 @@ class PygTGN:
             with torch.no_grad():
                 self.memory.time_enc.lin.weight.copy_((1.0 / 10 ** torch.linspace(0, 9, DIM)).unsqueeze(1))
                 self.memory.time_enc.lin.bias.zero_()
-        self.gnn = GraphAttentionEmbedding(DIM, DIM, msg_dim, self.memory.time_enc)
+        embedding = (
+            GraphAttentionEmbedding if recipe.embedding == "transformer_conv" else OurAttentionEmbedding
+        )
+        self.gnn = embedding(DIM, DIM, msg_dim, self.memory.time_enc)
         self.link_pred = LinkPredictor(DIM)
         for module in (self.memory, self.gnn, self.link_pred):
             module.to(self.device)

@@ -346,11 +346,13 @@ def test_roots_without_neighbors_are_finite_and_padding_is_ignored():
     assert torch.isfinite(emb(states, empty)).all()
 
 
-def test_sparse_attention_equals_multihead_attention_over_padded_keys():
+@pytest.mark.parametrize("merge", ["mlp", "linear_skip"])
+def test_sparse_attention_equals_multihead_attention_over_padded_keys(merge):
     """The layer attends over real neighbors only; the reference is ``nn.MultiheadAttention`` on the dense,
-    padded keys with the same parameters (a root without neighbors gets ``merge([0, h_root])``)."""
+    padded keys with the same parameters (a root without neighbors gets ``merge([0, h_root])``, or
+    ``skip(h_root)``: PyG's ``TransformerConv`` root path)."""
     torch.manual_seed(0)
-    emb = TemporalAttentionEmbedding(4, EDGE_DIM, TimeEncoder(4), 8).eval()
+    emb = TemporalAttentionEmbedding(4, EDGE_DIM, TimeEncoder(4), 8, merge=merge).eval()
     layer = emb.layers[0]
     with torch.no_grad():
         layer.attn.in_proj_bias.normal_()  # a key bias too: it must cancel
@@ -369,12 +371,37 @@ def test_sparse_attention_equals_multihead_attention_over_padded_keys():
         ignore[:, -1] &= ~empty
         out, _ = layer.attn(query, kv, kv, key_padding_mask=ignore, need_weights=False)
         out = out.squeeze(1).masked_fill(empty.unsqueeze(1), 0.0)
-        expected = layer.merge(torch.cat([out, states[0]], -1))
+        if merge == "mlp":
+            expected = layer.merge(torch.cat([out, states[0]], -1))
+        else:
+            expected = out + layer.skip(states[0])
         # States given once per distinct node plus an index: the same embeddings.
         shared = emb([torch.cat([states[0], table]), torch.cat([states[0], table])], [hop],
                      [torch.arange(n), hop.nbr.reshape(-1) + n])  # fmt: skip
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(shared, got, rtol=1e-6, atol=1e-7)
+
+
+def test_linear_skip_merge_trains_and_differs_from_the_mlp_merge():
+    """Both merges embed and pass gradients; from the same start they score a stream differently, and a
+    checkpoint of one does not load silently into the other."""
+    stream = make_stream(batches=3)
+    models, scores = {}, {}
+    for merge in ("mlp", "linear_skip"):
+        torch.manual_seed(0)
+        models[merge] = TGN(small_config(merge=merge)).eval()
+        scores[merge] = torch.cat(run_stream(models[merge], stream))
+    mlp, skip = models["mlp"].embedding.layers[0], models["linear_skip"].embedding.layers[0]
+    assert skip.merge is None and mlp.skip is None
+    assert skip.skip.in_features == 8 and skip.skip.out_features == 8
+    assert not torch.allclose(scores["mlp"], scores["linear_skip"], atol=1e-3)
+    model = models["linear_skip"].train()
+    src, dst, t, _ = stream[0]
+    z = model(one_hop_input(torch.cat([src, dst]), torch.cat([t, t]) + 100.0, as_events(stream[1])))
+    model.predictor(z[: len(src)], z[len(src) :]).sum().backward()
+    assert skip.skip.weight.grad.abs().sum() > 0 and skip.attn.out_proj.weight.grad.abs().sum() > 0
+    with pytest.raises(RuntimeError, match="skip"):
+        TGN(small_config(merge="linear_skip")).load_state_dict(models["mlp"].state_dict())
 
 
 def test_state_dict_round_trip_restores_outputs_and_state():
@@ -454,6 +481,7 @@ def test_link_predictor_is_directed_and_shaped():
         {"variant": "jodie", "num_layers": 1},
         {"variant": "tgn", "num_layers": 0},
         {"num_neighbors": 0},
+        {"merge": "gate"},
     ],
 )
 def test_config_rejects_inconsistent_values(kw):

@@ -137,12 +137,58 @@ def test_id_range_training_negatives_cover_the_id_range_unseen_ids_included():
         TrainConfig(train_negative_pool="id_range", train_negatives="historical")
 
 
+def test_seen_blank_negatives_are_blank_at_the_batchs_rate_of_positives_to_unseen_destinations():
+    from streamgnn.store import TemporalGraphStore
+    from streamgnn.train.negatives import EVAL, TRAIN, StreamNegatives
+
+    store = TemporalGraphStore()
+    store.ingest(EventBatch.from_columns(src=[1, 2, 3], dst=[10, 20, 30], t=[0.0, 1.0, 2.0], eid=[0, 1, 2]))
+    negatives = StreamNegatives(seed=0, pool="seen_blank")
+    negatives.rebuild(store)
+    src = store.node_index(np.array([1] * 2000))
+    known = store.node_index(np.array([10] * 2000))
+
+    def draw(dst, purpose=TRAIN):
+        return negatives.draw(src, dst, num=1, strategy="random", step=3, purpose=purpose)
+
+    assert set(store.external_ids(draw(known)[:, 0]).tolist()) == {20, 30}  # no new destination: seen only
+    quarter = known.copy()
+    quarter[::4] = -1  # a quarter of the positives go to nodes the store does not know
+    drawn = draw(quarter)[:, 0]
+    assert 0.2 < np.mean(drawn < 0) < 0.3
+    assert set(store.external_ids(drawn[drawn >= 0]).tolist()) == {20, 30}
+    np.testing.assert_array_equal(drawn, draw(quarter)[:, 0])  # keyed by the step: the same draw again
+    assert (draw(quarter, EVAL) >= 0).all()  # evaluation negatives stay real nodes
+
+
 def test_a_config_saved_before_the_time_options_resumes_as_the_papers_model():
     saved = TrainConfig().as_dict()
-    for key in ("neighbor_time", "time_init"):
+    for key in ("neighbor_time", "time_init", "merge"):
         del saved["model"][key]
     del saved["baselines"], saved["edgebank_window_ratio"], saved["train_negative_pool"]
     old = TrainConfig.from_dict(saved)
-    assert (old.model.neighbor_time, old.model.time_init) == ("query", "geometric")
+    assert (old.model.neighbor_time, old.model.time_init, old.model.merge) == ("query", "geometric", "mlp")
     assert (TrainConfig().model.neighbor_time, TrainConfig().model.time_init) == ("last_update", "uniform")
     assert TrainConfig.from_dict(TrainConfig().as_dict()) == TrainConfig()  # a new one round-trips
+
+
+def test_id_range_negatives_the_store_does_not_know_count_as_blank_nodes_in_the_loss():
+    """PyG's loader trains against ids with no history yet; with ``train_negative_pool="id_range"`` such a
+    draw (-1: unknown to the store) is a blank-node negative, where -1 from the seen pool means none."""
+    from streamgnn.nn import TGNConfig
+    from streamgnn.store import TemporalGraphStore
+
+    store = TemporalGraphStore()
+    store.ingest(EventBatch.from_columns(src=[0, 1], dst=[1, 2], t=[0.0, 1.0], eid=[0, 1]))
+    t = np.array([2.0, 2.0])
+    view = StepInput(np.array([0, 1]), np.array([1, 2]), t, t, store.num_nodes, 0, 2, 0)
+    losses = {}
+    for pool in ("seen", "id_range", "seen_blank"):
+        torch.manual_seed(0)
+        model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=2)
+        lm = streamgnn.train.tgn_model.TGNLinkModel(TrainConfig(model=model, train_negative_pool=pool))
+        lm.attach(store)
+        losses[pool] = lm.train(lm.prepare(view, None, np.array([-1, -1])), np.ones(2, bool))
+    # The same model and positives: only the blank negatives' mean BCE (about log 2 untrained) differs.
+    assert losses["id_range"] - losses["seen"] > 0.3
+    assert losses["seen_blank"] == losses["id_range"]

@@ -59,8 +59,9 @@ class TrainConfig:
 
     ``eval_negatives``: fixed negatives each positive is ranked against for MRR (0: no MRR); the first one
     is also the AP/AUC negative. ``eval_strategy``/``train_negatives``: where negatives come from (see
-    ``NegativeSampler``). ``train_negative_pool``: "seen" (destinations seen so far) or "id_range" (uniform
-    over their integer id range, unseen ids included, as PyG's loader; see ``train.negatives``).
+    ``NegativeSampler``). ``train_negative_pool``: "seen" (destinations seen so far), "id_range" (uniform
+    over their integer id range, unseen ids included as blank nodes, as PyG's loader) or "seen_blank" (seen,
+    each negative blank at the batch's rate of positives to unseen destinations; see ``train.negatives``).
     ``window_events``: scored events per running-metrics window.
     ``checkpoint_every``: global batches between checkpoints (0: none). ``serve_every``: batches between
     embedding-table refreshes (0: no table); ``publish_every``: refreshes between sink publishes.

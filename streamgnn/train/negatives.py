@@ -8,6 +8,10 @@ draws the same negatives for the same batch.
 ``pool="id_range"`` draws training negatives uniformly over the integer id range of the destinations seen
 so far instead, ids the store does not know included (they read as blank nodes): the online analog of
 PyG's ``TemporalDataLoader``, which draws over the training data's destination id range.
+``pool="seen_blank"`` draws from the destinations seen so far, but makes each training negative a blank
+node (-1: no history, zero memory) with the probability that a positive of the same batch goes to a
+destination the store does not know yet: blankness then tells a model nothing, where from the seen pool alone
+(no blank negative ever) it learns "blank destination = positive" and ranks blank candidates first.
 
 >>> import numpy as np
 >>> from streamgnn.store import TemporalGraphStore
@@ -30,7 +34,7 @@ from ..sampling.rng import key_of
 from ..store import TemporalGraphStore
 
 EVAL, TRAIN = 0, 1  # key offsets: every draw is named by (step, purpose)
-POOLS = ("seen", "id_range")
+POOLS = ("seen", "id_range", "seen_blank")
 
 
 class StreamNegatives:
@@ -95,6 +99,8 @@ class StreamNegatives:
             rng = np.random.default_rng(int(key_of(self.seed, 2 * step + purpose)))
             ext = rng.integers(self._range[0], self._range[1] + 1, size=len(src) * num)
             return self.store.node_index(ext, strict=False).reshape(len(src), num)
-        return self.sampler.sample(
-            src, dst, num=num, strategy=strategy, groups=groups, key=2 * step + purpose
-        )
+        out = self.sampler.sample(src, dst, num=num, strategy=strategy, groups=groups, key=2 * step + purpose)
+        if self.pool == "seen_blank" and purpose == TRAIN and len(dst):
+            rng = np.random.default_rng(int(key_of(self.seed, 2 * step + purpose)))
+            out[rng.random(out.shape) < np.mean(np.asarray(dst) < 0)] = -1
+        return out

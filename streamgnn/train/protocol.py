@@ -59,7 +59,9 @@ class LinkModel(Protocol):
     def prepare(self, batch: StepInput, candidates: Candidates | None, train_neg: np.ndarray | None) -> Any:
         """Everything ``score`` and ``train`` need that must be read before the batch is ingested.
 
-        ``train_neg``: one negative per positive (int64 [m], -1: none), given when the loop trains.
+        ``train_neg``: one negative per positive (int64 [m], -1: none), given when the loop trains. With
+        ``TrainConfig.train_negative_pool`` "id_range" or "seen_blank", -1 is a blank node instead (zero
+        memory, no neighbors: an id the store does not know yet), as PyG's loader draws.
         """
 
     def score(self, prepared: Any) -> tuple[np.ndarray, np.ndarray | None]:

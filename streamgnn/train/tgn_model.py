@@ -201,7 +201,10 @@ class TGNLinkModel:
         lo, hi = b.lo, b.hi
         n = hi - lo
         model, d = self.model, self.dist
-        has_neg = keep & (prepared.train_neg >= 0)
+        # With these pools -1 is a blank-node negative (an id the store does not know yet, as PyG's loader
+        # draws them); from the seen pool it means no negative was left to draw.
+        blank_ok = self.config.train_negative_pool in ("id_range", "seen_blank")
+        has_neg = keep & ((prepared.train_neg >= 0) | blank_ok)
         n_pos, n_neg = int(keep.sum()), int(has_neg.sum())
         if not n_pos:
             return math.nan
