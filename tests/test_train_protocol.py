@@ -161,14 +161,16 @@ def test_seen_blank_negatives_are_blank_at_the_batchs_rate_of_positives_to_unsee
     assert (draw(quarter, EVAL) >= 0).all()  # evaluation negatives stay real nodes
 
 
-def test_a_config_saved_before_the_time_options_resumes_as_the_papers_model():
+def test_a_config_saved_before_the_time_and_pool_options_resumes_as_it_was():
     saved = TrainConfig().as_dict()
     for key in ("neighbor_time", "time_init", "merge"):
         del saved["model"][key]
     del saved["baselines"], saved["edgebank_window_ratio"], saved["train_negative_pool"]
     old = TrainConfig.from_dict(saved)
     assert (old.model.neighbor_time, old.model.time_init, old.model.merge) == ("query", "geometric", "mlp")
+    assert old.train_negative_pool == "seen"
     assert (TrainConfig().model.neighbor_time, TrainConfig().model.time_init) == ("last_update", "uniform")
+    assert TrainConfig().train_negative_pool == "seen_blank"
     assert TrainConfig.from_dict(TrainConfig().as_dict()) == TrainConfig()  # a new one round-trips
 
 

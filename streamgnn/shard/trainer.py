@@ -38,7 +38,7 @@ from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
 from ..train.metrics import RunningMetrics, reciprocal_ranks
-from ..train.negatives import EVAL, TRAIN, StreamNegatives
+from ..train.negatives import BLANK_POOLS, EVAL, TRAIN, StreamNegatives
 from ..train.tgn_model import link_loss
 from ..train.trainer import OnlineResult, StepResult
 from . import checkpoint
@@ -90,7 +90,13 @@ class ShardedTrainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
         self.rebind_store()
         self.embedder = Embedder(self)
-        self.negatives = StreamNegatives(config.seed)  # pool replicated, history of owned sources only
+        if config.train_negative_pool == "id_range":
+            raise ConfigError(
+                "sharded training draws negatives from the replicated pool of seen destinations: use "
+                "train_negative_pool='seen_blank' or 'seen', not 'id_range'"
+            )
+        # pool replicated, history of owned sources only
+        self.negatives = StreamNegatives(config.seed, config.train_negative_pool)
         self.metrics = RunningMetrics(config.window_events)
         self.steps = self.learned = self.position = self.dead_letter_count = 0
         self.batcher: GlobalBatcher | None = None
@@ -352,7 +358,7 @@ class ShardedTrainer:
         full-batch gradient of ``mean BCE(pos) + mean BCE(neg)`` (as ``OnlineTrainer._train``)."""
         n = len(mine)
         model, d = self.model, self.dist
-        has_neg = train_neg >= 0
+        has_neg = (train_neg >= 0) | (self.config.train_negative_pool in BLANK_POOLS)
         n_neg = int(has_neg.sum())
         self.optimizer.zero_grad()
         local = 0.0

@@ -87,7 +87,7 @@ class TrainConfig:
     seed: int = 0
     sampling: str = "recent"
     train_negatives: str = "random"
-    train_negative_pool: str = "seen"
+    train_negative_pool: str = "seen_blank"
     eval_negatives: int = 100
     eval_strategy: str = "random"
     query_time: str = "batch"
@@ -151,8 +151,10 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> TrainConfig:
         """Inverse of ``as_dict`` (e.g. the config a checkpoint was written with)."""
         data = dict(data)
-        # Written before these options existed: the model was the paper's, and resumes as it was.
+        # Written before these options existed: the model was the paper's and the negatives the seen pool's,
+        # and a run resumes as it was.
         model = TGNConfig(**{"neighbor_time": "query", "time_init": "geometric", **data.pop("model")})
+        data.setdefault("train_negative_pool", "seen")
         if isinstance(data.get("sharding"), dict):
             data["sharding"] = ShardConfig(**data["sharding"])
         known = {f.name for f in dataclasses.fields(cls)}

@@ -34,7 +34,8 @@ from ..sampling.rng import key_of
 from ..store import TemporalGraphStore
 
 EVAL, TRAIN = 0, 1  # key offsets: every draw is named by (step, purpose)
-POOLS = ("seen", "id_range", "seen_blank")
+POOLS = ("seen_blank", "seen", "id_range")
+BLANK_POOLS = ("id_range", "seen_blank")  # pools whose -1 draws are blank-node negatives
 
 
 class StreamNegatives:
@@ -104,3 +105,4 @@ class StreamNegatives:
             rng = np.random.default_rng(int(key_of(self.seed, 2 * step + purpose)))
             out[rng.random(out.shape) < np.mean(np.asarray(dst) < 0)] = -1
         return out
+

@@ -34,6 +34,7 @@ from ..sampling import SamplerConfig, TemporalSampler
 from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .distributed import DistContext
+from .negatives import BLANK_POOLS
 from .protocol import Candidates, StepInput
 
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets: every draw is named by (step, purpose)
@@ -203,8 +204,8 @@ class TGNLinkModel:
         model, d = self.model, self.dist
         # With these pools -1 is a blank-node negative (an id the store does not know yet, as PyG's loader
         # draws them); from the seen pool it means no negative was left to draw.
-        blank_ok = self.config.train_negative_pool in ("id_range", "seen_blank")
-        has_neg = keep & ((prepared.train_neg >= 0) | blank_ok)
+        # -1 from a blank pool is a blank-node negative; from the seen pool, no negative was left to draw
+        has_neg = keep & ((prepared.train_neg >= 0) | (self.config.train_negative_pool in BLANK_POOLS))
         n_pos, n_neg = int(keep.sum()), int(has_neg.sum())
         if not n_pos:
             return math.nan
