@@ -95,10 +95,11 @@ any_stream = st.one_of(events, opening_first)
 
 
 @settings(max_examples=200, deadline=None)
-@given(any_stream, st.sampled_from([math.inf, 5.0, 0.0]), st.integers(1, 7))
-def test_store_matches_reference(rows, lateness, chunk):
+@given(any_stream, st.sampled_from([math.inf, 5.0, 0.0]), st.integers(1, 7), st.booleans())
+def test_store_matches_reference(rows, lateness, chunk, dense):
+    """Either id scheme: a hash map, or the ids themselves (``dense_ids``, a shard in global ids)."""
     ref = Reference(lateness)
-    store = TemporalGraphStore(StoreConfig(num_partitions=3, allowed_lateness=lateness))
+    store = TemporalGraphStore(StoreConfig(num_partitions=3, allowed_lateness=lateness, dense_ids=dense))
     for i in range(0, len(rows), chunk):
         store.ingest(batch(rows[i : i + chunk]))
     for r in rows:
@@ -528,3 +529,27 @@ def test_lookup_before_any_event_returns_unknown():
     assert s.node_index([3], strict=False).tolist() == [-1]
     with pytest.raises(UnknownNodeError):
         s.node_index(["x"])
+
+
+def test_a_dense_id_store_keeps_no_id_map_refuses_what_is_not_a_dense_id_and_restores(tmp_path):
+    store = TemporalGraphStore(StoreConfig(dense_ids=True))
+    store.ingest(batch([(ADD, 3, 7, 1.0, 0), (ADD, 7, 0, 2.0, 1)]))
+    assert store.num_nodes == 8 and store.nbytes()["id_map"] == 0
+    assert store.node_index([7, 5, 8], strict=False).tolist() == [7, 5, -1]  # 5: known, no edges yet
+    assert len(store.neighbors(5)) == 0 and len(store.neighbors(7)) == 2
+    before = store.content_hash()
+    for bad, why in (
+        (batch([(ADD, 1, -2, 3.0, 2), (ADD, 1, 2, 3.0, 3)]), "dense node ids (ints >= 0)"),
+        (EventBatch.from_columns(src=["a"], dst=["b"], t=[3.0], eid=[4]), "str node ids"),
+    ):
+        report = store.ingest(bad)
+        assert report.applied == 0 and len(report.dead_letters) == len(bad)
+        assert all(why in d.reason for d in report.dead_letters)
+    assert store.content_hash() == before  # refused whole: nothing half-applied
+    report = store.ingest(batch([(DEL, 9, 3, 4.0, 5)]))  # an id past the largest: unknown, as with a map
+    assert "unknown node" in report.dead_letters[0].reason and len(store.snapshot(math.inf)) == 2
+    store.save(tmp_path / "s")
+    back = TemporalGraphStore.load(tmp_path / "s")
+    assert back.config.dense_ids and back.content_hash() == store.content_hash() and back.num_nodes == 8
+    back.ingest(batch([(ADD, 9, 5, 5.0, 6)]))
+    assert back.num_nodes == 10 and back.external_ids(back.neighbors(5).src).tolist() == [9]

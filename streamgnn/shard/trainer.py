@@ -80,7 +80,7 @@ class ShardedTrainer:
         self.ownership = Ownership.of(self.shard_config, d.world_size, d.rank)
         self.exchange = Exchange(d.rank, d.world_size, self.device)
         self.index = GlobalIndex(self.ownership)
-        self.store = TemporalGraphStore(StoreConfig())  # this rank's shard, in global ids
+        self.store = TemporalGraphStore(StoreConfig(dense_ids=True))  # this rank's shard, in global ids
         self.owned = OwnedMemory(mcfg.memory_dim, mcfg.edge_feature_dim)
         self.exact = self.shard_config.mode == "exact"
         self.halo = None if self.exact else HaloCache(mcfg.memory_dim)

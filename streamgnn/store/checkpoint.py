@@ -30,6 +30,7 @@ from ..errors import CheckpointError
 from ..partition import PartitionerConfig
 from . import kernels as K
 from .dedup import SeenIds
+from .denseids import DenseIds
 from .idmap import NodeIdMap
 
 if TYPE_CHECKING:
@@ -201,6 +202,7 @@ def save_store(
             "num_partitions": store.config.num_partitions,
             "allowed_lateness": store.config.allowed_lateness,
             "partitioner": store.config.partitioner.to_dict(),
+            "dense_ids": store.config.dense_ids,
         },
         "id_kind": store.ids.kind,
         "watermark": store.watermark,
@@ -224,10 +226,11 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
     try:
         cfg = manifest["config"]
         partitioner = PartitionerConfig.from_dict(cfg.get("partitioner", {"name": "hash"}))
+        dense = bool(cfg.get("dense_ids", False))  # (absent from checkpoints written before it existed)
         store = TemporalGraphStore(
-            StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"]), partitioner)
+            StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"]), partitioner, dense)
         )
-        store.ids = NodeIdMap.from_arrays(manifest["id_kind"], a)
+        store.ids = DenseIds.from_arrays(a) if dense else NodeIdMap.from_arrays(manifest["id_kind"], a)
         store.watermark = float(manifest["watermark"])
         store.partition = a["partition"].astype(np.int32)
         store.start, store.deg, store.pool = _blocks(a["adj_indptr"], a["adj"])

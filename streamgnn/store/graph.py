@@ -24,6 +24,7 @@ from . import kernels as K
 from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
 from .contract import FeatureView, TCSRView
 from .dedup import SeenIds
+from .denseids import DenseIds
 from .idmap import NodeIdMap
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
@@ -38,11 +39,14 @@ class StoreConfig:
     still be placed in time order; later ones are dead-lettered. ``inf`` accepts any order.
     ``partitioner``: how vertices (or edges) are placed in the ``num_partitions`` partitions: a method name
     (``"hash"``, ``"ldg"``, ``"fennel"``, ``"hdrf"``, ``"dbh"``), a mapping of ``PartitionerConfig`` fields
-    or a ``PartitionerConfig``; stored as a ``PartitionerConfig``."""
+    or a ``PartitionerConfig``; stored as a ``PartitionerConfig``. ``dense_ids``: node ids are already
+    dense ints >= 0 (a shard in a sharded run's global ids) and serve as internal ids, with no id map
+    (``DenseIds``)."""
 
     num_partitions: int = 1
     allowed_lateness: float = math.inf
     partitioner: PartitionerConfig | str = "hash"
+    dense_ids: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_partitions, int | np.integer) or self.num_partitions < 1:
@@ -122,7 +126,7 @@ def _py(x):
 class TemporalGraphStore:
     def __init__(self, config: StoreConfig | None = None) -> None:
         self.config = config or StoreConfig()
-        self.ids = NodeIdMap()
+        self.ids = DenseIds() if self.config.dense_ids else NodeIdMap()
         self.watermark = -math.inf
         self.seen = SeenIds()
         self.counters = np.zeros(K.NUM_COUNTERS, np.int64)
@@ -280,6 +284,10 @@ class TemporalGraphStore:
         kind = "str" if ev.string_ids else "int"
         if self.ids.kind is not None and len(ev) and kind != self.ids.kind:
             return f"batch has {kind} node ids but this stream uses {self.ids.kind} ids"
+        if self.config.dense_ids and len(ev):
+            ids = np.concatenate([ev.src, ev.dst[ev.kind != UPDATE]])
+            if ids.min() < 0:
+                return f"this store takes dense node ids (ints >= 0); the batch has {int(ids.min())}"
         width = ev.feature_dim
         if width is None:
             return None
