@@ -41,10 +41,11 @@ class PygRecipe:
     time), as the paper and our ``TGNConfig.neighbor_time="query"``, instead of (neighbor's last update -
     edge time). ``time_init="geometric"``: the time encoder starts at the paper's frequencies. ``negatives=
     "seen"``: training negatives uniform over the destinations seen so far in the epoch, as our
-    ``train_negative_pool="seen"``, not over the training part's destination id range. ``idle_gru=False``: nodes
-    without messages keep their memory (ours), where PyG steps the GRU with a zero message for every node it
-    reads. ``embedding="ours"``: our ``TemporalAttentionLayer`` (its default, TGN's merge MLP) on the same
-    neighbors, ages and messages in place of ``TransformerConv``: every embedding-module difference at once.
+    ``train_negative_pool="seen"``, not over the training part's destination id range.
+    ``idle_gru=False``: nodes without messages keep their memory (ours), where PyG steps the GRU with a zero
+    message for every node it reads. ``embedding="ours"``: our ``TemporalAttentionLayer`` (its default, TGN's
+    merge MLP) on the same neighbors, ages and messages in place of ``TransformerConv``: every
+    embedding-module difference at once.
     """
 
     neighbor_time: str = "last_update"

@@ -105,4 +105,3 @@ class StreamNegatives:
             rng = np.random.default_rng(int(key_of(self.seed, 2 * step + purpose)))
             out[rng.random(out.shape) < np.mean(np.asarray(dst) < 0)] = -1
         return out
-
