@@ -59,9 +59,11 @@ class TrainConfig:
 
     ``eval_negatives``: fixed negatives each positive is ranked against for MRR (0: no MRR); the first one
     is also the AP/AUC negative. ``eval_strategy``/``train_negatives``: where negatives come from (see
-    ``NegativeSampler``). ``train_negative_pool``: "seen" (destinations seen so far), "id_range" (uniform
-    over their integer id range, unseen ids included as blank nodes, as PyG's loader) or "seen_blank" (seen,
-    each negative blank at the batch's rate of positives to unseen destinations; see ``train.negatives``).
+    ``NegativeSampler``). ``train_negative_pool``: "seen_blank" (default: destinations seen so far, each
+    negative blank at the batch's rate of positives to unseen destinations, so that "no history" does not
+    read as "positive"; see ``train.negatives``), "seen" (destinations seen so far: the default before, kept
+    by checkpoints written before the option) or "id_range" (uniform over their integer id range, unseen ids
+    as blank nodes, as PyG's loader).
     ``window_events``: scored events per running-metrics window.
     ``checkpoint_every``: global batches between checkpoints (0: none). ``serve_every``: batches between
     embedding-table refreshes (0: no table); ``publish_every``: refreshes between sink publishes.
