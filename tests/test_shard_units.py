@@ -12,7 +12,7 @@ import pytest
 
 from streamgnn import EventBatch
 from streamgnn.errors import ConfigError
-from streamgnn.shard import GlobalIndex, OwnedMemory, Ownership, ShardConfig
+from streamgnn.shard import GlobalIndex, OwnedMemory, Ownership, ShardConfig, ShardedTrainer
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import OnlineTrainer, TrainConfig
 
@@ -117,6 +117,8 @@ def test_sharding_is_one_config_switch():
             ShardConfig(**bad)
     with pytest.raises(ConfigError, match="sharding"):
         TrainConfig(sharding={"num_partitions": 4})
+    with pytest.raises(ConfigError, match="id_range"):  # a shard's pool is the replicated seen destinations
+        ShardedTrainer(TrainConfig(train_negative_pool="id_range", sharding=ShardConfig()))
 
 
 def test_readme_sharded_snippet_runs():

@@ -74,6 +74,11 @@ class ShardedTrainer:
             raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
         if not mcfg.uses_memory:
             raise ConfigError("sharded training shards TGN memory: the tgat variant (no memory) needs none")
+        if config.train_negative_pool == "id_range":
+            raise ConfigError(
+                "sharded training draws negatives from the replicated pool of seen destinations: use "
+                "train_negative_pool='seen_blank' or 'seen', not 'id_range'"
+            )
         self.dist = dist or init_distributed()
         self.device = local_device(config.device)
         d = self.dist
@@ -90,11 +95,6 @@ class ShardedTrainer:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
         self.rebind_store()
         self.embedder = Embedder(self)
-        if config.train_negative_pool == "id_range":
-            raise ConfigError(
-                "sharded training draws negatives from the replicated pool of seen destinations: use "
-                "train_negative_pool='seen_blank' or 'seen', not 'id_range'"
-            )
         # pool replicated, history of owned sources only
         self.negatives = StreamNegatives(config.seed, config.train_negative_pool)
         self.metrics = RunningMetrics(config.window_events)
