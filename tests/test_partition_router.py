@@ -29,16 +29,23 @@ def stream(n=400, nodes=60, seed=0):
 
 
 def routed(spec, events, cuts):
+    """Eids published per partition; checks that a vertex partitioner publishes only placed vertices."""
     state = RoutingState(spec, 4)
     out: dict[int, list[int]] = {}
+
+    def publish(batches):
+        for p, b in batches.items():
+            out.setdefault(p, []).extend(b.eid.tolist())
+            if state.partitioner.config.places_vertices:  # what sharded consumers need
+                named = np.c_[np.ones(len(b), bool), b.kind != 2]
+                assert (b.placement[named] >= 0).all() and (b.placement[:, 0] == p).all()
+
     i = j = 0
     while i < len(events):
         c = cuts[j % len(cuts)]
-        for p, b in state.route(events[i : i + c])[0].items():
-            out.setdefault(p, []).extend(b.eid.tolist())
+        publish(state.route(events[i : i + c])[0])
         i, j = i + c, j + 1
-    for p, b in state.flush().items():
-        out.setdefault(p, []).extend(b.eid.tolist())
+    publish(state.flush())
     return out, state
 
 
@@ -64,16 +71,24 @@ def _dead(spec, events):
     return [d.eid for d in letters]
 
 
-def test_held_events_follow_their_vertex():
+def test_held_events_follow_their_vertices():
+    """An event waits for its source and (vertex partitioners) its destination: whatever is published names
+    only placed vertices, as sharded consumers need."""
     state = RoutingState(BUFFERED, 4)
     ev = EventBatch.from_columns(
-        kind=[2, 0, 0, 0], src=[7, 7, 7, 7], dst=[7, 1, 2, 3], t=[0.0, 1, 2, 3], eid=[0, 1, 2, 3]
-    )
+        kind=[2, 0, 0, 0, 0, 0], src=[7, 7, 7, 7, 1, 1], dst=[7, 1, 2, 3, 4, 5], t=[0.0, 1, 2, 3, 4, 5],
+        eid=[0, 1, 2, 3, 4, 5],
+    )  # fmt: skip
     out, _ = state.route(ev[:3])
     assert sum(len(b) for b in out.values()) == 0 and len(state.held) == 3  # 7 has two edges of three
-    out, _ = state.route(ev[3:])
-    ((p, b),) = out.items()
-    assert b.eid.tolist() == [0, 1, 2, 3] and p == state.labels[state.ids.lookup(np.array([7]))[0]]
+    out, _ = state.route(ev[3:4])
+    ((p, b),) = out.items()  # 7 placed: its update goes; its edges wait for 1, 2 and 3
+    assert b.eid.tolist() == [0] and p == state.labels[state.ids.lookup(np.array([7]))[0]]
+    out, _ = state.route(ev[4:])  # 1's third edge places 1: 7 -> 1 goes; 1 -> 4, 1 -> 5 wait for 4 and 5
+    assert [b.eid.tolist() for b in out.values()] == [[1]] and (out[p].placement >= 0).all()
+    rest = state.flush()
+    assert sorted(e for b in rest.values() for e in b.eid.tolist()) == [2, 3, 4, 5]
+    assert all((b.placement >= 0).all() for b in rest.values())
 
 
 def _read(bootstrap, topic, k):

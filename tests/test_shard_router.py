@@ -184,7 +184,7 @@ def test_placement_travels_and_is_checked():
     unplaced = EventBatch.from_columns(
         src=[10**6], dst=[10**6 + 1], t=[1e9], eid=[10**6], placement=[[0, -1]]
     )
-    with pytest.raises(PlacementError, match="buffer_edges"):
+    with pytest.raises(PlacementError, match="vertex partitioner"):
         index.admit(unplaced)
     fresh = EventBatch.from_columns(src=[10**6, 10**6], dst=[7, 7], t=[1e9] * 2, eid=[1, 2],
                                     placement=[[0, 1], [2, 1]])  # fmt: skip
@@ -193,6 +193,15 @@ def test_placement_travels_and_is_checked():
     assert index.num_nodes == len(gids) and not index.seen.contains(np.array([10**6])).any()
     with pytest.raises(ValueError, match="placement"):
         ShardConfig(placement="fennel")
+    # a buffered router holds an edge until both ends are placed: the index takes its whole stream
+    buffered = RoutingState({"name": "fennel", "buffer_edges": 4, "max_pending": 50}, PARTITIONS)
+    out, _ = buffered.route(events)
+    routed = concat([*out.values(), *buffered.flush().values()]).sorted_by_time()
+    assert len(routed) == len(events) and buffered.counts["placed_edges"] == len(events)
+    fresh_index = GlobalIndex(own)
+    fresh_index.admit(routed)
+    assert np.array_equal(fresh_index.partition, buffered.labels[buffered.ids.lookup(fresh_index.external(
+        np.arange(fresh_index.num_nodes)))])  # fmt: skip
 
 
 if __name__ == "__main__":

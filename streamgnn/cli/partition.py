@@ -15,8 +15,8 @@ EXAMPLE = """examples:
   streamgnn partition --config cluster.yaml --checkpoint /router   # kafka.raw_topic -> kafka.events_topic
 
 Sharded trainers (ShardConfig(placement="stream"), num_partitions = --partitions) then own each vertex
-where the router put it: binary output carries every event's endpoint partitions; use an unbuffered vertex
-partitioner (hash, ldg, fennel with --buffer-edges 1) for them.
+where the router put it: binary output carries every event's endpoint partitions (with a vertex
+partitioner: hash, ldg, fennel; a buffered one holds an edge until both its ends are placed).
 
 Killed and restarted with the same command, it resumes from its checkpoint with no event lost, doubled or
 placed differently."""

@@ -7,9 +7,10 @@ partition holding replicas of both its ends, the only ones that can hold the edg
 partitioner each published event carries its endpoints' partitions (``EventBatch.placement``), so that
 sharded consumers own a vertex where the router put it (``ShardConfig(placement="stream")``). An event
 whose vertex still waits to be placed (a buffered partitioner, or a node update before the vertex's first
-edge) is held and published right where the vertex is placed. The order within a partition is a function
-of the events alone (placement positions from the partitioner's log), so a router restarted mid-stream,
-fed different batches, publishes exactly what an uninterrupted one does.
+edge) is held and published right where the vertex is placed; with a vertex partitioner an edge event
+waits for both its ends, so that every published event names only placed vertices. The order within a
+partition is a function of the events alone (placement positions from the partitioner's log), so a router
+restarted mid-stream, fed different batches, publishes exactly what an uninterrupted one does.
 
     >>> from streamgnn import EventBatch
     >>> state = RoutingState("hdrf", 2)
@@ -98,8 +99,9 @@ class RoutingState:
 
     def _emit(self, ev: EventBatch, src, dst, routes) -> dict[int, EventBatch]:
         """Order this batch's events and the held ones by the stream position where each can go: an event
-        at its own position ``2 i`` once its vertex is placed, a held one where its vertex is placed
-        (before the event that placed it), ties by placement order, then arrival."""
+        at its own position ``2 i`` once its vertices are placed (its source; with a vertex partitioner
+        its destination too), a held one where the later of them is placed (before the event that placed
+        it), ties by placement order, then arrival."""
         n, held_n = len(ev), len(self.held)
         pool = concat([self.held, ev]) if held_n else ev
         by_vertex = np.argsort(routes.placed, kind="stable")
@@ -115,13 +117,20 @@ class RoutingState:
 
         own = 2 * np.arange(n, dtype=np.int64)
         vertex = np.r_[self.held_vertex, src].astype(np.int64)
-        pos = np.r_[np.full(held_n, -1, np.int64), own]  # a held event has no position of its own left
         edge_mode = not self.partitioner.config.places_vertices
+        if edge_mode:  # an edge partitioner routes edges itself: only the source's placement matters
+            other = vertex
+        else:  # the destination (an update's is its source): mapped for every held event when it arrived
+            held_dst = np.where(self.held.kind == UPDATE, self.held.src, self.held.dst)
+            other = np.r_[self.ids.lookup(held_dst) if held_n else np.zeros(0, np.int64), dst]
+            other = other.astype(np.int64)
+        pos = np.r_[np.full(held_n, -1, np.int64), own]  # a held event has no position of its own left
         direct = np.r_[np.zeros(held_n, bool), edge_mode & (ev.kind == ADD)]
         deletes = np.flatnonzero(edge_mode & (ev.kind == DELETE))
         by_vertex_unit = ~direct
         by_vertex_unit[held_n + deletes] = False
-        at, seq = placement(vertex)
+        (at, seq), (at_other, seq_other) = placement(vertex), placement(other)
+        at, seq = np.maximum(at, at_other), np.where(at_other > at, seq_other, seq)  # the later placement
         label = np.where(by_vertex_unit, self.labels[vertex], -1).astype(np.int64)
         label[held_n:][direct[held_n:]] = routes.dest[direct[held_n:]]
         released = by_vertex_unit & (at > pos)
@@ -129,7 +138,7 @@ class RoutingState:
         key_tie = np.where(released, 0, 1)
         key_seq = np.where(released, seq, 0)
         rows = np.arange(held_n + n)
-        waiting = by_vertex_unit & (label == PENDING)
+        waiting = by_vertex_unit & ((label == PENDING) | (self.labels[other] == PENDING))
         go = ~waiting & (label >= 0)
         units = [(key_pos[go], key_tie[go], key_seq[go], rows[go], label[go])]
         for i in deletes.tolist():  # the partitions that hold replicas of both ends

@@ -109,8 +109,8 @@ class Ownership:
             raise PlacementError(
                 f"{where}: event {int(batch.eid[i])} places its {('source', 'destination')[j]} "
                 f"{batch.src[i] if j == 0 else batch.dst[i]!r} in partition {int(p[i, j])}, outside "
-                f"[0, {self.num_partitions}): the router has another partition count, or it published the "
-                "event before placing that vertex (buffer_edges/buffer_time: not for sharded consumers)"
+                f"[0, {self.num_partitions}): the router has another partition count, or the events did not "
+                "come from a partition router with a vertex partitioner"
             )
         return p
 
