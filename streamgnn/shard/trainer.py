@@ -38,7 +38,7 @@ from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
 from ..train.metrics import RunningMetrics, reciprocal_ranks
-from ..train.negatives import BLANK_POOLS, EVAL, TRAIN, StreamNegatives
+from ..train.negatives import EVAL, TRAIN, StreamNegatives, counted
 from ..train.tgn_model import link_loss
 from ..train.trainer import OnlineResult, StepResult
 from . import checkpoint
@@ -358,7 +358,7 @@ class ShardedTrainer:
         full-batch gradient of ``mean BCE(pos) + mean BCE(neg)`` (as ``OnlineTrainer._train``)."""
         n = len(mine)
         model, d = self.model, self.dist
-        has_neg = (train_neg >= 0) | (self.config.train_negative_pool in BLANK_POOLS)
+        has_neg = counted(train_neg, self.config.train_negative_pool)
         n_neg = int(has_neg.sum())
         self.optimizer.zero_grad()
         local = 0.0

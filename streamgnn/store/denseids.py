@@ -5,7 +5,8 @@ order of first appearance over the whole stream). A hash map from those ids to s
 second id map of nearly every vertex on every rank (each rank's shard touches almost every vertex through
 its cut edges): 40-80 bytes per vertex per rank for nothing. ``DenseIds`` has ``NodeIdMap``'s interface
 and no table: internal id = external id, ``size`` is one past the largest id inserted, and every id below
-``size`` counts as known (a vertex with no edges in this shard has an empty block).
+``size`` counts as known (a vertex with no edges in this shard has an empty block). Ids must be ints
+>= 0: a store with ``dense_ids`` refuses any other batch, as dead letters, before it maps ids.
 
 >>> import numpy as np
 >>> ids = DenseIds()
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import EventValidationError
 from .idmap import ADD, DELETE, UPDATE
 
 
@@ -33,7 +33,7 @@ class DenseIds:
     def map_events(self, kind: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """As ``NodeIdMap.map_events``: a src enters unless the event deletes, a dst only when it adds; an id
         not entered and not below ``size`` is -1; an update's dst is its src."""
-        src, dst = self._ints(src), self._ints(dst)
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
         entering = np.concatenate([src[kind != DELETE], dst[kind == ADD]])
         if len(entering):
             self.size = max(self.size, int(entering.max()) + 1)
@@ -64,13 +64,3 @@ class DenseIds:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> DenseIds:
         return cls(int(arrays["dense_ids_size"][0]))
-
-    @staticmethod
-    def _ints(ids: np.ndarray) -> np.ndarray:
-        ids = np.asarray(ids)
-        if ids.dtype.kind not in "iu":
-            raise EventValidationError(f"dense node ids must be integers, got {ids.dtype}")
-        ids = ids.astype(np.int64, copy=False)
-        if len(ids) and ids.min() < 0:
-            raise EventValidationError(f"dense node ids must be >= 0, got {int(ids.min())}")
-        return ids

@@ -285,9 +285,9 @@ class TemporalGraphStore:
         if self.ids.kind is not None and len(ev) and kind != self.ids.kind:
             return f"batch has {kind} node ids but this stream uses {self.ids.kind} ids"
         if self.config.dense_ids and len(ev):
-            ids = np.concatenate([ev.src, ev.dst[ev.kind != UPDATE]])
-            if ids.min() < 0:
-                return f"this store takes dense node ids (ints >= 0); the batch has {int(ids.min())}"
+            lowest = min(int(ev.src.min()), int(ev.dst.min(where=ev.kind != UPDATE, initial=0)))
+            if lowest < 0:
+                return f"this store takes dense node ids (ints >= 0); the batch has {lowest}"
         width = ev.feature_dim
         if width is None:
             return None

@@ -38,6 +38,12 @@ POOLS = ("seen_blank", "seen", "id_range")
 BLANK_POOLS = ("id_range", "seen_blank")  # pools whose -1 draws are blank-node negatives
 
 
+def counted(neg: np.ndarray, pool: str) -> np.ndarray:
+    """Which training draws count in the loss: from a blank pool every draw (-1 is a blank node), from the
+    seen pool only real ones (-1 there means no destination was left to draw)."""
+    return np.ones(np.shape(neg), bool) if pool in BLANK_POOLS else np.asarray(neg) >= 0
+
+
 class StreamNegatives:
     """Pool and history of negative destinations, equal to the destinations and pairs seen so far."""
 

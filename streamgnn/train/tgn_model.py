@@ -34,7 +34,7 @@ from ..sampling import SamplerConfig, TemporalSampler
 from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .distributed import DistContext
-from .negatives import BLANK_POOLS
+from .negatives import counted
 from .protocol import Candidates, StepInput
 
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets: every draw is named by (step, purpose)
@@ -202,10 +202,7 @@ class TGNLinkModel:
         lo, hi = b.lo, b.hi
         n = hi - lo
         model, d = self.model, self.dist
-        # With these pools -1 is a blank-node negative (an id the store does not know yet, as PyG's loader
-        # draws them); from the seen pool it means no negative was left to draw.
-        # -1 from a blank pool is a blank-node negative; from the seen pool, no negative was left to draw
-        has_neg = keep & ((prepared.train_neg >= 0) | (self.config.train_negative_pool in BLANK_POOLS))
+        has_neg = keep & counted(prepared.train_neg, self.config.train_negative_pool)
         n_pos, n_neg = int(keep.sum()), int(has_neg.sum())
         if not n_pos:
             return math.nan
