@@ -11,6 +11,7 @@ EXAMPLE = """example:
   curl 'localhost:8000/embeddings?ids=1,2'
   curl -X POST localhost:8000/topk -d '{"id": 1, "k": 5}'
   streamgnn serve --config cluster.yaml   # kafka.*, serve.*, and train.checkpoint_dir for /score
+  STREAMGNN_SERVE__API_KEY=$(cat key) streamgnn serve ... --ssl-certfile cert.pem --ssl-keyfile key.pem
 """
 
 
@@ -48,5 +49,9 @@ def register(sub) -> None:
         p, "--checkpoint-dir", key="serve.checkpoint_dir", metavar="DIR",
         help="the trainer's checkpoints: /score uses its link predictor (else cosine), e.g. out/ckpt",
     )  # fmt: skip
+    override(
+        p, "--ssl-certfile", key="serve.ssl_certfile", metavar="PEM", help="serve HTTPS with this certificate"
+    )
+    override(p, "--ssl-keyfile", key="serve.ssl_keyfile", metavar="PEM", help="the certificate's private key")
     override(p, "--log-every", key="serve.log_every_s", type=float, metavar="S", help="seconds per log line")
     p.set_defaults(func=_run)

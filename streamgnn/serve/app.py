@@ -9,30 +9,51 @@
   ``{"scorer", "scores": [{"src", "dst", "score"}]}`` (see ``streamgnn.serve.scoring``)
 - ``GET /metrics``: Prometheus text format
 
-Errors are ``{"error": "..."}``: 400 for malformed input (the message names the field), 404 for node ids
-with no embedding (listed under ``"unknown"``), 413 for more ids or a larger ``k`` than the config allows.
+Errors are ``{"error": "..."}``: 400 for malformed input (the message names the field), 401 without the
+bearer token when the service has an API key, 404 for node ids with no embedding (listed under
+``"unknown"``) and for unknown paths, 405 for another method, 413 for more ids, a larger ``k`` or a larger
+body than the config allows, 414 for a longer URL. Input is checked where it enters: a body is strict JSON
+(no ``NaN``/``Infinity``, no number beyond float64, nesting at most ``MAX_DEPTH`` deep, only encodable
+strings); int node ids are int64; query vectors are finite in float32, norm included. Whatever a request
+holds, the answer is one of these; only a bug of the service itself is a 500 (``{"error": ...}``, with the
+traceback in the service's log). A number no JSON can hold in an answer (a dot-product score beyond float32,
+a row without a time) is ``null``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import reprlib
 import time
 
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import UnknownNodeError
 from .config import ServeConfig
+from .guard import RequestGuard
 from .metrics import ServiceMetrics
 from .reader import EmbeddingsReader
 from .scoring import LinkScorer
 from .table import METRICS, EmbeddingTable
+
+log = logging.getLogger(__name__)
+
+MAX_DEPTH = 16  # the deepest body the API reads is 3 ({"pairs": [[src, dst]]})
+INT64 = (-(1 << 63), (1 << 63) - 1)
+_REPR = reprlib.Repr()  # a value quoted in an error, cut short: a body may hold a megabyte
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = 40
+_REPR.maxlist = _REPR.maxdict = 4
+_show = _REPR.repr
 
 
 class _Reject(Exception):
@@ -48,12 +69,15 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
 
     def node_id(value, field: str):
         if isinstance(value, bool) or not isinstance(value, int | str):
-            raise _Reject(400, f"{field}: node ids are ints or strings, got {json.dumps(value)[:40]}")
+            raise _Reject(400, f"{field}: node ids are ints or strings, got {_show(value)}")
         if int_ids:
             try:
-                return int(value)
+                number = int(value)
             except ValueError:
-                raise _Reject(400, f"{field}: {value!r} is not an int node id") from None
+                raise _Reject(400, f"{field}: {_show(value)} is not an int node id") from None
+            if not INT64[0] <= number <= INT64[1]:
+                raise _Reject(400, f"{field}: node id {_show(value)} is beyond int64")
+            return number
         return str(value)
 
     def id_list(values, field: str) -> list:
@@ -69,10 +93,11 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
         return reader.table
 
     def rows(ids: list, field: str) -> tuple[EmbeddingTable, np.ndarray, np.ndarray]:
+        """Each id's vector and time, from one read: a row rewritten meanwhile is answered whole."""
         tab = table()
         arr = np.array(ids, dtype=np.int64 if int_ids else object)
         try:
-            return tab, tab.embeddings(arr), tab.updated_at(arr)
+            return tab, *tab.read(arr)
         except UnknownNodeError:
             unknown = [i for i, ok in zip(ids, tab.known(arr).tolist(), strict=True) if not ok]
             raise _Reject(
@@ -80,23 +105,34 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
             ) from None
 
     async def body(request: Request) -> dict:
+        limit = config.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise _Reject(413, f"the body is {declared} bytes, more than serve.max_body_bytes={limit}")
+        raw = bytearray()
         try:
-            data = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise _Reject(400, f"the request body is not JSON ({exc})") from None
+            async for chunk in request.stream():  # a chunked body has no length to check up front
+                raw += chunk
+                if len(raw) > limit:
+                    raise _Reject(413, f"the body is more than serve.max_body_bytes={limit} bytes")
+        except ClientDisconnect:
+            raise _Reject(400, "the client left before sending the whole body") from None
+        data = _parse_json(bytes(raw))
         if not isinstance(data, dict):
             raise _Reject(400, "the request body must be a JSON object")
         return data
 
     def get_k(value) -> int:
+        if isinstance(value, bool | float):
+            raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}")
         try:
             k = int(value)
         except (TypeError, ValueError):
-            raise _Reject(400, f"k: expected an int >= 1, got {value!r}") from None
-        if isinstance(value, bool | float) or k < 1:
-            raise _Reject(400, f"k: expected an int >= 1, got {value!r}")
+            raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}") from None
+        if k < 1:
+            raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}")
         if k > config.max_k:
-            raise _Reject(413, f"k: {k} is more than serve.max_k={config.max_k}")
+            raise _Reject(413, f"k: {_show(k)} is more than serve.max_k={config.max_k}")
         return k
 
     async def health(request: Request):
@@ -120,8 +156,8 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
         return {
             "dim": tab.dim,
             "embeddings": [
-                {"id": i, "t": _finite(ti), "embedding": v}
-                for i, ti, v in zip(ids, t.tolist(), vectors.tolist(), strict=True)
+                {"id": i, "t": ti, "embedding": v}
+                for i, ti, v in zip(ids, _numbers(t), _numbers(vectors), strict=True)
             ],
         }
 
@@ -129,14 +165,11 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
         data = await body(request) if request.method == "POST" else dict(request.query_params)
         k = get_k(data.get("k", 10))
         metric = data.get("metric", config.metric)
-        if metric not in METRICS:
-            raise _Reject(400, f"metric: one of {list(METRICS)}, got {metric!r}")
+        if not isinstance(metric, str) or metric not in METRICS:
+            raise _Reject(400, f"metric: one of {list(METRICS)}, got {_show(metric)}")
         if "vector" in data:
             tab = table()
-            vec = data["vector"]
-            if not isinstance(vec, list) or len(vec) != tab.dim or not all(_is_number(x) for x in vec):
-                raise _Reject(400, f"vector: give {tab.dim} numbers")
-            query, exclude, queries = None, None, np.array([vec], np.float32)
+            query, exclude, queries = None, None, _query_vector(data["vector"], tab.dim)
         elif "id" in data:
             query = node_id(data["id"], "id")
             tab, queries, _ = rows([query], "id")
@@ -144,7 +177,7 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
         else:
             raise _Reject(400, "give the query node as 'id' or a query 'vector'")
         ids, scores = await run_in_threadpool(tab.top_k, queries, k, metric, exclude)
-        neighbors = [{"id": i, "score": s} for i, s in zip(ids[0].tolist(), scores[0].tolist(), strict=True)]
+        neighbors = [{"id": i, "score": s} for i, s in zip(ids[0].tolist(), _numbers(scores[0]), strict=True)]
         return {"query": query, "metric": metric, "k": k, "neighbors": neighbors}
 
     async def score(request: Request):
@@ -160,13 +193,12 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
             pairs = [[q["src"], q["dst"]]]
         src = id_list([p[0] for p in pairs], "pairs (src)")
         dst = id_list([p[1] for p in pairs], "pairs (dst)")
-        _, z_src, _ = rows(src, "pairs (src)")
-        _, z_dst, _ = rows(dst, "pairs (dst)")
-        values, info = await run_in_threadpool(scorer.score, z_src, z_dst)
+        _, z, _ = rows(src + dst, "pairs")
+        values, info = await run_in_threadpool(scorer.score, z[: len(src)], z[len(src) :])
         return {
             **info,
             "scores": [
-                {"src": a, "dst": b, "score": s} for a, b, s in zip(src, dst, values.tolist(), strict=True)
+                {"src": a, "dst": b, "score": s} for a, b, s in zip(src, dst, _numbers(values), strict=True)
             ],
         }
 
@@ -181,26 +213,93 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
                 response = result if isinstance(result, Response) else JSONResponse(result)
             except _Reject as exc:
                 response = JSONResponse(exc.body, status_code=exc.status)
+            except Exception:  # a bug of the service, not of the request: say so, keep serving
+                log.exception("%s %s failed", request.method, request.url.path)
+                response = JSONResponse({"error": "internal error (logged by the service)"}, status_code=500)
             metrics.requests.labels(name, str(response.status_code)).observe(time.perf_counter() - started)
             return response
 
         return run
 
+    async def http_error(request: Request, exc: HTTPException):  # routing's own 404 and 405
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
     both = ["GET", "POST"]
     return Starlette(
+        middleware=[Middleware(RequestGuard, max_url_bytes=config.max_url_bytes, api_key=config.api_key)],
+        exception_handlers={HTTPException: http_error},
         routes=[
             Route("/health", endpoint("health", health)),
             Route("/embeddings", endpoint("embeddings", embeddings), methods=both),
             Route("/topk", endpoint("topk", topk), methods=both),
             Route("/score", endpoint("score", score), methods=both),
             Route("/metrics", endpoint("metrics", prometheus)),
-        ]
+        ],
     )
 
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+def _parse_json(raw: bytes):
+    """Strict JSON: what ``json`` takes beyond the standard (``NaN``, ``Infinity``, ``1e999`` read as inf),
+    numbers Python will not hold (ints of over 4300 digits), nesting that would exhaust the stack and lone
+    surrogates (which no answer could encode back) are each a 400 naming the problem."""
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise _Reject(400, f"the request body holds {_show(text)}, beyond float64")
+        return value
+
+    def constant(text: str):
+        raise _Reject(400, f"the request body holds {text}, which is not a JSON number")
+
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_float=number, parse_constant=constant)
+    except UnicodeDecodeError as exc:
+        raise _Reject(400, f"the request body is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise _Reject(400, f"the request body nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError, or an int too long to convert
+        raise _Reject(400, f"the request body is not JSON ({exc})") from None
+    stack = [(data, 1)]  # not recursive: the depth is what is being checked
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise _Reject(
+                    400, f"the request body holds the string {_show(value)}, not valid Unicode"
+                ) from None
+        elif isinstance(value, list | dict):
+            if depth > MAX_DEPTH:
+                raise _Reject(400, f"the request body nests deeper than {MAX_DEPTH} levels")
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items)
+    return data
 
 
-def _is_number(x) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+def _query_vector(value, dim: int) -> np.ndarray:
+    """``[1, dim]`` float32, finite with a finite norm (else cosine would divide by inf: all scores 0)."""
+    numbers = isinstance(value, list) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in value
+    )
+    if not numbers or len(value) != dim:
+        raise _Reject(400, f"vector: give {dim} numbers")
+    with np.errstate(over="ignore"):
+        try:
+            vec = np.array([value], np.float64).astype(np.float32)
+        except OverflowError:  # an int beyond float64
+            vec = np.full((1, dim), np.inf, np.float32)
+        if not np.isfinite(np.linalg.norm(vec)):
+            raise _Reject(
+                400,
+                f"vector: its entries or its norm are beyond float32 (max {np.finfo(np.float32).max:.3g})",
+            )
+    return vec
+
+
+def _numbers(values: np.ndarray) -> list:
+    """``values.tolist()`` with every NaN or infinity as ``None``: strict JSON has no number for them."""
+    if np.isfinite(values).all():
+        return values.tolist()
+    return np.where(np.isfinite(values), values, None).tolist()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 
 from ..errors import ConfigError
 from .table import METRICS
@@ -16,11 +17,17 @@ class ServeConfig:
     file) from its start into an ``EmbeddingTable`` and answers over HTTP.
 
     ``node_ids``: how message keys (the sink writes ``str(node)``) become node ids: "int" (every bundled
-    dataset) or "str"; a key that is not an int under "int" is a dead letter. ``metric``: the default
+    dataset; int64) or "str"; a key that is not an int under "int" is a dead letter. ``metric``: the default
     similarity of ``/topk`` ("cosine" or "dot"; a request may name the other). ``max_k``/``max_ids``: the
-    most neighbors and the most ids one request may ask for. ``log_every_s``: seconds between the one-line
-    progress logs (0: none). ``checkpoint_dir``: where the trainer checkpoints (default: the config file's
-    ``train.checkpoint_dir``); ``/score`` then uses the trained link predictor, else cosine similarity.
+    most neighbors and the most ids one request may ask for. ``max_body_bytes``: the largest request body
+    (413 beyond; the default holds ``max_ids`` pairs of int64 ids). ``max_url_bytes``: the longest path and
+    query string (414 beyond; POST takes long id lists). ``api_key``: when set, every route but ``/health``
+    needs ``Authorization: Bearer <api_key>`` (401 otherwise); from the environment as
+    ``STREAMGNN_SERVE__API_KEY``, so that it stays out of config files and command lines.
+    ``ssl_keyfile``/``ssl_certfile``: PEM files for HTTPS (uvicorn's TLS), both or neither.
+    ``log_every_s``: seconds between the one-line progress logs (0: none). ``checkpoint_dir``: where the
+    trainer checkpoints (default: the config file's ``train.checkpoint_dir``); ``/score`` then uses the
+    trained link predictor, else cosine similarity.
     """
 
     host: str = "127.0.0.1"
@@ -29,6 +36,11 @@ class ServeConfig:
     node_ids: str = "int"
     max_k: int = 1000
     max_ids: int = 10_000
+    max_body_bytes: int = 1 << 20
+    max_url_bytes: int = 8192
+    api_key: str | None = field(default=None, repr=False)
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
     log_every_s: float = 10.0
     checkpoint_dir: str | None = None
 
@@ -39,8 +51,19 @@ class ServeConfig:
             raise ConfigError(f"serve.node_ids must be one of {NODE_IDS}, got {self.node_ids!r}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"serve.port must be in [0, 65535], got {self.port}")
-        for name in ("max_k", "max_ids"):
+        for name in ("max_k", "max_ids", "max_body_bytes", "max_url_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
+        if self.api_key is not None and not re.fullmatch(r"[!-~]+", self.api_key):
+            raise ConfigError(
+                "serve.api_key must be a bearer token: printable ASCII without spaces, not empty "
+                "(leave it unset to serve without credentials)"
+            )
+        if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
+            raise ConfigError("serve.ssl_keyfile and serve.ssl_certfile go together: give both or neither")
         if self.log_every_s < 0:
             raise ConfigError(f"serve.log_every_s must be >= 0, got {self.log_every_s}")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.ssl_certfile else "http"

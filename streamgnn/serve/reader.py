@@ -30,9 +30,10 @@ class EmbeddingsReader:
     """Follows ``topic`` into ``table`` (made with the first vector's width when not given).
 
     ``node_ids``: "int" or "str" (see ``ServeConfig``). Messages that cannot be applied (no value, an
-    undecodable vector, a width other than the table's, a key that is not a node id) are counted in
-    ``metrics`` under their reason and skipped; the stream goes on. ``caught_up`` is set once every partition
-    has been read up to where it ended when the reader started.
+    undecodable vector, a width other than the table's, NaN or infinite values, a time that is not a finite
+    number, a key that is not a node id) are counted in ``metrics`` (``streamgnn_dead_letters_total``)
+    under their reason and skipped, never stored: the node keeps its last vector, and the stream goes on.
+    ``caught_up`` is set once every partition has been read up to where it ended when the reader started.
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class EmbeddingsReader:
         self.messages = 0  # applied to the table
         self.lag: dict[str, int] = {}
         self.error: str | None = None  # the latest broker error, cleared by the next good poll
+        self._warned: set = set()  # nodes whose non-finite vectors were logged (once per node)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="streamgnn-embeddings-reader", daemon=True)
 
@@ -148,20 +150,26 @@ class EmbeddingsReader:
                 else:
                     vec, t = decode_embedding(r.value, ctype)
                     if "t" in headers:
-                        t = float(headers["t"].decode())
-                    if self.table is None and vec.ndim == 1 and len(vec):
-                        self.table = EmbeddingTable(len(vec))
-                    if vec.shape != (self.table.dim,):
-                        reason = f"a vector of shape {vec.shape} in a table of {self.table.dim}-d rows"
+                        t = headers["t"].decode()
+                    t = np.nan if t is None else _time(t)
+                    if vec.ndim != 1 or not len(vec):
+                        reason = f"a vector of shape {vec.shape}, not one row of numbers"
+                    elif not np.isfinite(np.linalg.norm(vec)):
+                        reason = self._refuse_non_finite(node, vec)
+                    else:
+                        if self.table is None:
+                            self.table = EmbeddingTable(len(vec))
+                        if vec.shape != (self.table.dim,):
+                            reason = f"a vector of shape {vec.shape} in a table of {self.table.dim}-d rows"
             except ConfigError as exc:
                 reason = str(exc)
-            except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
                 reason = f"undecodable embedding message ({type(exc).__name__}: {exc})"
             if reason is not None:
                 self.metrics.dead_letter(reason)
                 log.debug("skipped %s:%s@%s: %s", r.topic, r.partition, r.offset, reason)
                 continue
-            latest[node] = (vec, np.nan if t is None else float(t), r.timestamp)
+            latest[node] = (vec, t, r.timestamp)
             good += 1
         if not latest:
             return
@@ -180,6 +188,16 @@ class EmbeddingsReader:
         self.metrics.ingested.inc(good)
         self.metrics.nodes.set(len(self.table))
 
+    def _refuse_non_finite(self, node, vec: np.ndarray) -> str:
+        """The reason a NaN, an infinity or a norm beyond float32 is not stored (it would make every answer
+        that touches the row, top-k scans included, unanswerable); said in the log once per node."""
+        bad = int((~np.isfinite(vec)).sum())
+        reason = f"a vector with {bad} non-finite values" if bad else "a vector whose norm is beyond float32"
+        if node not in self._warned:
+            self._warned.add(node)
+            log.warning("embeddings reader: node %r sent %s; refused, it keeps its last vector", node, reason)
+        return reason
+
     def _node(self, key: bytes | None):
         if key is None:
             raise ConfigError("message has no key (the node id)")
@@ -187,6 +205,19 @@ class EmbeddingsReader:
         if self.node_ids == "str":
             return text
         try:
-            return int(text)
+            node = int(text)
         except ValueError:
             raise ConfigError(f"key {text!r} is not an int node id (serve.node_ids is 'int')") from None
+        if not -(1 << 63) <= node < 1 << 63:
+            raise ConfigError(f"key {text!r} is beyond int64 (serve.node_ids is 'int')")
+        return node
+
+
+def _time(value) -> float:
+    """A message's stream time: a finite number (a JSON number, or a header's text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"t must be a number, got {type(value).__name__}")
+    t = float(value)
+    if not np.isfinite(t):
+        raise ValueError(f"t must be finite, got {value!r}")
+    return t

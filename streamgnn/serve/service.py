@@ -5,18 +5,21 @@
         ...
     EmbeddingService(config, bootstrap, topic).run()  # blocking, as `streamgnn serve` runs it
 
-``port=0`` takes a free port (``service.url`` names it once started). One line per
+``port=0`` takes a free port (``service.url`` names it once started; ``run`` prints it). With
+``ssl_keyfile``/``ssl_certfile`` it serves HTTPS (uvicorn's TLS). One line per
 ``config.log_every_s``: nodes served, messages/s, lag, dead letters, requests.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
 import threading
 import time
 
 import uvicorn
 
-from ..errors import ConnectorError
+from ..errors import ConfigError, ConnectorError
 from ..progress import IntervalLog, IntervalRate
 from .app import create_app
 from .config import ServeConfig
@@ -24,6 +27,8 @@ from .metrics import ServiceMetrics
 from .reader import EmbeddingsReader
 from .scoring import LinkScorer
 from .table import EmbeddingTable
+
+_HEADER_ROOM = 16 * 1024  # for the headers, on top of serve.max_url_bytes (uvicorn's own default in all)
 
 
 class EmbeddingService:
@@ -47,25 +52,47 @@ class EmbeddingService:
         self._server = uvicorn.Server(
             uvicorn.Config(
                 self.app, host=config.host, port=config.port, log_level="warning", access_log=False,
-                timeout_graceful_shutdown=5,
+                timeout_graceful_shutdown=5, ssl_keyfile=config.ssl_keyfile, ssl_certfile=config.ssl_certfile,
+                # the request line must fit h11's buffer for RequestGuard to answer a long URL with a 414
+                h11_max_incomplete_event_size=config.max_url_bytes + _HEADER_ROOM,
             )
         )  # fmt: skip
+        try:  # uvicorn would load the TLS files in its thread, where a bad one is only a traceback
+            self._server.config.load()
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(
+                f"serve.ssl_certfile {config.ssl_certfile} / ssl_keyfile {config.ssl_keyfile}: {exc}"
+            ) from None
+        self._socket: socket.socket | None = None
+        self._port = config.port
         self._thread: threading.Thread | None = None
         self._log: IntervalLog | None = None
         self._rate = IntervalRate()
 
     @property
     def port(self) -> int:
-        servers = getattr(self._server, "servers", None) or []
-        for server in servers:
-            for sock in server.sockets:
-                return int(sock.getsockname()[1])
-        return self.config.port
+        """The port bound (with ``port=0``, the one the system chose), once started."""
+        return self._port
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.config.host in ("0.0.0.0", "::", "") else self.config.host
-        return f"http://{host}:{self.port}"
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(self.config.host, self.config.host)
+        host = f"[{host}]" if ":" in host else host
+        return f"{self.config.scheme}://{host}:{self.port}"
+
+    def _bind(self) -> list[socket.socket]:
+        """Listen before serving, so that ``port`` and the start-up line name the port actually bound (a
+        free one for ``port=0``) and a port in use is an error at once."""
+        host = self.config.host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            self._socket = socket.create_server((host, self.config.port), family=family, backlog=2048)
+        except OSError as exc:
+            raise ConnectorError(
+                f"cannot listen on {host}:{self.config.port}: {exc.strerror or exc}"
+            ) from None
+        self._port = int(self._socket.getsockname()[1])
+        return [self._socket]
 
     def _status(self) -> str:
         count = self.reader.messages
@@ -91,16 +118,18 @@ class EmbeddingService:
     # ------------------------------------------------------------------ lifecycle
     def start(self, timeout_s: float = 60.0) -> EmbeddingService:
         """Start the reader and the HTTP server in background threads; returns once the port listens."""
+        sockets = self._bind()
         self.reader.start()
-        self._thread = threading.Thread(target=self._server.run, name="streamgnn-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": sockets}, name="streamgnn-http", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         while not self._server.started:
             if not self._thread.is_alive():
                 self.reader.stop()
-                raise ConnectorError(
-                    f"the HTTP server did not start on {self.config.host}:{self.config.port}"
-                )
+                self._close()
+                raise ConnectorError(f"the HTTP server did not start on {self.url}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise ConnectorError(f"the HTTP server did not start within {timeout_s:g} s")
@@ -115,19 +144,26 @@ class EmbeddingService:
         self.reader.stop()
         if self._log is not None:
             self._log.stop()
+        self._close()
+
+    def _close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
 
     def run(self) -> None:
         """Serve until interrupted (SIGINT/SIGTERM: uvicorn's own handling), then stop the reader."""
+        sockets = self._bind()
         self.reader.start()
         self._log = IntervalLog("serve", self._status, self.config.log_every_s)
         print(f"serving embeddings of topic {self.reader.topic!r} on {self.url}", flush=True)
         try:
-            self._server.run()
+            self._server.run(sockets=sockets)
         finally:
             self.reader.stop()
             self._log.stop()
+            self._close()
         if not self._server.started:
-            raise ConnectorError(f"could not listen on {self.config.host}:{self.config.port} (in use?)")
+            raise ConnectorError(f"the HTTP server did not start on {self.url}")
 
     def __enter__(self) -> EmbeddingService:
         return self.start()

@@ -147,6 +147,14 @@ class EmbeddingTable:
         with self._lock:
             return self._time[self._rows(node_ids)].copy()
 
+    def read(self, node_ids) -> tuple[np.ndarray, np.ndarray]:
+        """``(embeddings(ids), updated_at(ids))`` under one lock: each vector with the time of the write that
+        set it. Two separate calls may straddle a write and pair one write's vector with the next one's time.
+        """
+        with self._lock:
+            rows = self._rows(node_ids)
+            return self._vectors[rows].copy(), self._time[rows].copy()
+
     def top_k(self, queries, k: int, metric: str = "cosine", exclude=None) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` rows most similar to each query vector (``[q, dim]``), best first: their external ids
         ``[q, k']`` and scores ``[q, k']`` (``k' = min(k, rows)``, less one row per query when ``exclude``

@@ -1,0 +1,48 @@
+"""The service's first check of every request, before routing: the URL's length and, when the service has
+an API key, the bearer token. Both answer JSON like every route (``{"error": ...}``), so a client parses
+one kind of answer; ``/health`` stays open for load balancers and orchestrators that probe it.
+
+A pure ASGI middleware: it looks at the request line and headers only, so a refused request's body is
+never read.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+OPEN_PATHS = ("/health",)
+
+
+class RequestGuard:
+    """414 for a path plus query string longer than ``max_url_bytes``; 401 without
+    ``Authorization: Bearer <api_key>`` (compared in constant time) when ``api_key`` is set."""
+
+    def __init__(self, app: ASGIApp, *, max_url_bytes: int, api_key: str | None) -> None:
+        self.app, self.max_url_bytes = app, max_url_bytes
+        self.expected = None if api_key is None else f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        size = len(scope.get("raw_path") or scope["path"].encode()) + len(scope.get("query_string", b""))
+        if size > self.max_url_bytes:
+            reason = (
+                f"the URL is {size} bytes, more than serve.max_url_bytes={self.max_url_bytes}; "
+                "POST long id lists"
+            )
+            await JSONResponse({"error": reason}, status_code=414)(scope, receive, send)
+            return
+        if self.expected is not None and scope["path"] not in OPEN_PATHS:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                reason = "this service needs 'Authorization: Bearer <key>' (serve.api_key)"
+                if given:
+                    reason = "the bearer token is not this service's key (serve.api_key)"
+                headers = {"WWW-Authenticate": 'Bearer realm="streamgnn"'}
+                await JSONResponse({"error": reason}, status_code=401, headers=headers)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
