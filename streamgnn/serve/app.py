@@ -16,8 +16,7 @@ body than the config allows, 414 for a longer URL. Input is checked where it ent
 (no ``NaN``/``Infinity``, no number beyond float64, nesting at most ``MAX_DEPTH`` deep, only encodable
 strings); int node ids are int64; query vectors are finite in float32, norm included. Whatever a request
 holds, the answer is one of these; only a bug of the service itself is a 500 (``{"error": ...}``, with the
-traceback in the service's log). A number no JSON can hold in an answer (a dot-product score beyond float32,
-a row without a time) is ``null``.
+traceback in the service's log). A number no JSON can hold in an answer (a row without a time) is ``null``.
 """
 
 from __future__ import annotations
@@ -279,7 +278,8 @@ def _parse_json(raw: bytes):
 
 
 def _query_vector(value, dim: int) -> np.ndarray:
-    """``[1, dim]`` float32, finite with a finite norm (else cosine would divide by inf: all scores 0)."""
+    """``[1, dim]`` float32 whose squared norm is finite, as the table's rows are (with an infinite norm,
+    cosine would divide by inf and score every row 0; below it, dot products cannot overflow either)."""
     numbers = isinstance(value, list) and all(
         isinstance(x, int | float) and not isinstance(x, bool) for x in value
     )
@@ -292,8 +292,7 @@ def _query_vector(value, dim: int) -> np.ndarray:
             vec = np.full((1, dim), np.inf, np.float32)
         if not np.isfinite(np.linalg.norm(vec)):
             raise _Reject(
-                400,
-                f"vector: its entries or its norm are beyond float32 (max {np.finfo(np.float32).max:.3g})",
+                400, "vector: beyond float32 (an entry, or the sum of squares: keep entries < 1.8e19)"
             )
     return vec
 

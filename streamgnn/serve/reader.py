@@ -154,7 +154,7 @@ class EmbeddingsReader:
                     t = np.nan if t is None else _time(t)
                     if vec.ndim != 1 or not len(vec):
                         reason = f"a vector of shape {vec.shape}, not one row of numbers"
-                    elif not np.isfinite(np.linalg.norm(vec)):
+                    elif not _finite_norm(vec):
                         reason = self._refuse_non_finite(node, vec)
                     else:
                         if self.table is None:
@@ -189,10 +189,12 @@ class EmbeddingsReader:
         self.metrics.nodes.set(len(self.table))
 
     def _refuse_non_finite(self, node, vec: np.ndarray) -> str:
-        """The reason a NaN, an infinity or a norm beyond float32 is not stored (it would make every answer
-        that touches the row, top-k scans included, unanswerable); said in the log once per node."""
+        """The reason a NaN, an infinity or a float32 norm that overflows is not stored (it would make every
+        answer that touches the row, top-k scans included, unanswerable); said in the log once per node."""
         bad = int((~np.isfinite(vec)).sum())
-        reason = f"a vector with {bad} non-finite values" if bad else "a vector whose norm is beyond float32"
+        reason = f"a vector with {bad} non-finite values"
+        if not bad:  # the table keeps float32 norms for cosine; summing the squares must not overflow
+            reason = "a vector whose squared norm is not finite (entries beyond ~1.8e19)"
         if node not in self._warned:
             self._warned.add(node)
             log.warning("embeddings reader: node %r sent %s; refused, it keeps its last vector", node, reason)
@@ -221,3 +223,9 @@ def _time(value) -> float:
     if not np.isfinite(t):
         raise ValueError(f"t must be finite, got {value!r}")
     return t
+
+
+def _finite_norm(vec: np.ndarray) -> bool:
+    """Whether ``vec``'s float32 norm, as the table computes it for cosine, is finite (no NaN, no inf)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(np.isfinite(np.linalg.norm(vec)))

@@ -158,6 +158,8 @@ class EmbeddingService:
         print(f"serving embeddings of topic {self.reader.topic!r} on {self.url}", flush=True)
         try:
             self._server.run(sockets=sockets)
+        except KeyboardInterrupt:  # uvicorn raises the SIGINT it caught again once it has shut down
+            pass
         finally:
             self.reader.stop()
             self._log.stop()
