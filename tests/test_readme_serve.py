@@ -30,11 +30,13 @@ def published(bootstrap: str, topic: str) -> np.ndarray:
     return vectors
 
 
-def run_bash(script: str, port: int) -> tuple[list, str]:
+def run_bash(script: str, port: int, cwd: Path | None = None) -> tuple[list, str]:
     """The JSON answers the script printed (curl adds no newline), and the text after them."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     script = script.replace("localhost:8000", f"127.0.0.1:{port}") + "\nkill $(jobs -p) 2>/dev/null || true"
-    proc = subprocess.run(["bash", "-ec", script], capture_output=True, text=True, env=env, timeout=180)
+    proc = subprocess.run(
+        ["bash", "-ec", script], capture_output=True, text=True, env=env, timeout=180, cwd=cwd
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out, answers, text, decoder = proc.stdout.lstrip(), [], [], json.JSONDecoder()
     while out:  # the service's own log lines (it runs in the same shell) are text too
@@ -60,6 +62,19 @@ def test_serve_block_runs_against_a_real_service(kafka_bootstrap, make_topic):
     np.testing.assert_allclose([e["embedding"] for e in embeddings["embeddings"]], vectors[[1, 2]], rtol=1e-6)
     assert len(topk["neighbors"]) == 5 and topk["query"] == 1 and score["scorer"] == "cosine"
     assert rest.startswith("streamgnn_table_nodes 10.0")
+
+
+def test_tls_and_token_block_runs_against_a_real_service(kafka_bootstrap, make_topic, tmp_path):
+    topic = make_topic(1, compacted=True)
+    vectors = published(kafka_bootstrap, topic)
+    script = block("TLS is uvicorn's own", "bash")
+    port = free_port()
+    script = script.replace("localhost:9092", kafka_bootstrap).replace(
+        "--topic embeddings", f"--topic {topic}"
+    )
+    (refused, answered), _ = run_bash(script.replace("8443", str(port)), port, cwd=tmp_path)
+    assert "Authorization: Bearer" in refused["error"]
+    np.testing.assert_allclose(answered["embeddings"][0]["embedding"], vectors[1], rtol=1e-6)
 
 
 def test_reading_embeddings_back_block(kafka_bootstrap, make_topic):
