@@ -188,6 +188,23 @@ def test_hostile_input_is_a_4xx_naming_the_problem_and_logs_nothing(service):
     assert not logged.records, [r.getMessage() for r in logged.records]
 
 
+def test_a_bug_of_the_service_is_a_json_500_and_a_logged_error(service, monkeypatch):
+    """The catch-all: an exception no input explains (here the scorer failing) still answers JSON, is
+    logged with its traceback for the operator, and the service goes on serving."""
+
+    def broken(z_src, z_dst):
+        raise RuntimeError("scorer bug")
+
+    monkeypatch.setattr(service.scorer, "score", broken)
+    with ServiceErrors() as logged:
+        status, got = answer(service.url, "/score?src=1&dst=2")
+    assert status == 500 and "internal error" in got["error"]
+    assert [r.exc_info[1].args for r in logged.records] == [("scorer bug",)]
+    monkeypatch.undo()
+    status, got = answer(service.url, "/score?src=1&dst=2")
+    assert status == 200 and got["scorer"] == "cosine"
+
+
 def test_request_and_url_limits(service):
     """413 for a body over serve.max_body_bytes (declared or chunked), 414 for a URL over
     serve.max_url_bytes; requests within both are answered."""

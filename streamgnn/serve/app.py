@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import reprlib
 import time
 
@@ -106,7 +107,7 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
     async def body(request: Request) -> dict:
         limit = config.max_body_bytes
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        if re.fullmatch("[0-9]{1,18}", declared) and int(declared) > limit:  # else counted as it comes
             raise _Reject(413, f"the body is {declared} bytes, more than serve.max_body_bytes={limit}")
         raw = bytearray()
         try:
