@@ -9,11 +9,13 @@ itself never sits in this process's memory. One process does everything, as a de
 
 - ingest and training: an ``OnlineTrainer`` test-then-trains on every batch (AP/AUC, MRR against 5
   negatives, the two EdgeBank baselines, the running-metric windows, the latency sketch), with a small TGN
-  (dims 16, 5 neighbors, batches of 1,000) so that 10M events fit in an hour on two shared cores; what is
-  measured is memory over the stream, and the per-batch records are the same at any model width.
+  (dims 16, 5 neighbors, batches of 1,000) to keep 10M events affordable (the rate measured is in
+  RESULTS.md); what is measured is memory over the stream, and the per-batch records are the same at any
+  model width.
 - serving: every batch refreshes the touched nodes' rows in the trainer's ``EmbeddingTable``, which a real
-  uvicorn server (the service's app, in a thread of this process) answers over HTTP; between chunks a client
-  asks ``/embeddings`` and ``/topk`` for nodes of the chunk just trained (every answer must be 200).
+  uvicorn server (the service's app, in a thread of this process) answers over HTTP; between the 10k-event
+  chunks of a segment a client asks ``/embeddings`` and ``/topk`` for nodes of the chunk just trained
+  (every answer must be 200).
 
 The graph itself grows with its events (the store keeps every edge; it has no retention), so the stream is
 cut into segments of ``--segment`` events (1M by default) and each segment is a new pass
@@ -24,8 +26,8 @@ record that grows per batch or per event shows as RSS growing from segment to se
 Reported: ``rss_growth_second_half`` = max RSS over the second half of the events / max RSS over the first
 half (target <= 1.05; at this process's ~460 MB, 5% is ~23 MB, so a small leak shows only in the slope),
 ``rss_slope_second_half_mb_per_m_events`` (a line fitted through the second half's samples), the RSS
-figures (MB), events/s over the whole run, requests answered, and a PNG of
-RSS over events. The load average is recorded before and after, since this machine is shared.
+figures (MB), events/s over the whole run, requests answered, and a PNG of RSS over events. The load
+average is recorded before and after, since this machine is shared.
 """
 
 from __future__ import annotations
