@@ -3,7 +3,7 @@ process's resident memory sampled along the way. Does anything grow with the str
 
 python benchmarks/soak.py [--quick] [--json] [--events N] [--segment N]      (also: streamgnn bench soak)
 
-The stream is the power-law stream of the sampler and distributed benchmarks (10M events; 200k with
+The stream is the power-law stream of the sampler and distributed benchmarks (10M events; 100k with
 ``--quick``), written to a binary file by a child process and replayed from it in chunks, so the stream
 itself never sits in this process's memory. One process does everything, as a deployed worker would:
 
@@ -264,14 +264,14 @@ def plot(results: dict, path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="200k events in segments of 50k (under a minute)")
+    ap.add_argument("--quick", action="store_true", help="100k events in segments of 20k")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--events", type=int, help="events to stream (default 10M; --quick 200k)")
-    ap.add_argument("--segment", type=int, help="events per store segment (default 1M; --quick 50k)")
+    ap.add_argument("--events", type=int, help="events to stream (default 10M; --quick 100k)")
+    ap.add_argument("--segment", type=int, help="events per store segment (default 1M; --quick 20k)")
     ap.add_argument("--plot", type=Path, default=Path("soak.png"), help="RSS-over-events PNG (soak.png)")
     args = ap.parse_args(argv)
-    events = args.events or (200_000 if args.quick else 10_000_000)
-    segment = args.segment or (50_000 if args.quick else 1_000_000)
+    events = args.events or (100_000 if args.quick else 10_000_000)
+    segment = args.segment or (20_000 if args.quick else 1_000_000)
     if events < 2 * CHUNK or segment < CHUNK or segment % CHUNK:
         ap.error(f"--events must be at least {2 * CHUNK:,} and --segment a multiple of {CHUNK:,}")
     set_threads(1)
