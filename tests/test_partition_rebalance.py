@@ -3,8 +3,10 @@
 import logging
 
 import numpy as np
+import pytest
 
 from streamgnn.datasets import load
+from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.partition import Moves, PartitionerConfig, PartitionTimeline, partition_report
 from streamgnn.sampling import TemporalSampler
@@ -115,3 +117,27 @@ def test_timeline_plot_is_written(tmp_path):
     last = timeline.rows[-1]
     assert last["edge_cut"] is None and 1.0 < last["replication_factor"] < 4.0
     assert sum(last["edge_loads"]) == store.num_edges
+
+
+def test_a_timeline_past_its_row_cap_thins_older_rows_and_keeps_the_first_and_newest():
+    rng = np.random.default_rng(2)
+    store = TemporalGraphStore(StoreConfig(num_partitions=2, partitioner="ldg"))
+    timeline = PartitionTimeline(every_edges=100, max_rows=8)
+    for i in range(40):  # 40 rows recorded, at most 8 kept at any time
+        src = rng.integers(0, 300, 100)
+        store.ingest(
+            EventBatch.from_columns(
+                src=src,
+                dst=(src + 1 + rng.integers(0, 50, 100)) % 300,
+                t=np.full(100, float(i)),
+                eid=np.arange(100 * i, 100 * i + 100),
+            )
+        )
+        timeline.record(store)
+        assert len(timeline.rows) <= 8
+    edges = [r["edges"] for r in timeline.rows]
+    assert edges[0] == 100 and edges[-1] == 4000  # the first row and the newest stay
+    assert edges == sorted(edges) and len(set(edges)) == len(edges) >= 4
+    assert timeline.rows[-1] == {"stream_time": 39.0, **partition_report(store).to_dict()}
+    with pytest.raises(ConfigError):
+        PartitionTimeline(max_rows=1)

@@ -136,3 +136,30 @@ def test_running_windows_close_at_batch_ends_and_survive_a_state_round_trip():
         resumed.add(pos, neg, rr, t, loss=0.5, seconds=0.1)
     assert resumed.windows == full.windows
     assert resumed.close() == full.close()
+
+
+def test_capped_windows_keep_the_latest_and_the_summary_of_all():
+    rng = np.random.default_rng(1)
+    batches = [(rng.normal(1, 1, 20 + i), rng.normal(0, 1, 20 + i), rng.random(20 + i)) for i in range(40)]
+    full, capped = RunningMetrics(window_events=50), RunningMetrics(window_events=50, max_windows=3)
+    for i, b in enumerate(batches):
+        t = np.arange(len(b[0]), dtype=float) + 100 * i
+        full.add(*b, t, loss=0.1 * i, seconds=0.1)
+        capped.add(*b, t, loss=0.1 * i, seconds=0.1)
+    assert full.closed == len(full.windows) > 10
+    assert capped.closed == full.closed and list(capped.windows) == list(full.windows)[-3:]
+    ws = list(full.windows)  # the summary is the event-weighted mean over every window, dropped ones too
+    expect = np.average([w.ap for w in ws], weights=[w.events for w in ws])
+    assert capped.summary().ap == pytest.approx(expect, rel=1e-12)
+    assert capped.summary() == full.summary()
+    assert capped.summary().events == sum(w.events for w in ws)
+
+    resumed = RunningMetrics(window_events=50, max_windows=3)
+    resumed.load_state_dict(capped.state_dict())
+    assert resumed.summary() == capped.summary() and resumed.closed == capped.closed
+    # a checkpoint written before totals were kept (every window in it) gives the same summary
+    old = {k: v for k, v in full.state_dict().items() if k not in ("closed", "totals")}
+    legacy = RunningMetrics(window_events=50, max_windows=3)
+    legacy.load_state_dict(old)
+    assert legacy.summary() == full.summary() and list(legacy.windows) == ws[-3:]
+    assert legacy.closed == full.closed

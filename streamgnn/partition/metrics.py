@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numba import njit
 
+from ..errors import ConfigError
 from .base import Partitioner
 
 
@@ -119,13 +120,35 @@ def partition_report(store) -> PartitionReport:
     return measure(store.partitioner, store.partition[: store.num_nodes], table.src, table.dst)
 
 
+MAX_ROWS = 1_000  # timeline rows kept (see ``ThinningRows``)
+
+
+class ThinningRows(list):
+    """A list of timeline rows that never holds more than ``max_rows``: one past it, every other row
+    between the first and the newest is dropped. A router appends a row per checkpoint for as long as it
+    runs (weeks), so its timeline keeps the whole run's shape, older parts at coarser resolution, in
+    bounded memory."""
+
+    def __init__(self, max_rows: int = MAX_ROWS) -> None:
+        super().__init__()
+        if max_rows < 2:
+            raise ConfigError(f"max_rows must be >= 2 (the first and the newest row), got {max_rows}")
+        self.max_rows = max_rows
+
+    def append(self, row: dict) -> None:
+        super().append(row)
+        if len(self) > self.max_rows:
+            del self[1:-1:2]
+
+
 class PartitionTimeline:
     """Reports over stream time: call ``record(store)`` after each batch; a row is kept each time the
-    store has ``every_edges`` more edges than at the last row (each row costs a pass over the edges)."""
+    store has ``every_edges`` more edges than at the last row (each row costs a pass over the edges).
+    ``rows`` holds at most ``max_rows`` (``ThinningRows``)."""
 
-    def __init__(self, every_edges: int = 100_000) -> None:
+    def __init__(self, every_edges: int = 100_000, max_rows: int = MAX_ROWS) -> None:
         self.every_edges = every_edges
-        self.rows: list[dict] = []
+        self.rows = ThinningRows(max_rows)
         self._last = -every_edges
 
     def record(self, store, force: bool = False) -> PartitionReport | None:

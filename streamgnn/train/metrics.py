@@ -8,6 +8,7 @@ MRR ranks each positive among its own negatives, ties counting half, as TGB does
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import asdict, astuple, dataclass
 
 import numpy as np
@@ -128,6 +129,10 @@ class WindowMetrics:
     events_per_s: float  # wall-clock throughput over the window (not part of the deterministic record)
 
 
+MAX_WINDOWS = 10_000  # closed windows kept (at the default 10k events a window: the last 100M scored)
+_SUMMED = ("ap", "auc", "mrr")
+
+
 class RunningMetrics:
     """Collects per-batch scores and closes a window every ``window_events`` scored positives.
 
@@ -135,12 +140,18 @@ class RunningMetrics:
     over its batches, MRR over its events), so online and offline figures compare directly. Windows close
     only at batch ends, so a window never splits a batch. ``state_dict`` holds the open window too, so a
     resumed run closes the same windows with the same values.
+
+    A stream never ends, so only the last ``max_windows`` closed windows are kept (``windows``, for plots
+    and monitoring; ``closed`` counts them all); ``summary`` covers every closed window through running
+    event-weighted sums, so it does not depend on the cap.
     """
 
-    def __init__(self, window_events: int) -> None:
+    def __init__(self, window_events: int, max_windows: int = MAX_WINDOWS) -> None:
         self.window_events = window_events
-        self.windows: list[WindowMetrics] = []
+        self.windows: deque[WindowMetrics] = deque(maxlen=max_windows)
+        self.closed = 0
         self.scored = 0
+        self._totals = {name: [0.0, 0.0] for name in _SUMMED}  # name -> [sum of events * value, events]
         self._reset_open()
 
     def _reset_open(self) -> None:
@@ -179,21 +190,27 @@ class RunningMetrics:
         loss = self._loss_sum / self._loss_batches if self._loss_batches else math.nan
         rate = n / self._seconds if self._seconds > 0 else math.nan
         window = WindowMetrics(self.scored, self._t[0], self._t[1], m.ap, m.auc, m.mrr, loss, n, rate)
-        self.windows.append(window)
+        self._add_window(window)
         self._reset_open()
         return window
 
+    def _add_window(self, window: WindowMetrics) -> None:
+        self.windows.append(window)
+        self.closed += 1
+        for name, total in self._totals.items():
+            value = getattr(window, name)
+            if window.events and not math.isnan(value):
+                total[0] += window.events * value
+                total[1] += window.events
+
     def summary(self) -> LinkMetrics:
-        """Event-weighted mean over the closed windows (the open one is not included)."""
-        ws = [w for w in self.windows if w.events]
-        weights = np.array([w.events for w in ws], np.float64)
+        """Event-weighted mean over every closed window, kept or not (the open one is not included)."""
 
         def mean(name: str) -> float:
-            vals = np.array([getattr(w, name) for w in ws], np.float64)
-            ok = ~np.isnan(vals)
-            return float(np.average(vals[ok], weights=weights[ok])) if ok.any() else math.nan
+            weighted, weight = self._totals[name]
+            return weighted / weight if weight else math.nan
 
-        return LinkMetrics(mean("ap"), mean("auc"), mean("mrr"), int(weights.sum()))
+        return LinkMetrics(mean("ap"), mean("auc"), mean("mrr"), self.scored - self.open_events)
 
     def state_dict(self) -> dict:
         """Plain lists and float64 tensors only, so it loads with ``torch.load(weights_only=True)``."""
@@ -201,6 +218,8 @@ class RunningMetrics:
             "window_events": self.window_events,
             "scored": self.scored,
             "windows": [list(astuple(w)) for w in self.windows],
+            "closed": self.closed,
+            "totals": {name: list(total) for name, total in self._totals.items()},
             "pos": _cat(self._pos),
             "neg": _cat(self._neg),
             "rr": _cat(self._rr),
@@ -213,7 +232,14 @@ class RunningMetrics:
     def load_state_dict(self, state: dict) -> None:
         self.window_events = int(state["window_events"])
         self.scored = int(state["scored"])
-        self.windows = [WindowMetrics(*w) for w in state["windows"]]
+        self.windows.clear()
+        self.closed = 0
+        self._totals = {name: [0.0, 0.0] for name in _SUMMED}
+        for w in state["windows"]:  # (a checkpoint from before the totals were kept holds every window)
+            self._add_window(WindowMetrics(*w))
+        if "totals" in state:
+            self.closed = int(state["closed"])
+            self._totals = {name: [float(x) for x in total] for name, total in state["totals"].items()}
         self._reset_open()
         if len(state["pos"]):
             # One batch per saved size (a checkpoint from before sizes were kept: the open window as one).

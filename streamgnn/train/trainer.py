@@ -64,7 +64,8 @@ class StepResult:
 
 @dataclass(frozen=True)
 class OnlineResult:
-    """What an online run reports; ``windows`` are the running metrics over stream time. ``baselines`` and
+    """What an online run reports; ``windows`` are the running metrics over stream time (the last
+    ``metrics.MAX_WINDOWS``; ``metrics`` covers them all). ``baselines`` and
     ``baseline_windows``: the same for each baseline, on the same positives and negatives; ``flags`` says
     where the learned model loses to one."""
 
@@ -394,11 +395,11 @@ class OnlineTrainer:
                     if not len(chunk):
                         cut_short = True
                         break
-                    closed = len(self.metrics.windows)
+                    closed = self.metrics.closed
                     self.step(chunk, arrival=arrival)
                     self.position += len(chunk)
                     bar.update(len(chunk))
-                    if len(self.metrics.windows) > closed:
+                    if self.metrics.closed > closed:
                         w = self.metrics.windows[-1]
                         best = {n: r.windows[-1].mrr for n, r in self.baseline_metrics.items() if r.windows}
                         beside = {"best_baseline_mrr": f"{max(best.values()):.4f}"} if best else {}
