@@ -101,3 +101,74 @@ def test_flocking_agents_on_four_ranks_fly_exactly_as_one_process(tmp_path):
     mpi, local = on_four_ranks_and_in_process(args, tmp_path, "flocking.json")
     assert mpi["velocity_variance"] == local["velocity_variance"]
     assert mpi["baselines"]["centralized"] < mpi["baselines"]["no_control"]
+
+
+def run_bounded(cmd: list[str], cwd: Path, timeout_s: float = 600) -> subprocess.CompletedProcess:
+    """``cmd`` in its own session; past ``timeout_s`` every process of it is killed and the test fails (a
+    hang must end the test, not the suite)."""
+    import signal
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, text=True, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{' '.join(cmd)} did not end within {timeout_s} s")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+KILL = shlex.split(
+    "agents source-loc --nodes 12 --communities 3 --train 60 --test 12 --taps 3 --hidden 8 --fit-steps 10 "
+    "--probs 0 --variants plain --p-out 0.4 --fault-tolerant --deadline 3 --die-round startup --quiet"
+)
+
+
+@pytest.mark.parametrize("rank", [2, 0])
+def test_an_agent_killed_during_mpi_start_up_ends_only_itself(tmp_path, rank):
+    """MPI start-up is collective: a rank killed before its start-up finished used to leave the others
+    waiting in theirs forever. Now a stand-in starts in its place, so the others run and treat it as
+    failed; without rank 0 (which trains and shares the models) they end at once, saying why."""
+    cmd = ["mpiexec", "-disable-auto-cleanup", "-n", "3", "streamgnn", *KILL, "--die-rank", str(rank)]
+    proc = run_bounded([*cmd, "--out", "out"], tmp_path)
+    assert proc.returncode == 128 + 9, proc.stderr[-3000:]  # the killed agent's exit, as hydra saw it
+    if rank == 0:
+        assert proc.stderr.count("rank 0 was killed before it shared the setup") == 2, proc.stderr[-3000:]
+        assert not (tmp_path / "out/source_loc.json").exists()
+        return
+    summary = json.loads((tmp_path / "out/source_loc.json").read_text())
+    assert summary["unreported_ranks"] == [2]
+    seen = {int(r): f for r, f in summary["failed_ranks_seen"].items()}
+    assert seen and all(f == [2] for f in seen.values())
+    assert all(0.0 <= a <= 1.0 for a in summary["accuracy"]["bernoulli"]["plain"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["source-loc", "--deadline", "-1"], "--deadline: must be a finite number > 0"),
+        (["source-loc", "--fault-tolerant"], "--fault-tolerant needs --deadline"),
+        (["source-loc", "--die-rank", "1"], "--die-rank 1: this job has ranks 0 to 0"),
+        (["source-loc", "--die-round", "soon"], "--die-round: must be an int >= 0"),
+        (["train", "--compression", "none,bogus:9"], "compression must be none, topk:FRACTION or quant:BITS"),
+        (["train", "--failure-p", "1.5"], "failure_p must be in [0, 1)"),
+    ],
+)
+def test_agents_arguments_are_checked_before_any_work(tmp_path, capsys, monkeypatch, args, message):
+    import streamgnn.agents.experiments as experiments
+
+    def no_work(*_, **__):
+        raise AssertionError("work started before the arguments were checked")
+
+    for name in ("train_source_loc", "run_decentralized"):
+        monkeypatch.setattr(experiments, name, no_work)
+    try:
+        code = main(["agents", *args, "--quiet", "--out", str(tmp_path / "out")])
+    except SystemExit as exc:  # argparse's refusal
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

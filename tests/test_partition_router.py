@@ -106,9 +106,8 @@ def _read(bootstrap, topic, k):
             for tp, records in c.poll(timeout_ms=1000).items():
                 for r in records:
                     batch, _ = decode(r.value, dict(r.headers or ()).get("content-type").decode(), "test")
-                    out[tp.partition] += list(
-                        zip(batch.eid.tolist(), batch.src.tolist(), batch.t.tolist(), strict=True)
-                    )
+                    rows = (batch.eid.tolist(), batch.src.tolist(), batch.t.tolist(), _weights(batch))
+                    out[tp.partition] += list(zip(*rows, strict=True))
         return out
     finally:
         c.close()
@@ -158,7 +157,7 @@ def test_killed_router_resumes_without_loss_duplicates_or_moves(kafka_bootstrap,
     assert kills >= 1
     got, want = _read(kafka_bootstrap, resumed, k), _read(kafka_bootstrap, whole, k)
     assert got == want
-    eids = [e for rows in got.values() for e, _, _ in rows]
+    eids = [e for rows in got.values() for e, *_ in rows]
     assert len(eids) == len(set(eids)) == len(events) - dead
 
 
@@ -203,3 +202,149 @@ def test_readme_partition_snippet_runs(kafka_bootstrap, tmp_path, monkeypatch):
         and 1.0 < routed.partitioning.replication_factor < 5
     )
     assert (tmp_path / "router-ckpt" / "LATEST").exists()
+
+
+def _weights(b: EventBatch) -> list[float]:
+    """Each event's weight; one without weighs 1.0 (the codec's rule)."""
+    return [1.0] * len(b) if b.weight is None else b.weight.tolist()
+
+
+def _weighted(events: EventBatch) -> EventBatch:
+    import dataclasses
+
+    return dataclasses.replace(events, weight=np.linspace(0.5, 2.0, len(events)).astype(np.float32))
+
+
+def test_held_events_without_weights_join_weighted_ones_and_survive_a_checkpoint():
+    """A held event weighs 1.0 when weighted events join it, before or after a checkpoint."""
+    events = stream(n=300, nodes=80, seed=2)
+    plain, heavy = events[:150], _weighted(events[150:])
+    state = RoutingState(BUFFERED, 4)
+    first, _ = state.route(plain)
+    assert len(state.held) and state.held.weight is None
+    arrays, meta = state.checkpoint()
+    restored = RoutingState(BUFFERED, 4)
+    restored.restore(arrays, meta)
+    outs = [s.route(heavy)[0] for s in (state, restored)]
+    outs += [s.flush() for s in (state, restored)]
+    for p in range(4):
+        a, b = (EventBatch.empty() if p not in o else o[p] for o in (outs[0], outs[1]))
+        assert a.eid.tolist() == b.eid.tolist()
+    published = [b for o in (first, outs[0], outs[2]) for b in o.values()]
+    weight = {e: w for b in published for e, w in zip(b.eid.tolist(), _weights(b), strict=True)}
+    assert sorted(weight) == sorted(set(events.eid.tolist()) - set(_dead(BUFFERED, events)))
+    assert all(weight[e] == 1.0 for e in plain.eid.tolist() if e in weight)
+    assert [weight[e] for e in heavy.eid.tolist() if e in weight] == [
+        w for e, w in zip(heavy.eid.tolist(), heavy.weight.tolist(), strict=True) if e in weight
+    ]
+
+
+def test_routing_refuses_another_schema_before_changing_anything():
+    from streamgnn.errors import EventValidationError
+
+    state = RoutingState(BUFFERED, 4)
+    state.route(stream(n=50, seed=3))
+    before = state.checkpoint()
+    strings = EventBatch.from_columns(src=["a"], dst=["b"], t=[99.0], eid=[999])
+    featured = EventBatch.from_columns(src=[1], dst=[2], t=[99.0], eid=[998], features=np.ones((1, 2)))
+    for bad in (strings, featured):
+        with pytest.raises(EventValidationError, match="cannot join this stream"):
+            state.route(bad)
+    after = state.checkpoint()
+    assert after[1] == before[1] and all(np.array_equal(after[0][k], v) for k, v in before[0].items())
+
+
+def test_dead_letter_reasons_name_plain_values():
+    state = RoutingState("hdrf", 2)
+    state.route(EventBatch.from_columns(src=[1], dst=[2], t=[0.0], eid=[0]))
+    _, letters = state.route(
+        EventBatch.from_columns(kind=[1, 1], src=[7, 1], dst=[8, 3], t=[1.0, 2], eid=[1, 2])
+    )
+    reasons = [d.reason for d in letters]
+    assert reasons and all("np." not in r and "int64" not in r for r in reasons), reasons
+    assert "(7 -> 8)" in reasons[0]
+
+
+def _dead_letters(bootstrap, topic):
+    """(source offset, eid, reason) of each dead letter in ``topic``, sorted."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, 0)
+        end = c.end_offsets([tp])[tp]
+        c.assign([tp])
+        c.seek_to_beginning()
+        out = []
+        while c.position(tp) < end:
+            for records in c.poll(timeout_ms=1000).values():
+                for r in records:
+                    h = {k: v.decode() for k, v in r.headers}
+                    out.append((int(h["source-offset"]), h.get("eid"), h["reason"]))
+        return sorted(out)
+    finally:
+        c.close()
+
+
+def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_count(
+    kafka_bootstrap, make_topic, tmp_path
+):
+    """Stopped after the first half and restarted from its checkpoint, the router meets an event of another
+    feature width and one of string ids first, then weighted events joining unweighted held ones: it
+    publishes and dead-letters exactly what a router that read the whole topic in one go does, and its
+    summary counts the dead letters of decoding over both lives."""
+    from kafka import KafkaProducer
+
+    from streamgnn.codec import encode_binary
+    from streamgnn.partition.router import PartitionRouter
+
+    events = stream(n=600, nodes=150, seed=4)
+    k, spec = 4, {"name": "fennel", "buffer_edges": 3}
+    featured = EventBatch.from_columns(src=[1], dst=[2], t=[300.0], eid=[10_000], features=np.ones((1, 2)))
+    first = [encode_binary(events[i : i + 50]) for i in range(0, 300, 50)]
+    first.insert(2, b"\x00 not an event")
+    second = [encode_binary(featured), b'{"src": "a", "dst": "b", "t": 300.0, "eid": 10001}']
+    for j, i in enumerate(range(300, 600, 50)):  # weighted and unweighted messages in turn
+        piece = events[i : i + 50]
+        second.append(encode_binary(_weighted(piece) if j % 2 else piece))
+    raw, dlq_resumed, dlq_whole = make_topic(1), make_topic(1), make_topic(1)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+
+    def send(values):
+        for value in values:
+            producer.send(raw, value, partition=0)
+        producer.flush()
+
+    send(first)
+    resumed, ckpt = make_topic(k), tmp_path / "ckpt"
+    life = PartitionRouter(
+        kafka_bootstrap, raw, resumed, k, partitioner=spec, checkpoint_dir=ckpt, dead_letter_topic=dlq_resumed
+    ).run(max_events=300)
+    assert life.events == 300 and life.dead_letters >= 1 and life.held > 0  # held unweighted events
+    send(second)
+    producer.close()
+    cmd = [
+        sys.executable, "-m", "streamgnn.cli", "partition", "--bootstrap", kafka_bootstrap, "--in-topic", raw,
+        "--out-topic", resumed, "--partitions", str(k), "--partitioner", "fennel", "--buffer-edges", "3",
+        "--checkpoint", str(ckpt), "--dead-letter-topic", dlq_resumed, "--max-events", "600", "--flush",
+        "--log-every", "0",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_WAIT_POLICY": "passive"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+    whole = make_topic(k)
+    report = PartitionRouter(
+        kafka_bootstrap, raw, whole, k, partitioner=spec, dead_letter_topic=dlq_whole
+    ).run(max_events=600, flush=True)
+    routing_letters = len(_dead(spec, events))
+    assert report.events == 600 and report.held == 0 and report.dead_letters == 3 + routing_letters
+    assert f"{report.dead_letters:,} dead letters" in proc.stdout, proc.stdout
+    assert _read(kafka_bootstrap, resumed, k) == _read(kafka_bootstrap, whole, k)
+    letters = _dead_letters(kafka_bootstrap, dlq_resumed)
+    assert letters == _dead_letters(kafka_bootstrap, dlq_whole)
+    assert len(letters) == report.dead_letters
+    assert [r for _, _, r in letters].count(
+        "events carry 2 features but this stream carries no features; use one feature width per stream"
+    ) == 1
+    assert all("np." not in r for _, _, r in letters)

@@ -6,8 +6,8 @@ message is exactly one valid JSON event object is read as JSON without looking a
 costs confluent-kafka more than the whole decode), whatever they say.
 
 Every event must fit the stream's schema (id type and feature width), fixed by the store the source feeds
-where it has events, else by the first events decoded, so that it does not depend on where a reader
-resumes.
+where it has events, or by a ``Schema`` a reader saved with its positions (the partition router), else by
+the first events decoded, so that it does not depend on where a reader resumes.
 
 A store whose schema the topic does not match is a configuration error (a checkpoint of another stream),
 not a stream of bad events: the first mismatch is logged at ERROR level naming both schemas, and if none of
@@ -23,6 +23,7 @@ the first ``SCHEMA_VERDICT_EVENTS`` events that reach a verdict fits, decoding s
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,10 +41,32 @@ _BOM = b"\xef\xbb\xbf"
 _UNFIXED = -1  # a feature width not known yet (None means: no features)
 
 
-class StreamDecoder:
-    """Decodes fetched messages for one stream; ``store`` (optional) fixes the stream's schema."""
+@dataclass(frozen=True)
+class Schema:
+    """What every event of a stream shares, as far as its first events fixed it: id type (``string_ids``,
+    None: not fixed yet) and feature width (``feature_width``: None for no features, -1 not fixed yet).
+    A reader that resumes from saved positions saves this with them: the events that fixed it lie before
+    the positions, and a resumed reader must not let the first event it meets fix it anew."""
 
-    def __init__(self, dead_letters: DeadLetters, store=None) -> None:
+    string_ids: bool | None = None
+    feature_width: int | None = _UNFIXED
+
+    def to_dict(self) -> dict:
+        return {"string_ids": self.string_ids, "feature_width": self.feature_width}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Schema:
+        """The ``to_dict`` form back; raises ValueError where a value is of the wrong type."""
+        ids, width = data["string_ids"], data["feature_width"]
+        if ids not in (None, True, False) or not (width is None or (type(width) is int and width >= -1)):
+            raise ValueError(f"not a stream schema: {data!r}")
+        return cls(ids, width)
+
+
+class StreamDecoder:
+    """Decodes fetched messages for one stream; ``store`` or ``schema`` (optional) fixes its schema."""
+
+    def __init__(self, dead_letters: DeadLetters, store=None, schema: Schema | None = None) -> None:
         self.dead_letters = dead_letters
         self.messages = 0  # messages decoded
         kind = None if store is None else store.ids.kind
@@ -52,11 +75,20 @@ class StreamDecoder:
         width = store.node_feature_dim if width is None and store is not None else width
         self._width: int | None = _UNFIXED if width is None else width
         self._from_store = self._string_ids is not None or self._width != _UNFIXED
+        if schema is not None and not self._from_store:
+            self._string_ids, self._width = schema.string_ids, schema.feature_width
         self._fits = self._misfits = 0  # events that fit the stream's schema, and that did not
+        self._letter_offsets: list[int] = []  # of the messages being decoded
+
+    @property
+    def schema(self) -> Schema:
+        """The schema as fixed so far."""
+        return Schema(self._string_ids, self._width)
 
     def decode(self, f: Fetched) -> Chunk:
         """Decode one partition's messages; dead letters go out before the chunk becomes visible."""
         self.messages += len(f.offsets)
+        self._letter_offsets = []
         if all(f.values) and f.values[0][:4] != MAGIC:  # the usual JSON topic: every message one event,
             # headers not even read (a poll that starts with a binary batch is not worth joining up)
             batch = fast_rows(f.values, f"{f.topic}:{f.partition}", self._string_ids)
@@ -76,12 +108,12 @@ class StreamDecoder:
             pieces += self._decode_json_run(f, run)
         return self._chunk(f, pieces)
 
-    @staticmethod
-    def _chunk(f: Fetched, pieces: list[tuple[EventBatch, np.ndarray]]) -> Chunk:
+    def _chunk(self, f: Fetched, pieces: list[tuple[EventBatch, np.ndarray]]) -> Chunk:
         # every piece passed _mismatch(), so they share id type and feature width and concatenate
         batch = join_rows([b for b, _ in pieces])
         origin = np.concatenate([o for _, o in pieces]) if pieces else np.zeros(0, np.int64)
-        return Chunk(partition_key(f.topic, f.partition), batch, origin, f.offsets[-1] + 1)
+        letters = np.array(self._letter_offsets, np.int64)
+        return Chunk(partition_key(f.topic, f.partition), batch, origin, f.offsets[-1] + 1, letters)
 
     def _decode_json_run(self, f: Fetched, run: list[int]) -> list[tuple[EventBatch, np.ndarray]]:
         """Consecutive JSON messages: one event per message through msgspec (``fast_rows``), else decoded
@@ -116,6 +148,7 @@ class StreamDecoder:
                 batch = EventBatch.empty()
         for letter in letters:
             self.dead_letters.send(letter, f.topic, f.partition, offset, f.ctypes[i])
+            self._letter_offsets.append(offset)
         return [(batch, np.full(len(batch), offset, np.int64))] if len(batch) else []
 
     def _mismatch(self, batch: EventBatch, count: bool = True) -> str | None:

@@ -37,6 +37,7 @@ class Chunk:
     batch: EventBatch
     origin: np.ndarray  # source offset of each row
     next_offset: int
+    letters: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # offset of each dead letter
     running_t: np.ndarray = field(init=False)  # running max of t: rows before a time form a prefix
 
     def __post_init__(self) -> None:
@@ -95,6 +96,9 @@ class PartitionMerge:
         self.caught_up: set[str] = set()  # partitions the broker reports read to their end offset
         self.paused: set[str] = set()  # partitions whose fetching backpressure stopped
         self._handed: dict[str, tuple[int, int]] = {}  # per partition: (offset, rows) of a message half out
+        # dead letters of the messages the positions have moved past (a restart from them decodes the rest
+        # again), so that a reader saving its positions can save an exact count with them
+        self.letters_passed = 0
 
     # ------------------------------------------------------------------ ownership
     def own(self, keys: Iterable[str], now: float) -> None:
@@ -123,7 +127,8 @@ class PartitionMerge:
         handed = self._handed.get(chunk.key)
         if handed and len(chunk.batch) and chunk.origin[0] == handed[0]:  # a message read again
             skip = min(handed[1], int(np.count_nonzero(chunk.origin == handed[0])))
-            chunk = Chunk(chunk.key, chunk.batch[skip:], chunk.origin[skip:], chunk.next_offset)
+            rest = chunk.batch[skip:], chunk.origin[skip:]
+            chunk = Chunk(chunk.key, *rest, chunk.next_offset, chunk.letters)
         # where this partition's stream began: a rebalance that drops the buffer seeks back here, since
         # the client keeps its fetch position otherwise
         self.positions.setdefault(chunk.key, first_offset)
@@ -245,6 +250,7 @@ class PartitionMerge:
                 rows.append(chunk.batch)
                 offsets.append(chunk.origin)
                 self.positions[key] = chunk.next_offset
+                self.letters_passed += len(chunk.letters)
                 self._handed.pop(key, None)
             else:
                 message = int(chunk.origin[take])
@@ -262,5 +268,8 @@ class PartitionMerge:
                 # a restart or the next owner reads this message again, rows already handed out included
                 # (the store skips their event ids); this reader skips them itself (see add)
                 self.positions[key] = message
+                passed = chunk.letters < message
+                self.letters_passed += int(passed.sum())
+                chunk.letters = chunk.letters[~passed]
             n -= take
         return join_rows(rows), (np.concatenate(offsets) if offsets else np.zeros(0, np.int64))

@@ -20,7 +20,7 @@ from ...errors import ConfigError, ConnectorError, StreamGNNError
 from ...events import DeadLetter, EventBatch
 from .consumer import START_POLICIES, TP, partition_key, split_key
 from .dead_letters import DeadLetters
-from .decoding import StreamDecoder
+from .decoding import Schema, StreamDecoder
 from .merge import PartitionMerge, join_rows
 from .producer import Producer
 from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight
@@ -62,9 +62,10 @@ class KafkaSource:
     payload starts with the binary magic; a poll of messages that are each one valid JSON event is read as
     JSON without reading headers, see ``decoding``). A message that cannot be decoded, or an event that fails
     validation or does not fit the stream (id type, feature width: fixed by ``store`` where it has events,
-    else by the first events decoded), goes to ``dead_letter_topic`` with headers ``reason``,
-    ``source-topic``, ``source-partition``, ``source-offset``; the stream goes on. A dead letter too large
-    for that topic goes out cut short, with a ``payload-truncated`` header giving its original size.
+    or by a saved ``schema()`` passed back as ``schema=``, else by the first events decoded), goes to
+    ``dead_letter_topic`` with headers ``reason``, ``source-topic``, ``source-partition``,
+    ``source-offset``; the stream goes on. A dead letter too large for that topic goes out cut short, with
+    a ``payload-truncated`` header giving its original size.
 
     Partitions are merged into one stream ordered by (time, partition, offset): a row is handed out once
     no partition can still deliver an earlier one. Each partition is in time order, so a partition holds
@@ -115,6 +116,7 @@ class KafkaSource:
         dead_letter_topic: str | None = None,
         start_offsets: Mapping[str, int] | None = None,
         store=None,
+        schema: Schema | None = None,
         max_buffered_events: int = 500_000,
         max_batch_events: int = 200_000,
         commit_interval_s: float = 1.0,
@@ -217,7 +219,7 @@ class KafkaSource:
                 self._consumer.close()  # its client threads and sockets would outlive this failed source
                 raise
         self._letters = DeadLetters(dlq, dead_letter_topic)
-        self._decoder = StreamDecoder(self._letters, store)
+        self._decoder = StreamDecoder(self._letters, store, schema)
         self._reassigned = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -385,6 +387,17 @@ class KafkaSource:
         self._letters.flush()
         with self._lock:
             return dict(self._merge.positions)
+
+    def schema(self) -> Schema:
+        """The stream's schema as decoding fixed it so far: save it with ``positions()`` and pass it back as
+        ``schema=`` on resuming (a store passed as ``store=`` carries its own)."""
+        return self._decoder.schema
+
+    def passed_dead_letters(self) -> int:
+        """Dead letters decoding produced (this source's life) for messages before ``positions()``: the
+        count to save with them, since a restart from them decodes every later message again."""
+        with self._lock:
+            return self._merge.letters_passed
 
     def assignment(self) -> set[str]:
         """The ``"topic:partition"`` keys this source reads now."""

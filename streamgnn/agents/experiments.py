@@ -235,6 +235,18 @@ class DecentralizedSetup:
     taps: int = 5
     hidden: int = 32
 
+    def __post_init__(self) -> None:
+        """Refuse what would fail only after the centralized training (a codec is built per run)."""
+        from ..errors import ConfigError
+        from .compress import make_codec
+
+        if not self.compressions:
+            raise ConfigError("compressions: name at least one, e.g. none,quant:8")
+        for spec in self.compressions:
+            make_codec(spec)
+        if not 0.0 <= self.failure_p < 1.0:
+            raise ConfigError(f"failure_p must be in [0, 1), got {self.failure_p}")
+
 
 def run_decentralized(
     agents, task: SourceLocalization, setup: DecentralizedSetup, quiet=False

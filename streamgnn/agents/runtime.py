@@ -31,7 +31,7 @@ from ..nn.exchange import Exchange, LocalExchange
 from ..nn.failures import FailureModel
 
 T = TypeVar("T")
-CHILD_ENV = "STREAMGNN_AGENT_CHILD"
+CHILD_ENV = "STREAMGNN_AGENT_CHILD"  # a supervised agent's end of a pipe: one byte once MPI started
 
 
 class LocalAgents:
@@ -87,6 +87,7 @@ class MPIAgents:
         from .mpi_exchange import partition
         from .transport import Transport
 
+        _started()
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.transport = Transport(self.comm, deadline_s, patience, die_at_round)
         self.rank, self.size = self.transport.rank, self.transport.size
@@ -119,12 +120,23 @@ class MPIAgents:
 
         if self.is_root:
             value = make()
-            reqs = [send_object(self.comm, value, r) for r in range(1, self.size)]
+            reqs = {r: send_object(self.comm, value, r) for r in range(1, self.size)}
             from .transport import poll
 
-            poll(lambda: all(r.Test() for r in reqs))
+            # a rank killed since start-up never takes its copy: wait for it no longer than for a round
+            poll(lambda: all(q.Test() for q in reqs.values()), self.transport.deadline_s)
+            for r, q in reqs.items():
+                self.transport.track(q, r)
             return value
-        return recv_object(self.comm, 0)
+        value = recv_object(self.comm, 0)
+        if isinstance(value, _NoSetup):
+            from ..errors import ConfigError
+
+            print(f"rank {self.rank}: {value.reason}", file=sys.stderr)
+            if supervised():
+                finish(1)
+            raise ConfigError(value.reason)
+        return value
 
     def gather(self, value: T) -> list[T | None] | None:
         """Every rank's ``value`` at rank 0, in rank order (None elsewhere); a rank that does not report
@@ -171,19 +183,68 @@ class MPIAgents:
         self.transport.close()
 
 
+class _NoSetup:
+    """What a stand-in for rank 0 sends instead of the setup: the others end instead of waiting for it."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
 def supervise(argv: list[str]) -> int:
     """Run ``argv`` as this rank's child process (it inherits the MPI connection) and return its exit code,
-    ``128 + signal`` when it was killed, so that hydra reports the death instead of killing the job."""
+    ``128 + signal`` when it was killed, so that hydra reports the death instead of killing the job.
+
+    A child killed before its MPI start-up finished would leave the other ranks waiting in theirs forever
+    (start-up is collective): a stand-in then starts MPI in its place and ends at once, so that the others
+    start and treat this rank as failed (rank 0's stand-in tells them first that no setup will come)."""
     fds = tuple(int(os.environ[k]) for k in ("PMI_FD", "HYDI_CONTROL_FD") if os.environ.get(k, "").isdigit())
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # inherited by the child: hydra's notice must not kill it
-    proc = subprocess.Popen(argv, pass_fds=fds, env={**os.environ, CHILD_ENV: "1"})
-    while True:
-        try:
-            rc = proc.wait()
-            break
-        except KeyboardInterrupt:  # let the child handle it and report
-            continue
+    rc, started = _run_child(argv, fds)
+    if rc < 0 and not started:
+        _run_child([sys.executable, "-c", "from streamgnn.agents.runtime import stand_in; stand_in()"], fds)
     return 128 - rc if rc < 0 else rc
+
+
+def _run_child(argv: list[str], fds: tuple[int, ...]) -> tuple[int, bool]:
+    """Run a supervised child to its end: (exit code, whether it reported MPI started)."""
+    read, write = os.pipe()
+    try:
+        proc = subprocess.Popen(argv, pass_fds=(*fds, write), env={**os.environ, CHILD_ENV: str(write)})
+    finally:
+        os.close(write)
+    started = None
+    with os.fdopen(read, "rb") as pipe:
+        while True:
+            try:
+                if started is None:  # one byte once MPI started; end of file when the child ended
+                    started = pipe.read(1) == b"1"
+                return proc.wait(), started
+            except KeyboardInterrupt:  # let the child handle it and report
+                continue
+
+
+def _started() -> None:
+    """Tell the supervisor that this rank's MPI start-up finished (``supervise``)."""
+    fd = os.environ.get(CHILD_ENV, "")
+    if fd.isdigit():
+        os.write(int(fd), b"1")
+        os.close(int(fd))
+        os.environ[CHILD_ENV] = "started"
+
+
+def stand_in() -> NoReturn:
+    """Start MPI for a rank whose agent was killed before its start-up finished, then end: the others can
+    start, and they treat this rank as failed (rank 0 first tells them that no setup will come)."""
+    from mpi4py import MPI
+
+    from .transport import poll, send_object
+
+    comm = MPI.COMM_WORLD
+    if comm.Get_rank() == 0:
+        notice = _NoSetup("rank 0 was killed before it shared the setup (the trained models): nothing to run")
+        reqs = [send_object(comm, notice, r) for r in range(1, comm.Get_size())]
+        poll(lambda: all(q.Test() for q in reqs))
+    finish(128 + signal.SIGKILL)
 
 
 def supervised() -> bool:

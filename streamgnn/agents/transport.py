@@ -140,6 +140,12 @@ class Transport:
         self._progress()
         return out
 
+    def track(self, req: MPI.Request, dest: int) -> None:
+        """Keep a send that may still be taken (its buffer lives in ``req``); ``close`` waits for it as for
+        the bundles, up to the deadline unless ``dest`` failed."""
+        if not req.Test():
+            self._sends.append((req, None, dest))
+
     def _progress(self) -> None:
         self._sends = [s for s in self._sends if s[2] not in self.failed and not s[0].Test()]
         self._late = [r for r in self._late if not r[0].Test()]

@@ -10,14 +10,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
-from ._args import positive_int
+from ._args import positive_float, positive_int
 from ._config import add_config_option, config_from_args, override
+
+STARTUP = "startup"  # --die-round: before MPI start-up finishes
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -28,6 +31,21 @@ def _floats(text: str) -> tuple[float, ...]:
     if not all(0.0 <= v < 1.0 for v in values):
         raise argparse.ArgumentTypeError(f"failure probabilities must be in [0, 1), got {text!r}")
     return values
+
+
+def _index(text: str) -> int:
+    """A rank or round: an int >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {text!r}")
+    return value
+
+
+def _die_round(text: str) -> int | str:
+    return text if text == STARTUP else _index(text)
 
 
 def _names(choices) -> Callable[[str], tuple[str, ...]]:
@@ -59,6 +77,8 @@ def _agents(args, num_agents: int):
         import torch
 
         torch.set_num_threads(1)  # ranks share the cores: one thread each
+        if _die(args) == STARTUP:
+            os.kill(os.getpid(), signal.SIGKILL)  # fault injection: before MPI start-up
         return MPIAgents(
             num_agents, deadline_s=args.deadline, patience=args.patience, die_at_round=_die(args)
         )
@@ -279,7 +299,7 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
     m = p.add_argument_group("MPI and faults (under mpiexec)")
     m.add_argument(
         "--deadline",
-        type=float,
+        type=positive_float,
         default=None,
         help="seconds a round waits for a neighbor rank's messages; missed ones are lost, a rank "
         "silent for --patience rounds is failed (default: wait forever, outcomes never depend on "
@@ -293,9 +313,12 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
         "take the job down; use with mpiexec -disable-auto-cleanup and --deadline",
     )
     m.add_argument(
-        "--die-rank", type=int, default=None, help="fault injection: this rank's process kills itself"
+        "--die-rank", type=_index, default=None, help="fault injection: this rank's process kills itself"
     )
-    m.add_argument("--die-round", type=int, default=5, help="... at this forward round (default 5)")
+    m.add_argument(
+        "--die-round", type=_die_round, default=5,
+        help="... at this forward round (default 5), or 'startup': before MPI start-up finishes",
+    )  # fmt: skip
     p.add_argument("--out", default=out, help=f"report folder: JSON summary and PNG plot (default {out})")
     p.add_argument("--quiet", action="store_true", help="no progress bars or tables")
     add_config_option(p, f"agents (source_loc, {task}{', flocking' if task == 'sweep' else ''})")
@@ -319,9 +342,22 @@ def _source_loc_args(p: argparse.ArgumentParser) -> None:
     override(g, "--test", key=key + "test", type=positive_int, help="test signals (default 500)")
 
 
+def _check(args: argparse.Namespace) -> None:
+    """What argparse cannot see alone, checked before any work starts."""
+    size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
+    if args.die_rank is not None and args.die_rank >= size:
+        raise ConfigError(f"--die-rank {args.die_rank}: this job has ranks 0 to {size - 1}")
+    if args.fault_tolerant and args.deadline is None:
+        raise ConfigError(
+            "--fault-tolerant needs --deadline: without one the others would wait for a killed agent forever"
+        )
+
+
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..agents.runtime import supervise, supervised
 
+    _check(args)
+    _config(args)  # the config's own checks (codecs, rates), before any work
     if args.fault_tolerant and not supervised():
         return supervise([sys.executable, "-m", "streamgnn.cli", *sys.argv[1:]])
     return args.agents_func(args, rest)

@@ -54,7 +54,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
             f"{counts['events']:,} events routed ({speed(counts['events']):,.0f} events/s), "
             f"{counts['published']:,} published, {len(router.state.held):,} held, edge cut "
             f"{counts['cut_edges'] / max(counts['placed_edges'], 1):.3f}, "
-            f"{counts['dead_letters']:,} dead letters"
+            f"{counts['dead_letters'] + router.decode_dead_letters:,} dead letters"
         ),
         r.log_every_s,
     )

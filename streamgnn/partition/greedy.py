@@ -147,7 +147,7 @@ class GreedyPartitioner(Partitioner):
             queue_vertex=self.qv[live],
             queue_deadline=self.qdl[live],
             queue_edges=self.qn[live],
-            queue_neighbors=self.qnb[live],
+            queue_neighbors=_used(self.qnb[live], self.qn[live]),
             recent_edges=self.recent_edges(),
         )
         return out
@@ -174,7 +174,11 @@ class GreedyPartitioner(Partitioner):
             qv.min() < 0 or qv.max() >= n or (labels[qv] != PENDING).any() or len(set(qv.tolist())) < w
         ):
             raise ValueError("the wait queue names a vertex that is not waiting")
-        if w and (qn.min() < 0 or qn.max() >= b or (qnb < 0).any() or (qnb >= n).any()):
+        if w and (qn.min() < 0 or qn.max() >= b):
+            raise ValueError("the wait queue's buffered edge counts are out of range")
+        qnb = _used(qnb, qn)  # older checkpoints hold stale values in the unused columns
+        used = qnb[qnb != -1]
+        if (used < 0).any() or (used >= n).any() or int(qn.sum()) != len(used):
             raise ValueError("the wait queue's buffered edges are out of range")
         if int((labels == PENDING).sum()) != w:
             raise ValueError("a vertex is pending without a wait queue entry")
@@ -193,6 +197,12 @@ class GreedyPartitioner(Partitioner):
             raise ValueError("recent_edges does not match the edges seen")
         idx = (np.arange(m - len(recent), m) % len(self.ring)) if len(self.ring) else np.zeros(0, np.int64)
         self.ring[idx] = recent
+
+
+def _used(neighbors: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Wait-queue rows with the columns past each entry's edge count set to -1: a reused queue slot keeps
+    its previous vertex's neighbors there, which are no state (a restored run would hash otherwise)."""
+    return np.where(np.arange(neighbors.shape[1]) < counts[:, None], neighbors, -1)
 
 
 __all__ = ["GreedyPartitioner"]

@@ -9,7 +9,10 @@ partitions. With a vertex partitioner, binary output carries both endpoints' par
 where the router put it.
 
 Nothing lost, doubled or placed differently across a crash: the routing state and the input positions
-are checkpointed together (atomically, verified), with the output topic's end offsets at that moment.
+are checkpointed together (atomically, verified), with the output topic's end offsets at that moment,
+the stream's schema (id type, feature width: fixed by its first events, so a restarted router
+dead-letters what an uninterrupted one does, not what the first events it meets again say) and the count
+of dead letters decoding produced before those positions.
 A restarted router reads back what its previous life published after those offsets, replays the input
 from the checkpointed positions (the routing is a function of the events alone, so it recomputes the
 same events in the same order per partition) and skips, per partition, the events already there.
@@ -31,6 +34,7 @@ from pathlib import Path
 
 from ..codec import CONTENT_BINARY, CONTENT_JSON, decode, encode_binary, encode_json_lines
 from ..connectors.kafka import CONTENT_TYPE_HEADER, KafkaSource, Producer, create_topic
+from ..connectors.kafka.decoding import Schema
 from ..errors import CheckpointError, ConfigError, ConnectorError
 from ..events import EventBatch
 from ..store.checkpoint import read_checkpoint, versions, write_checkpoint
@@ -45,7 +49,7 @@ FORMATS = ("binary", "json")
 class RouterReport:
     events: int  # distinct input events routed (over the router's whole life)
     duplicates: int
-    dead_letters: int
+    dead_letters: int  # those of decoding (undecodable, of another schema) and of routing, over its life
     published: int
     held: int  # events waiting for their vertex to be placed
     skipped_on_resume: int  # events found already published by a previous life, not sent again
@@ -98,6 +102,9 @@ class PartitionRouter:
         self.positions: dict[str, int] = {}
         self.out_offsets: dict[int, int] = {}
         self.timeline = PartitionTimeline(every_edges=1)
+        self.schema = Schema()  # the stream's id type and feature width, once its first events fixed them
+        self.decode_dead_letters = 0  # dead letters of decoding, for the input before the positions
+        self._decode_letters_saved = 0
         self._skip: dict[int, list[int]] = {}
         self._skipped = 0
         self._checkpoints = 0
@@ -115,6 +122,7 @@ class PartitionRouter:
         start = time.perf_counter()
         create_topic(self.bootstrap, self.out_topic, self.k)
         self._restore()
+        self._decode_letters_saved = self.decode_dead_letters
         since = self.state.counts["events"]
         with (
             Producer("kafka-python", self.bootstrap, self._settings("KafkaProducer")) as out,
@@ -122,6 +130,7 @@ class PartitionRouter:
                 self.in_topic,
                 bootstrap_servers=self.bootstrap,
                 start_offsets=self.positions,
+                schema=self.schema,
                 dead_letter_topic=self.dead_letter_topic,
                 max_batch_events=min(10_000, self.checkpoint_every),
                 producer_config=self._settings("KafkaProducer"),
@@ -133,6 +142,7 @@ class PartitionRouter:
                 self._save(source, out)
             while max_events is None or self.state.counts["events"] < max_events:
                 batch = source.poll(1.0 if idle_timeout_s is None else idle_timeout_s)
+                self.decode_dead_letters = self._decode_letters_saved + source.passed_dead_letters()
                 if batch is None:
                     if idle_timeout_s is not None and source.assignment():
                         break
@@ -196,6 +206,8 @@ class PartitionRouter:
             return
         self.out_offsets = self._end_offsets()
         self.positions = source.positions()
+        self.schema = source.schema()
+        self.decode_dead_letters = self._decode_letters_saved + source.passed_dead_letters()
         if self.checkpoint_dir is None:
             self._record()
             return
@@ -206,6 +218,8 @@ class PartitionRouter:
             "out_topic": self.out_topic,
             "num_partitions": self.k,
             "state": state,
+            "schema": self.schema.to_dict(),
+            "decode_dead_letters": self.decode_dead_letters,
             "source_offsets": self.positions,
             "output_offsets": {str(p): o for p, o in self.out_offsets.items()},
         }
@@ -234,6 +248,11 @@ class PartitionRouter:
             self.state.restore(a, manifest["state"])
             self.positions = {str(k): int(v) for k, v in manifest["source_offsets"].items()}
             self.out_offsets = {int(p): int(o) for p, o in manifest["output_offsets"].items()}
+            ids, held = manifest["state"]["id_kind"], self.state.held  # older checkpoints: what they tell
+            older = {"string_ids": None if ids is None else ids == "str",
+                     "feature_width": held.feature_dim if len(held) else -1}  # fmt: skip
+            self.schema = Schema.from_dict(manifest.get("schema", older))
+            self.decode_dead_letters = int(manifest.get("decode_dead_letters", 0))
         except (KeyError, ValueError, TypeError, IndexError) as exc:
             raise CheckpointError(
                 f"router checkpoint in {self.checkpoint_dir} is inconsistent: {exc!r}"
@@ -295,7 +314,8 @@ class PartitionRouter:
     def report(self, seconds: float = 0.0) -> RouterReport:
         c = self.state.counts
         return RouterReport(
-            events=c["events"], duplicates=c["duplicates"], dead_letters=c["dead_letters"],
+            events=c["events"], duplicates=c["duplicates"],
+            dead_letters=c["dead_letters"] + self.decode_dead_letters,
             published=c["published"], held=len(self.state.held), skipped_on_resume=self._skipped,
             checkpoints=self._checkpoints, seconds=seconds, partitioning=self.state.report(),
         )  # fmt: skip

@@ -26,7 +26,9 @@ import dataclasses
 import numpy as np
 
 from ..codec import CONTENT_BINARY, decode, encode_binary
-from ..events import DeadLetter, EventBatch, EventKind, concat
+from ..connectors.kafka.merge import join_rows
+from ..errors import EventValidationError
+from ..events import DeadLetter, EventBatch, EventKind
 from ..store.dedup import SeenIds
 from ..store.idmap import NodeIdMap
 from . import make_partitioner
@@ -66,6 +68,7 @@ class RoutingState:
         self, batch: EventBatch, where: str = "router"
     ) -> tuple[dict[int, EventBatch], list[DeadLetter]]:
         """Per partition the events to publish now, in order; and dead letters (rows of ``batch``)."""
+        self._check_fits(batch)
         letters: list[DeadLetter] = []
         keep = np.flatnonzero(self.seen.first_unseen(batch.eid))
         self.counts["duplicates"] += len(batch) - len(keep)
@@ -82,7 +85,8 @@ class RoutingState:
         dead_before = self.counts["dead_letters"]
         if unknown.any():
             for i in np.flatnonzero(unknown):
-                reason = f"delete names a node the router has never seen ({ev.src[i]!r} -> {ev.dst[i]!r})"
+                a, b = ev.src[i : i + 1].tolist()[0], ev.dst[i : i + 1].tolist()[0]  # plain values
+                reason = f"delete names a node the router has never seen ({a!r} -> {b!r})"
                 letters.append(DeadLetter(reason, where, None, int(keep[i]), int(ev.eid[i])))
             ok = ~unknown
             ev, src, dst, ok_rows = ev.take(ok), src[ok], dst[ok], ok_rows[ok]
@@ -91,11 +95,27 @@ class RoutingState:
         routes = self.partitioner.observe(self.labels, ev.kind, src, dst, ev.t, routes=True)
         if routes.both is not None:  # a delete no partition can hold the edge of: no edge to delete
             for i in np.flatnonzero((ev.kind == DELETE) & ~routes.both.any(axis=1)):
-                reason = f"delete matches no edge: no partition holds both {ev.src[i]!r} and {ev.dst[i]!r}"
+                a, b = ev.src[i : i + 1].tolist()[0], ev.dst[i : i + 1].tolist()[0]
+                reason = f"delete matches no edge: no partition holds both {a!r} and {b!r}"
                 letters.append(DeadLetter(reason, where, None, int(keep[ok_rows[i]]), int(ev.eid[i])))
             self.counts["dead_letters"] = dead_before + len(letters)
         out = self._emit(ev, src, dst, routes)
         return out, letters
+
+    def _check_fits(self, batch: EventBatch) -> None:
+        """Refuse, before any state changes, a batch of another id type or feature width than the events
+        seen and held (a reader feeds one stream: ``KafkaSource`` dead-letters events that do not fit).
+        Weights may differ: an event without one weighs 1.0, the codec's rule."""
+        if not len(batch):
+            return
+        kind = "str" if batch.string_ids else "int"
+        wrong_width = len(self.held) and batch.feature_dim != self.held.feature_dim
+        if self.ids.kind not in (None, kind) or wrong_width:
+            raise EventValidationError(
+                f"a batch of {kind} ids and {batch.feature_dim} features cannot join this stream "
+                f"({self.ids.kind} ids; {self.held.feature_dim} features held); route one stream per "
+                "RoutingState"
+            )
 
     def _emit(self, ev: EventBatch, src, dst, routes) -> dict[int, EventBatch]:
         """Order this batch's events and the held ones by the stream position where each can go: an event
@@ -103,7 +123,7 @@ class RoutingState:
         its destination too), a held one where the later of them is placed (before the event that placed
         it), ties by placement order, then arrival."""
         n, held_n = len(ev), len(self.held)
-        pool = concat([self.held, ev]) if held_n else ev
+        pool = join_rows([self.held, ev]) if held_n else ev  # a held event may lack the weights ev has
         by_vertex = np.argsort(routes.placed, kind="stable")
         placed_sorted = routes.placed[by_vertex]
 
