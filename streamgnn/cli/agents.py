@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
-from ._args import positive_int
+from ._args import output_dir, positive_int
 from ._config import add_config_option, config_from_args, override
 
 
@@ -296,7 +296,12 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
         "--die-rank", type=int, default=None, help="fault injection: this rank's process kills itself"
     )
     m.add_argument("--die-round", type=int, default=5, help="... at this forward round (default 5)")
-    p.add_argument("--out", default=out, help=f"report folder: JSON summary and PNG plot (default {out})")
+    p.add_argument(
+        "--out",
+        type=output_dir,
+        default=out,
+        help=f"report folder: JSON summary and PNG plot (default {out})",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars or tables")
     add_config_option(p, f"agents (source_loc, {task}{', flocking' if task == 'sweep' else ''})")
 
