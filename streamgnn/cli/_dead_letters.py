@@ -60,7 +60,8 @@ class Tally:
         """The first dead letters on stderr, one line each, where and why."""
         letters = self.letters
         for letter in letters[:_SHOWN]:
-            print(f"dead letter at {letter.where}: {letter.reason}", file=sys.stderr)
+            eid = "" if letter.eid is None else f" (eid {letter.eid})"
+            print(f"dead letter at {letter.where}{eid}: {letter.reason}", file=sys.stderr)
         if len(letters) > _SHOWN:
             print(f"... and {len(letters) - _SHOWN:,} more dead letters", file=sys.stderr)
 
