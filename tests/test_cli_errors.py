@@ -85,6 +85,8 @@ CASES = [
     ),
     pytest.param(["partition", "--in-topic", "r", "--report", "{folder}"], "is a folder", id="partition-rep"),
     pytest.param(["partition", "--in-topic", "r", "--plot", "{missing}/p.png"], "does not exist", id="plot"),
+    pytest.param(["produce", "{folder}"], "is a folder; give an events file", id="produce-folder"),
+    pytest.param(["produce", "{missing}.jsonl"], "no events file at", id="produce-missing"),
     pytest.param(["topics", "--partitions", "0"], "must be a positive integer", id="topics-partitions"),
     pytest.param(["demo", "--out", "{taken}/x"], "is a file", id="demo-out"),
     pytest.param(["agents", "flocking", "--out", "{taken}"], "is a file", id="agents-out"),
