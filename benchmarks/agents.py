@@ -48,6 +48,7 @@ from streamgnn.agents.fit import FitConfig
 from streamgnn.agents.flocking import FlockingConfig
 from streamgnn.agents.runtime import LocalAgents
 from streamgnn.agents.source_loc import SourceLocalization, SourceLocConfig
+from streamgnn.cli._args import output_dir
 
 COMPRESSED = "quant:8"
 
@@ -151,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         "--quick", action="store_true", help="a smoke run under a minute (smaller graph, short training)"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--plot", default=None, help="folder for agents_source_loc.png, agents_flocking.png, ...")
+    ap.add_argument(
+        "--plot",
+        type=output_dir,
+        default=None,
+        help="folder for agents_source_loc.png, agents_flocking.png, ...",
+    )
     ap.add_argument(
         "--only",
         default=",".join(PARTS),

@@ -38,6 +38,7 @@ except ImportError:  # run as a script
 
 from tqdm import tqdm
 
+from streamgnn.cli._args import output_file
 from streamgnn.datasets import load
 from streamgnn.events import EventBatch
 from streamgnn.partition import PartitionerConfig, PartitionTimeline, hash_partition, make_partitioner
@@ -333,7 +334,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datasets", default=",".join(REAL + ("synthetic",)), help="comma-separated subset")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument(
-        "--plot", default=None, help="write cut/replication bars here (PNG), a timeline beside it"
+        "--plot",
+        type=output_file,
+        default=None,
+        help="write cut/replication bars here (PNG), a timeline beside it",
     )
     ap.add_argument("--synthetic-edges", type=int, default=None, help="edges of the synthetic stream")
     ap.add_argument("--rebalance-every", type=int, default=None, help="edges between rebalancing checks")
@@ -342,8 +346,6 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("synthetic_edges", "rebalance_every", "repeats"):
         if getattr(args, key) is not None and getattr(args, key) < 1:
             ap.error(f"--{key.replace('_', '-')} must be >= 1")
-    if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
-        ap.error(f"--plot: no directory for {args.plot}")
     set_threads(1)
     load_before = os.getloadavg()[0]
     chosen = args.datasets.split(",")

@@ -38,7 +38,7 @@ except ImportError:  # run as a script
 import torch
 from tqdm import tqdm
 
-from streamgnn.cli._args import positive_int
+from streamgnn.cli._args import output_file, positive_int
 from streamgnn.datasets import load, pgt
 from streamgnn.snapshots import (
     NextLinks,
@@ -345,7 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=positive_int, help="Chickenpox epochs (default 20; --quick 1)")
     ap.add_argument("--seeds", type=positive_int, help="seeds per model (default 3; --quick 1)")
     ap.add_argument(
-        "--plot", default=None, help="write the four figures as one PNG, e.g. --plot snapshots.png"
+        "--plot",
+        type=output_file,
+        default=None,
+        help="write the four figures as one PNG, e.g. --plot snapshots.png",
     )
     ap.add_argument(
         "--only", type=_parts, default=PARTS, help=f"some of {', '.join(PARTS)}, e.g. --only memory"
@@ -353,8 +356,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.plot and args.only != PARTS:
         ap.error("--plot draws every part: leave out --only")
-    if args.plot and not os.path.isdir(os.path.dirname(os.path.abspath(args.plot))):
-        ap.error(f"--plot: the folder of {args.plot} does not exist")
     set_threads(1)
     quick = args.quick
     seeds = list(range(args.seeds or (1 if quick else 3)))

@@ -73,10 +73,11 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     (tmp_path / "c.yaml").write_text("serve: {colour: blue}\n")
     assert main(["serve", "--config", str(tmp_path / "c.yaml")]) == 2
     assert "unknown key 'colour' for ServeConfig" in capsys.readouterr().err
-    assert main(["train", "--file", str(tmp_path / "nope.csv")]) == 2
-    assert "no events file" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
-        main(["train", "--dataset", "x", "--file", "y"])
+        main(["train", "--file", str(tmp_path / "nope.csv")])
+    assert exit_.value.code == 2 and "argument --file: no file" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--dataset", "x", "--file", str(tmp_path / "c.yaml")])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
@@ -163,7 +164,7 @@ def test_demo_takes_the_train_section_over_its_own_settings(tmp_path):
     [
         (["produce"], "produce: {rat: 5}", "produce: unknown key 'rat' for ProduceConfig"),
         (["produce"], "produce: {rate: fast}", "produce: rate: expected float | None, got 'fast'"),
-        (["ingest", "--file", "e.csv", "--store", "s"], "store: {num_partitons: 2}",
+        (["ingest", "--dataset", "collegemsg", "--store", "s"], "store: {num_partitons: 2}",
          "unknown key 'num_partitons'"),
         (["partition"], "partition: {partitioner: {buffer_edge: 4}}",
          "partition: partitioner: unknown key 'buffer_edge' for PartitionerConfig"),

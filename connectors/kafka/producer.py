@@ -327,6 +327,10 @@ def _load_events(name_or_path: str | Path) -> EventBatch:
     """A shared dataset by name, or a file of JSON lines (``.jsonl``/``.json``) or one binary batch."""
     path = Path(name_or_path)
     if not path.is_file():
+        if path.is_dir():
+            raise ConfigError(
+                f"{path} is a folder; give an events file (.jsonl/.json or binary) or a dataset"
+            )
         if path.suffix or len(path.parts) > 1:  # meant as a file, not a dataset name
             raise ConfigError(f"no events file at {path}; give an existing .jsonl/.json or binary batch file")
         from ...datasets import load

@@ -26,8 +26,16 @@ def command_modules() -> list[str]:
     return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
+class _Parser(argparse.ArgumentParser):
+    """A mistake in the arguments is one line naming it (the usage is one ``--help`` away); every
+    subcommand's parser is of this class too (``add_subparsers`` makes its parsers of the parent's class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="streamgnn",
         description="streamgnn: learning on graphs that never stop changing. Run `streamgnn COMMAND --help`.",
     )
@@ -38,17 +46,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..errors import StreamGNNError
+    from ._args import forget_new_folders, remove_new_empty_folders
+
+    forget_new_folders()  # an earlier call in this process (tests run many) noted its own
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and args.command not in _PASS_THROUGH:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    from ..errors import StreamGNNError
-
+    # parsing checked the output folders (and noted the ones a run would create); a failed run removes
+    # those it left empty
+    code = 1
     try:
-        return args.func(args, rest)
+        code = args.func(args, rest)
+        return code
     except StreamGNNError as exc:  # a user's mistake or a broken input: the message says what to do
-        print(f"streamgnn: error: {exc}", file=sys.stderr)
-        return 2
+        code = _error(str(exc))
+        return code
+    except OSError as exc:  # a path the checks could not foresee (a full disk, a port taken, a race)
+        what = f"{exc.filename}: " if exc.filename else ""
+        code = _error(f"{what}{exc.strerror or exc}")
+        return code
+    except SystemExit as exc:  # a benchmark's own parser, a supervised agent's exit
+        code = exc.code if isinstance(exc.code, int) else 1
+        raise
+    finally:
+        if code != 0:
+            remove_new_empty_folders()
+        forget_new_folders()
+
+
+def _error(message: str) -> int:
+    """One line on stderr (a message's own line breaks folded), exit status 2."""
+    print(f"streamgnn: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

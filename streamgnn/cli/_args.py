@@ -15,7 +15,10 @@ import argparse
 import math
 import os
 import re
+import shutil
 from pathlib import Path
+
+from ..errors import ConfigError
 
 _TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -81,6 +84,39 @@ def device(text: str) -> str:
     return text
 
 
+def port(text: str) -> int:
+    """A TCP port to listen on, 1 to 65535."""
+    return _port(text, 1)
+
+
+def port_or_any(text: str) -> int:
+    """A TCP port to listen on, 1 to 65535, or 0: any free one (the command says which it bound)."""
+    return _port(text, 0)
+
+
+def _port(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= 65535:
+        span = "0 (any free one) or 1 to 65535" if low == 0 else "1 to 65535"
+        raise argparse.ArgumentTypeError(f"must be a port, {span}; got {text!r}")
+    return value
+
+
+def input_file(text: str) -> Path:
+    """A file that exists and can be read (not a folder)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; name a file")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no file {text!r}")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"cannot read {text!r}: permission denied")
+    return path
+
+
 def output_file(text: str) -> Path:
     """A file path that can be written: its folder exists and is writable, and it is not a folder."""
     path = Path(text)
@@ -95,8 +131,19 @@ def output_file(text: str) -> Path:
 
 
 def output_dir(text: str) -> Path:
-    """A folder to write into: an existing folder, or one that can be created (no file in the way)."""
+    """A folder to write into: an existing folder, or one that can be created (no file in the way). A folder
+    it would create is remembered, so that a run that fails leaves no empty folder behind."""
+    try:
+        return check_output_dir(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def check_output_dir(text: str | Path, what: str = "", new: bool = True) -> Path:
+    """``output_dir``'s check for a path from anywhere (``what`` names it, e.g. a config key); ``new``:
+    remember the folder if it does not exist yet (see ``remove_new_empty_folders``)."""
     path = Path(text)
+    name = f"{what} {str(text)!r}" if what else repr(str(text))
     probe = path
     while not probe.exists():
         if probe.parent == probe:
@@ -104,7 +151,29 @@ def output_dir(text: str) -> Path:
         probe = probe.parent
     if not probe.is_dir():
         where = "is a file" if probe == path else f"cannot be created: {str(probe)!r} is a file"
-        raise argparse.ArgumentTypeError(f"{text!r} {where}; name a folder")
+        raise ConfigError(f"{name} {where}; name a folder")
     if not os.access(probe, os.W_OK):
-        raise argparse.ArgumentTypeError(f"cannot write into {text!r}: {str(probe)!r} is not writable")
+        raise ConfigError(f"cannot write into {name}: {str(probe)!r} is not writable")
+    if new and probe != path:
+        top = path
+        while top.parent != probe:
+            top = top.parent
+        _NEW_FOLDERS.append(top.absolute())
     return path
+
+
+# The topmost folder each output path of the running command would create (see ``check_output_dir``).
+_NEW_FOLDERS: list[Path] = []
+
+
+def forget_new_folders() -> None:
+    _NEW_FOLDERS.clear()
+
+
+def remove_new_empty_folders() -> None:
+    """After a failed run: remove the folders it was to create that hold no file (empty folders in them
+    only). Anything it wrote, such as a checkpoint to resume from, stays."""
+    for top in _NEW_FOLDERS:
+        if top.is_dir() and not any(p.is_file() or p.is_symlink() for p in top.rglob("*")):
+            shutil.rmtree(top, ignore_errors=True)
+    _NEW_FOLDERS.clear()

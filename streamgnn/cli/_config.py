@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import yaml
+
 from ..agents.experiments import DecentralizedSetup, FlockingSetup, SweepConfig
 from ..agents.source_loc import SourceLocConfig
 from ..errors import ConfigError, StreamGNNError
@@ -50,6 +52,7 @@ from ..serve.config import ServeConfig
 from ..snapshots import NextLinks, NodeTarget, SnapshotSpec
 from ..store import StoreConfig
 from ..train.config import TrainConfig
+from ._args import check_output_dir
 
 ENV_PREFIX = "STREAMGNN_"
 
@@ -180,17 +183,21 @@ def load_config(
     """The dataclasses' defaults < a command's own ``defaults`` (``{"store.allowed_lateness": 0.0}``) <
     the file at ``path`` < ``STREAMGNN_*__*`` variables of ``env`` < ``overrides`` (``{"serve.port": 8001}``,
     from flags)."""
-    import yaml
-
     data: dict = {}
     if path is not None:
         path = Path(path)
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            raw = path.read_bytes()
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise ConfigError(
+                f"{path} is not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line}; save it as UTF-8"
+            ) from None
+        data = _parse_yaml(text, str(path)) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
     where = str(path) if path is not None else "config"
@@ -200,10 +207,49 @@ def load_config(
     for name, text in sorted(env.items()):
         if name.startswith(ENV_PREFIX) and "__" in name:
             keys = name[len(ENV_PREFIX) :].lower().split("__")
-            _put(data, keys, yaml.safe_load(text), f"environment variable {name}")
+            origin = f"environment variable {name}"
+            _put(data, keys, _parse_yaml(text, origin), origin)
     for dotted, value in (overrides or {}).items():
         _put(data, dotted.split("."), value, f"option for {dotted}")
     return _build(JobConfig, data, where)
+
+
+def _parse_yaml(text: str, where: str):
+    """``text`` as YAML, with any mistake in one line naming ``where``, the line and the column; a key given
+    twice in one mapping is a mistake too (YAML would keep the last one silently)."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        what = ": ".join(str(part) for part in (exc.context, exc.problem) if part)
+        raise ConfigError(f"{where} is not valid YAML: {at}{what}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where} is not valid YAML: it nests too deeply") from None
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (naming it and both lines)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            lines: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` may repeat base's keys
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = lines.get(key)
+                except TypeError:  # an unhashable key: the base class names it
+                    continue
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first on line {first})", key_node.start_mark
+                    )
+                lines[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 def _put(data: dict, keys: list[str], value, origin: str, keep: bool = False) -> None:
@@ -224,7 +270,7 @@ def _build(cls, data, where: str):
         raise ConfigError(f"{where}: expected a mapping of {cls.__name__} keys, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
-    unknown = sorted(set(data) - fields)
+    unknown = [key for key in data if key not in fields]  # in file order (keys may be numbers)
     if unknown:
         raise ConfigError(
             f"{where}: unknown key {unknown[0]!r} for {cls.__name__}; known keys: {', '.join(sorted(fields))}"
@@ -283,6 +329,11 @@ def _name(hint) -> str:
 # ---------------------------------------------------------------------------------------------- argparse
 
 
+# Keys that name a folder: a file in the way is refused before any work, from a flag, the file or the
+# environment alike (the flags that set them are checked as they are parsed, with their own names).
+FOLDERS = ("train.checkpoint_dir", "partition.checkpoint_dir", "serve.checkpoint_dir")
+
+
 def add_config_option(parser: argparse.ArgumentParser, sections: str = "kafka") -> None:
     parser.add_argument(
         "--config",
@@ -316,4 +367,11 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, object] | 
         if dest.startswith("cfg:") and value is not None
         for key in dest[4:].split(",")
     }
-    return load_config(args.config, overrides=given, defaults=defaults)
+    cfg = load_config(args.config, overrides=given, defaults=defaults)
+    for key in FOLDERS:
+        value = cfg
+        for name in key.split("."):
+            value = getattr(value, name)
+        if value is not None:
+            check_output_dir(value, key, new=key != "serve.checkpoint_dir")  # the service only reads it
+    return cfg

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
-from ._args import positive_float, positive_int
+from ._args import output_dir, positive_float, positive_int
 from ._config import add_config_option, config_from_args, override
 
 STARTUP = "startup"  # --die-round: before MPI start-up finishes
@@ -319,7 +319,12 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
         "--die-round", type=_die_round, default=5,
         help="... at this forward round (default 5), or 'startup': before MPI start-up finishes",
     )  # fmt: skip
-    p.add_argument("--out", default=out, help=f"report folder: JSON summary and PNG plot (default {out})")
+    p.add_argument(
+        "--out",
+        type=output_dir,
+        default=out,
+        help=f"report folder: JSON summary and PNG plot (default {out})",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars or tables")
     add_config_option(p, f"agents (source_loc, {task}{', flocking' if task == 'sweep' else ''})")
 

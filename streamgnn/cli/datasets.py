@@ -1,4 +1,5 @@
-"""``streamgnn datasets``: list the bundled datasets."""
+"""``streamgnn datasets``: list the bundled datasets: the event streams (``load``, ``--dataset``) and PyTorch
+Geometric Temporal's signals (``load_signal``)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import argparse
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from .. import datasets
+    from ..datasets import pgt
 
     for name in datasets.names():
         info = datasets.info(name)
         print(f"{name:18s} {info.rows:>9,d} events  {info.nodes:>7,d} nodes  {info.source}")
+    print("\nsignals (streamgnn.datasets.load_signal: what PyTorch Geometric Temporal's loaders return)")
+    for name, (signal, loader) in pgt.SIGNALS.items():
+        print(f"{name:18s} {signal:28s} as PGT's {loader}")
     return 0
 
 
@@ -18,7 +23,8 @@ def register(sub) -> None:
     ds = sub.add_parser(
         "datasets",
         help="list the bundled datasets",
-        description="List the datasets bundled with streamgnn (rows, nodes, source).",
+        description="List the datasets bundled with streamgnn: event streams (rows, nodes, source), which "
+        "--dataset and streamgnn.datasets.load take, and signals, which datasets.load_signal takes.",
         epilog="example:\n  streamgnn datasets\n  streamgnn train --dataset collegemsg --events 20000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -6,8 +6,9 @@ import argparse
 import time
 from pathlib import Path
 
-from ._args import positive_int, seconds
+from ._args import output_dir, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args
+from ._dead_letters import Tally
 from .train import add_source_options, event_source
 
 EXAMPLE = """examples:
@@ -28,11 +29,10 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     path = Path(args.store)
     resumed = (path / "LATEST").exists()
     store = TemporalGraphStore.load(path) if resumed else TemporalGraphStore(cfg.store)
-    path.mkdir(parents=True, exist_ok=True)  # a bad path fails before reading anything
     if resumed:
         print(f"resumed {path}: {store.num_edges:,} edges, offsets {store.source_offsets}", flush=True)
-    counts = {"events": 0, "dead": 0}
-    kafka = None
+    counts = {"events": 0}
+    kafka = tally = None
     if args.kafka:
         from ..connectors.kafka import KafkaSource
 
@@ -43,14 +43,18 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         )  # fmt: skip
         batches = kafka.stream(idle_timeout_s=args.idle_timeout)
     else:
-        source = event_source(args, 10_000)[0]
-        batches = iter(source)
+        tally = Tally(event_source(args, 10_000)[0], args.file or args.dataset)
+        batches = iter(tally)
+
+    def dead() -> int:  # the Kafka source counts what it could not decode and what the store refused
+        return kafka.stats.dead_letters if kafka is not None else len(tally.letters)
+
     speed = IntervalRate()
     log = IntervalLog(
         "ingest",
         lambda: (
             f"{counts['events']:,} events ({speed(counts['events']):,.0f}/s), "
-            f"{store.num_edges:,} edges, {counts['dead']:,} dead letters"
+            f"{store.num_edges:,} edges, {dead():,} dead letters"
         ),
         args.log_every,
     )
@@ -61,9 +65,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
                 batch = batch[: args.events - counts["events"]]
             report = store.ingest(batch)
             counts["events"] += len(batch)
-            counts["dead"] += len(report.dead_letters)
-            if kafka is not None:
-                kafka.report_dead_letters(report.dead_letters)
+            (kafka if kafka is not None else tally).report_dead_letters(report.dead_letters)
             if time.monotonic() - saved >= args.save_every:
                 store.save(path, source_offsets=kafka.positions() if kafka else None)
                 saved = time.monotonic()
@@ -73,8 +75,15 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         if kafka is not None:
             kafka.close()
         log.stop()
+    if tally is not None:
+        tally.show()
+        tally.check_read_some()  # nothing saved: a store of nothing is no result
     store.save(path, source_offsets=kafka.positions() if kafka else None)
-    print(f"{counts['events']:,} events read; {path}: {store.num_edges:,} edges, {store.num_nodes:,} nodes")
+    letters = tally.text() if tally is not None else f"{dead():,} dead letters"
+    print(
+        f"{counts['events']:,} events read, {letters}; {path}: {store.num_edges:,} edges, "
+        f"{store.num_nodes:,} nodes"
+    )
     return 0
 
 
@@ -89,11 +98,15 @@ def register(sub) -> None:
     add_config_option(p, "kafka, store")
     add_source_options(p)
     p.add_argument(
-        "--store", required=True, metavar="DIR", help="the store checkpoint folder, e.g. out/store"
+        "--store",
+        required=True,
+        metavar="DIR",
+        type=output_dir,
+        help="the store checkpoint folder, e.g. out/store",
     )
     p.add_argument("--events", type=positive_int, help="stop after this many events, e.g. 100000")
     p.add_argument(
-        "--idle-timeout", type=float, default=None, metavar="S",
+        "--idle-timeout", type=positive_float, default=None, metavar="S",
         help="with --kafka: stop after S seconds without data (default: follow until stopped), e.g. 10",
     )  # fmt: skip
     p.add_argument("--save-every", type=seconds, default=30.0, metavar="S", help="seconds between saves (30)")

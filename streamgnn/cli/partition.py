@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
-from ._args import positive_int, seconds, topic_name
+from ._args import output_dir, output_file, positive_int, seconds, topic_name
 from ._config import add_config_option, config_from_args, override
 
 EXAMPLE = """examples:
@@ -27,9 +26,6 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..partition.router import PartitionRouter
     from ..progress import IntervalLog, IntervalRate
 
-    for path in (args.report, args.plot):
-        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-            raise ConfigError(f"no directory for {path}")
     cfg = config_from_args(args)
     k, r = cfg.kafka, cfg.partition
     if not k.raw_topic:
@@ -127,7 +123,7 @@ def register(sub) -> None:
     wait = "LDG/Fennel: the most stream time a new vertex waits, e.g. 3600 (default: no limit)"
     override(p, "--buffer-time", key="partition.partitioner.buffer_time", type=_non_negative, help=wait)
     override(
-        p, "--checkpoint", key="partition.checkpoint_dir", metavar="DIR",
+        p, "--checkpoint", key="partition.checkpoint_dir", metavar="DIR", type=output_dir,
         help="checkpoint folder for resuming, e.g. router-ckpt",
     )  # fmt: skip
     override(
@@ -157,6 +153,8 @@ def register(sub) -> None:
     idle = "stop after this many seconds without input, e.g. 30 (default: run forever)"
     p.add_argument("--idle-timeout", type=_non_negative, default=None, help=idle)
     p.add_argument("--flush", action="store_true", help="at the stop, place waiting vertices and publish")
-    p.add_argument("--report", default=None, help="write the routing report here (JSON)")
-    p.add_argument("--plot", default=None, help="write cut/balance at each checkpoint here (PNG)")
+    p.add_argument("--report", type=output_file, default=None, help="write the routing report here (JSON)")
+    p.add_argument(
+        "--plot", type=output_file, default=None, help="write cut/balance at each checkpoint here (PNG)"
+    )
     p.set_defaults(func=_run, config_defaults={"kafka.partitions": 8})

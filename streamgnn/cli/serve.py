@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ._args import port_or_any
 from ._config import add_config_option, config_from_args, override
 
 EXAMPLE = """example:
@@ -42,7 +43,9 @@ def register(sub) -> None:
     override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka, e.g. localhost:9092")
     override(p, "--topic", key="kafka.embeddings_topic", help="the embeddings topic, e.g. embeddings")
     override(p, "--host", key="serve.host", help="address to listen on, e.g. 0.0.0.0 (default 127.0.0.1)")
-    override(p, "--port", key="serve.port", type=int, help="port to listen on, e.g. 8000 (0: any free one)")
+    override(
+        p, "--port", key="serve.port", type=port_or_any, help="port to listen on, e.g. 8000 (0: any free one)"
+    )
     override(p, "--metric", key="serve.metric", choices=("cosine", "dot"), help="default /topk similarity")
     override(p, "--node-ids", key="serve.node_ids", choices=("int", "str"), help="node id type (int)")
     override(

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._args import positive_float, positive_int
+from ._args import output_dir, positive_float, positive_int
 from ._config import add_config_option, config_from_args, override
+from ._dead_letters import Tally
 
 EXAMPLES = """examples:
   streamgnn snapshots bitcoin_otc --out otc-monthly --kind window --every 2592000 --weight count \\
@@ -41,12 +42,12 @@ def _source(args: argparse.Namespace, cfg, store):
         )
     path = Path(args.source)
     if path.is_file():
-        return JsonLinesSource(path, batch_size=args.batch_size)
-    if path.suffix or len(path.parts) > 1:
+        return Tally(JsonLinesSource(path, batch_size=args.batch_size))
+    if path.is_dir() or path.suffix or len(path.parts) > 1:
         raise ConfigError(
             f"no events file at {path}: give a JSON-lines events file, a dataset name or a topic"
         )
-    return DatasetSource(args.source, batch_size=args.batch_size)
+    return Tally(DatasetSource(args.source, batch_size=args.batch_size))
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
@@ -78,12 +79,19 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     finally:
         if callable(getattr(source, "close", None)):
             source.close()
+    if isinstance(source, Tally):
+        source.show()
+        source.check_read_some()  # before the folder is finished: a failed run leaves no signal behind
     meta = {
         "source": args.source or cfg.kafka.events_topic, "spec": spec.as_dict(), "target": snaps_cfg.target,
         "lateness": cfg.store.allowed_lateness,
     }  # fmt: skip
     folder = writer.close(node_ids=store.external_ids(np.arange(most_nodes)), meta=meta)
-    print(f"{len(writer.times):,} snapshots ({edges:,} edges in all, up to {most_nodes:,} nodes) in {folder}")
+    letters = f"; {source.text()}" if isinstance(source, Tally) else ""
+    print(
+        f"{len(writer.times):,} snapshots ({edges:,} edges in all, up to {most_nodes:,} nodes) in {folder}"
+        + letters
+    )
     return 0
 
 
@@ -100,7 +108,10 @@ def register(sub) -> None:
         help="dataset name (streamgnn datasets), a .jsonl events file, or a topic with --kafka",
     )  # fmt: skip
     p.add_argument(
-        "--out", required=True, help="a new or empty folder for the signal, e.g. --out otc-monthly"
+        "--out",
+        required=True,
+        type=output_dir,
+        help="a new or empty folder for the signal, e.g. --out otc-monthly",
     )
     add_config_option(p, "snapshots, store (allowed_lateness), kafka")
     spec = "snapshots.spec."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ._args import positive_int
 from ._config import add_config_option, config_from_args, override
 
 EXAMPLE = """example:
@@ -40,5 +41,7 @@ def register(sub) -> None:
     )
     add_config_option(p)
     override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka, e.g. localhost:9092")
-    override(p, "--partitions", key="kafka.partitions", type=int, help="events topic partitions, e.g. 4")
+    override(
+        p, "--partitions", key="kafka.partitions", type=positive_int, help="events topic partitions, e.g. 4"
+    )
     p.set_defaults(func=_run)

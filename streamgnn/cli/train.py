@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from ._args import device, positive_float, positive_int, seconds
+from ._args import device, input_file, output_dir, port, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args, override
+from ._dead_letters import Tally
 
 EXAMPLE = """examples:
   streamgnn train --dataset jodie_wikipedia --events 20000 --out out/train
@@ -22,15 +22,12 @@ Run it again with the same checkpoint folder and it resumes where the last check
 def event_source(args: argparse.Namespace, batch_size: int):
     """``(source, total events or None)`` for ``--dataset``/``--file``."""
     from ..connectors.files import CsvSource, DatasetSource, JsonLinesSource
-    from ..errors import ConfigError
 
     if args.dataset:
         from ..datasets import info
 
         return DatasetSource(args.dataset, batch_size=batch_size), info(args.dataset).rows
-    path = Path(args.file)
-    if not path.is_file():
-        raise ConfigError(f"no events file at {path}")
+    path = args.file
     if ".jsonl" in path.suffixes or ".json" in path.suffixes:
         return JsonLinesSource(path, batch_size=batch_size), None
     columns = [None if c == "-" else c for c in args.columns.split(",")]
@@ -43,7 +40,10 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
         "--dataset", metavar="NAME", help="a bundled dataset (streamgnn datasets), e.g. jodie_wikipedia"
     )
     src.add_argument(
-        "--file", metavar="PATH", help="a .csv (see --columns) or .jsonl events file, e.g. edges.csv"
+        "--file",
+        metavar="PATH",
+        type=input_file,
+        help="a .csv (see --columns) or .jsonl events file, e.g. edges.csv",
     )
     src.add_argument("--kafka", action="store_true", help="the topic kafka.events_topic at kafka.bootstrap")
     p.add_argument(
@@ -63,15 +63,14 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     cfg = config_from_args(args)
     train = cfg.train
     torch.set_num_threads(args.threads)
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)  # a bad output path fails now, not after training
-    total = None
+    total = tally = None
     kafka = dict(bootstrap=cfg.kafka.bootstrap) if args.kafka or args.publish else {}
     if args.kafka:
         cfg.kafka.check_reachable()
         kafka.update(topic=cfg.kafka.events_topic, dead_letter_topic=cfg.kafka.dead_letter_topic)
     else:
-        kafka["source"], total = event_source(args, train.batch_size)
+        source, total = event_source(args, train.batch_size)
+        kafka["source"] = tally = Tally(source, str(args.file or args.dataset))
     if args.publish:
         kafka["embeddings_topic"] = cfg.kafka.embeddings_topic
     job = TrainJob(
@@ -80,14 +79,19 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     result = job.run(
         idle_timeout_s=args.idle_timeout, max_events=args.events, progress=not args.quiet, total=total
     )
+    if tally is not None:
+        if job.dist.is_main:
+            tally.show()
+        tally.check_read_some()
     if job.dist.is_main and result.events:
         m = result.metrics
         print(
             f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
-            f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; {latency_text(result)}"
+            f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; {latency_text(result)}; "
+            f"{result.dead_letters:,} dead letters"
         )
-        if args.out:
-            print(f"report: {Path(args.out) / 'summary.json'}, {Path(args.out) / 'metrics.png'}")
+        if result.summary_path:
+            print(f"report: {result.summary_path}, {result.plot_path}")
     return 0
 
 
@@ -112,8 +116,20 @@ def register(sub) -> None:
         help="with --kafka: stop after S seconds without data (default: follow the topic), e.g. 30",
     )  # fmt: skip
     p.add_argument("--publish", action="store_true", help="publish embeddings to kafka.embeddings_topic")
-    p.add_argument("--out", metavar="DIR", help="write metrics.png and summary.json here, e.g. out/train")
-    override(p, "--checkpoint-dir", key="train.checkpoint_dir", metavar="DIR", help="e.g. out/ckpt")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        type=output_dir,
+        help="write metrics.png and summary.json here, e.g. out/train",
+    )
+    override(
+        p,
+        "--checkpoint-dir",
+        key="train.checkpoint_dir",
+        metavar="DIR",
+        type=output_dir,
+        help="e.g. out/ckpt",
+    )
     override(
         p, "--checkpoint-every", key="train.checkpoint_every", type=int, metavar="N", help="batches, e.g. 100"
     )
@@ -121,7 +137,7 @@ def register(sub) -> None:
     override(p, "--lr", key="train.lr", type=float, help="Adam learning rate (1e-4)")
     override(p, "--device", key="train.device", type=device, help="cpu or cuda (cpu)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (1)")
-    p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")
+    p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")
     p.add_argument(
         "--log-every", type=seconds, default=10.0, metavar="S", help="seconds per status line (10)"
     )

@@ -43,7 +43,15 @@ FILES = {
     "twitter_tennis_rg17": "twitter_tennis_rg17.json.gz",
     "twitter_tennis_uo17": "twitter_tennis_uo17.json.gz",
 }
-NAMES = ("chickenpox", "pedalme", "england_covid", "montevideo_bus", "twitter_tennis")
+# What load_signal returns for each name, and the PGT loader class it stands in for.
+SIGNALS = {
+    "chickenpox": ("StaticGraphTemporalSignal", "ChickenpoxDatasetLoader"),
+    "pedalme": ("StaticGraphTemporalSignal", "PedalMeDatasetLoader"),
+    "england_covid": ("DynamicGraphTemporalSignal", "EnglandCovidDatasetLoader"),
+    "montevideo_bus": ("StaticGraphTemporalSignal", "MontevideoBusDatasetLoader"),
+    "twitter_tennis": ("DynamicGraphTemporalSignal", "TwitterTennisDatasetLoader"),
+}
+NAMES = tuple(SIGNALS)
 
 
 @lru_cache(maxsize=2)

@@ -10,14 +10,13 @@ partitions (``PartitionedReplay``).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import ConfigError
 from ..events import EventBatch, concat
 from ..train.config import TrainConfig
-from ..train.online import plot_windows, write_summary
+from ..train.online import write_report
 from ..train.trainer import OnlineResult
 from .ownership import Ownership
 from .source import LocalSource, PartitionedReplay
@@ -47,13 +46,7 @@ def run_sharded(
             local.close()  # a source this function made (e.g. a Kafka consumer) is closed here
     if out_dir is None or not trainer.dist.is_main:
         return result
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    result = dataclasses.replace(
-        result, plot_path=plot_windows(result.windows, out / "metrics.png"), summary_path=out / "summary.json"
-    )
-    write_summary(result, result.summary_path)
-    return result
+    return write_report(result, out_dir)
 
 
 def _local_source(source, ownership: Ownership, offsets: dict[str, int]) -> LocalSource:

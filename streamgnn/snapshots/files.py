@@ -43,19 +43,18 @@ def _atomic(path: Path, write) -> None:
 
 
 def check_output_folder(folder: str | Path) -> Path:
-    """``folder`` as a place to write a signal: new or empty (checked before any long work)."""
+    """``folder`` as a place to write a signal: new (its parents are created too) or empty (checked before
+    any long work)."""
     folder = Path(folder)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ConfigError(f"{folder} exists and is not an empty folder: choose a new output folder")
-    if not folder.parent.is_dir():
-        raise ConfigError(f"the folder {folder.parent} does not exist")
     return folder
 
 
 class SignalWriter:
     def __init__(self, folder: str | Path) -> None:
         self.folder = check_output_folder(folder)
-        self.folder.mkdir(exist_ok=True)
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.times: list[float] = []
         self.num_nodes: list[int] = []
 

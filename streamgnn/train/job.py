@@ -27,7 +27,7 @@ from . import checkpoint
 from .broadcast import BroadcastSource
 from .config import TrainConfig
 from .distributed import init_distributed
-from .online import plot_windows, write_summary
+from .online import write_report
 from .trainer import OnlineResult, OnlineTrainer
 
 
@@ -175,7 +175,10 @@ class TrainJob:
 
             # one port per process of a node: torchrun --nproc-per-node N takes ports PORT..PORT+N-1
             port = self.metrics_port + int(os.environ.get("LOCAL_RANK", "0"))
-            start_http_server(port, registry=self.metrics.registry)
+            try:
+                start_http_server(port, registry=self.metrics.registry)
+            except OSError as exc:
+                raise ConfigError(f"cannot serve metrics on port {port}: {exc.strerror or exc}") from None
         with ExitStack() as stack:
             sink = None
             if self.embeddings_topic and self.dist.is_main and self.config.serve_every:
@@ -202,8 +205,5 @@ class TrainJob:
         if result.events == 0 and trainer.position:
             print(f"nothing left to do: the source holds no events after the {trainer.position:,} learned")
         if self.out_dir and self.dist.is_main and result.windows:
-            out = Path(self.out_dir)
-            out.mkdir(parents=True, exist_ok=True)
-            plot_windows(result.windows, out / "metrics.png")
-            write_summary(result, out / "summary.json")
+            result = write_report(result, self.out_dir)
         return result

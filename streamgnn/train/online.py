@@ -64,6 +64,12 @@ def run_online(
         )  # fmt: skip
     if out_dir is None or not trainer.dist.is_main:
         return result
+    return write_report(result, out_dir)
+
+
+def write_report(result: OnlineResult, out_dir: str | Path) -> OnlineResult:
+    """``metrics.png`` and ``summary.json`` in ``out_dir`` (created); ``result`` with their paths, which the
+    summary names too."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plot = plot_windows(result.windows, out / "metrics.png", result.baseline_windows)
