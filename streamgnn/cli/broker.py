@@ -5,7 +5,7 @@ Kafka."""
 from __future__ import annotations
 
 import argparse
-import signal
+import sys
 
 EXAMPLE = """examples:
   streamgnn broker                       # localhost:9092, topics in memory (gone when it stops)
@@ -14,20 +14,17 @@ EXAMPLE = """examples:
 """
 
 
-def _stop(signum, frame) -> None:
-    raise KeyboardInterrupt
-
-
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..connectors.broker import MEMORY, LocalBroker
     from ..errors import ConfigError
+    from ._signals import sigterm_as_interrupt, until_stopped
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be in [1, 65535], got {args.port}")
     broker = LocalBroker(host=args.host, port=args.port, storage=args.storage)
-    previous = signal.signal(signal.SIGTERM, _stop)  # SIGTERM stops it as Ctrl-C does
     try:
-        broker.start()
+        with sigterm_as_interrupt():  # stopped while it starts: no traceback, no broker left behind
+            broker.start()
         kept = (
             "in memory: every topic is gone when it stops" if args.storage == MEMORY else f"in {args.storage}"
         )
@@ -36,15 +33,15 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
             "Ctrl-C stops it.",
             flush=True,
         )
-        status = broker.wait()
-        print(f"streamgnn: error: the broker exited on its own (status {status})", flush=True)
+        if until_stopped(broker.wait):
+            print("stopping the broker", flush=True)
+            return 0
+        print(f"streamgnn: error: the broker exited on its own (status {broker.wait()})", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("stopping the broker", flush=True)
         return 0
     finally:
         broker.stop()
-        signal.signal(signal.SIGTERM, previous)
 
 
 def register(sub) -> None:
