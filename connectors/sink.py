@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..events import encodes_utf8
 from .kafka import CONTENT_TYPE_HEADER, FORMATS, Producer
+from .kafka.admin import missing_topic
 from .kafka.reach import DEFAULT_CONNECT_TIMEOUT_S
 
 CONTENT_EMBEDDING_JSON = "application/json"
@@ -72,7 +73,8 @@ class KafkaSink:
         try:
             for topic in (embeddings_topic, predictions_topic):
                 if topic is not None and not self._p.partitions_for(topic):
-                    raise ConfigError(f"topic {topic!r} does not exist; create it first (create_topic)")
+                    flag = "--embeddings-topic" if topic == embeddings_topic else "--topic"
+                    raise missing_topic(bootstrap_servers, topic, flag)
         except BaseException:
             self._p.close()
             raise

@@ -2,7 +2,8 @@
 
 A local Kafka-compatible broker on a free loopback port; a real dataset replayed into a topic; the topic
 consumed into the store; TGN trained online (test-then-train) with running AP/MRR on a progress bar;
-embeddings published to a compacted topic and read back; a PNG plot and a JSON summary; all stopped cleanly.
+embeddings published to a compacted topic and read back; a PNG plot and a JSON summary; all stopped cleanly
+(with ``--serve``, once Ctrl-C ends the embeddings service that stays up on the broker after the stream).
 The store places vertices with Fennel over ``PARTITIONS`` partitions as the events arrive, and the report
 gains the partitioning's edge cut and balance over the stream (``partition.png``).
 """
@@ -13,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -59,9 +61,11 @@ def run_demo(
     dataset: str = "jodie_wikipedia",
     quiet: bool = False,
     config: TrainConfig | None = None,
+    serve_port: int | None = None,
 ) -> int:
     """Run the demo; ``config`` (default: the demo's own) is the trainer's, whose ``checkpoint_dir`` is
-    always ``out/checkpoints`` (every demo is a fresh run)."""
+    always ``out/checkpoints`` (every demo is a fresh run). With ``serve_port`` (0: any free port), the
+    broker and an embeddings service on that port stay up after the stream until Ctrl-C or SIGTERM."""
     datasets.info(dataset)  # an unknown name fails here, before a broker starts
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -117,28 +121,62 @@ def run_demo(
         )
         result = dataclasses.replace(result, plot_path=plot, summary_path=out_dir / "summary.json")
         write_summary(result, result.summary_path)
-    summary = json.loads((out_dir / "summary.json").read_text())
-    summary.update(
-        dataset=dataset,
-        broker="tansu (local, stopped)",
-        nodes_with_published_embeddings=published,
-        wall_seconds=time.perf_counter() - started,
-        partition={**partitioning.to_dict(), "plot_path": str(out_dir / "partition.png")},
-    )
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    m = result.metrics
-    print(
-        f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); online AP "
-        f"{m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; arrival->queryable p50 "
-        f"{result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms; "
-        f"embeddings of {published:,} nodes in topic '{embeddings_topic}'"
-    )
-    print(
-        f"partitioned as it streamed (Fennel, {PARTITIONS} partitions): edge cut "
-        f"{partitioning.edge_cut:.3f}, vertex balance {partitioning.vertex_balance:.2f} (max/mean)"
-    )
-    print(f"report: {out_dir / 'summary.json'}, {plot}, {out_dir / 'partition.png'}")
+        summary = json.loads((out_dir / "summary.json").read_text())
+        summary.update(
+            dataset=dataset,
+            broker="tansu (local, stopped)",
+            nodes_with_published_embeddings=published,
+            wall_seconds=time.perf_counter() - started,
+            partition={**partitioning.to_dict(), "plot_path": str(out_dir / "partition.png")},
+        )
+        m = result.metrics
+        print(
+            f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
+            f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; arrival->queryable p50 "
+            f"{result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms; "
+            f"embeddings of {published:,} nodes in topic '{embeddings_topic}'"
+        )
+        print(
+            f"partitioned as it streamed (Fennel, {PARTITIONS} partitions): edge cut "
+            f"{partitioning.edge_cut:.3f}, vertex balance {partitioning.vertex_balance:.2f} (max/mean)"
+        )
+        print(f"report: {out_dir / 'summary.json'}, {plot}, {out_dir / 'partition.png'}", flush=True)
+        if serve_port is not None:
+            source.close()  # the stream is done; the broker and the service stay
+            _serve(stack, broker.bootstrap, embeddings_topic, ckpt, serve_port, stream, summary, out_dir)
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return 0
+
+
+def _serve(stack, bootstrap, topic, ckpt, port, stream, summary, out_dir) -> None:
+    """Serve the published embeddings over HTTP until Ctrl-C or SIGTERM, the broker still up; print curl
+    lines that work against it (ids of the stream's first edge) and keep ``summary.json`` truthful."""
+    from .cli._signals import sigterm_as_interrupt
+    from .serve import EmbeddingService, ServeConfig
+
+    config = ServeConfig(port=port, checkpoint_dir=str(ckpt), log_every_s=0)  # /score: the trained model
+    with sigterm_as_interrupt():
+        try:
+            service = stack.enter_context(EmbeddingService(config, bootstrap, topic))
+            service.reader.wait_caught_up()  # every published row is served before the lines are printed
+            summary.update(broker=f"tansu (local, serving on {bootstrap})", service=service.url)
+            (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+            src, dst, url = int(stream.src[0]), int(stream.dst[0]), service.url
+            body = f'{{"id": {src}, "k": 5}}'
+            print(
+                f"serving the embeddings of topic '{topic}' on {url} (broker {bootstrap}); try:\n"
+                f"  curl -s '{url}/embeddings?ids={src},{dst}'\n"
+                f"  curl -s -X POST {url}/topk -H 'content-type: application/json' -d '{body}'\n"
+                f"  curl -s '{url}/score?src={src}&dst={dst}'\n"
+                f"  curl -s {url}/health\n"
+                "Ctrl-C stops the service and the broker.",
+                flush=True,
+            )
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+    print("stopping the service and the broker", flush=True)
+    summary.update(broker="tansu (local, stopped)", service=f"{service.url} (stopped)")
 
 
 def _recording(batches, timeline: PartitionTimeline, trainer: OnlineTrainer):

@@ -1,6 +1,12 @@
 """`streamgnn demo` end to end on a short stream: broker, topic, online training, published embeddings."""
 
 import json
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -39,3 +45,50 @@ def test_cli_reports_mistakes_without_a_traceback(tmp_path, capsys):
             main(bad)
         assert exit_.value.code == 2
         assert "must be a positive integer" in capsys.readouterr().err
+
+
+def test_demo_serve_keeps_broker_and_service_up_with_curl_lines_that_work(tmp_path):
+    """`streamgnn demo --serve`: the printed curl lines answer, summary.json says what is running, and
+    Ctrl-C (SIGINT) stops both the service and the broker."""
+    cmd = [sys.executable, "-m", "streamgnn.cli", "demo", "--events", "600", "--out", str(tmp_path)]
+    proc = subprocess.Popen(
+        [*cmd, "--quiet", "--serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = []
+        for line in proc.stdout:  # the lines come once the service has read every published row
+            lines.append(line.strip())
+            if line.startswith("Ctrl-C stops"):
+                break
+        assert lines and lines[-1].startswith("Ctrl-C stops"), "\n".join(lines)
+        broker = re.search(
+            r"broker (127\.0\.0\.1:\d+)", next(x for x in lines if x.startswith("broker"))
+        ).group(1)
+        url = re.search(r"on (http://\S+) ", next(x for x in lines if x.startswith("serving"))).group(1)
+        summary = json.loads((tmp_path / "summary.json").read_text())
+        assert summary["broker"] == f"tansu (local, serving on {broker})" and summary["service"] == url
+        curls = [shlex.split(x) for x in lines if x.startswith("curl ")]
+        answers = [
+            json.loads(subprocess.run(c, capture_output=True, text=True, check=True).stdout) for c in curls
+        ]
+        embeddings, topk, score, health = answers
+        assert len(embeddings["embeddings"]) == 2 and len(embeddings["embeddings"][0]["embedding"]) == 100
+        assert len(topk["neighbors"]) == 5
+        assert score["scorer"] == "link_predictor" and 0.0 <= score["scores"][0]["score"] <= 1.0
+        assert health["caught_up"] and health["nodes"] == summary["nodes_with_published_embeddings"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 0
+        assert "stopping the service and the broker" in proc.stdout.read()
+        for address in (broker, url.removeprefix("http://")):
+            host, port = address.rsplit(":", 1)
+            with socket.socket() as s:
+                assert s.connect_ex((host, int(port))) != 0, f"{address} still answers"
+        summary = json.loads((tmp_path / "summary.json").read_text())
+        assert summary["broker"] == "tansu (local, stopped)" and summary["service"] == f"{url} (stopped)"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

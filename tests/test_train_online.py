@@ -14,6 +14,7 @@ from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import OnlineTrainer, TrainConfig, run_online
+from streamgnn.train.config import DEFAULT_CHECKPOINT_EVERY
 
 torch.set_num_threads(1)
 
@@ -168,6 +169,17 @@ def test_max_events_inside_a_source_batch_never_checkpoints_its_offsets(tmp_path
     saved = OnlineTrainer.resume(tmp_path)
     assert saved.store.source_offsets == {"p0": 150}  # not 300: 100 events of that batch were never learned
     assert saved.position == 150
+
+
+def test_a_checkpoint_dir_alone_checkpoints_at_the_default_cadence(tmp_path):
+    """``streamgnn train --checkpoint-dir DIR`` promises a resume: naming the folder must be enough."""
+    assert TrainConfig().checkpoint_interval == 0  # no folder: nowhere to write
+    assert config(checkpoint_dir=str(tmp_path), checkpoint_every=0).checkpoint_interval == 0  # asked: none
+    assert config(checkpoint_dir=str(tmp_path), checkpoint_every=7).checkpoint_interval == 7
+    cfg = config(checkpoint_dir=str(tmp_path))
+    assert cfg.checkpoint_every is None and cfg.checkpoint_interval == DEFAULT_CHECKPOINT_EVERY
+    OnlineTrainer(cfg).fit(stream(150).split(50), progress=False)  # 3 batches: the end's checkpoint
+    assert OnlineTrainer.resume(tmp_path).position == 150
 
 
 def test_consecutive_fits_and_replays_after_reset_learn_every_event():

@@ -13,20 +13,31 @@ from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight, starting
 from .settings import settings_error
 
 
+def missing_topic(bootstrap_servers: str, topic: str, flag: str = "--topic") -> ConfigError:
+    """The error for a topic that does not exist, naming the command that creates it (``flag``: the option of
+    ``streamgnn topics`` that names this kind of topic)."""
+    return ConfigError(
+        f"topic {topic!r} does not exist at {bootstrap_servers}; create it first: "
+        f"streamgnn topics --bootstrap {bootstrap_servers} {flag} {topic} (in Python: create_topic)"
+    )
+
+
 def create_topic(
     bootstrap_servers: str,
     topic: str,
-    partitions: int = 1,
+    partitions: int | None = 1,
     *,
     compacted: bool = False,
     timeout_s: float = 30.0,
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
     **admin_config,
-) -> None:
-    """Create ``topic`` with ``partitions`` partitions (kafka-python admin settings pass through).
+) -> int:
+    """Create ``topic`` with ``partitions`` partitions (kafka-python admin settings pass through); returns
+    the topic's partition count.
 
     An existing topic with the same partition count is fine; a different count raises ``ConfigError``,
-    since keying by graph partition depends on it. ``compacted`` keeps only the latest value per key.
+    since keying by graph partition depends on it. ``partitions=None`` takes an existing topic as it is
+    (whatever created it) and creates a missing one with 1. ``compacted`` keeps only the latest value per key.
     No broker answering within ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried;
     the topic not appearing within ``timeout_s`` another.
     """
@@ -34,7 +45,7 @@ def create_topic(
     from kafka.admin import NewTopic
     from kafka.errors import KafkaConfigurationError, TopicAlreadyExistsError
 
-    if partitions < 1:
+    if partitions is not None and partitions < 1:
         raise ConfigError(f"a topic needs at least 1 partition, got {partitions}")
     preflight("kafka-python", bootstrap_servers, admin_config, connect_timeout_s)
     try:
@@ -45,7 +56,7 @@ def create_topic(
     try:
         configs = {"cleanup.policy": "compact"} if compacted else {}
         with contextlib.suppress(TopicAlreadyExistsError):
-            admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)])
+            admin.create_topics([NewTopic(topic, partitions or 1, 1, topic_configs=configs)])
         deadline = time.monotonic() + timeout_s
         while True:
             found = admin.describe_topics([topic])[0]
@@ -57,10 +68,11 @@ def create_topic(
                     f"topic {topic!r} did not appear within {timeout_s:g}s; is the broker healthy?"
                 )
             time.sleep(0.1)
-        if have != partitions:
+        if partitions is not None and have != partitions:
             raise ConfigError(
                 f"topic {topic!r} exists with {have} partitions, not {partitions}; use another topic name "
-                "or the existing partition count"
+                f"or the existing partition count (--partitions {have}, or leave it out)"
             )
+        return have
     finally:
         admin.close()

@@ -29,7 +29,7 @@ from ...errors import ConfigError, ConnectorError
 from ...events import EventBatch
 from ...partition import hash_partition
 from ...progress import IntervalLog, IntervalRate
-from .admin import create_topic
+from .admin import create_topic, missing_topic
 from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight, starting
 from .retry import Backoff, is_fatal, too_large
 from .settings import admin_settings, check_backend, check_security, settings_error
@@ -269,7 +269,7 @@ class EventProducer:
         try:
             self.num_partitions = len(self._p.partitions_for(topic))
             if not self.num_partitions:
-                raise ConfigError(f"topic {topic!r} does not exist; create it first (create_topic)")
+                raise missing_topic(bootstrap_servers, topic)
         except BaseException:
             self._p.close()
             raise
@@ -352,7 +352,7 @@ def produce_dataset(
     bootstrap: str,
     topic: str,
     name_or_path: str | Path,
-    partitions: int,
+    partitions: int | None,
     rate: float | None = None,
     fmt: str = "json",
     batch_size: int = 1000,
@@ -361,16 +361,17 @@ def produce_dataset(
     log_every_s: float = 0.0,
     **producer_config,
 ) -> ProduceReport:
-    """Create ``topic`` with ``partitions`` partitions and write a dataset (or event file) into it, in time
-    order, keyed by graph partition; ``rate`` caps events per second (None: as fast as possible). No broker
-    answering within ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried. With
+    """Create ``topic`` with ``partitions`` partitions (None: keep an existing topic's count, 1 for a new
+    one) and write a dataset (or event file) into it, in time order, keyed by graph partition; ``rate``
+    caps events per second (None: as fast as possible). No broker answering within ``connect_timeout_s``
+    is a ``ConnectorError`` naming the addresses tried. With
     ``log_every_s`` > 0, one status line per interval (events sent, events/s, messages)."""
     if rate is not None and rate <= 0:
         raise ConfigError(f"rate must be > 0 events/s (or None for unthrottled), got {rate}")
     check_security(backend, producer_config)  # before it is translated for the admin client
     events = _load_events(name_or_path).sorted_by_time()
     admin = admin_settings(backend, producer_config)
-    create_topic(bootstrap, topic, partitions, connect_timeout_s=connect_timeout_s, **admin)
+    partitions = create_topic(bootstrap, topic, partitions, connect_timeout_s=connect_timeout_s, **admin)
     start = time.perf_counter()
     with EventProducer(
         bootstrap, topic, fmt=fmt, batch_size=batch_size, backend=backend,

@@ -18,6 +18,7 @@ import numpy as np
 
 from ...errors import ConfigError, ConnectorError, StreamGNNError
 from ...events import DeadLetter, EventBatch
+from .admin import missing_topic
 from .consumer import START_POLICIES, TP, partition_key, split_key
 from .dead_letters import DeadLetters
 from .decoding import Schema, StreamDecoder
@@ -145,6 +146,7 @@ class KafkaSource:
         self.backend = backend
         self.group_id = group_id
         self.dead_letter_topic = dead_letter_topic
+        self._bootstrap = bootstrap_servers
         self.max_buffered_events = max_buffered_events
         self.commit_interval_s = commit_interval_s
         self.max_poll_messages = max_poll_messages
@@ -260,17 +262,14 @@ class KafkaSource:
 
     def _subscribe_or_assign(self) -> None:
         if self.dead_letter_topic and not self._consumer.partitions_for(self.dead_letter_topic):
-            raise ConfigError(
-                f"dead-letter topic {self.dead_letter_topic!r} does not exist; create it first "
-                f"(streamgnn.connectors.kafka.create_topic)"
-            )
+            raise missing_topic(self._bootstrap, self.dead_letter_topic, "--dead-letter-topic")
         parts = self._explicit
         if parts is None:
             parts = []
             for topic in self.topics:
                 found = self._consumer.partitions_for(topic)
                 if not found:
-                    raise ConfigError(f"topic {topic!r} does not exist; create it first (create_topic)")
+                    raise missing_topic(self._bootstrap, topic)
                 parts += [(topic, p) for p in found]
             if self.group_id is not None:
                 self._consumer.subscribe(self.topics, self._assigned, self._revoked)

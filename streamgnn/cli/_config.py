@@ -59,8 +59,9 @@ ENV_PREFIX = "STREAMGNN_"
 
 @dataclass(frozen=True)
 class KafkaConfig:
-    """The topics a deployment shares: events (``partitions`` of them, keyed by graph partition), the
-    compacted embeddings topic the trainer publishes and the service reads, and an optional dead-letter
+    """The topics a deployment shares: events (``partitions`` of them, keyed by graph partition; None: an
+    existing topic's count, 1 for a new one, so producing into what ``streamgnn topics`` made just works),
+    the compacted embeddings topic the trainer publishes and the service reads, and an optional dead-letter
     topic. ``raw_topic`` (``raw_partitions``): where producers write when a partition router
     (``streamgnn partition``) fills the events topic from it; None: producers write the events topic.
     ``format``: how producers encode events ("binary" or "json"). ``connect_timeout_s``: how long a job
@@ -68,7 +69,7 @@ class KafkaConfig:
 
     bootstrap: str = "localhost:9092"
     events_topic: str = "events"
-    partitions: int = 1
+    partitions: int | None = None
     raw_topic: str | None = None
     raw_partitions: int = 1
     embeddings_topic: str = "embeddings"
@@ -79,7 +80,7 @@ class KafkaConfig:
 
     def __post_init__(self) -> None:
         for name in ("partitions", "embeddings_partitions", "raw_partitions"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"kafka.{name} must be >= 1, got {getattr(self, name)}")
         if self.format not in ("binary", "json"):
             raise ConfigError(f"kafka.format must be 'binary' or 'json', got {self.format!r}")

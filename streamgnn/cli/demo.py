@@ -9,6 +9,7 @@ from ._config import add_config_option, config_from_args
 
 EXAMPLE = """examples:
   streamgnn demo --events 3000          # a short run (only 3,000 events are produced)
+  streamgnn demo --events 3000 --serve  # then serve the embeddings on localhost:8000 until Ctrl-C
   streamgnn demo --dataset collegemsg --out out/college
   streamgnn demo --events 3000 --config demo.yaml   # train: {batch_size: 100, model: {memory_dim: 64}}
 """
@@ -31,7 +32,14 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..demo import run_demo
 
     config = train_config(args)
-    return run_demo(events=args.events, out=args.out, dataset=args.dataset, quiet=args.quiet, config=config)
+    return run_demo(
+        events=args.events,
+        out=args.out,
+        dataset=args.dataset,
+        quiet=args.quiet,
+        config=config,
+        serve_port=args.port if args.serve else None,
+    )
 
 
 def register(sub) -> None:
@@ -53,4 +61,12 @@ def register(sub) -> None:
     )
     d.add_argument("--dataset", default="jodie_wikipedia", help="a bundled dataset (jodie_wikipedia)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.add_argument(
+        "--serve",
+        action="store_true",
+        help="after the stream, keep the broker up and serve the embeddings over HTTP until Ctrl-C",
+    )
+    d.add_argument(
+        "--port", type=int, default=8000, help="the service's port with --serve (8000; 0: any free one)"
+    )
     d.set_defaults(func=_run)

@@ -55,7 +55,13 @@ def register(sub) -> None:
     )  # fmt: skip
     override(pr, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka (localhost:9092)")
     override(pr, "--topic", key="kafka.events_topic", type=topic_name, help="the topic to write (events)")
-    override(pr, "--partitions", key="kafka.partitions", type=positive_int, help="topic partitions (1)")
+    override(
+        pr,
+        "--partitions",
+        key="kafka.partitions",
+        type=positive_int,
+        help="topic partitions (default: an existing topic's, else 1)",
+    )
     override(
         pr, "--rate", key="produce.rate", type=positive_float,
         help="events per second, e.g. 1000 (default: full speed)",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import positive_int
+from ._args import positive_int, topic_name
 from ._config import add_config_option, config_from_args, override
 
-EXAMPLE = """example:
+EXAMPLE = """examples:
   streamgnn topics --config cluster.yaml  # events (kafka.partitions), embeddings, raw, dead letters
   streamgnn topics --bootstrap localhost:9092 --partitions 4
+  streamgnn topics --bootstrap localhost:9092 --topic ratings --dead-letter-topic ratings-dlq
 """
 
 
@@ -24,8 +25,8 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     if k.dead_letter_topic:
         topics.append((k.dead_letter_topic, 1, False))
     for name, partitions, compacted in topics:
-        create_topic(k.bootstrap, name, partitions, compacted=compacted)
-        print(f"topic {name}: {partitions} partition(s){', compacted' if compacted else ''}", flush=True)
+        have = create_topic(k.bootstrap, name, partitions, compacted=compacted)
+        print(f"topic {name}: {have} partition(s){', compacted' if compacted else ''}", flush=True)
     return 0
 
 
@@ -35,13 +36,21 @@ def register(sub) -> None:
         help="create the Kafka topics a config names (idempotent)",
         description="Create kafka.events_topic with kafka.partitions partitions, the compacted "
         "kafka.embeddings_topic, kafka.raw_topic (a partition router's input) and kafka.dead_letter_topic; "
-        "existing topics with the same counts are fine.",
+        "existing topics with the same counts are fine (with no count given, any count is).",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_option(p)
     override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka, e.g. localhost:9092")
     override(
-        p, "--partitions", key="kafka.partitions", type=positive_int, help="events topic partitions, e.g. 4"
-    )
+        p, "--partitions", key="kafka.partitions", type=positive_int,
+        help="events topic partitions, e.g. 4 (default: an existing topic's, else 1)",
+    )  # fmt: skip
+    override(p, "--topic", key="kafka.events_topic", type=topic_name, help="the events topic (events)")
+    override(
+        p, "--embeddings-topic", key="kafka.embeddings_topic", type=topic_name,
+        help="the compacted embeddings topic (embeddings)",
+    )  # fmt: skip
+    override(p, "--raw-topic", key="kafka.raw_topic", type=topic_name, help="a router's input, e.g. raw")
+    override(p, "--dead-letter-topic", key="kafka.dead_letter_topic", type=topic_name, help="e.g. events-dlq")
     p.set_defaults(func=_run)

@@ -123,16 +123,13 @@ def register(sub) -> None:
         help="write metrics.png and summary.json here, e.g. out/train",
     )
     override(
-        p,
-        "--checkpoint-dir",
-        key="train.checkpoint_dir",
-        metavar="DIR",
-        type=output_dir,
-        help="e.g. out/ckpt",
-    )
+        p, "--checkpoint-dir", key="train.checkpoint_dir", metavar="DIR", type=output_dir,
+        help="checkpoint here (every 100 batches and at the end) and resume from it, e.g. out/ckpt",
+    )  # fmt: skip
     override(
-        p, "--checkpoint-every", key="train.checkpoint_every", type=int, metavar="N", help="batches, e.g. 100"
-    )
+        p, "--checkpoint-every", key="train.checkpoint_every", type=int, metavar="N",
+        help="batches between checkpoints (100 with --checkpoint-dir; 0: none), e.g. 500",
+    )  # fmt: skip
     override(p, "--batch-size", key="train.batch_size", type=int, help="events per global batch (200)")
     override(p, "--lr", key="train.lr", type=float, help="Adam learning rate (1e-4)")
     override(p, "--device", key="train.device", type=device, help="cpu or cuda (cpu)")

@@ -141,11 +141,11 @@ class ShardedTrainer:
                 self.step(batch)
                 self.position += len(batch)
                 bar.update(len(batch))
-                if cfg.checkpoint_every and self.steps - last_ckpt >= cfg.checkpoint_every:
+                if cfg.checkpoint_interval and self.steps - last_ckpt >= cfg.checkpoint_interval:
                     saved, last_ckpt = self.save_checkpoint(source.positions()), self.steps
         finally:
             bar.close()
-        if cfg.checkpoint_every and self.steps > last_ckpt:
+        if cfg.checkpoint_interval and self.steps > last_ckpt:
             saved = self.save_checkpoint(source.positions())
         self.metrics.close()
         seconds = time.perf_counter() - start

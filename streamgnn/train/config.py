@@ -50,6 +50,7 @@ class ShardConfig:
 
 
 BASELINES = ("edgebank", "edgebank_tw")
+DEFAULT_CHECKPOINT_EVERY = 100  # batches: 20,000 events at the default batch size
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,9 @@ class TrainConfig:
     by checkpoints written before the option) or "id_range" (uniform over their integer id range, unseen ids
     as blank nodes, as PyG's loader).
     ``window_events``: scored events per running-metrics window.
-    ``checkpoint_every``: global batches between checkpoints (0: none). ``serve_every``: batches between
+    ``checkpoint_every``: global batches between checkpoints (0: none; None, the default: every
+    ``DEFAULT_CHECKPOINT_EVERY`` batches when a ``checkpoint_dir`` is given, so naming a folder is enough
+    for a run to resume; ``checkpoint_interval`` is the resolved figure). ``serve_every``: batches between
     embedding-table refreshes (0: no table); ``publish_every``: refreshes between sink publishes.
 
     ``query_time``: when a batch's nodes are embedded. "batch" (default): each distinct node once, as of the
@@ -97,7 +100,7 @@ class TrainConfig:
     edgebank_window_ratio: float = 0.15
     window_events: int = 10_000
     checkpoint_dir: str | None = None
-    checkpoint_every: int = 0
+    checkpoint_every: int | None = None
     checkpoint_keep: int = 2
     serve_every: int = 1
     publish_every: int = 10
@@ -111,7 +114,7 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("eval_negatives", "checkpoint_every", "serve_every"):
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
@@ -145,6 +148,13 @@ class TrainConfig:
             raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
         if self.sharding is not None and not isinstance(self.sharding, ShardConfig):
             raise ConfigError(f"sharding must be a ShardConfig or None, got {type(self.sharding).__name__}")
+
+    @property
+    def checkpoint_interval(self) -> int:
+        """Global batches between checkpoints (0: none): ``checkpoint_every``, or its default."""
+        if self.checkpoint_every is not None:
+            return self.checkpoint_every
+        return DEFAULT_CHECKPOINT_EVERY if self.checkpoint_dir else 0
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

