@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     import torch
 
     from ..train.job import TrainJob
-    from ..train.online import latency_text
+    from ..train.online import latency_text, scores_text
 
     cfg = config_from_args(args)
     train = cfg.train
@@ -81,10 +81,9 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         idle_timeout_s=args.idle_timeout, max_events=args.events, progress=not args.quiet, total=total
     )
     if job.dist.is_main and result.events:
-        m = result.metrics
         print(
             f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
-            f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; {latency_text(result)}"
+            f"{scores_text(result)}; {latency_text(result)}"
         )
         if args.out:
             print(f"report: {Path(args.out) / 'summary.json'}, {Path(args.out) / 'metrics.png'}")

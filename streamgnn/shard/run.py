@@ -49,9 +49,8 @@ def run_sharded(
         return result
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    result = dataclasses.replace(
-        result, plot_path=plot_windows(result.windows, out / "metrics.png"), summary_path=out / "summary.json"
-    )
+    plot = plot_windows(result.windows, out / "metrics.png", result.baseline_windows)
+    result = dataclasses.replace(result, plot_path=plot, summary_path=out / "summary.json")
     write_summary(result, result.summary_path)
     return result
 

@@ -204,6 +204,6 @@ class TrainJob:
         if self.out_dir and self.dist.is_main and result.windows:
             out = Path(self.out_dir)
             out.mkdir(parents=True, exist_ok=True)
-            plot_windows(result.windows, out / "metrics.png")
+            plot_windows(result.windows, out / "metrics.png", result.baseline_windows)
             write_summary(result, out / "summary.json")
         return result
