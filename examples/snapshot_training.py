@@ -61,20 +61,22 @@ def main() -> None:
         trainer = SnapshotTrainer(GConvGRU(2, 32, 2), config)
         store = TemporalGraphStore(StoreConfig(allowed_lateness=0.0))
         result = trainer.run_live(source, store, spec, target=target, max_snapshots=args.max_snapshots)
-    trainer.plot(out / "online.png")
 
     # the same snapshots, scored by the memorization baselines
     snaps = list(build_signal(trainer.stream.store, spec, target=target))[: trainer.steps]
     summary = {"snapshots": trainer.steps, "gconvgru": result.summary}
+    labels, baselines = {"edgebank": "EdgeBank", "pa": "pref. attachment"}, {}
     for name, scorer in (
         ("edgebank", SnapshotEdgeBank(undirected=True)),
         ("pa", SnapshotPreferentialAttachment()),
     ):
-        ms = evaluate_links(scorer, snaps)
+        ms = baselines[labels[name]] = evaluate_links(scorer, snaps)
         summary[name] = {
             "auc": float(np.nanmean([m.auc for m in ms])),
             "mrr": float(np.nanmean([m.mrr for m in ms])),
         }
+    title = f"{args.dataset}: GConvGRU online next-snapshot links vs memorization baselines"
+    trainer.plot(out / "online.png", title, baselines)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     model, bank, pa = result.summary, summary["edgebank"], summary["pa"]
     auc, mrr = model["online_auc"], model["online_mrr"]

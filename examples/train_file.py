@@ -24,7 +24,7 @@ from streamgnn.datasets import info
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import TrainConfig, run_online
-from streamgnn.train.online import latency_text
+from streamgnn.train.online import latency_text, scores_text
 
 
 def main() -> None:
@@ -77,11 +77,9 @@ def main() -> None:
     )
     if int(os.environ.get("RANK", "0")) or not result.events:
         return  # every rank holds the same metrics, rank 0 reports them; nothing ran: run_online said why
-    m = result.metrics
     print(
         f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
-        f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; "
-        f"{latency_text(result)}"
+        f"{scores_text(result)}; {latency_text(result)}"
     )
     if result.summary_path:
         print(f"report: {result.summary_path}, {result.plot_path}")

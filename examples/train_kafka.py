@@ -24,7 +24,7 @@ from streamgnn.connectors.kafka import KafkaSource, create_topic, produce_datase
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.nn import TGNConfig
 from streamgnn.train import OnlineTrainer, TrainConfig
-from streamgnn.train.online import latency_text, plot_windows, write_summary
+from streamgnn.train.online import latency_text, plot_windows, scores_text, write_summary
 
 
 def main() -> None:
@@ -79,12 +79,11 @@ def main() -> None:
         )
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        plot_windows(result.windows, out / "metrics.png")
+        plot_windows(result.windows, out / "metrics.png", result.baseline_windows)
         write_summary(result, out / "summary.json")
-        m = result.metrics
         print(
             f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
-            f"online AP {m.ap:.4f}  MRR {m.mrr:.4f}; {latency_text(result)}; "
+            f"{scores_text(result)}; {latency_text(result)}; "
             f"{len(trainer.table):,} embeddings in {embeddings_topic}"
         )
 

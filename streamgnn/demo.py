@@ -26,7 +26,7 @@ from .nn import TGNConfig
 from .partition import PartitionerConfig, PartitionTimeline
 from .store import StoreConfig, TemporalGraphStore
 from .train import OnlineTrainer, TrainConfig
-from .train.online import plot_windows, write_summary
+from .train.online import plot_windows, scores_text, write_summary
 
 PARTITIONS = 4
 
@@ -114,7 +114,7 @@ def run_demo(
         )
         sink.flush()
         published = _count_published(broker.bootstrap, embeddings_topic)
-        plot = plot_windows(result.windows, out_dir / "metrics.png")
+        plot = plot_windows(result.windows, out_dir / "metrics.png", result.baseline_windows)
         partitioning = timeline.record(trainer.store, force=True)
         timeline.plot(
             out_dir / "partition.png", f"{dataset}: Fennel over {PARTITIONS} partitions, as it streams"
@@ -129,10 +129,9 @@ def run_demo(
             wall_seconds=time.perf_counter() - started,
             partition={**partitioning.to_dict(), "plot_path": str(out_dir / "partition.png")},
         )
-        m = result.metrics
         print(
             f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
-            f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; arrival->queryable p50 "
+            f"{scores_text(result)}; arrival->queryable p50 "
             f"{result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms; "
             f"embeddings of {published:,} nodes in topic '{embeddings_topic}'"
         )

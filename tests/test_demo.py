@@ -29,6 +29,10 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert (tmp_path / "partition.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = capsys.readouterr().out
     assert "online AP" in out and "edge cut" in out
+    # the summary line shows EdgeBank beside TGN, on the same negatives, as summary.json records it
+    for label, name in (("EdgeBank", "edgebank"), ("EdgeBank (time window)", "edgebank_tw")):
+        base = summary["baselines"][name]
+        assert f"{label} AP {base['ap']:.4f}  MRR {base['mrr']:.4f}" in out
 
 
 def test_cli_reports_mistakes_without_a_traceback(tmp_path, capsys):

@@ -12,7 +12,7 @@ import pytest
 
 from streamgnn import EventBatch
 from streamgnn.errors import ConfigError
-from streamgnn.shard import GlobalIndex, OwnedMemory, Ownership, ShardConfig, ShardedTrainer
+from streamgnn.shard import GlobalBatcher, GlobalIndex, OwnedMemory, Ownership, ShardConfig, ShardedTrainer
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import OnlineTrainer, TrainConfig
 
@@ -85,6 +85,22 @@ def test_the_index_admits_as_one_store_ingests():
     restored.restore(index.state())
     assert np.array_equal(restored.lookup(events.src), index.lookup(events.src))
     assert restored.watermark == index.watermark and restored.seen.contains(events.eid).all()
+
+
+def test_checkpointed_arrays_are_writable_so_torch_takes_them_without_a_warning():
+    """A sharded checkpoint turns these states into tensors: a read-only array (bytes seen through
+    np.frombuffer) made torch warn on every sharded run."""
+    index = GlobalIndex(Ownership(4))
+    index.admit(EventBatch.from_columns(src=["a", "b"], dst=["b", "c"], t=[1.0, 2.0], eid=[0, 1]))
+    batcher = GlobalBatcher(None, Ownership(4), None, 10)
+    batcher.buffer = EventBatch.from_columns(src=[1], dst=[2], t=[3.0], eid=[2])
+    batcher.keys = np.zeros(1, np.int64)
+    for name, state in (("index", index.state()), ("batcher", batcher.state())):
+        for key, array in state.items():
+            assert array.flags.writeable, f"{name}.{key}"
+    restored = GlobalIndex(Ownership(4))
+    restored.restore(index.state())
+    assert restored.lookup(np.array(["c", "a"], dtype=object)).tolist() == [2, 0]
 
 
 def test_owned_memory_keeps_rows_messages_and_versions():

@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     import torch
 
     from ..train.job import TrainJob
-    from ..train.online import latency_text
+    from ..train.online import latency_text, scores_text
 
     cfg = config_from_args(args)
     train = cfg.train
@@ -84,11 +84,9 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
             tally.show()
         tally.check_read_some()
     if job.dist.is_main and result.events:
-        m = result.metrics
         print(
             f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
-            f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; {latency_text(result)}; "
-            f"{result.dead_letters:,} dead letters"
+            f"{scores_text(result)}; {latency_text(result)}; {result.dead_letters:,} dead letters"
         )
         if result.summary_path:
             print(f"report: {result.summary_path}, {result.plot_path}")

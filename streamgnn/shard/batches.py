@@ -141,7 +141,7 @@ class GlobalBatcher:
     def state(self) -> dict[str, np.ndarray]:
         raw = encode_binary(self.buffer) if len(self.buffer) else b""
         return {
-            "buffer": np.frombuffer(raw, np.uint8),
+            "buffer": np.frombuffer(bytearray(raw), np.uint8),  # writable: checkpoints become tensors
             "keys": self.keys,
             "seq": self.seq,
             "frontier": np.array([self.frontier]),

@@ -254,7 +254,9 @@ class GlobalIndex:
         if self.ids.kind == "str":
             encoded = [s.encode() for s in ext.tolist()]
             out["ext_str_offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
-            out["ext_str_bytes"] = np.frombuffer(b"".join(encoded), np.uint8)
+            out["ext_str_bytes"] = np.frombuffer(
+                bytearray(b"".join(encoded)), np.uint8
+            )  # writable, as tensors
         elif self.ids.kind == "int":
             out["ext_int"] = ext.astype(np.int64)
         return out

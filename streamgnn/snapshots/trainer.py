@@ -330,9 +330,10 @@ class SnapshotTrainer:
                     result.summary[f"{phase}_{name}"] = value
         return result
 
-    def plot(self, path: str | Path) -> Path:
-        """Loss and the task's metric per snapshot, as a PNG (Agg; touches no global backend)."""
-        return plot_metrics(self.metrics, self.config.task, path)
+    def plot(self, path: str | Path, title: str | None = None, baselines: dict | None = None) -> Path:
+        """Loss and the task's metric per snapshot, with ``baselines`` (name: their ``SnapshotMetrics``) drawn
+        beside them, as a PNG (``metrics.plot_metrics``)."""
+        return plot_metrics(self.metrics, self.config.task, path, title, baselines)
 
 
 def _weight(data) -> torch.Tensor | None:

@@ -121,6 +121,10 @@ class EdgeBank:
         pass
 
 
+# how plots and printed summaries name each ``TrainConfig.baselines`` entry
+BASELINE_LABELS = {"edgebank": "EdgeBank", "edgebank_tw": "EdgeBank (time window)"}
+
+
 def make_baseline(name: str, config) -> EdgeBank:
     """The baseline ``TrainConfig.baselines`` names: "edgebank" or "edgebank_tw"."""
     if name == "edgebank":

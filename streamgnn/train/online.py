@@ -15,6 +15,7 @@ from ..events import EventBatch
 from ..serve import EmbeddingSink
 from ..store import TemporalGraphStore
 from .config import TrainConfig
+from .edgebank import BASELINE_LABELS
 from .metrics import WindowMetrics
 from .trainer import OnlineResult, OnlineTrainer
 
@@ -79,44 +80,60 @@ def write_report(result: OnlineResult, out_dir: str | Path) -> OnlineResult:
 
 
 def plot_windows(
-    windows: list[WindowMetrics], path: str | Path, baselines: dict[str, list[WindowMetrics]] | None = None
+    windows: list[WindowMetrics],
+    path: str | Path,
+    baselines: dict[str, list[WindowMetrics]] | None = None,
+    model: str = "TGN",
 ) -> Path:
-    """AP/AUC/MRR and loss per window against stream time, as a PNG (Agg; touches no global backend);
-    each baseline's AP and MRR dashed beside them."""
+    """AP (with AUC) and MRR per window against stream time, each baseline's beside the model's on the same
+    negatives (so a reader sees at a glance whether the model beats a lookup table), and the training loss;
+    a PNG (Agg; touches no global backend)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     path = Path(path)
-    fig = Figure(figsize=(9, 6), tight_layout=True)
+    fig = Figure(figsize=(9, 8), tight_layout=True)
     FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True)
+    ap_ax, mrr_ax, loss_ax = fig.subplots(3, 1, sharex=True)
     x = np.array([w.t_end for w in windows], np.float64)
-    for name in ("ap", "auc", "mrr"):
-        top.plot(x, [getattr(w, name) for w in windows], marker=".", label=name.upper())
-    for base, base_windows in (baselines or {}).items():
-        bx = [w.t_end for w in base_windows]
-        for name, color in (("ap", "tab:blue"), ("mrr", "tab:green")):
+    ap_ax.plot(x, [w.auc for w in windows], color="tab:gray", linewidth=1, label=f"{model} AUC")
+    for ax, name in ((ap_ax, "ap"), (mrr_ax, "mrr")):
+        values = [getattr(w, name) for w in windows]
+        ax.plot(x, values, color="tab:blue", marker=".", label=f"{model} {name.upper()}")
+        for i, (base, base_windows) in enumerate((baselines or {}).items()):
             values = [getattr(w, name) for w in base_windows]
-            top.plot(
-                bx, values, linestyle="--" if base == "edgebank" else ":", color=color, label=f"{base} {name}"
-            )
-    top.set_ylabel("score (per window)")
-    top.set_ylim(0.0, 1.0)
-    top.grid(alpha=0.3)
-    top.legend(loc="lower right")
-    bottom.plot(x, [w.loss for w in windows], color="tab:red", marker=".")
-    bottom.set_ylabel("training loss")
-    bottom.set_xlabel("stream time (the events' t; seconds in every bundled dataset)")
-    bottom.grid(alpha=0.3)
+            ax.plot([w.t_end for w in base_windows], values, linestyle=("--", ":")[i % 2], color=f"C{i + 1}",
+                    label=f"{BASELINE_LABELS.get(base, base)} {name.upper()}")  # fmt: skip
+        ax.set_ylabel(f"{name.upper()} (per window)")
+        ax.set_ylim(0.0, 1.0)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize="small")
+    loss_ax.plot(x, [w.loss for w in windows], color="tab:red", marker=".")
+    loss_ax.set_ylabel("training loss")
+    loss_ax.set_xlabel("stream time (the events' t; seconds in every bundled dataset)")
+    loss_ax.grid(alpha=0.3)
     events = windows[-1].end_events if windows else 0
-    top.set_title(f"online test-then-train link prediction ({events:,} scored events)")
+    beside = " vs baselines on the same negatives" if baselines else ""
+    ap_ax.set_title(f"online test-then-train link prediction ({events:,} scored events): {model}{beside}")
+    mrr_ax.set_title("MRR: rank of the true destination among fixed negatives", fontsize="medium")
+    loss_ax.set_title(f"{model} training loss", fontsize="medium")
     if len(windows) < 2:  # one window is one dot: say why rather than draw an empty-looking chart
-        top.text(
+        ap_ax.text(
             0.5, 0.5, f"{len(windows)} metrics window(s): run more events or lower TrainConfig.window_events",
-            transform=top.transAxes, ha="center", va="center",
+            transform=ap_ax.transAxes, ha="center", va="center",
         )  # fmt: skip
     fig.savefig(path, dpi=110)
     return path
+
+
+def scores_text(result: OnlineResult, model: str = "TGN") -> str:
+    """The model's online AP/AUC/MRR and each baseline's AP/MRR on the same positives and negatives."""
+    m = result.metrics
+    parts = [f"{model} online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}"]
+    parts += [
+        f"{BASELINE_LABELS.get(n, n)} AP {b.ap:.4f}  MRR {b.mrr:.4f}" for n, b in result.baselines.items()
+    ]
+    return "; ".join(parts)
 
 
 def latency_text(result: OnlineResult) -> str:
