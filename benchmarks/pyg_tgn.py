@@ -98,17 +98,23 @@ def split_points(n: int) -> tuple[int, int]:
     return int(0.70 * n), int(0.85 * n)
 
 
-def eval_negatives(events: EventBatch, lo: int, num: int = NUM_EVAL_NEGATIVES, seed: int = 0) -> np.ndarray:
-    """``[len(events) - lo, num]`` fixed negatives for the events from ``lo`` on: ``EvalNegatives``, random.
+def eval_negatives(
+    events: EventBatch, lo: int, num: int = NUM_EVAL_NEGATIVES, seed: int = 0, strategy: str = "random"
+) -> np.ndarray:
+    """``[len(events) - lo, num]`` fixed negatives for the events from ``lo`` on: ``EvalNegatives``.
 
-    Distinct destinations drawn uniformly from every destination of the stream (the item set), none a
-    positive of the same source at the same time. Both sides of the benchmark rank against these very
-    arrays, so their MRRs are comparable; column 0 doubles as the AP negative.
+    "random": distinct destinations drawn uniformly from every destination of the stream (the item set).
+    "historical" (TGB's protocol): the first half are destinations the source met before ``lo`` (where it
+    met enough), the rest random, so column 0 is a pair that did happen, only not now. None is a positive
+    of the same source at the same time. Both sides of the benchmark rank against these very arrays, so
+    their MRRs are comparable; column 0 doubles as the AP negative.
     """
     part = events.take(slice(lo, len(events)))
+    history = (events.src[:lo], events.dst[:lo]) if strategy == "historical" else None
     neg = EvalNegatives.generate(
-        part.src, part.dst, part.t, part.eid, dst_pool=events.dst, num=num, strategy="random", seed=seed
-    ).neg
+        part.src, part.dst, part.t, part.eid, dst_pool=events.dst, history=history, num=num,
+        strategy=strategy, frac=0.5, seed=seed,
+    ).neg  # fmt: skip
     if (neg < 0).any():
         raise ValueError(f"the stream has too few destinations to draw {num} distinct negatives per event")
     return neg
