@@ -17,6 +17,7 @@ BENCHMARKS = (
     "agents",
     "distributed",
     "quality",
+    "pairs",
 )
 
 EXAMPLE = """examples:
