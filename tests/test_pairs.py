@@ -43,6 +43,12 @@ def brute_cooccurrence(ref, u: int, v: int, tq: float, k: int) -> np.ndarray:
     return out
 
 
+# rows of candidates: one source at one time against a few destinations, as scoring asks
+rows = st.lists(
+    st.tuples(st.integers(-1, 11), st.lists(st.integers(-1, 11), min_size=1, max_size=4), st.integers(0, 31)),
+    min_size=1,
+    max_size=5,
+).map(lambda rs: [(u, v, tq) for u, vs, tq in rs for v in vs])
 queries = st.lists(
     st.tuples(st.integers(-1, 11), st.integers(-1, 11), st.integers(0, 31)), min_size=1, max_size=12
 )
@@ -52,7 +58,7 @@ queries = st.lists(
 @given(
     st.lists(event, max_size=40),
     st.lists(st.integers(0, 40), max_size=3),
-    queries,
+    queries | rows,
     st.sampled_from([1, 2, 5]),
 )
 def test_matches_brute_force(raw, splits, qs, k):

@@ -107,11 +107,14 @@ def cooccurrence(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, k,
     """DyGFormer's neighbor co-occurrence of pair ``i``: ``out[i, 0, j]`` = (occurrences of u's ``j``-th
     latest neighbor among u's latest ``k``, among v's latest ``k``); ``out[i, 1, j]`` the same for v's
     neighbors (v's sequence first). Slots past a sequence's end (and unknown nodes) hold (0, 0)."""
+    seqs = np.empty((2, k), np.int64)
+    lens = np.zeros(2, np.int64)
     for i in range(len(src)):
-        seqs = np.empty((2, k), np.int64)
-        lens = np.zeros(2, np.int64)
         for side in range(2):
             w = src[i] if side == 0 else dst[i]
+            if side == 0 and i > 0 and w == src[i - 1] and ts[i] == ts[i - 1]:
+                continue  # the same source at the same time (a row of candidates): its sequence is read
+            lens[side] = 0
             if w >= 0 and w < num_nodes:
                 lens[side] = _latest(start, deg, pool, edge_t, edge_del, w, ts[i], k, seqs[side])
         for side in range(2):
