@@ -8,8 +8,9 @@ here too, and the metrics are our trainer's, so the benchmark scores both sides 
 
 from __future__ import annotations
 
+import copy
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -86,11 +87,15 @@ class _QuietMemory(TGNMemory):
 
 @dataclass(frozen=True)
 class TrainResult:
-    """What one training run reports: train throughput per epoch, and test scores after the last epoch."""
+    """What one training run reports: train throughput per epoch, test scores after the last (or the best)
+    epoch, ``epochs`` trained, and the scores against each of ``with_negatives``' sets."""
 
     train_events_per_s: list[float]
     ap: float
     mrr: float
+    epochs: int = 0
+    best_epoch: int = 0
+    test_with: dict[str, LinkMetrics] = field(default_factory=dict)
 
 
 def split_points(n: int) -> tuple[int, int]:
@@ -98,17 +103,23 @@ def split_points(n: int) -> tuple[int, int]:
     return int(0.70 * n), int(0.85 * n)
 
 
-def eval_negatives(events: EventBatch, lo: int, num: int = NUM_EVAL_NEGATIVES, seed: int = 0) -> np.ndarray:
-    """``[len(events) - lo, num]`` fixed negatives for the events from ``lo`` on: ``EvalNegatives``, random.
+def eval_negatives(
+    events: EventBatch, lo: int, num: int = NUM_EVAL_NEGATIVES, seed: int = 0, strategy: str = "random"
+) -> np.ndarray:
+    """``[len(events) - lo, num]`` fixed negatives for the events from ``lo`` on: ``EvalNegatives``.
 
-    Distinct destinations drawn uniformly from every destination of the stream (the item set), none a
-    positive of the same source at the same time. Both sides of the benchmark rank against these very
-    arrays, so their MRRs are comparable; column 0 doubles as the AP negative.
+    "random": distinct destinations drawn uniformly from every destination of the stream (the item set).
+    "historical" (TGB's protocol): the first half are destinations the source met before ``lo`` (where it
+    met enough), the rest random, so column 0 is a pair that did happen, only not now. None is a positive
+    of the same source at the same time. Both sides of the benchmark rank against these very arrays, so
+    their MRRs are comparable; column 0 doubles as the AP negative.
     """
     part = events.take(slice(lo, len(events)))
+    history = (events.src[:lo], events.dst[:lo]) if strategy == "historical" else None
     neg = EvalNegatives.generate(
-        part.src, part.dst, part.t, part.eid, dst_pool=events.dst, num=num, strategy="random", seed=seed
-    ).neg
+        part.src, part.dst, part.t, part.eid, dst_pool=events.dst, history=history, num=num,
+        strategy=strategy, frac=0.5, seed=seed,
+    ).neg  # fmt: skip
     if (neg < 0).any():
         raise ValueError(f"the stream has too few destinations to draw {num} distinct negatives per event")
     return neg
@@ -304,7 +315,9 @@ def train_pyg_tgn(
     events: EventBatch,
     epochs: int = 1,
     *,
+    patience: int | None = None,
     negatives: np.ndarray | None = None,
+    with_negatives: dict[str, np.ndarray] | None = None,
     seed: int = 0,
     lr: float = LR,
     device: str = "cpu",
@@ -314,13 +327,45 @@ def train_pyg_tgn(
 
     Each epoch restarts memory and streams the training part; after the last one the validation part is
     replayed into memory and the test part is scored test-then-observe. ``negatives`` (default:
-    ``eval_negatives``) has one row per test event.
+    ``eval_negatives``) has one row per test event; each of ``with_negatives`` scores the test part again
+    from the memory before it. ``patience``: as ``fit_offline``'s, each epoch scores validation AP against
+    one random negative per event, and training stops ``patience`` epochs past the best; the best epoch's
+    weights then rebuild memory by a replay of the training part (PyG's memory keeps its pending messages
+    outside ``state_dict``, so it is replayed rather than restored).
     """
     train_end, val_end = split_points(len(events))
     if negatives is None:
         negatives = eval_negatives(events, val_end, seed=seed)
     model = PygTGN(events, seed=seed, lr=lr, device=device, recipe=recipe)
-    rates = [train_end / model.train_epoch(train_end) for _ in range(epochs)]
-    model.replay(train_end, val_end)
+    modules = ("memory", "gnn", "link_pred")
+    rates, best = [], (-np.inf, 0, None)
+    val_neg = None if patience is None else eval_negatives(events.take(slice(0, val_end)), train_end, 1, seed)
+    for epoch in range(1, epochs + 1):
+        rates.append(train_end / model.train_epoch(train_end))
+        if patience is None:
+            continue
+        ap = score_test(model.batch_scores, (train_end, val_end), val_neg).ap
+        if ap > best[0]:
+            best = (ap, epoch, copy.deepcopy({m: getattr(model, m).state_dict() for m in modules}))
+        elif epoch - best[1] >= patience:
+            break
+    if patience is None:
+        model.replay(train_end, val_end)
+        best_epoch = epochs
+    else:
+        _, best_epoch, weights = best
+        for name in modules:
+            getattr(model, name).load_state_dict(weights[name])
+        model.memory.reset_state()
+        model.neighbor_loader.reset_state()
+        model.replay(0, val_end)
+    state = copy.deepcopy((model.memory.state_dict(), model.memory.msg_s_store, model.memory.msg_d_store))
+    loader = copy.deepcopy(model.neighbor_loader)
     test = score_test(model.batch_scores, (val_end, len(events)), negatives)
-    return TrainResult(rates, test.ap, test.mrr)
+    scored_with = {}
+    for name, neg in (with_negatives or {}).items():
+        model.memory.load_state_dict(state[0])
+        model.memory.msg_s_store, model.memory.msg_d_store = copy.deepcopy(state[1:])
+        model.neighbor_loader = copy.deepcopy(loader)
+        scored_with[name] = score_test(model.batch_scores, (val_end, len(events)), neg)
+    return TrainResult(rates, test.ap, test.mrr, len(rates), best_epoch, scored_with)

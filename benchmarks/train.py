@@ -34,10 +34,13 @@ QUICK_LATENCY_EVENTS = 10_000
 WARMUP_EVENTS = 1_000
 
 
-def train_ours(events: EventBatch, epochs: int, negatives, config: TrainConfig):
-    """``fit_offline`` on PyG's split (by row, no withheld nodes), test ranked against ``negatives``."""
+def train_ours(events: EventBatch, epochs: int, negatives, config: TrainConfig, **kw):
+    """``fit_offline`` on PyG's split (by row, no withheld nodes), test ranked against ``negatives``;
+    ``kw``: more of ``fit_offline``'s arguments (``patience``, ``test_with``)."""
     split = ChronologicalSplit.make(events, by_time=False, new_node_fraction=0.0)
-    return fit_offline(events, config, epochs=epochs, split=split, test_negatives=negatives, score_val=False)
+    return fit_offline(
+        events, config, epochs=epochs, split=split, test_negatives=negatives, score_val=False, **kw
+    )
 
 
 def online_latency(events: EventBatch, config: TrainConfig):

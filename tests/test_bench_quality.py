@@ -27,6 +27,29 @@ def test_quick_run_on_two_stream_prefixes_prints_the_promised_keys(capsys):
     assert result["worst_ap_gap"] == max(gaps)
     assert result["worst_mrr_gap"] == max(result[f"mrr_pyg_{s}"] - result[f"mrr_{s}"] for s in streams)
     assert isinstance(result["flags"], list)
+    bank_gaps = [
+        result[f"{m}{kind}_{b}_{s}"] - result[f"{m}{kind}_{s}"]
+        for s in streams
+        for m in ("ap", "mrr")
+        for kind in ("", "_historical")
+        for b in ("edgebank", "edgebank_tw")
+    ]
+    assert result["worst_gap_to_edgebank"] == max(bank_gaps)
+    for s in streams:
+        assert result[f"epochs_{s}"] == result[f"epochs_pyg_{s}"] == 1  # --quick: one fixed epoch
+        for key in ("ap_historical", "ap_historical_pyg", "mrr_historical", "mrr_historical_edgebank"):
+            assert 0 <= result[f"{key}_{s}"] <= 1, key
+        # historical negatives are pairs that happened before: EdgeBank cannot score them below positives
+        assert result[f"ap_historical_edgebank_{s}"] <= result[f"ap_edgebank_{s}"]
+
+
+def test_converged_training_stops_on_validation_on_both_sides(capsys):
+    argv = ["--json", "--events", "1200", "--seeds", "0", "--streams", "collegemsg"]
+    assert quality.main([*argv, "--max-epochs", "3", "--patience", "1"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["patience"] == 1 and result["epochs"] == 3
+    for side in ("", "_pyg"):
+        assert 2 <= result[f"epochs{side}_collegemsg"] <= 3  # at least the best and one past it, or all
 
 
 def test_streams_are_time_sorted_from_zero_without_features():

@@ -18,6 +18,7 @@ BENCHMARKS = (
     "distributed",
     "quality",
     "soak",
+    "pairs",
 )
 
 EXAMPLE = """examples:

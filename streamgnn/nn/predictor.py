@@ -6,29 +6,48 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import ConfigError
 from .gather import gather_rows
 
 
 class LinkPredictor(nn.Module):
-    """MLP on ``[z_src, z_dst]`` -> one logit per pair (TGN's merge-layer decoder); directed."""
+    """MLP on ``[z_src, z_dst]`` -> one logit per pair (TGN's merge-layer decoder); directed.
 
-    def __init__(self, in_dim: int, hidden_dim: int | None = None) -> None:
+    ``pair_dim > 0``: the first layer also reads a pair vector per ``(src, dst)`` (``PairEncoder``), so the
+    score can use what the two nodes did together, which their separate embeddings cannot hold.
+    """
+
+    def __init__(self, in_dim: int, hidden_dim: int | None = None, pair_dim: int = 0) -> None:
         super().__init__()
         hidden_dim = hidden_dim or in_dim
-        self.mlp = nn.Sequential(nn.Linear(2 * in_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, 1))
+        self.in_dim, self.pair_dim = in_dim, pair_dim
+        self.mlp = nn.Sequential(
+            nn.Linear(2 * in_dim + pair_dim, hidden_dim), nn.ReLU(), nn.Linear(hidden_dim, 1)
+        )
 
-    def forward(self, z_src: Tensor, z_dst: Tensor) -> Tensor:
-        """``z_src``, ``z_dst [n, in_dim]`` -> logits ``[n]`` (use with ``BCEWithLogitsLoss``)."""
-        return self.mlp(torch.cat([z_src, z_dst], dim=-1)).squeeze(-1)
+    def forward(self, z_src: Tensor, z_dst: Tensor, pair: Tensor | None = None) -> Tensor:
+        """``z_src``, ``z_dst [n, in_dim]`` (``pair [n, pair_dim]``) -> logits ``[n]`` (use with
+        ``BCEWithLogitsLoss``)."""
+        parts = [z_src, z_dst] + ([self._pair(pair)] if self.pair_dim else [])
+        return self.mlp(torch.cat(parts, dim=-1)).squeeze(-1)
 
-    def candidates(self, z_src: Tensor, z_cand: Tensor, index: Tensor) -> Tensor:
-        """Logits ``[n, q]`` of each source ``z_src[i]`` against the candidates ``z_cand[index[i]]``.
+    def candidates(self, z_src: Tensor, z_cand: Tensor, index: Tensor, pair: Tensor | None = None) -> Tensor:
+        """Logits ``[n, q]`` of each source ``z_src[i]`` against the candidates ``z_cand[index[i]]``, with
+        ``pair [n, q, pair_dim]`` the pairs' vectors when the predictor reads them.
 
-        The same as ``forward`` on every pair, but the first layer is split into its source and destination
-        halves so that each embedding is projected once, not once per pair it appears in.
+        The same as ``forward`` on every pair, but the first layer is split into its source, destination and
+        pair parts so that each embedding is projected once, not once per pair it appears in.
         """
         first, act, last = self.mlp
-        d = z_src.size(-1)
+        d = self.in_dim
         src = F.linear(z_src, first.weight[:, :d], first.bias)
-        cand = F.linear(z_cand, first.weight[:, d:])
-        return last(act(src.unsqueeze(1) + gather_rows(cand, index))).squeeze(-1)
+        cand = F.linear(z_cand, first.weight[:, d : 2 * d])
+        hidden = src.unsqueeze(1) + gather_rows(cand, index)
+        if self.pair_dim:
+            hidden = hidden + F.linear(self._pair(pair), first.weight[:, 2 * d :])
+        return last(act(hidden)).squeeze(-1)
+
+    def _pair(self, pair: Tensor | None) -> Tensor:
+        if pair is None:
+            raise ConfigError(f"this predictor reads pair vectors ({self.pair_dim}-d): pass pair=")
+        return pair

@@ -19,10 +19,12 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from ..sampling.pair_kernels import HISTORY_FIXED
 from .attention import MERGES, Merge, TemporalAttentionEmbedding
 from .gather import gather_rows
 from .inputs import EmbeddingInput, NeighborHop
 from .memory import AGGREGATORS, MESSAGE_FUNCTIONS, Aggregator, MessageFunction, NodeMemory
+from .pairs import PairEncoder
 from .predictor import LinkPredictor
 from .time import TIME_INITS, TimeEncoder, TimeInit
 
@@ -49,6 +51,12 @@ class TGNConfig:
     ``merge``: how attention output and the root's state combine: "mlp" (the TGN paper's merge layer, the
     default) or "linear_skip" (PyG's ``TransformerConv``: attention output plus a linear map of the root).
     Kept switchable to measure the one recipe difference left between us and PyG's TGN example.
+    ``pair_features``: the link predictor also reads the pair's features from the store at query time
+    (``sampling.PairFeatures``, encoded by ``PairEncoder`` into ``3 * pair_dim`` values): u->v and v->u
+    counts, time since the latest of each, decayed counts with time constants ``pair_decays`` (in the
+    stream's time unit; the defaults, an hour, a day and a week, assume seconds), and DyGFormer's
+    co-occurrence of both endpoints' latest ``pair_neighbors`` neighbors. Node embeddings (what the service
+    serves) do not change.
     """
 
     memory_dim: int = 100
@@ -68,8 +76,18 @@ class TGNConfig:
     neighbor_time: NeighborTime | None = None  # None: "last_update" for tgn, "query" for tgat and jodie
     time_init: TimeInit | None = None  # None: "uniform" for tgn, "geometric" for tgat and jodie
     merge: Merge = "mlp"
+    pair_features: bool = False
+    pair_neighbors: int = 20
+    pair_decays: tuple[float, ...] = (3600.0, 86400.0, 604800.0)
+    pair_dim: int = 32
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "pair_decays", tuple(self.pair_decays))  # (lists from JSON)
+        for name in ("pair_neighbors", "pair_dim"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if not all(isinstance(x, int | float) and 0 < x < float("inf") for x in self.pair_decays):
+            raise ConfigError(f"pair_decays must be finite time constants > 0, got {list(self.pair_decays)}")
         if self.variant not in VARIANTS:
             raise ConfigError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.message not in MESSAGE_FUNCTIONS:
@@ -156,7 +174,12 @@ class TGN(nn.Module):
                 merge=config.merge,
             )
             self.out_dim = config.embedding_dim
-        self.predictor = LinkPredictor(self.out_dim)
+        self.pair_encoder = None
+        if config.pair_features:
+            history_dim = HISTORY_FIXED + len(config.pair_decays)
+            self.pair_encoder = PairEncoder(history_dim, config.pair_neighbors, config.pair_dim)
+        pair_dim = self.pair_encoder.out_dim if self.pair_encoder is not None else 0
+        self.predictor = LinkPredictor(self.out_dim, pair_dim=pair_dim)
 
     def forward(self, inp: EmbeddingInput) -> Tensor:
         """Embeddings ``[len(inp.nodes), out_dim]`` of ``inp.nodes`` at times ``inp.t``.

@@ -74,6 +74,11 @@ class ShardedTrainer:
             raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
         if not mcfg.uses_memory:
             raise ConfigError("sharded training shards TGN memory: the tgat variant (no memory) needs none")
+        if mcfg.pair_features:
+            raise ConfigError(
+                "sharded training does not yet read pair features (a pair's history spans two shards): "
+                "set TGNConfig.pair_features=False"
+            )
         if config.train_negative_pool == "id_range":
             raise ConfigError(
                 "sharded training draws negatives from the replicated pool of seen destinations: use "

@@ -11,6 +11,7 @@ positive, as in the paper; MRR ranks each positive among ``eval_negatives`` fixe
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..events import EventBatch
 from ..sampling import EvalNegatives
+from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .metrics import LinkMetrics, batch_mean_metrics, losses_to_baselines
 from .trainer import OnlineTrainer
@@ -87,7 +89,10 @@ _PARTS = ("val", "val_inductive", "test", "test_inductive")
 
 @dataclass(frozen=True)
 class OfflineResult:
-    """Training throughput per epoch (events/s over the training part) and the scores after the last.
+    """Training throughput per epoch (events/s over the training part) and the scores after the last
+    epoch, or after the best one when training stopped early (``fit_offline(patience=...)``):
+    ``epochs`` trained, ``best_epoch`` (1-based) whose weights were scored, ``val_ap_per_epoch`` (empty
+    without early stopping).
 
     ``baselines``: each baseline's scores per part (``"val"``, ``"val_inductive"``, ``"test"``,
     ``"test_inductive"``) on the same positives and negatives; ``flags``: where the model loses to one.
@@ -101,11 +106,19 @@ class OfflineResult:
     test_inductive: LinkMetrics
     baselines: dict[str, dict[str, LinkMetrics]] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
+    epochs: int = 0
+    best_epoch: int = 0
+    val_ap_per_epoch: list[float] = field(default_factory=list)
+    test_with: dict[str, LinkMetrics] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
             "train_events_per_s": self.train_events_per_s,
             "train_loss": self.train_loss,
+            "epochs": self.epochs,
+            "best_epoch": self.best_epoch,
+            "val_ap_per_epoch": list(self.val_ap_per_epoch),
+            "test_with": {k: m.as_dict() for k, m in self.test_with.items()},
             **{name: getattr(self, name).as_dict() for name in _PARTS},
             "baselines": {
                 b: {p: m.as_dict() for p, m in parts.items()} for b, parts in self.baselines.items()
@@ -133,32 +146,34 @@ def fit_offline(
     config: TrainConfig,
     *,
     epochs: int = 1,
+    patience: int | None = None,
     split: ChronologicalSplit | None = None,
     test_negatives: np.ndarray | None = None,
+    test_with: dict[str, np.ndarray] | None = None,
     score_val: bool = True,
 ) -> OfflineResult:
     """Train ``epochs`` passes over the training part and score validation and test (module docstring).
 
+    ``patience``: train until validation AP has not improved for ``patience`` epochs (``epochs`` at most),
+    then go back to the best epoch's weights and its memory, and score from there (DyGLib's protocol: a
+    fixed epoch count under-trains some streams and over-trains others). Each epoch then scores the
+    validation part against its fixed AP negatives (no ranking, so it costs one pass). None: exactly
+    ``epochs`` passes.
+
     ``test_negatives``: external ids ``[len(split.test), q]`` to rank test positives against (e.g. a
     benchmark's shared candidates; column 0 is the AP negative); default: ``fixed_negatives``.
+    ``test_with``: more negative sets of the same shape (e.g. ``{"historical": ...}``), each scoring the test
+    part again from the state before it: ``OfflineResult.test_with[name]``, baselines' ``"test_<name>"``.
     ``score_val=False`` replays validation into memory and graph without scoring it.
     """
     if epochs < 1:
         raise ConfigError(f"epochs must be >= 1, got {epochs}")
+    if patience is not None and (not isinstance(patience, int) or patience < 1):
+        raise ConfigError(f"patience must be an int >= 1 (epochs) or None, got {patience!r}")
     split = split or ChronologicalSplit.make(events)
     config = dataclasses.replace(config, serve_every=0, checkpoint_every=0)
     trainer = OnlineTrainer(config)
     bs = config.batch_size
-    rates, losses = [], []
-    for _ in range(epochs):
-        trainer.reset_stream()
-        part = events.take(split.train)
-        start = time.perf_counter()
-        epoch_loss = [trainer.step(b, score=False).loss for b in part.split(bs)]
-        rates.append(len(part) / (time.perf_counter() - start))
-        losses.append(float(np.nanmean(epoch_loss)) if epoch_loss else float("nan"))
-    trainer.store.ingest(events.take(split.held_out))
-
     unscored = LinkMetrics(*[float("nan")] * 3, 0)
     baselines: dict[str, dict[str, LinkMetrics]] = {name: {} for name in trainer.baselines}
 
@@ -185,6 +200,38 @@ def fit_offline(
         for model, state in zip(trainer.stream_models(), states, strict=True):
             model.load_stream_state(state)
 
+    rates, losses, val_aps = [], [], []
+    part = events.take(split.train)
+    select = None if patience is None else fixed_negatives(events, split, split.val, config)
+    best = (-np.inf, 0, None, None)  # validation AP, epoch, weights, memory before validation
+    for epoch in range(1, epochs + 1):
+        trainer.reset_stream()
+        start = time.perf_counter()
+        epoch_loss = [trainer.step(b, score=False).loss for b in part.split(bs)]
+        rates.append(len(part) / (time.perf_counter() - start))
+        losses.append(float(np.nanmean(epoch_loss)) if epoch_loss else float("nan"))
+        if patience is None:
+            continue
+        trainer.store.ingest(events.take(split.held_out))
+        before = memory()
+        ap_only = (select[0][:, :1], select[1][:, :1])  # selection needs AP only: skip ranking
+        val_aps.append(run("val", split.val, ingest=True, scored=True, negatives=ap_only).ap)
+        if val_aps[-1] > best[0]:
+            best = (val_aps[-1], epoch, copy.deepcopy(trainer.link_model.state_dict()), copy.deepcopy(before))
+        elif epoch - best[1] >= patience:
+            break
+    if patience is None:
+        trainer.store.ingest(events.take(split.held_out))
+        best_epoch = epochs
+    else:  # the best epoch's weights, store and memory as they were before its validation
+        _, best_epoch, weights, before = best
+        trainer.link_model.load_state_dict(weights)
+        store = TemporalGraphStore()
+        store.ingest(part)
+        trainer.reset_stream(store)
+        store.ingest(events.take(split.held_out))
+        restore(before)
+
     before_val = memory()
     val = run("val", split.val, ingest=True, scored=score_val)
     after_val = memory()
@@ -196,15 +243,23 @@ def fit_offline(
         val_new = val
         for parts in baselines.values():
             parts["val_inductive"] = parts["val"]
-    test_neg = None
-    if test_negatives is not None:
-        test_negatives = np.asarray(test_negatives)
-        if test_negatives.shape[0] != len(split.test):
-            raise ConfigError(
-                f"test_negatives has {test_negatives.shape[0]} rows for {len(split.test)} test events"
-            )
-        test_neg = (test_negatives, np.ones(test_negatives.shape, bool))
-    test = run("test", split.test, ingest=True, scored=True, negatives=test_neg)
+
+    def given(name: str, negatives) -> tuple[np.ndarray, np.ndarray] | None:
+        if negatives is None:
+            return None
+        negatives = np.asarray(negatives)
+        if negatives.shape[0] != len(split.test):
+            raise ConfigError(f"{name} has {negatives.shape[0]} rows for {len(split.test)} test events")
+        return negatives, np.ones(negatives.shape, bool)
+
+    more = {k: given(f"test_with[{k!r}]", v) for k, v in (test_with or {}).items()}
+    test = run(
+        "test", split.test, ingest=True, scored=True, negatives=given("test_negatives", test_negatives)
+    )
+    scored_with = {}
+    for name, negatives in more.items():  # the store holds the test part now: sampling still stops before t
+        restore(after_val)
+        scored_with[name] = run(f"test_{name}", split.test, ingest=False, scored=True, negatives=negatives)
     restore(after_val)
     test_new = run("test_inductive", split.test_new, ingest=False, scored=True)
     label = getattr(trainer.link_model, "name", "model")
@@ -213,4 +268,7 @@ def fit_offline(
         for part, ours in (("test", test), ("test_inductive", test_new))
         for line in losses_to_baselines(label, ours, {b: parts[part] for b, parts in baselines.items()})
     ]
-    return OfflineResult(rates, losses, val, val_new, test, test_new, baselines, flags)
+    return OfflineResult(
+        rates, losses, val, val_new, test, test_new, baselines, flags, len(rates), best_epoch, val_aps,
+        scored_with,
+    )  # fmt: skip

@@ -31,6 +31,7 @@ from ..errors import ConfigError
 from ..nn import TGN, EmbeddingInput
 from ..nn.gather import gather_rows
 from ..sampling import SamplerConfig, TemporalSampler
+from ..sampling.pairs import PairFeatures
 from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .distributed import DistContext
@@ -40,12 +41,15 @@ from .protocol import Candidates, StepInput
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets: every draw is named by (step, purpose)
 
 
-def link_loss(predictor, z, rows, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int):
+def link_loss(predictor, z, rows, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int, pair=None):
     """This rank's part of ``mean BCE(positives) + mean BCE(negatives)`` over the global batch: its ``n``
     rows are ``z[rows[:n]]`` (sources) against ``z[rows[n:2n]]`` (destinations) and ``z[rows[2n:3n]]``
-    (negatives); ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts."""
+    (negatives); ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts.
+    ``pair``: ``[n, 2, pair_dim]`` vectors of (source, destination) and (source, negative), if the
+    predictor reads them."""
     n = len(pos_ok)
-    pos, neg = predictor.candidates(gather_rows(z, rows[:n]), z, rows[n : 3 * n].view(2, n).T).unbind(1)
+    index = rows[n : 3 * n].view(2, n).T
+    pos, neg = predictor.candidates(gather_rows(z, rows[:n]), z, index, pair).unbind(1)
     w_pos = torch.from_numpy(np.asarray(pos_ok, np.float32)).to(pos.device)
     loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), w_pos, reduction="sum") / n_pos
     if n_neg:
@@ -82,6 +86,10 @@ class _Prepared:
     train_neg: np.ndarray | None
     eval_input: tuple[EmbeddingInput, torch.Tensor] | None
     train_input: tuple[EmbeddingInput, torch.Tensor] | None
+    # raw pair features (history, co-occurrence) of each row's (source, candidate) pairs, or None
+    eval_pairs: tuple[torch.Tensor, torch.Tensor] | None = None
+    rank_pairs: tuple[torch.Tensor, torch.Tensor] | None = None
+    train_pairs: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 class TGNLinkModel:
@@ -106,6 +114,9 @@ class TGNLinkModel:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
         self.out_dim = self.model.out_dim
         self.name = mcfg.variant.upper()  # how run summaries call it
+        self.pairs = None
+        if mcfg.pair_features:
+            self.pairs = PairFeatures(TemporalGraphStore(), mcfg.pair_neighbors, mcfg.pair_decays)
         self.sampler = TemporalSampler(
             TemporalGraphStore(),
             SamplerConfig(
@@ -130,6 +141,8 @@ class TGNLinkModel:
                     f"set TGNConfig.{label}_feature_dim={have}"
                 )
         self.sampler.store = store
+        if self.pairs is not None:
+            self.pairs.store = store
 
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         with torch.no_grad():
@@ -164,7 +177,16 @@ class TGNLinkModel:
     ) -> _Prepared:
         s = slice(batch.lo, batch.hi)
         eval_input = train_input = None
+        pairs = {}
+        src, t_query = batch.src[s], batch.t_query[s]
         if candidates is not None:
+            pairs["eval_pairs"] = self._pairs(
+                src, np.column_stack([batch.dst[s], candidates.neg[s, 0]]), t_query
+            )
+            if candidates.rank:
+                pairs["rank_pairs"] = self._pairs(
+                    src, np.column_stack([batch.dst[s], candidates.neg[s]]), t_query
+                )
             roots = [batch.src[s], batch.dst[s], candidates.neg[s, 0]]
             times = [batch.t_query[s]] * 3
             if candidates.rank:
@@ -176,7 +198,8 @@ class TGNLinkModel:
         if train_neg is not None:
             roots = np.concatenate([batch.src[s], batch.dst[s], train_neg[s]])
             train_input = self._input(roots, batch.blank, np.tile(batch.t_query[s], 3), batch.step, _TRAIN)
-        return _Prepared(batch, candidates, train_neg, eval_input, train_input)
+            pairs["train_pairs"] = self._pairs(src, np.column_stack([batch.dst[s], train_neg[s]]), t_query)
+        return _Prepared(batch, candidates, train_neg, eval_input, train_input, **pairs)
 
     @torch.no_grad()
     def score(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray | None]:
@@ -189,10 +212,12 @@ class TGNLinkModel:
         z = self.model(inp)
         predict = self.model.predictor
         z_src = z[rows[:n]]
-        ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T).double().cpu().numpy()
+        ap_pair, rank_pair = self._encode(prepared.eval_pairs), self._encode(prepared.rank_pairs)
+        ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T, ap_pair).double().cpu().numpy()
         ranked = None
         if prepared.candidates.rank:
-            ranked = predict.candidates(z_src, z, rows[3 * n :].view(n, -1)).double().cpu().numpy()
+            index = rows[3 * n :].view(n, -1)
+            ranked = predict.candidates(z_src, z, index, rank_pair).double().cpu().numpy()
         return ap, ranked
 
     def train(self, prepared: _Prepared, keep: np.ndarray) -> float:
@@ -212,7 +237,8 @@ class TGNLinkModel:
         if n:
             inp, rows = prepared.train_input
             z = model(inp)
-            loss = link_loss(model.predictor, z, rows, keep[lo:hi], has_neg[lo:hi], n_pos, n_neg)
+            pair = self._encode(prepared.train_pairs)
+            loss = link_loss(model.predictor, z, rows, keep[lo:hi], has_neg[lo:hi], n_pos, n_neg, pair)
             (loss * d.world_size).backward()
             local = loss.item()
         d.average_gradients(list(model.parameters()))
@@ -224,6 +250,27 @@ class TGNLinkModel:
         self.model.eval()
         inp, rows = self._input(nodes, blank, np.full(len(nodes), t), step, _SERVE)
         return self.model(inp)[rows].float().cpu().numpy()
+
+    def _pairs(self, src: np.ndarray, cand: np.ndarray, t: np.ndarray) -> tuple[torch.Tensor, ...] | None:
+        """Raw pair features of each ``(src[i], cand[i, j])`` at ``t[i]`` (-1: unknown, no history), read
+        from the store now (before it holds the batch); None when the model reads none."""
+        if self.pairs is None:
+            return None
+        q = cand.shape[1]
+        src, t = np.repeat(src, q), np.repeat(t, q)
+        history = self.pairs.history(src, cand.reshape(-1), t)
+        cooc = self.pairs.cooccurrence(src, cand.reshape(-1), t)
+        return torch.from_numpy(history).view(-1, q, history.shape[1]), torch.from_numpy(cooc).view(
+            -1, q, *cooc.shape[1:]
+        )
+
+    def _encode(self, raw: tuple[torch.Tensor, ...] | None) -> torch.Tensor | None:
+        """``[n, q, pair_dim]`` pair vectors of raw ``[n, q, ...]`` features (None: none)."""
+        if raw is None:
+            return None
+        history, cooc = raw
+        n, q = history.shape[:2]
+        return self.model.pair_encoder(history.flatten(0, 1), cooc.flatten(0, 1)).view(n, q, -1)
 
     def _input(
         self, roots: np.ndarray, blank: int, times: np.ndarray, step: int, purpose: int

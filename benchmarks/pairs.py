@@ -1,0 +1,104 @@
+"""Pair features: what they cost per query against the sampler, and what they cost training, on Wikipedia.
+
+python benchmarks/pairs.py [--quick] [--json] [--threads 1] [--events N]   (also: streamgnn bench pairs)
+
+Query cost: the store holds the first ``--events`` events of JODIE Wikipedia (default all, ``--quick``
+20%); the queries are what scoring a batch asks: each of the last 2,000 events' sources against its
+destination and 100 random destinations, at the event's time (202,000 pairs). Reported per query, median
+over ``--repeats``: pair history (``history_us_per_query``), co-occurrence of the 20 latest neighbors
+(``cooccurrence_us_per_query``), and the sampler's recent-10 hop per root for the same sources
+(``sampler_us_per_root``: the neighborhood TGN embeds); ``pair_vs_sampler_cost`` is the pair features'
+cost per query over the sampler's per root.
+
+Training speed: ``fit_offline`` on the first ``--train-events`` events (default 30,000, ``--quick``
+6,000), chronological split by row, the default ``TrainConfig`` (batch 200, dims 100), two epochs each
+with ``pair_features`` off and on; events/s is the median over epochs, and ``pair_vs_tgn_speed`` their
+ratio (the issue's target: at least 0.7).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import numpy as np
+
+try:
+    from .common import median_time, report, set_threads
+except ImportError:  # run as a script
+    from common import median_time, report, set_threads
+
+from streamgnn.cli._args import positive_int
+from streamgnn.datasets import load
+from streamgnn.nn import TGNConfig
+from streamgnn.sampling import SamplerConfig, TemporalSampler
+from streamgnn.sampling.pairs import PairFeatures
+from streamgnn.store import TemporalGraphStore
+from streamgnn.train import ChronologicalSplit, TrainConfig, fit_offline
+
+QUERY_EVENTS, CANDIDATES, NEIGHBORS = 2_000, 100, 20
+
+
+def query_cost(events, repeats: int, seed: int = 0) -> dict:
+    store = TemporalGraphStore()
+    store.ingest(events)
+    last = events.take(slice(len(events) - QUERY_EVENTS, len(events)))
+    rng = np.random.default_rng(seed)
+    src = store.node_index(last.src)
+    cand = np.column_stack(
+        [store.node_index(last.dst), rng.choice(store.node_index(events.dst), (len(last), CANDIDATES))]
+    )
+    q_src, q_dst, q_t = np.repeat(src, cand.shape[1]), cand.reshape(-1), np.repeat(last.t, cand.shape[1])
+    pairs = PairFeatures(store, neighbors=NEIGHBORS)
+    sampler = TemporalSampler(store, SamplerConfig(fanouts=(10,)))
+    for fn in (
+        lambda: pairs.history(q_src[:10], q_dst[:10], q_t[:10]),
+        lambda: sampler.sample(src[:10], last.t[:10]),
+    ):
+        fn()  # compile (or load the cached kernels) outside the timing
+    history = median_time(lambda: pairs.history(q_src, q_dst, q_t), repeats) / len(q_src)
+    cooc = median_time(lambda: pairs.cooccurrence(q_src, q_dst, q_t), repeats) / len(q_src)
+    sample = median_time(lambda: sampler.sample(src, last.t), repeats) / len(src)
+    return {
+        "queries": len(q_src),
+        "history_us_per_query": 1e6 * history,
+        "cooccurrence_us_per_query": 1e6 * cooc,
+        "sampler_us_per_root": 1e6 * sample,
+        "pair_vs_sampler_cost": (history + cooc) / sample,
+    }
+
+
+def train_speed(events) -> dict:
+    split = ChronologicalSplit.make(events, by_time=False, new_node_fraction=0.0)
+    out = {}
+    for name, pairs in (("tgn", False), ("pairs", True)):
+        config = TrainConfig(model=TGNConfig(pair_features=pairs), eval_negatives=0, baselines=())
+        result = fit_offline(events, config, epochs=2, split=split, score_val=False)
+        out[f"train_events_per_s_{name}"] = statistics.median(result.train_events_per_s)
+        out[f"test_ap_{name}"] = result.test.ap
+    out["pair_vs_tgn_speed"] = out["train_events_per_s_pairs"] / out["train_events_per_s_tgn"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="under a minute: smaller store and training prefix")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch and Numba threads")
+    ap.add_argument("--repeats", type=positive_int, default=5, help="timed runs per query kind (median)")
+    ap.add_argument("--events", type=positive_int, default=None, help="stream prefix in the store")
+    ap.add_argument("--train-events", type=positive_int, default=None, help="stream prefix trained on")
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    events = load("jodie_wikipedia")
+    n = args.events or (len(events) // 5 if args.quick else len(events))
+    n_train = args.train_events or (6_000 if args.quick else 30_000)
+    results = {"dataset": "jodie_wikipedia", "events": n, "train_events": n_train, "threads": args.threads}
+    results.update(query_cost(events.take(slice(0, n)), args.repeats))
+    results.update(train_speed(events.take(slice(0, n_train))))
+    report(results, args.json, "pair features: cost per query and training speed, JODIE Wikipedia")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

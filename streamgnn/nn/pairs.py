@@ -1,0 +1,63 @@
+"""Pair encoder: the store's pair features of ``(u, v, t)`` queries as one vector for the link predictor.
+
+Inputs are ``sampling.PairFeatures``' raw arrays. History (counts, time since the latest u->v and v->u
+event, decayed counts) is log-scaled, since counts and gaps span orders of magnitude, with a flag for
+"never", and goes through a small MLP. Co-occurrence follows DyGFormer (Yu et al. 2023): each count ``c``
+of a neighbor (in its own sequence, in the other endpoint's) is encoded as ``f(c)`` by a two-layer MLP and
+a neighbor's encoding is ``f(c_own) + f(c_other)``; we mean-pool those over each endpoint's neighbors (the
+predictor here reads one vector, not a sequence). Counts are integers ``0..k``, so ``f`` is evaluated once
+per value and the pooled encoding is a histogram of counts times that table: no ``[pairs, k, dim]`` tensor
+is ever built, which keeps ranking 100 candidates per positive cheap.
+
+>>> import numpy as np
+>>> enc = PairEncoder(history_dim=5, neighbors=3, dim=4)
+>>> hist = torch.tensor([[2.0, 0.0, 1.0, float("inf"), 0.5]], dtype=torch.float64)
+>>> enc(hist, torch.zeros(1, 2, 3, 2)).shape
+torch.Size([1, 12])
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ..sampling.pair_kernels import HISTORY_FIXED, N_UV, N_VU, SINCE_UV, SINCE_VU
+
+
+class PairEncoder(nn.Module):
+    """``(history [n, history_dim] float64, cooc [n, 2, neighbors, 2])`` -> ``[n, out_dim]``, ``out_dim =
+    3 * dim`` (history, u's neighbors, v's neighbors)."""
+
+    def __init__(self, history_dim: int, neighbors: int, dim: int) -> None:
+        super().__init__()
+        self.neighbors = neighbors
+        n_in = 2 + 2 + 2 + (history_dim - HISTORY_FIXED)  # log counts, seen flags, log gaps, log decayed
+        self.history = nn.Sequential(nn.Linear(n_in, dim), nn.ReLU(), nn.Linear(dim, dim))
+        self.count = nn.Sequential(nn.Linear(1, dim), nn.ReLU(), nn.Linear(dim, dim))
+        self.out_dim = 3 * dim
+
+    def forward(self, history: Tensor, cooc: Tensor) -> Tensor:
+        dev = self.count[0].weight.device
+        history = history.to(dev)
+        since = history[:, [SINCE_UV, SINCE_VU]]
+        seen = torch.isfinite(since)
+        h = torch.cat(
+            [
+                torch.log1p(history[:, [N_UV, N_VU]]),
+                seen.to(history.dtype),
+                torch.where(seen, torch.log1p(since.clamp_min(0)), 0.0),
+                torch.log1p(history[:, HISTORY_FIXED:]),
+            ],
+            dim=1,
+        ).float()
+        k = self.neighbors
+        cooc = cooc.to(dev)
+        counts = cooc.long().clamp_(0, k)  # [n, 2, k, 2]
+        valid = counts[..., 0] > 0  # a real neighbor occurs at least once in its own sequence
+        n = len(cooc)
+        hist = torch.zeros(n, 2, k + 1, device=dev)
+        weight = valid.float().unsqueeze(-1).expand(-1, -1, -1, 2).reshape(n, 2, 2 * k)
+        hist.scatter_add_(2, counts.reshape(n, 2, 2 * k), weight)
+        table = self.count(torch.arange(k + 1, device=dev, dtype=torch.float32).unsqueeze(1))  # [k+1, dim]
+        pooled = (hist @ table) / valid.sum(2, keepdim=True).clamp_min(1)  # mean of f(own) + f(other)
+        return torch.cat([self.history(h), pooled.reshape(n, -1)], dim=1)

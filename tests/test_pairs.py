@@ -1,0 +1,104 @@
+"""Pair features (history, neighbor co-occurrence) against a brute-force replay of the raw events."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_sampling import build, event, timed
+
+from streamgnn.errors import ConfigError
+from streamgnn.sampling.pairs import PairFeatures
+
+TAUS = (0.5, 4.0)
+
+
+def brute_history(ref, u: int, v: int, tq: float) -> list[float]:
+    n_uv = n_vu = 0
+    last_uv = last_vu = -math.inf
+    decayed = [0.0] * len(TAUS)
+    for s, d, te, deleted in ref.edges:
+        if not (te < tq and (deleted > tq or deleted == math.inf)) or u < 0 or v < 0:
+            continue
+        for forward, hit in ((True, s == u and d == v), (False, s == v and d == u)):
+            if not hit:
+                continue
+            if forward:
+                n_uv, last_uv = n_uv + 1, max(last_uv, te)
+            else:
+                n_vu, last_vu = n_vu + 1, max(last_vu, te)
+            decayed = [x + math.exp(-(tq - te) / tau) for x, tau in zip(decayed, TAUS, strict=True)]
+    return [n_uv, n_vu, tq - last_uv, tq - last_vu, *decayed]
+
+
+def brute_cooccurrence(ref, u: int, v: int, tq: float, k: int) -> np.ndarray:
+    seqs = [[] if w < 0 else [c[3] for c in ref.candidates(w, tq)][::-1][:k] for w in (u, v)]
+    out = np.zeros((2, k, 2), np.float32)
+    for side in range(2):
+        for j, x in enumerate(seqs[side]):
+            out[side, j] = (seqs[side].count(x), seqs[1 - side].count(x))
+    return out
+
+
+# rows of candidates: one source at one time against a few destinations, as scoring asks
+rows = st.lists(
+    st.tuples(st.integers(-1, 11), st.lists(st.integers(-1, 11), min_size=1, max_size=4), st.integers(0, 31)),
+    min_size=1,
+    max_size=5,
+).map(lambda rs: [(u, v, tq) for u, vs, tq in rs for v in vs])
+queries = st.lists(
+    st.tuples(st.integers(-1, 11), st.integers(-1, 11), st.integers(0, 31)), min_size=1, max_size=12
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(event, max_size=40),
+    st.lists(st.integers(0, 40), max_size=3),
+    queries | rows,
+    st.sampled_from([1, 2, 5]),
+)
+def test_matches_brute_force(raw, splits, qs, k):
+    """Random streams with deletions, self-loops, duplicate times, unknown nodes; any batch cuts."""
+    events = timed(raw)
+    store, ref = build(events, [s for s in splits if s <= len(events)])
+    n = store.num_nodes
+    src = np.array([u for u, _, _ in qs], np.int64)
+    dst = np.array([v for _, v, _ in qs], np.int64)
+    t = np.array([tq / 2 for *_, tq in qs])
+    pairs = PairFeatures(store, neighbors=k, decays=TAUS)
+    hist, cooc = pairs.history(src, dst, t), pairs.cooccurrence(src, dst, t)
+    for i, (u, v, tq) in enumerate(zip(src.tolist(), dst.tolist(), t.tolist(), strict=True)):
+        u, v = (x if x < n else -1 for x in (u, v))  # ids past the store's are unknown
+        np.testing.assert_allclose(hist[i], brute_history(ref, u, v, tq), rtol=1e-12)
+        np.testing.assert_array_equal(cooc[i], brute_cooccurrence(ref, u, v, tq, k))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(event, min_size=1, max_size=40), st.lists(st.integers(1, 39), min_size=1, max_size=5), queries
+)
+def test_batch_boundary_invariant(raw, splits, qs):
+    """The same events in one batch or cut anywhere give bit-identical features."""
+    events = timed(raw)
+    whole, _ = build(events)
+    cut, _ = build(events, [s for s in splits if s < len(events)])
+    src = np.array([u for u, _, _ in qs], np.int64)
+    dst = np.array([v for _, v, _ in qs], np.int64)
+    t = np.array([tq / 2 if tq < 31 else math.inf for *_, tq in qs])
+    a, b = PairFeatures(whole, 3, TAUS), PairFeatures(cut, 3, TAUS)
+    np.testing.assert_array_equal(a.history(src, dst, t), b.history(src, dst, t))
+    np.testing.assert_array_equal(a.cooccurrence(src, dst, t), b.cooccurrence(src, dst, t))
+
+
+def test_refuses_bad_settings():
+    store, _ = build([])
+    with pytest.raises(ConfigError, match="neighbors"):
+        PairFeatures(store, neighbors=0)
+    with pytest.raises(ConfigError, match="decay"):
+        PairFeatures(store, decays=(0.0,))
+    with pytest.raises(ConfigError, match="destinations"):
+        PairFeatures(store).history(np.zeros(2, np.int64), np.zeros(1, np.int64), np.zeros(2))
