@@ -12,14 +12,14 @@ Per batch, test-then-train (the model never sees the store; the caller gathers t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, replace
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .attention import MERGES, Merge, TemporalAttentionEmbedding
+from .attention import TemporalAttentionEmbedding
 from .gather import gather_rows
 from .inputs import EmbeddingInput, NeighborHop
 from .memory import AGGREGATORS, MESSAGE_FUNCTIONS, Aggregator, MessageFunction, NodeMemory
@@ -46,9 +46,10 @@ class TGNConfig:
     they lift test AP on CollegeMsg from 0.70 to 0.82 (benchmarks/RESULTS.md, "TGN quality" ablation);
     ``neighbor_time="query", time_init="geometric"`` is the paper's model. The tgat and jodie variants keep
     the papers' choices (not measured otherwise).
-    ``merge``: how attention output and the root's state combine: "mlp" (the TGN paper's merge layer, the
-    default) or "linear_skip" (PyG's ``TransformerConv``: attention output plus a linear map of the root).
-    Kept switchable to measure the one recipe difference left between us and PyG's TGN example.
+    ``merge`` is gone (#21): the ablation against PyG's linear skip made no difference (benchmarks/RESULTS.md,
+    "Bitcoin OTC's MRR gap, by ablation"), so attention output and root state always meet in TGN's MLP
+    merge. Configs written before still load: ``merge="mlp"`` (what the model does) is ignored,
+    ``"linear_skip"`` is refused.
     """
 
     memory_dim: int = 100
@@ -67,9 +68,14 @@ class TGNConfig:
     time_scale: float = 1.0  # JODIE divides Δt by this (JODIE standardises Δt; pick a typical gap)
     neighbor_time: NeighborTime | None = None  # None: "last_update" for tgn, "query" for tgat and jodie
     time_init: TimeInit | None = None  # None: "uniform" for tgn, "geometric" for tgat and jodie
-    merge: Merge = "mlp"
+    merge: InitVar[str | None] = None  # removed; accepted from older configs only (see above)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, merge: str | None) -> None:
+        if merge not in (None, "mlp"):
+            raise ConfigError(
+                f"TGNConfig.merge={merge!r} is no longer built: the switch was removed (its ablation made no "
+                "difference) and every model uses the MLP merge; drop 'merge' from the config"
+            )
         if self.variant not in VARIANTS:
             raise ConfigError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.message not in MESSAGE_FUNCTIONS:
@@ -84,8 +90,6 @@ class TGNConfig:
             raise ConfigError(f"neighbor_time must be one of {NEIGHBOR_TIMES}, got {self.neighbor_time!r}")
         if self.time_init not in TIME_INITS:
             raise ConfigError(f"time_init must be one of {TIME_INITS}, got {self.time_init!r}")
-        if self.merge not in MERGES:
-            raise ConfigError(f"merge must be one of {MERGES}, got {self.merge!r}")
         if self.neighbor_time == "last_update" and self.variant == "tgat":
             raise ConfigError("neighbor_time='last_update' reads memory, which tgat has not: use 'query'")
         if self.num_layers is None:
@@ -153,7 +157,6 @@ class TGN(nn.Module):
                 num_layers=config.num_layers,
                 num_heads=config.num_heads,
                 dropout=config.dropout,
-                merge=config.merge,
             )
             self.out_dim = config.embedding_dim
         self.predictor = LinkPredictor(self.out_dim)
