@@ -43,9 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     if rest and args.command not in _PASS_THROUGH:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     from ..errors import StreamGNNError
+    from ..rankfail import ends_job_on_error
 
     try:
-        return args.func(args, rest)
+        # one rank of an MPI or torch.distributed job that fails ends the job (a fault-tolerant agents run
+        # outlives its failed ranks by design)
+        with ends_job_on_error(enabled=not getattr(args, "fault_tolerant", False)):
+            return args.func(args, rest)
     except StreamGNNError as exc:  # a user's mistake or a broken input: the message says what to do
         print(f"streamgnn: error: {exc}", file=sys.stderr)
         return 2
