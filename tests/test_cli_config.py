@@ -36,7 +36,10 @@ def test_top_level_and_bench_help(capsys):
 
 def test_config_file_maps_onto_the_dataclasses(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("train:\n  batch_size: 50\n  model: {memory_dim: 32}\nstore: {allowed_lateness: inf}\n")
+    # merge: a removed switch an older file may still name with the value every model now has
+    path.write_text(
+        "train:\n  batch_size: 50\n  model: {memory_dim: 32, merge: mlp}\nstore: {allowed_lateness: inf}\n"
+    )
     cfg = load_config(path, env={"STREAMGNN_TRAIN__MODEL__TIME_DIM": "16", "STREAMGNN_KAFKA_BOOTSTRAP": "x"})
     assert cfg.train.batch_size == 50 and cfg.train.model.memory_dim == 32 and cfg.train.model.time_dim == 16
     assert cfg.store.allowed_lateness == float("inf") and cfg.kafka.bootstrap == "localhost:9092"
@@ -54,6 +57,7 @@ def test_config_file_maps_onto_the_dataclasses(tmp_path):
         ("train: {batch_size: 0}\n", {}, "batch_size must be >= 1"),
         ("serve: {metric: l2}\n", {}, "serve.metric must be one of"),
         ("train: {model: {variant: gru}}\n", {}, "expected one of ['tgn', 'jodie', 'tgat']"),
+        ("train: {model: {merge: linear_skip}}\n", {}, "train: model: TGNConfig.merge='linear_skip' is no"),
         ("[1, 2]\n", {}, "the top level must be a mapping"),
         ("train: {\n", {}, "is not valid YAML"),
         ("", {"STREAMGNN_SERVE__PORTT": "1"}, "unknown key 'portt' for ServeConfig"),

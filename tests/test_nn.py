@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
 import math
 
@@ -346,13 +347,11 @@ def test_roots_without_neighbors_are_finite_and_padding_is_ignored():
     assert torch.isfinite(emb(states, empty)).all()
 
 
-@pytest.mark.parametrize("merge", ["mlp", "linear_skip"])
-def test_sparse_attention_equals_multihead_attention_over_padded_keys(merge):
+def test_sparse_attention_equals_multihead_attention_over_padded_keys():
     """The layer attends over real neighbors only; the reference is ``nn.MultiheadAttention`` on the dense,
-    padded keys with the same parameters (a root without neighbors gets ``merge([0, h_root])``, or
-    ``skip(h_root)``: PyG's ``TransformerConv`` root path)."""
+    padded keys with the same parameters (a root without neighbors gets ``merge([0, h_root])``)."""
     torch.manual_seed(0)
-    emb = TemporalAttentionEmbedding(4, EDGE_DIM, TimeEncoder(4), 8, merge=merge).eval()
+    emb = TemporalAttentionEmbedding(4, EDGE_DIM, TimeEncoder(4), 8).eval()
     layer = emb.layers[0]
     with torch.no_grad():
         layer.attn.in_proj_bias.normal_()  # a key bias too: it must cancel
@@ -371,10 +370,7 @@ def test_sparse_attention_equals_multihead_attention_over_padded_keys(merge):
         ignore[:, -1] &= ~empty
         out, _ = layer.attn(query, kv, kv, key_padding_mask=ignore, need_weights=False)
         out = out.squeeze(1).masked_fill(empty.unsqueeze(1), 0.0)
-        if merge == "mlp":
-            expected = layer.merge(torch.cat([out, states[0]], -1))
-        else:
-            expected = out + layer.skip(states[0])
+        expected = layer.merge(torch.cat([out, states[0]], -1))
         # States given once per distinct node plus an index: the same embeddings.
         shared = emb([torch.cat([states[0], table]), torch.cat([states[0], table])], [hop],
                      [torch.arange(n), hop.nbr.reshape(-1) + n])  # fmt: skip
@@ -382,26 +378,18 @@ def test_sparse_attention_equals_multihead_attention_over_padded_keys(merge):
     torch.testing.assert_close(shared, got, rtol=1e-6, atol=1e-7)
 
 
-def test_linear_skip_merge_trains_and_differs_from_the_mlp_merge():
-    """Both merges embed and pass gradients; from the same start they score a stream differently, and a
-    checkpoint of one does not load silently into the other."""
-    stream = make_stream(batches=3)
-    models, scores = {}, {}
-    for merge in ("mlp", "linear_skip"):
-        torch.manual_seed(0)
-        models[merge] = TGN(small_config(merge=merge)).eval()
-        scores[merge] = torch.cat(run_stream(models[merge], stream))
-    mlp, skip = models["mlp"].embedding.layers[0], models["linear_skip"].embedding.layers[0]
-    assert skip.merge is None and mlp.skip is None
-    assert skip.skip.in_features == 8 and skip.skip.out_features == 8
-    assert not torch.allclose(scores["mlp"], scores["linear_skip"], atol=1e-3)
-    model = models["linear_skip"].train()
-    src, dst, t, _ = stream[0]
-    z = model(one_hop_input(torch.cat([src, dst]), torch.cat([t, t]) + 100.0, as_events(stream[1])))
-    model.predictor(z[: len(src)], z[len(src) :]).sum().backward()
-    assert skip.skip.weight.grad.abs().sum() > 0 and skip.attn.out_proj.weight.grad.abs().sum() > 0
-    with pytest.raises(RuntimeError, match="skip"):
-        TGN(small_config(merge="linear_skip")).load_state_dict(models["mlp"].state_dict())
+def test_configs_naming_the_removed_merge_switch_load_or_are_refused_with_the_reason():
+    """``TGNConfig.merge`` was an ablation switch, removed: an old config's ``merge="mlp"`` (what every model
+    does) builds the same model, ``"linear_skip"`` is refused naming the switch, and new dicts omit it."""
+    torch.manual_seed(0)
+    plain = TGN(small_config())
+    torch.manual_seed(0)
+    old = TGN(small_config(merge="mlp"))
+    assert old.config == plain.config and "merge" not in dataclasses.asdict(old.config)
+    for name, value in plain.state_dict().items():
+        assert torch.equal(old.state_dict()[name], value), name
+    with pytest.raises(ConfigError, match="merge='linear_skip'.*removed"):
+        small_config(merge="linear_skip")
 
 
 def test_state_dict_round_trip_restores_outputs_and_state():

@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from ..errors import StreamGNNError
+    from ..rankfail import ends_job_on_error
     from ._args import forget_new_folders, remove_new_empty_folders
 
     forget_new_folders()  # an earlier call in this process (tests run many) noted its own
@@ -58,7 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     # those it left empty
     code = 1
     try:
-        code = args.func(args, rest)
+        # one rank of an MPI or torch.distributed job that fails ends the job (a fault-tolerant agents run
+        # outlives its failed ranks by design)
+        with ends_job_on_error(enabled=not getattr(args, "fault_tolerant", False)):
+            code = args.func(args, rest)
         return code
     except StreamGNNError as exc:  # a user's mistake or a broken input: the message says what to do
         code = _error(str(exc))

@@ -270,17 +270,24 @@ def _build(cls, data, where: str):
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of {cls.__name__} keys, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    # what the constructor takes: the init fields and any InitVar (a removed option older configs still name)
+    fields = {f.name for f in dataclasses.fields(cls) if f.init} | {
+        name for name, hint in hints.items() if isinstance(hint, dataclasses.InitVar)
+    }
     unknown = [key for key in data if key not in fields]  # in file order (keys may be numbers)
     if unknown:
         raise ConfigError(
             f"{where}: unknown key {unknown[0]!r} for {cls.__name__}; known keys: {', '.join(sorted(fields))}"
         )
-    values = {key: _coerce(value, hints[key], f"{where}: {key}") for key, value in data.items()}
+    values = {key: _coerce(value, _unwrap(hints[key]), f"{where}: {key}") for key, value in data.items()}
     try:
         return cls(**values)
     except StreamGNNError as exc:
         raise ConfigError(f"{where}: {exc}") from None
+
+
+def _unwrap(hint):
+    return hint.type if isinstance(hint, dataclasses.InitVar) else hint
 
 
 def _coerce(value, hint, where: str):

@@ -8,7 +8,6 @@ neighbors repeat the same few nodes, and padding is most of a dense ``[n, k]`` t
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -19,18 +18,14 @@ from .gather import gather_rows
 from .inputs import NeighborHop
 from .time import TimeEncoder
 
-Merge = Literal["mlp", "linear_skip"]
-MERGES = ("mlp", "linear_skip")
-
 
 class TemporalAttentionLayer(nn.Module):
     """One hop: a root's query ``[h_root, time_enc(0)]`` attends over keys ``[h_nbr, e, time_enc(dt)]``.
 
-    The attention output is merged with ``h_root`` so a root without neighbors still gets an embedding from
-    its own state: ``merge="mlp"`` by TGN's merge layer ``MLP([out, h_root])``, ``"linear_skip"`` as PyG's
-    ``TransformerConv`` (``root_weight=True``): ``out + W h_root + b``, no nonlinearity after attention. The
-    projections live in an ``nn.MultiheadAttention`` (their checkpoint layout); the forward is computed here,
-    over real neighbors only.
+    The attention output is merged with ``h_root`` by TGN's merge layer ``MLP([out, h_root])``, so a root
+    without neighbors still gets an embedding from its own state. The projections live in an
+    ``nn.MultiheadAttention`` (their checkpoint layout); the forward is computed here, over real neighbors
+    only.
     """
 
     def __init__(
@@ -41,11 +36,8 @@ class TemporalAttentionLayer(nn.Module):
         out_dim: int,
         num_heads: int = 2,
         dropout: float = 0.1,
-        merge: Merge = "mlp",
     ) -> None:
         super().__init__()
-        if merge not in MERGES:
-            raise ConfigError(f"merge must be one of {MERGES}, got {merge!r}")
         if out_dim % num_heads:
             raise ConfigError(f"embedding dim {out_dim} is not divisible by {num_heads} heads")
         self.time_enc = time_encoder
@@ -58,13 +50,9 @@ class TemporalAttentionLayer(nn.Module):
         self.attn = nn.MultiheadAttention(
             out_dim, num_heads, dropout=dropout, kdim=key_dim, vdim=key_dim, batch_first=True
         )
-        mlp = merge == "mlp"
-        self.merge = (
-            nn.Sequential(nn.Linear(out_dim + node_dim, out_dim), nn.ReLU(), nn.Linear(out_dim, out_dim))
-            if mlp
-            else None
+        self.merge = nn.Sequential(
+            nn.Linear(out_dim + node_dim, out_dim), nn.ReLU(), nn.Linear(out_dim, out_dim)
         )
-        self.skip = None if mlp else nn.Linear(node_dim, out_dim)
 
     def forward(
         self,
@@ -106,8 +94,6 @@ class TemporalAttentionLayer(nn.Module):
         out = h_root.new_zeros(n, heads, head_dim).index_add(0, row, weight.unsqueeze(-1) * v)
         empty = torch.ones(n, 1, dtype=torch.bool, device=row.device).index_fill(0, row, False)
         out = self.attn.out_proj(out.view(n, out_dim)).masked_fill(empty, 0.0)
-        if self.skip is not None:
-            return out + self.skip(h_root)
         return self.merge(torch.cat([out, h_root], dim=-1))
 
     def _in_proj_weights(self) -> tuple[Tensor, Tensor, Tensor]:
@@ -134,7 +120,6 @@ class TemporalAttentionEmbedding(nn.Module):
         num_layers: int = 1,
         num_heads: int = 2,
         dropout: float = 0.1,
-        merge: Merge = "mlp",
     ) -> None:
         super().__init__()
         if num_layers < 1:
@@ -148,7 +133,6 @@ class TemporalAttentionEmbedding(nn.Module):
                 embedding_dim,
                 num_heads,
                 dropout,
-                merge,
             )
             for i in range(num_layers)
         )

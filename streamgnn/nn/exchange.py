@@ -169,20 +169,6 @@ def _align(prev_ids: np.ndarray, mem: Tensor, age: Tensor, ids: np.ndarray) -> t
     return new_mem, new_age
 
 
-def reverse_sum(grad: Tensor, rev_node: Tensor, rev_slot: Tensor) -> Tensor:
-    """``grad [B, N, D, F]`` per receiving slot -> ``[B, N, F]`` per sender, summed in receiver order."""
-    lanes, n, d, feats = grad.shape
-    width = rev_node.shape[-1]
-    if width == 0:
-        return grad.new_zeros(lanes, n, feats)
-    flat = torch.cat([grad.reshape(lanes, n * d, feats), grad.new_zeros(lanes, 1, feats)], dim=1)
-    index = torch.where(rev_node >= 0, rev_node * d + rev_slot, n * d)  # padding -> the zero row
-    if index.shape[0] == 1:
-        return sum_slots([flat[:, i] for i in index[0].unbind(-1)])
-    lane = torch.arange(lanes).view(-1, 1)
-    return sum_slots([flat[lane, i] for i in index.unbind(-1)])
-
-
 class LocalExchange(Exchange):
     """Every node in one process: the centralized computation, the simulation under failures, training."""
 

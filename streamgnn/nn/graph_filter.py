@@ -112,10 +112,6 @@ class GraphNN(nn.Module):
         )
 
     @property
-    def rounds_per_step(self) -> int:
-        return len(self.layers) * (self.config.taps - 1)
-
-    @property
     def aggregation(self) -> Aggregation:
         return self.config.aggregation
 

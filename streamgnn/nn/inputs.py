@@ -45,10 +45,6 @@ class EmbeddingInput:
     node_feat: Tensor | None = None  # float32 [n, d_n] features of the query nodes
     hops: list[NeighborHop] = field(default_factory=list)
 
-    def level_nodes(self) -> list[Tensor]:
-        """Node ids per tree level: ``[nodes, hops[0].nbr.flatten(), hops[1].nbr.flatten(), ...]``."""
-        return [self.nodes, *(hop.nbr.reshape(-1) for hop in self.hops)]
-
     def to(self, device: torch.device | str) -> EmbeddingInput:
         return replace(
             self,

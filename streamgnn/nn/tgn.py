@@ -12,7 +12,7 @@ Per batch, test-then-train (the model never sees the store; the caller gathers t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, replace
 from typing import Literal
 
 import torch
@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ..errors import ConfigError
 from ..sampling.pair_kernels import HISTORY_FIXED
-from .attention import MERGES, Merge, TemporalAttentionEmbedding
+from .attention import TemporalAttentionEmbedding
 from .gather import gather_rows
 from .inputs import EmbeddingInput, NeighborHop
 from .memory import AGGREGATORS, MESSAGE_FUNCTIONS, Aggregator, MessageFunction, NodeMemory
@@ -48,9 +48,10 @@ class TGNConfig:
     they lift test AP on CollegeMsg from 0.70 to 0.82 (benchmarks/RESULTS.md, "TGN quality" ablation);
     ``neighbor_time="query", time_init="geometric"`` is the paper's model. The tgat and jodie variants keep
     the papers' choices (not measured otherwise).
-    ``merge``: how attention output and the root's state combine: "mlp" (the TGN paper's merge layer, the
-    default) or "linear_skip" (PyG's ``TransformerConv``: attention output plus a linear map of the root).
-    Kept switchable to measure the one recipe difference left between us and PyG's TGN example.
+    ``merge`` is gone (#21): the ablation against PyG's linear skip made no difference (benchmarks/RESULTS.md,
+    "Bitcoin OTC's MRR gap, by ablation"), so attention output and root state always meet in TGN's MLP
+    merge. Configs written before still load: ``merge="mlp"`` (what the model does) is ignored,
+    ``"linear_skip"`` is refused.
     ``pair_features``: the link predictor also reads the pair's features from the store at query time
     (``sampling.PairFeatures``, encoded by ``PairEncoder`` into ``3 * pair_dim`` values): u->v and v->u
     counts, time since the latest of each, decayed counts with time constants ``pair_decays`` (in the
@@ -75,13 +76,18 @@ class TGNConfig:
     time_scale: float = 1.0  # JODIE divides Δt by this (JODIE standardises Δt; pick a typical gap)
     neighbor_time: NeighborTime | None = None  # None: "last_update" for tgn, "query" for tgat and jodie
     time_init: TimeInit | None = None  # None: "uniform" for tgn, "geometric" for tgat and jodie
-    merge: Merge = "mlp"
     pair_features: bool = False
     pair_neighbors: int = 20
     pair_decays: tuple[float, ...] = (3600.0, 86400.0, 604800.0)
     pair_dim: int = 32
+    merge: InitVar[str | None] = None  # removed; accepted from older configs only (see above)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, merge: str | None) -> None:
+        if merge not in (None, "mlp"):
+            raise ConfigError(
+                f"TGNConfig.merge={merge!r} is no longer built: the switch was removed (its ablation made no "
+                "difference) and every model uses the MLP merge; drop 'merge' from the config"
+            )
         object.__setattr__(self, "pair_decays", tuple(self.pair_decays))  # (lists from JSON)
         for name in ("pair_neighbors", "pair_dim"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
@@ -102,8 +108,6 @@ class TGNConfig:
             raise ConfigError(f"neighbor_time must be one of {NEIGHBOR_TIMES}, got {self.neighbor_time!r}")
         if self.time_init not in TIME_INITS:
             raise ConfigError(f"time_init must be one of {TIME_INITS}, got {self.time_init!r}")
-        if self.merge not in MERGES:
-            raise ConfigError(f"merge must be one of {MERGES}, got {self.merge!r}")
         if self.neighbor_time == "last_update" and self.variant == "tgat":
             raise ConfigError("neighbor_time='last_update' reads memory, which tgat has not: use 'query'")
         if self.num_layers is None:
@@ -171,7 +175,6 @@ class TGN(nn.Module):
                 num_layers=config.num_layers,
                 num_heads=config.num_heads,
                 dropout=config.dropout,
-                merge=config.merge,
             )
             self.out_dim = config.embedding_dim
         self.pair_encoder = None

@@ -4,7 +4,7 @@ memory rows and negative history) and reads only its own Kafka partitions; W ran
 from ..train.config import ShardConfig
 from .batches import GlobalBatcher
 from .cache import RowCache
-from .comm import Exchange
+from .comm import Collectives
 from .memory import OwnedMemory
 from .ownership import GlobalIndex, Ownership
 from .run import run_sharded
@@ -12,7 +12,7 @@ from .source import KafkaPartitions, LocalSource, PartitionedReplay
 from .trainer import ShardedTrainer
 
 __all__ = [
-    "Exchange",
+    "Collectives",
     "GlobalBatcher",
     "GlobalIndex",
     "KafkaPartitions",

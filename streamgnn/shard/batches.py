@@ -25,7 +25,7 @@ import numpy as np
 from ..codec import decode_binary, encode_binary
 from ..errors import PlacementError
 from ..events import DeadLetter, EventBatch, concat
-from .comm import Exchange
+from .comm import Collectives
 from .ownership import Ownership
 from .source import LocalSource
 
@@ -37,7 +37,7 @@ class GlobalBatcher:
     identical on every rank, or None once every rank's source is done and every buffer empty."""
 
     def __init__(
-        self, source: LocalSource, ownership: Ownership, exchange: Exchange, batch_size: int
+        self, source: LocalSource, ownership: Ownership, exchange: Collectives, batch_size: int
     ) -> None:
         self.source, self.ownership, self.exchange = source, ownership, exchange
         self.batch_size = batch_size

@@ -6,7 +6,7 @@ array's bytes), so one exchange of several arrays costs two ``all_to_all_single`
 the bytes. With one rank nothing is sent. ``sent`` counts the bytes this rank put on the wire per purpose
 (its own part excluded), which is what the benchmarks report as exchanged bytes.
 
->>> ex = Exchange()  # a single process: parts come straight back
+>>> ex = Collectives()  # a single process: parts come straight back
 >>> [p[0].tolist() for p in ex.all_to_all([(np.arange(3),)], "demo")]
 [[0, 1, 2]]
 """
@@ -22,7 +22,7 @@ import torch.distributed as dist
 from ..errors import ConfigError
 
 
-class Exchange:
+class Collectives:
     """Collectives among ``world_size`` ranks of the default process group (``DistContext``'s)."""
 
     def __init__(self, rank: int = 0, world_size: int = 1, device: torch.device | str = "cpu") -> None:

@@ -3,10 +3,11 @@
 ``OwnedMemory`` keeps, for this rank's vertices only, what ``NodeMemory`` keeps for all: the memory row, the
 last-update time and the pending (not yet committed) messages, whose other endpoint is named by global id,
 plus a version per row that changes whenever the row or its pending messages do. A step gathers the rows
-it needs from their owners (``Exchange``), lays them out as a ``WorkingSet`` (dense ids, the other endpoints'
-committed rows appended, a zero row last), and runs the model's own ``NodeMemory`` over it by lending it
-that state for the duration (``NodeMemory`` holds its state in buffers by design). The arithmetic is then
-the single-process arithmetic on the same rows, and gradients reach the GRU and message function as there.
+it needs from their owners (``Collectives``), lays them out as a ``WorkingSet`` (dense ids, the other
+endpoints' committed rows appended, a zero row last), and runs the model's own ``NodeMemory`` over it by
+lending it that state for the duration (``NodeMemory`` holds its state in buffers by design). The arithmetic
+is then the single-process arithmetic on the same rows, and gradients reach the GRU and message function as
+there.
 
 >>> import numpy as np, torch
 >>> owned = OwnedMemory(memory_dim=4, edge_dim=0)

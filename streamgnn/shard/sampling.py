@@ -24,7 +24,7 @@ import numpy as np
 from ..sampling import SamplerConfig, TemporalSampler
 from ..sampling.types import SampledHop, SampledSubgraph
 from ..store import TemporalGraphStore
-from .comm import Exchange
+from .comm import Collectives
 from .ownership import GlobalIndex
 
 
@@ -85,7 +85,7 @@ class RoutedSampler:
     """Exact: every query is sampled by the owner of its vertex (see the module docstring)."""
 
     def __init__(
-        self, shard: TemporalGraphStore, index: GlobalIndex, exchange: Exchange, config: SamplerConfig,
+        self, shard: TemporalGraphStore, index: GlobalIndex, exchange: Collectives, config: SamplerConfig,
         edge_dim: int,
     ) -> None:  # fmt: skip
         self.index, self.exchange, self.config, self.edge_dim = index, exchange, config, edge_dim

@@ -43,7 +43,7 @@ from ..train.tgn_model import link_loss
 from ..train.trainer import OnlineResult, StepResult
 from . import checkpoint
 from .batches import GlobalBatcher
-from .comm import Exchange
+from .comm import Collectives
 from .compute import Embedder, Queries
 from .memory import HaloCache, OwnedMemory, lend_state
 from .ownership import GlobalIndex, Ownership
@@ -88,7 +88,7 @@ class ShardedTrainer:
         self.device = local_device(config.device)
         d = self.dist
         self.ownership = Ownership.of(self.shard_config, d.world_size, d.rank)
-        self.exchange = Exchange(d.rank, d.world_size, self.device)
+        self.exchange = Collectives(d.rank, d.world_size, self.device)
         self.index = GlobalIndex(self.ownership)
         self.store = TemporalGraphStore(StoreConfig(dense_ids=True))  # this rank's shard, in global ids
         self.owned = OwnedMemory(mcfg.memory_dim, mcfg.edge_feature_dim)

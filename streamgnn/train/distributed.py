@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .. import rankfail
 from ..errors import ConfigError
 
 
@@ -96,9 +97,11 @@ class DistContext:
 def init_distributed(backend: str | None = None) -> DistContext:
     """Join the ``torchrun`` job named by the environment (``WORLD_SIZE`` > 1), or run alone.
 
-    ``backend`` defaults to NCCL when CUDA is available, else gloo.
+    ``backend`` defaults to NCCL when CUDA is available, else gloo. A rank that joins a group ends the whole
+    job when an exception escapes it (``rankfail``), so its peers do not wait for it in a collective.
     """
     if dist.is_available() and dist.is_initialized():
+        rankfail.install()
         return DistContext(dist.get_rank(), dist.get_world_size())
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
@@ -111,6 +114,7 @@ def init_distributed(backend: str | None = None) -> DistContext:
         dist.init_process_group(backend)
     else:
         dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]), world_size=world)
+    rankfail.install()
     return DistContext(dist.get_rank(), dist.get_world_size())
 
 
