@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from .table import METRICS
 
 NODE_IDS = ("int", "str")
+INT64 = (-(1 << 63), (1 << 63) - 1)  # the range of "int" node ids (the table keys them as int64)
 
 
 @dataclass(frozen=True)
