@@ -263,6 +263,38 @@ def test_rows_with_nan_or_inf_are_refused_when_read(kafka_bootstrap, make_topic,
     assert sorted(m.split("node ")[1].split(" ")[0] for m in warned) == ["1", "2", "7"], warned
 
 
+def test_malformed_topic_messages_are_dead_letters_and_lose_nothing_beside_them(kafka_bootstrap, make_topic):
+    """Messages the reader cannot apply, each of another kind, sent in one batch with good rows: each is
+    counted under its reason, and every good row of the batch is served (none is lost with them)."""
+    topic = make_topic(1, compacted=True)
+    row = json.dumps([0.5] * DIM)
+    bad = [
+        (b"6", b'{"embedding": 5}'),  # first: no table yet, and not a row to make one from
+        (b"99999999999999999999", f'{{"embedding": {row}}}'.encode()),
+        (b"3", f'{{"embedding": {row}, "t": "soon"}}'.encode()),
+        (b"4", f'{{"embedding": {row}, "t": [1]}}'.encode()),
+        (b"5", f'{{"embedding": {row}, "t": Infinity}}'.encode()),
+        (b"7", b"[" * 100_000),
+    ]
+    good = [(str(i).encode(), f'{{"embedding": {row}, "t": {i}}}'.encode()) for i in range(3)]
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for key, value in [bad[0], good[0], *bad[1:3], good[1], *bad[3:], good[2]]:
+        producer.send(topic, value, key=key)
+    producer.flush()
+    producer.close()
+    with EmbeddingService(ServeConfig(port=0, log_every_s=0), kafka_bootstrap, topic) as service:
+        caught_up(service, 3)
+        status, got = answer(service.url, "/embeddings?ids=0,1,2")
+        _, _, metrics = request(service.url, "/metrics")
+    assert status == 200 and [e["t"] for e in got["embeddings"]] == [0.0, 1.0, 2.0]
+    dead = re.findall(r'streamgnn_dead_letters_total\{reason="([^"]*)"\} (\S+)', metrics.decode())
+    assert sum(float(n) for _, n in dead) == len(bad), dead
+    reasons = " | ".join(r for r, _ in dead)
+    for words in ("not one row", "beyond int", "undecodable embedding message"):
+        assert words in reasons, reasons
+    assert service.reader.error is None
+
+
 def test_each_answered_row_pairs_the_vector_and_time_of_one_write(kafka_bootstrap, make_topic):
     """A writer rewrites 50 rows as fast as it can, each write's vector filled with its own time; readers
     over HTTP check that every answered row's vector is its time, i.e. both come from the same write."""

@@ -39,7 +39,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import UnknownNodeError
-from .config import ServeConfig
+from .config import INT64, ServeConfig
 from .guard import RequestGuard
 from .metrics import ServiceMetrics
 from .reader import EmbeddingsReader
@@ -49,7 +49,6 @@ from .table import METRICS, EmbeddingTable
 log = logging.getLogger(__name__)
 
 MAX_DEPTH = 16  # the deepest body the API reads is 3 ({"pairs": [[src, dst]]})
-INT64 = (-(1 << 63), (1 << 63) - 1)
 _REPR = reprlib.Repr()  # a value quoted in an error, cut short: a body may hold a megabyte
 _REPR.maxstring = _REPR.maxother = _REPR.maxlong = 40
 _REPR.maxlist = _REPR.maxdict = 4

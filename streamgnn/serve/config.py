@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from .table import METRICS
 
 NODE_IDS = ("int", "str")
+INT64 = (-(1 << 63), (1 << 63) - 1)  # the range of "int" node ids (the table keys them as int64)
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,9 @@ class ServeConfig:
     most neighbors and the most ids one request may ask for. ``max_body_bytes``: the largest request body
     (413 beyond; the default holds ``max_ids`` pairs of int64 ids). ``max_url_bytes``: the longest path and
     query string (414 beyond; POST takes long id lists). ``api_key``: when set, every route but ``/health``
-    needs ``Authorization: Bearer <api_key>`` (401 otherwise); from the environment as
-    ``STREAMGNN_SERVE__API_KEY``, so that it stays out of config files and command lines.
+    needs ``Authorization: Bearer <api_key>`` (401 otherwise); ``streamgnn serve`` reads it from the
+    environment as ``STREAMGNN_SERVE__API_KEY`` (a YAML scalar, as every such variable: quote a key of
+    digits only), which keeps it out of config files and command lines.
     ``ssl_keyfile``/``ssl_certfile``: PEM files for HTTPS (uvicorn's TLS), both or neither.
     ``log_every_s``: seconds between the one-line progress logs (0: none). ``checkpoint_dir``: where the
     trainer checkpoints (default: the config file's ``train.checkpoint_dir``); ``/score`` then uses the

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from ..errors import ConfigError
+from .config import INT64
 from .metrics import ServiceMetrics
 from .table import EmbeddingTable
 
@@ -210,7 +211,7 @@ class EmbeddingsReader:
             node = int(text)
         except ValueError:
             raise ConfigError(f"key {text!r} is not an int node id (serve.node_ids is 'int')") from None
-        if not -(1 << 63) <= node < 1 << 63:
+        if not INT64[0] <= node <= INT64[1]:
             raise ConfigError(f"key {text!r} is beyond int64 (serve.node_ids is 'int')")
         return node
 
