@@ -85,3 +85,18 @@ def test_sharded_training_refuses_pair_features():
 
     with pytest.raises(ConfigError, match="pair_features"):
         ShardedTrainer(replace(config(), sharding=ShardConfig()))
+
+
+def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():
+    import json
+
+    cfg = config()
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.as_dict()))) == cfg
+    for bad in (
+        dict(pair_neighbors=0),
+        dict(pair_dim=0),
+        dict(pair_decays=(0.0,)),
+        dict(pair_decays=(np.inf,)),
+    ):
+        with pytest.raises(ConfigError, match="pair_"):
+            TGNConfig(**bad)
