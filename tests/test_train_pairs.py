@@ -100,3 +100,16 @@ def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():
     ):
         with pytest.raises(ConfigError, match="pair_"):
             TGNConfig(**bad)
+
+
+def test_ranking_with_pair_vectors_equals_scoring_each_pair():
+    from streamgnn.nn import LinkPredictor
+
+    torch.manual_seed(0)
+    head = LinkPredictor(6, pair_dim=4)
+    z_src, z = torch.randn(3, 6), torch.randn(5, 6)
+    index, pair = torch.randint(0, 5, (3, 2)), torch.randn(3, 2, 4)
+    each = head(z_src.repeat_interleave(2, 0), z[index.reshape(-1)], pair.reshape(6, 4)).view(3, 2)
+    torch.testing.assert_close(head.candidates(z_src, z, index, pair), each)
+    with pytest.raises(ConfigError, match="pair vectors"):
+        head.candidates(z_src, z, index)
