@@ -185,6 +185,7 @@ class TGNLinkModel:
             ranked = self._pairs(src, np.column_stack([batch.dst[s], cols]), t_query)
             pairs["eval_pairs"] = tuple(x[:, :2] for x in ranked)
             pairs["rank_pairs"] = ranked if candidates.rank else None
+        if candidates is not None:
             roots = [batch.src[s], batch.dst[s], candidates.neg[s, 0]]
             times = [batch.t_query[s]] * 3
             if candidates.rank:
