@@ -85,3 +85,31 @@ def test_sharded_training_refuses_pair_features():
 
     with pytest.raises(ConfigError, match="pair_features"):
         ShardedTrainer(replace(config(), sharding=ShardConfig()))
+
+
+def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():
+    import json
+
+    cfg = config()
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.as_dict()))) == cfg
+    for bad in (
+        dict(pair_neighbors=0),
+        dict(pair_dim=0),
+        dict(pair_decays=(0.0,)),
+        dict(pair_decays=(np.inf,)),
+    ):
+        with pytest.raises(ConfigError, match="pair_"):
+            TGNConfig(**bad)
+
+
+def test_ranking_with_pair_vectors_equals_scoring_each_pair():
+    from streamgnn.nn import LinkPredictor
+
+    torch.manual_seed(0)
+    head = LinkPredictor(6, pair_dim=4)
+    z_src, z = torch.randn(3, 6), torch.randn(5, 6)
+    index, pair = torch.randint(0, 5, (3, 2)), torch.randn(3, 2, 4)
+    each = head(z_src.repeat_interleave(2, 0), z[index.reshape(-1)], pair.reshape(6, 4)).view(3, 2)
+    torch.testing.assert_close(head.candidates(z_src, z, index, pair), each)
+    with pytest.raises(ConfigError, match="pair vectors"):
+        head.candidates(z_src, z, index)

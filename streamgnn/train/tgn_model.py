@@ -179,14 +179,13 @@ class TGNLinkModel:
         eval_input = train_input = None
         pairs = {}
         src, t_query = batch.src[s], batch.t_query[s]
+        if candidates is not None and self.pairs is not None:
+            # ranking's candidates start with the AP pair (destination, column-0 negative): read them once
+            cols = candidates.neg[s] if candidates.rank else candidates.neg[s, :1]
+            ranked = self._pairs(src, np.column_stack([batch.dst[s], cols]), t_query)
+            pairs["eval_pairs"] = tuple(x[:, :2] for x in ranked)
+            pairs["rank_pairs"] = ranked if candidates.rank else None
         if candidates is not None:
-            pairs["eval_pairs"] = self._pairs(
-                src, np.column_stack([batch.dst[s], candidates.neg[s, 0]]), t_query
-            )
-            if candidates.rank:
-                pairs["rank_pairs"] = self._pairs(
-                    src, np.column_stack([batch.dst[s], candidates.neg[s]]), t_query
-                )
             roots = [batch.src[s], batch.dst[s], candidates.neg[s, 0]]
             times = [batch.t_query[s]] * 3
             if candidates.rank:
