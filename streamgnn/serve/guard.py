@@ -13,16 +13,25 @@ import hmac
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .metrics import ServiceMetrics
+
 OPEN_PATHS = ("/health",)
 
 
 class RequestGuard:
     """414 for a path plus query string longer than ``max_url_bytes``; 401 without
-    ``Authorization: Bearer <api_key>`` (compared in constant time) when ``api_key`` is set."""
+    ``Authorization: Bearer <api_key>`` (compared in constant time) when ``api_key`` is set. Each refusal
+    is counted in ``metrics.refused`` (a run of 401s is someone guessing keys)."""
 
-    def __init__(self, app: ASGIApp, *, max_url_bytes: int, api_key: str | None) -> None:
-        self.app, self.max_url_bytes = app, max_url_bytes
+    def __init__(
+        self, app: ASGIApp, *, max_url_bytes: int, api_key: str | None, metrics: ServiceMetrics
+    ) -> None:
+        self.app, self.max_url_bytes, self.metrics = app, max_url_bytes, metrics
         self.expected = None if api_key is None else f"Bearer {api_key}".encode()
+
+    async def refuse(self, status: int, reason: str, scope: Scope, receive: Receive, send: Send, **headers):
+        self.metrics.refused.labels(str(status)).inc()
+        await JSONResponse({"error": reason}, status_code=status, headers=headers)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -34,7 +43,7 @@ class RequestGuard:
                 f"the URL is {size} bytes, more than serve.max_url_bytes={self.max_url_bytes}; "
                 "POST long id lists"
             )
-            await JSONResponse({"error": reason}, status_code=414)(scope, receive, send)
+            await self.refuse(414, reason, scope, receive, send)
             return
         if self.expected is not None and scope["path"] not in OPEN_PATHS:
             given = dict(scope["headers"]).get(b"authorization", b"")
@@ -42,7 +51,7 @@ class RequestGuard:
                 reason = "this service needs 'Authorization: Bearer <key>' (serve.api_key)"
                 if given:
                     reason = "the bearer token is not this service's key (serve.api_key)"
-                headers = {"WWW-Authenticate": 'Bearer realm="streamgnn"'}
-                await JSONResponse({"error": reason}, status_code=401, headers=headers)(scope, receive, send)
+                challenge = {"WWW-Authenticate": 'Bearer realm="streamgnn"'}
+                await self.refuse(401, reason, scope, receive, send, **challenge)
                 return
         await self.app(scope, receive, send)

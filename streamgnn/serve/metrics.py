@@ -9,6 +9,8 @@ service serves it at ``/metrics``, a trainer worker with ``prometheus_client.sta
 - ``streamgnn_embedding_freshness_seconds``: worker, from a batch's arrival to its rows being queryable in
   the trainer's table; service, from the Kafka timestamp of an embedding message (when the trainer
   published it) to the row being queryable in the service
+- service only: ``streamgnn_http_request_seconds{route, status}``, ``streamgnn_http_refused_total{status}``
+  (401s and 414s, answered before any route), ``streamgnn_table_nodes``
 - worker only: ``streamgnn_train_events_per_second``, ``streamgnn_window_ap|auc|mrr`` (the latest closed
   running-metrics window), ``streamgnn_train_loss``, ``streamgnn_train_steps``,
   ``streamgnn_stream_position`` (events consumed, restored from checkpoints), ``streamgnn_learned_events``,
@@ -78,6 +80,12 @@ class ServiceMetrics(_Common):
             "streamgnn_http_request_seconds",
             "request handling time",
             ["route", "status"],
+            registry=self.registry,
+        )
+        self.refused = Counter(
+            "streamgnn_http_refused",
+            "requests refused before routing: 401 (no or a wrong API key), 414 (URL too long)",
+            ["status"],
             registry=self.registry,
         )
 
