@@ -156,6 +156,8 @@ REFUSED = [  # (path, body, status, words of the reason), one class of hostile i
     ("/embeddings", b'{"ids": ["\\ud800"]}', 400, "not valid Unicode"),
     ("/embeddings", b'{"\\udfff": 1}', 400, "not valid Unicode"),
     ("/embeddings", b'{"ids": [1]}\xff', 400, "not UTF-8"),
+    ("/embeddings?ids=%ED%A0%80", None, 400, "not UTF-8"),
+    ("/embeddings?ids=1&x=%FF", None, 400, "not UTF-8"),
     ("/embeddings", {"ids": {"1": 2}}, 400, "non-empty list"),
     ("/embeddings", {"ids": [None]}, 400, "node ids are ints or strings"),
     ("/embeddings", [1, 2], 400, "must be a JSON object"),

@@ -1,6 +1,7 @@
-"""The service's first check of every request, before routing: the URL's length and, when the service has
-an API key, the bearer token. Both answer JSON like every route (``{"error": ...}``), so a client parses
-one kind of answer; ``/health`` stays open for load balancers and orchestrators that probe it.
+"""The service's first check of every request, before routing: the URL's length, the bearer token when
+the service has an API key, and the query string's encoding. Each answers JSON like every route
+(``{"error": ...}``), so a client parses one kind of answer; ``/health`` stays open for load balancers and
+orchestrators that probe it.
 
 A pure ASGI middleware: it looks at the request line and headers only, so a refused request's body is
 never read.
@@ -9,6 +10,7 @@ never read.
 from __future__ import annotations
 
 import hmac
+from urllib.parse import unquote_to_bytes
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -20,8 +22,9 @@ OPEN_PATHS = ("/health",)
 
 class RequestGuard:
     """414 for a path plus query string longer than ``max_url_bytes``; 401 without
-    ``Authorization: Bearer <api_key>`` (compared in constant time) when ``api_key`` is set. Each refusal
-    is counted in ``metrics.refused`` (a run of 401s is someone guessing keys)."""
+    ``Authorization: Bearer <api_key>`` (compared in constant time) when ``api_key`` is set; 400 for a
+    query string that is not UTF-8. Each refusal is counted in ``metrics.refused`` (a run of 401s is
+    someone guessing keys)."""
 
     def __init__(
         self, app: ASGIApp, *, max_url_bytes: int, api_key: str | None, metrics: ServiceMetrics
@@ -54,4 +57,10 @@ class RequestGuard:
                 challenge = {"WWW-Authenticate": 'Bearer realm="streamgnn"'}
                 await self.refuse(401, reason, scope, receive, send, **challenge)
                 return
+        try:  # Starlette would replace what is not UTF-8: a str node id would be answered for another id
+            unquote_to_bytes(scope.get("query_string", b"")).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            reason = f"the query string is not UTF-8 once percent-decoded ({exc.reason} at byte {exc.start})"
+            await self.refuse(400, reason, scope, receive, send)
+            return
         await self.app(scope, receive, send)
