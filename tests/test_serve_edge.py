@@ -156,6 +156,8 @@ REFUSED = [  # (path, body, status, words of the reason), one class of hostile i
     ("/embeddings", b'{"ids": ["\\ud800"]}', 400, "not valid Unicode"),
     ("/embeddings", b'{"\\udfff": 1}', 400, "not valid Unicode"),
     ("/embeddings", b'{"ids": [1]}\xff', 400, "not UTF-8"),
+    ("/embeddings?ids=%ED%A0%80", None, 400, "not UTF-8"),
+    ("/embeddings?ids=1&x=%FF", None, 400, "not UTF-8"),
     ("/embeddings", {"ids": {"1": 2}}, 400, "non-empty list"),
     ("/embeddings", {"ids": [None]}, 400, "node ids are ints or strings"),
     ("/embeddings", [1, 2], 400, "must be a JSON object"),
@@ -223,6 +225,8 @@ def test_request_and_url_limits(service):
     assert status == 414 and "max_url_bytes=300" in got["error"]
     status, got = answer(service.url, "/embeddings?ids=" + ",".join(["1"] * 100))
     assert status == 200 and len(got["embeddings"]) == 100
+    _, _, metrics = request(service.url, "/metrics")
+    assert b'streamgnn_http_refused_total{status="414"} 1.0' in metrics
 
 
 def test_default_limits_take_the_largest_request_the_api_allows():
@@ -360,6 +364,7 @@ def test_bearer_token_guards_every_route_but_health(kafka_bootstrap, make_topic,
         assert status == 200 and got["embeddings"][0]["embedding"] == vectors[1].tolist()
         status, _, raw = request(url, "/metrics", headers=auth)
         assert status == 200 and b"streamgnn_table_nodes 20.0" in raw
+        assert b'streamgnn_http_refused_total{status="401"} 10.0' in raw  # 5 without a token, 5 wrong
 
 
 def test_api_key_comes_from_the_environment_and_stays_out_of_reprs():

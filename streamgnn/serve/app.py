@@ -225,7 +225,11 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
 
     both = ["GET", "POST"]
     return Starlette(
-        middleware=[Middleware(RequestGuard, max_url_bytes=config.max_url_bytes, api_key=config.api_key)],
+        middleware=[
+            Middleware(
+                RequestGuard, max_url_bytes=config.max_url_bytes, api_key=config.api_key, metrics=metrics
+            )
+        ],
         exception_handlers={HTTPException: http_error},
         routes=[
             Route("/health", endpoint("health", health)),

@@ -1,6 +1,7 @@
-"""The service's first check of every request, before routing: the URL's length and, when the service has
-an API key, the bearer token. Both answer JSON like every route (``{"error": ...}``), so a client parses
-one kind of answer; ``/health`` stays open for load balancers and orchestrators that probe it.
+"""The service's first check of every request, before routing: the URL's length, the bearer token when
+the service has an API key, and the query string's encoding. Each answers JSON like every route
+(``{"error": ...}``), so a client parses one kind of answer; ``/health`` stays open for load balancers and
+orchestrators that probe it.
 
 A pure ASGI middleware: it looks at the request line and headers only, so a refused request's body is
 never read.
@@ -9,20 +10,31 @@ never read.
 from __future__ import annotations
 
 import hmac
+from urllib.parse import unquote_to_bytes
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .metrics import ServiceMetrics
 
 OPEN_PATHS = ("/health",)
 
 
 class RequestGuard:
     """414 for a path plus query string longer than ``max_url_bytes``; 401 without
-    ``Authorization: Bearer <api_key>`` (compared in constant time) when ``api_key`` is set."""
+    ``Authorization: Bearer <api_key>`` (compared in constant time) when ``api_key`` is set; 400 for a
+    query string that is not UTF-8. Each refusal is counted in ``metrics.refused`` (a run of 401s is
+    someone guessing keys)."""
 
-    def __init__(self, app: ASGIApp, *, max_url_bytes: int, api_key: str | None) -> None:
-        self.app, self.max_url_bytes = app, max_url_bytes
+    def __init__(
+        self, app: ASGIApp, *, max_url_bytes: int, api_key: str | None, metrics: ServiceMetrics
+    ) -> None:
+        self.app, self.max_url_bytes, self.metrics = app, max_url_bytes, metrics
         self.expected = None if api_key is None else f"Bearer {api_key}".encode()
+
+    async def refuse(self, status: int, reason: str, scope: Scope, receive: Receive, send: Send, **headers):
+        self.metrics.refused.labels(str(status)).inc()
+        await JSONResponse({"error": reason}, status_code=status, headers=headers)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -34,7 +46,7 @@ class RequestGuard:
                 f"the URL is {size} bytes, more than serve.max_url_bytes={self.max_url_bytes}; "
                 "POST long id lists"
             )
-            await JSONResponse({"error": reason}, status_code=414)(scope, receive, send)
+            await self.refuse(414, reason, scope, receive, send)
             return
         if self.expected is not None and scope["path"] not in OPEN_PATHS:
             given = dict(scope["headers"]).get(b"authorization", b"")
@@ -42,7 +54,13 @@ class RequestGuard:
                 reason = "this service needs 'Authorization: Bearer <key>' (serve.api_key)"
                 if given:
                     reason = "the bearer token is not this service's key (serve.api_key)"
-                headers = {"WWW-Authenticate": 'Bearer realm="streamgnn"'}
-                await JSONResponse({"error": reason}, status_code=401, headers=headers)(scope, receive, send)
+                challenge = {"WWW-Authenticate": 'Bearer realm="streamgnn"'}
+                await self.refuse(401, reason, scope, receive, send, **challenge)
                 return
+        try:  # Starlette would replace what is not UTF-8: a str node id would be answered for another id
+            unquote_to_bytes(scope.get("query_string", b"")).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            reason = f"the query string is not UTF-8 once percent-decoded ({exc.reason} at byte {exc.start})"
+            await self.refuse(400, reason, scope, receive, send)
+            return
         await self.app(scope, receive, send)

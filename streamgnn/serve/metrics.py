@@ -9,6 +9,9 @@ service serves it at ``/metrics``, a trainer worker with ``prometheus_client.sta
 - ``streamgnn_embedding_freshness_seconds``: worker, from a batch's arrival to its rows being queryable in
   the trainer's table; service, from the Kafka timestamp of an embedding message (when the trainer
   published it) to the row being queryable in the service
+- service only: ``streamgnn_http_request_seconds{route, status}``, ``streamgnn_table_nodes``,
+  ``streamgnn_http_refused_total{status}`` (401, 414, and 400 for a query string that is not UTF-8:
+  answered before any route)
 - worker only: ``streamgnn_train_events_per_second``, ``streamgnn_window_ap|auc|mrr`` (the latest closed
   running-metrics window), ``streamgnn_train_loss``, ``streamgnn_train_steps``,
   ``streamgnn_stream_position`` (events consumed, restored from checkpoints), ``streamgnn_learned_events``,
@@ -78,6 +81,13 @@ class ServiceMetrics(_Common):
             "streamgnn_http_request_seconds",
             "request handling time",
             ["route", "status"],
+            registry=self.registry,
+        )
+        self.refused = Counter(
+            "streamgnn_http_refused",
+            "requests refused before routing: 401 (no or a wrong API key), 414 (URL too long), 400 (a query "
+            "string that is not UTF-8)",
+            ["status"],
             registry=self.registry,
         )
 
