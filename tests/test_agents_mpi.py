@@ -123,17 +123,22 @@ def run_bounded(cmd: list[str], cwd: Path, timeout_s: float = 600) -> subprocess
 
 KILL = shlex.split(
     "agents source-loc --nodes 12 --communities 3 --train 60 --test 12 --taps 3 --hidden 8 --fit-steps 10 "
-    "--probs 0 --variants plain --p-out 0.4 --fault-tolerant --deadline 3 --die-round startup --quiet"
+    "--probs 0 --variants plain --p-out 0.4 --fault-tolerant --deadline 3 --quiet --out out"
 )
 
 
-@pytest.mark.parametrize("rank", [2, 0])
-def test_an_agent_killed_during_mpi_start_up_ends_only_itself(tmp_path, rank):
+@pytest.mark.parametrize("rank, when", [(2, "startup"), (0, "startup"), (0, "setup")])
+def test_an_agent_killed_during_start_up_ends_only_itself_or_the_job_it_was_needed_for(tmp_path, rank, when):
     """MPI start-up is collective: a rank killed before its start-up finished used to leave the others
     waiting in theirs forever. Now a stand-in starts in its place, so the others run and treat it as
-    failed; without rank 0 (which trains and shares the models) they end at once, saying why."""
-    cmd = ["mpiexec", "-disable-auto-cleanup", "-n", "3", "streamgnn", *KILL, "--die-rank", str(rank)]
-    proc = run_bounded([*cmd, "--out", "out"], tmp_path)
+    failed; without rank 0 (which trains and shares the models) the others end at once, saying why, and
+    rank 0 killed after start-up but before it shared the models ends the job."""
+    cmd = ["mpiexec", "-disable-auto-cleanup", "-n", "3", "streamgnn", *KILL]
+    proc = run_bounded([*cmd, "--die-rank", str(rank), "--die-round", when], tmp_path)
+    if when == "setup":
+        assert proc.returncode != 0 and "nothing to run; ending the job" in proc.stderr, proc.stderr[-3000:]
+        assert not (tmp_path / "out/source_loc.json").exists()
+        return
     assert proc.returncode == 128 + 9, proc.stderr[-3000:]  # the killed agent's exit, as hydra saw it
     if rank == 0:
         assert proc.stderr.count("rank 0 was killed before it shared the setup") == 2, proc.stderr[-3000:]

@@ -31,7 +31,9 @@ from ..nn.exchange import Exchange, LocalExchange
 from ..nn.failures import FailureModel
 
 T = TypeVar("T")
-CHILD_ENV = "STREAMGNN_AGENT_CHILD"  # a supervised agent's end of a pipe: one byte once MPI started
+CHILD_ENV = "STREAMGNN_AGENT_CHILD"  # a supervised agent's end of a pipe to report its stages on
+STARTED, SHARED = b"1", b"2"  # MPI start-up finished; the setup (rank 0's trained models) shared
+_NO_SETUP = "rank 0 was killed before it shared the setup (the trained models): nothing to run"
 
 
 class LocalAgents:
@@ -87,7 +89,7 @@ class MPIAgents:
         from .mpi_exchange import partition
         from .transport import Transport
 
-        _started()
+        _report(STARTED)
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.transport = Transport(self.comm, deadline_s, patience, die_at_round)
         self.rank, self.size = self.transport.rank, self.transport.size
@@ -127,6 +129,7 @@ class MPIAgents:
             poll(lambda: all(q.Test() for q in reqs.values()), self.transport.deadline_s)
             for r, q in reqs.items():
                 self.transport.track(q, r)
+            _report(SHARED)
             return value
         value = recv_object(self.comm, 0)
         if isinstance(value, _NoSetup):
@@ -136,6 +139,7 @@ class MPIAgents:
             if supervised():
                 finish(1)
             raise ConfigError(value.reason)
+        _report(SHARED)
         return value
 
     def gather(self, value: T) -> list[T | None] | None:
@@ -196,40 +200,46 @@ def supervise(argv: list[str]) -> int:
 
     A child killed before its MPI start-up finished would leave the other ranks waiting in theirs forever
     (start-up is collective): a stand-in then starts MPI in its place and ends at once, so that the others
-    start and treat this rank as failed (rank 0's stand-in tells them first that no setup will come)."""
+    start and treat this rank as failed (rank 0's stand-in tells them first that no setup will come). Rank 0
+    killed after start-up but before it shared the setup leaves nothing the others could run: its supervisor
+    then ends the job (hydra ends every rank when one dies by a signal)."""
     fds = tuple(int(os.environ[k]) for k in ("PMI_FD", "HYDI_CONTROL_FD") if os.environ.get(k, "").isdigit())
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # inherited by the child: hydra's notice must not kill it
-    rc, started = _run_child(argv, fds)
-    if rc < 0 and not started:
+    rc, stages = _run_child(argv, fds)
+    if rc < 0 and STARTED not in stages:
         _run_child([sys.executable, "-c", "from streamgnn.agents.runtime import stand_in; stand_in()"], fds)
+    elif rc < 0 and SHARED not in stages and os.environ.get("PMI_RANK") == "0":
+        print(f"rank 0: {_NO_SETUP}; ending the job", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
     return 128 - rc if rc < 0 else rc
 
 
-def _run_child(argv: list[str], fds: tuple[int, ...]) -> tuple[int, bool]:
-    """Run a supervised child to its end: (exit code, whether it reported MPI started)."""
+def _run_child(argv: list[str], fds: tuple[int, ...]) -> tuple[int, bytes]:
+    """Run a supervised child to its end: its exit code and the stages it reported (``_report``)."""
     read, write = os.pipe()
     try:
         proc = subprocess.Popen(argv, pass_fds=(*fds, write), env={**os.environ, CHILD_ENV: str(write)})
     finally:
         os.close(write)
-    started = None
-    with os.fdopen(read, "rb") as pipe:
+    stages = bytearray()
+    with os.fdopen(read, "rb", buffering=0) as pipe:
         while True:
             try:
-                if started is None:  # one byte once MPI started; end of file when the child ended
-                    started = pipe.read(1) == b"1"
-                return proc.wait(), started
+                while byte := pipe.read(1):  # until the child closed its end or ended
+                    stages += byte
+                return proc.wait(), bytes(stages)
             except KeyboardInterrupt:  # let the child handle it and report
                 continue
 
 
-def _started() -> None:
-    """Tell the supervisor that this rank's MPI start-up finished (``supervise``)."""
+def _report(stage: bytes) -> None:
+    """Tell the supervisor how far this rank got (``supervise``): ``STARTED``, then ``SHARED`` (the last)."""
     fd = os.environ.get(CHILD_ENV, "")
     if fd.isdigit():
-        os.write(int(fd), b"1")
-        os.close(int(fd))
-        os.environ[CHILD_ENV] = "started"
+        os.write(int(fd), stage)
+        if stage == SHARED:
+            os.close(int(fd))
+            os.environ[CHILD_ENV] = "reported"
 
 
 def stand_in() -> NoReturn:
@@ -241,7 +251,7 @@ def stand_in() -> NoReturn:
 
     comm = MPI.COMM_WORLD
     if comm.Get_rank() == 0:
-        notice = _NoSetup("rank 0 was killed before it shared the setup (the trained models): nothing to run")
+        notice = _NoSetup(_NO_SETUP)
         reqs = [send_object(comm, notice, r) for r in range(1, comm.Get_size())]
         poll(lambda: all(q.Test() for q in reqs))
     finish(128 + signal.SIGKILL)

@@ -20,7 +20,7 @@ from ..errors import ConfigError
 from ._args import output_dir, positive_float, positive_int
 from ._config import add_config_option, config_from_args, override
 
-STARTUP = "startup"  # --die-round: before MPI start-up finishes
+STARTUP, SETUP = "startup", "setup"  # --die-round: before MPI start-up finishes; before the setup is shared
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -45,7 +45,7 @@ def _index(text: str) -> int:
 
 
 def _die_round(text: str) -> int | str:
-    return text if text == STARTUP else _index(text)
+    return text if text in (STARTUP, SETUP) else _index(text)
 
 
 def _names(choices) -> Callable[[str], tuple[str, ...]]:
@@ -77,11 +77,18 @@ def _agents(args, num_agents: int):
         import torch
 
         torch.set_num_threads(1)  # ranks share the cores: one thread each
-        if _die(args) == STARTUP:
+        die = _die(args)
+        if die == STARTUP:
             os.kill(os.getpid(), signal.SIGKILL)  # fault injection: before MPI start-up
-        return MPIAgents(
-            num_agents, deadline_s=args.deadline, patience=args.patience, die_at_round=_die(args)
+        agents = MPIAgents(
+            num_agents,
+            deadline_s=args.deadline,
+            patience=args.patience,
+            die_at_round=die if isinstance(die, int) else None,
         )
+        if die == SETUP:
+            os.kill(os.getpid(), signal.SIGKILL)  # fault injection: started, the setup not shared yet
+        return agents
     return LocalAgents(num_agents)
 
 
@@ -317,7 +324,8 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
     )
     m.add_argument(
         "--die-round", type=_die_round, default=5,
-        help="... at this forward round (default 5), or 'startup': before MPI start-up finishes",
+        help="... at this forward round (default 5); 'startup': before MPI start-up finishes; 'setup': "
+        "before the setup (rank 0's trained models) is shared",
     )  # fmt: skip
     p.add_argument(
         "--out",
