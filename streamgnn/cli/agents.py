@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
-from ._args import output_dir, positive_int
+from ._args import output_dir, positive_float, positive_int
 from ._config import add_config_option, config_from_args, override
 
 
@@ -249,7 +249,7 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
     override(g, "--fit-steps", key=fit + "steps", type=positive_int, help=f"training steps ({steps})")
     batch = 64 if task == "sweep" else 32
     override(g, "--batch", key=fit + "batch", type=positive_int, help=f"signals per training step ({batch})")
-    override(g, "--lr", key=fit + "lr", type=float, help="Adam learning rate (3e-3)")
+    override(g, "--lr", key=fit + "lr", type=positive_float, help="Adam learning rate (3e-3)")
     override(
         g, "--taps", key=model + "taps", type=positive_int, help="filter taps K per layer (K-1 rounds each)"
     )

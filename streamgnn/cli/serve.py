@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import port_or_any
+from ._args import port_or_any, seconds
 from ._config import add_config_option, config_from_args, override
 
 EXAMPLE = """example:
@@ -51,5 +51,7 @@ def register(sub) -> None:
         p, "--checkpoint-dir", key="serve.checkpoint_dir", metavar="DIR",
         help="the trainer's checkpoints: /score uses its link predictor (else cosine), e.g. out/ckpt",
     )  # fmt: skip
-    override(p, "--log-every", key="serve.log_every_s", type=float, metavar="S", help="seconds per log line")
+    override(
+        p, "--log-every", key="serve.log_every_s", type=seconds, metavar="S", help="seconds per log line"
+    )
     p.set_defaults(func=_run)

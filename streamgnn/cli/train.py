@@ -134,7 +134,7 @@ def register(sub) -> None:
         p, "--checkpoint-every", key="train.checkpoint_every", type=int, metavar="N", help="batches, e.g. 100"
     )
     override(p, "--batch-size", key="train.batch_size", type=int, help="events per global batch (200)")
-    override(p, "--lr", key="train.lr", type=float, help="Adam learning rate (1e-4)")
+    override(p, "--lr", key="train.lr", type=positive_float, help="Adam learning rate (1e-4)")
     override(p, "--device", key="train.device", type=device, help="cpu or cuda (cpu)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (1)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")
