@@ -6,7 +6,7 @@ import argparse
 
 from ._args import device, input_file, output_dir, port, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args, override
-from ._dead_letters import Tally
+from ._dead_letters import Tally, count_text
 
 EXAMPLE = """examples:
   streamgnn train --dataset jodie_wikipedia --events 20000 --out out/train
@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         print(
             f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
             f"online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}; {latency_text(result)}; "
-            f"{result.dead_letters:,} dead letters"
+            + count_text(result.dead_letters)
         )
         if result.summary_path:
             print(f"report: {result.summary_path}, {result.plot_path}")
