@@ -87,6 +87,8 @@ CASES = [
     pytest.param(["partition", "--in-topic", "r", "--plot", "{missing}/p.png"], "does not exist", id="plot"),
     pytest.param(["produce", "{folder}"], "is a folder; give an events file", id="produce-folder"),
     pytest.param(["produce", "{missing}.jsonl"], "no events file at", id="produce-missing"),
+    pytest.param(["serve", "--log-every", "nan"], "must be a finite number of seconds", id="serve-log-nan"),
+    pytest.param(["agents", "train", "--lr", "nan"], "must be a finite number > 0", id="agents-lr-nan"),
     pytest.param(["topics", "--partitions", "0"], "must be a positive integer", id="topics-partitions"),
     pytest.param(["demo", "--out", "{taken}/x"], "is a file", id="demo-out"),
     pytest.param(["agents", "flocking", "--out", "{taken}"], "is a file", id="agents-out"),
@@ -240,7 +242,7 @@ def test_train_summary_names_the_files_it_wrote(tmp_path, capsys):
     argv = ["train", "--file", str(path), "--out", str(out_dir), "--config", str(tmp_path / "c.yaml")]
     assert main([*argv, "--quiet", "--log-every", "0"]) == 0
     out = capsys.readouterr().out
-    assert "300 events in" in out and "; 1 dead letters" in out, out
+    assert "300 events in" in out and "; 1 dead letter\n" in out, out
     summary = json.loads((out_dir / "summary.json").read_text())
     assert summary["summary_path"] == str(out_dir / "summary.json")
     assert summary["plot_path"] == str(out_dir / "metrics.png") and (out_dir / "metrics.png").stat().st_size
@@ -265,3 +267,22 @@ def test_the_installed_command_says_it_in_one_line(tmp_path):
     )  # fmt: skip
     assert done.returncode == 2 and done.stderr.strip().count("\n") == 0, done.stderr
     assert "is not UTF-8 text: byte 0xff on line 1" in done.stderr
+
+
+def test_ingest_from_kafka_counts_what_the_source_could_not_decode(
+    kafka_bootstrap, make_topic, make_events, tmp_path, capsys
+):
+    """The summary said "0 dead letters" for messages the source dead-lettered while decoding."""
+    from kafka import KafkaProducer
+
+    topic = make_topic(1)
+    events = make_events(50)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    producer.send(topic, b"not an event")  # offset 0: decoded (and dead-lettered) before the events
+    producer.send(topic, encode_json_lines(events))
+    producer.flush()
+    producer.close()
+    store = str(tmp_path / "store")
+    argv = ["ingest", "--kafka", "--bootstrap", kafka_bootstrap, "--topic", topic, "--store", store]
+    assert main([*argv, "--events", "50", "--log-every", "0"]) == 0
+    assert "50 events read, 1 dead letter;" in capsys.readouterr().out

@@ -25,7 +25,8 @@ dataclasses, overridden by environment variables and then by command-line flags.
 
 Environment: ``STREAMGNN_<SECTION>__<KEY>[__<KEY>]=value`` (a YAML scalar), e.g.
 ``STREAMGNN_TRAIN__MODEL__MEMORY_DIM=64``. An unknown section or key, in the file or the environment, is an
-error that names it; a value of the wrong type too (``batch_size: "200"``). Each command reads the sections
+error that names it; a value of the wrong type too (``batch_size: "200"``), a key given twice (YAML would
+keep the last one silently) and a file that is not UTF-8. Each command reads the sections
 it needs (``kafka`` and its own), but every section of the file is checked, so a typo in a shared file fails
 every job that reads it, at once.
 """

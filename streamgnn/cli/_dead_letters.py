@@ -20,6 +20,11 @@ from ..events import DeadLetter, EventBatch
 _SHOWN = 3  # dead letters printed one per line; the summary counts them all
 
 
+def count_text(n: int) -> str:
+    """``1 dead letter``, ``2,000 dead letters``."""
+    return f"{n:,} dead letter{'' if n == 1 else 's'}"
+
+
 class Tally:
     """Wraps a file or dataset source: counts the events it yields and collects the store's refusals, which
     ``live_snapshots`` (or the caller) hands to ``report_dead_letters`` as it does to a Kafka source."""
@@ -53,7 +58,7 @@ class Tally:
     def text(self) -> str:
         """``N dead letters (first at WHERE: REASON)``."""
         letters = self.letters
-        count = f"{len(letters):,} dead letter{'' if len(letters) == 1 else 's'}"
+        count = count_text(len(letters))
         return count if not letters else f"{count} (first at {letters[0].where}: {letters[0].reason})"
 
     def show(self) -> None:

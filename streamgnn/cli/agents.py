@@ -276,7 +276,7 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
     override(g, "--fit-steps", key=fit + "steps", type=positive_int, help=f"training steps ({steps})")
     batch = 64 if task == "sweep" else 32
     override(g, "--batch", key=fit + "batch", type=positive_int, help=f"signals per training step ({batch})")
-    override(g, "--lr", key=fit + "lr", type=float, help="Adam learning rate (3e-3)")
+    override(g, "--lr", key=fit + "lr", type=positive_float, help="Adam learning rate (3e-3)")
     override(
         g, "--taps", key=model + "taps", type=positive_int, help="filter taps K per layer (K-1 rounds each)"
     )

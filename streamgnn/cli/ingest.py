@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ._args import output_dir, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args
-from ._dead_letters import Tally
+from ._dead_letters import Tally, count_text
 from .train import add_source_options, event_source
 
 EXAMPLE = """examples:
@@ -79,7 +79,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         tally.show()
         tally.check_read_some()  # nothing saved: a store of nothing is no result
     store.save(path, source_offsets=kafka.positions() if kafka else None)
-    letters = tally.text() if tally is not None else f"{dead():,} dead letters"
+    letters = tally.text() if tally is not None else count_text(dead())
     print(
         f"{counts['events']:,} events read, {letters}; {path}: {store.num_edges:,} edges, "
         f"{store.num_nodes:,} nodes"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import port_or_any
+from ._args import port_or_any, seconds
 from ._config import add_config_option, config_from_args, override
 
 EXAMPLE = """example:
@@ -56,5 +56,7 @@ def register(sub) -> None:
         p, "--ssl-certfile", key="serve.ssl_certfile", metavar="PEM", help="serve HTTPS with this certificate"
     )
     override(p, "--ssl-keyfile", key="serve.ssl_keyfile", metavar="PEM", help="the certificate's private key")
-    override(p, "--log-every", key="serve.log_every_s", type=float, metavar="S", help="seconds per log line")
+    override(
+        p, "--log-every", key="serve.log_every_s", type=seconds, metavar="S", help="seconds per log line"
+    )
     p.set_defaults(func=_run)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ._args import output_dir, positive_float, positive_int
 from ._config import add_config_option, config_from_args, override
-from ._dead_letters import Tally
+from ._dead_letters import Tally, count_text
 
 EXAMPLES = """examples:
   streamgnn snapshots bitcoin_otc --out otc-monthly --kind window --every 2592000 --weight count \\
@@ -87,10 +87,10 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         "lateness": cfg.store.allowed_lateness,
     }  # fmt: skip
     folder = writer.close(node_ids=store.external_ids(np.arange(most_nodes)), meta=meta)
-    letters = f"; {source.text()}" if isinstance(source, Tally) else ""
+    letters = source.text() if isinstance(source, Tally) else count_text(source.stats.dead_letters)
     print(
         f"{len(writer.times):,} snapshots ({edges:,} edges in all, up to {most_nodes:,} nodes) in {folder}"
-        + letters
+        + f"; {letters}"
     )
     return 0
 

@@ -6,7 +6,7 @@ import argparse
 
 from ._args import device, input_file, output_dir, port, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args, override
-from ._dead_letters import Tally
+from ._dead_letters import Tally, count_text
 
 EXAMPLE = """examples:
   streamgnn train --dataset jodie_wikipedia --events 20000 --out out/train
@@ -86,7 +86,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     if job.dist.is_main and result.events:
         print(
             f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
-            f"{scores_text(result)}; {latency_text(result)}; {result.dead_letters:,} dead letters"
+            f"{scores_text(result)}; {latency_text(result)}; " + count_text(result.dead_letters)
         )
         if result.summary_path:
             print(f"report: {result.summary_path}, {result.plot_path}")
@@ -129,7 +129,7 @@ def register(sub) -> None:
         help="batches between checkpoints (100 with --checkpoint-dir; 0: none), e.g. 500",
     )  # fmt: skip
     override(p, "--batch-size", key="train.batch_size", type=int, help="events per global batch (200)")
-    override(p, "--lr", key="train.lr", type=float, help="Adam learning rate (1e-4)")
+    override(p, "--lr", key="train.lr", type=positive_float, help="Adam learning rate (1e-4)")
     override(p, "--device", key="train.device", type=device, help="cpu or cuda (cpu)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (1)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")
