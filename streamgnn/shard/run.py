@@ -17,7 +17,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..events import EventBatch, concat
 from ..train.config import TrainConfig
-from ..train.online import plot_windows, write_summary
+from ..train.report import plot_windows, write_summary
 from ..train.trainer import OnlineResult
 from .ownership import Ownership
 from .source import LocalSource, PartitionedReplay

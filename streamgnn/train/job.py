@@ -27,7 +27,7 @@ from . import checkpoint
 from .broadcast import BroadcastSource
 from .config import TrainConfig
 from .distributed import init_distributed
-from .online import plot_windows, write_summary
+from .report import plot_windows, write_summary
 from .trainer import OnlineResult, OnlineTrainer
 
 

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import ConfigError
 from ..events import EventBatch
 from ..serve import EmbeddingSink
+from ..shard.run import run_sharded
 from ..store import TemporalGraphStore
 from .config import TrainConfig
-from .metrics import WindowMetrics
+from .report import plot_windows, write_summary
 from .trainer import OnlineResult, OnlineTrainer
 
 
@@ -40,8 +38,6 @@ def run_online(
     With ``config.sharding`` set, each rank trains on its own partitions instead (``streamgnn.shard.run``):
     ``source`` is then a stream every rank replays, or a factory of this rank's ``LocalSource``."""
     if config.sharding is not None:  # each rank owns partitions: the sharded job (streamgnn.shard)
-        from ..shard.run import run_sharded
-
         if store is not None and store.num_nodes:
             raise ConfigError("a sharded run builds each rank's shard from the stream: pass an empty store")
         return run_sharded(
@@ -72,66 +68,8 @@ def run_online(
     return result
 
 
-def plot_windows(
-    windows: list[WindowMetrics], path: str | Path, baselines: dict[str, list[WindowMetrics]] | None = None
-) -> Path:
-    """AP/AUC/MRR and loss per window against stream time, as a PNG (Agg; touches no global backend);
-    each baseline's AP and MRR dashed beside them."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    path = Path(path)
-    fig = Figure(figsize=(9, 6), tight_layout=True)
-    FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    x = np.array([w.t_end for w in windows], np.float64)
-    for name in ("ap", "auc", "mrr"):
-        top.plot(x, [getattr(w, name) for w in windows], marker=".", label=name.upper())
-    for base, base_windows in (baselines or {}).items():
-        bx = [w.t_end for w in base_windows]
-        for name, color in (("ap", "tab:blue"), ("mrr", "tab:green")):
-            values = [getattr(w, name) for w in base_windows]
-            top.plot(
-                bx, values, linestyle="--" if base == "edgebank" else ":", color=color, label=f"{base} {name}"
-            )
-    top.set_ylabel("score (per window)")
-    top.set_ylim(0.0, 1.0)
-    top.grid(alpha=0.3)
-    top.legend(loc="lower right")
-    bottom.plot(x, [w.loss for w in windows], color="tab:red", marker=".")
-    bottom.set_ylabel("training loss")
-    bottom.set_xlabel("stream time (the events' t; seconds in every bundled dataset)")
-    bottom.grid(alpha=0.3)
-    events = windows[-1].end_events if windows else 0
-    top.set_title(f"online test-then-train link prediction ({events:,} scored events)")
-    if len(windows) < 2:  # one window is one dot: say why rather than draw an empty-looking chart
-        top.text(
-            0.5, 0.5, f"{len(windows)} metrics window(s): run more events or lower TrainConfig.window_events",
-            transform=top.transAxes, ha="center", va="center",
-        )  # fmt: skip
-    fig.savefig(path, dpi=110)
-    return path
-
-
 def latency_text(result: OnlineResult) -> str:
     """Arrival-to-queryable latency, or why there is none (no event was processed)."""
     if not math.isfinite(result.latency_p50_ms):
         return "no events processed, so no latency"
     return f"arrival->queryable p50 {result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms"
-
-
-def write_summary(result: OnlineResult, path: str | Path) -> Path:
-    """``result`` as JSON; NaN (an undefined metric) is written as null."""
-    path = Path(path)
-    path.write_text(json.dumps(_plain(result.as_dict()), indent=1))
-    return path
-
-
-def _plain(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
