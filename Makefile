@@ -11,7 +11,7 @@ TORCH_PIN := torch==2.13.0
 EXTRA_PINS := torch-scatter==2.1.2 torch-sparse==0.6.18
 export OMP_WAIT_POLICY ?= passive
 
-.PHONY: setup test lint format demo bench clean
+.PHONY: setup test test-fast lint format demo bench clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,7 @@ setup: $(VENV)/.installed
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports  # the import layers (pyproject.toml, [tool.importlinter])
 
 format: setup
 	$(VENV)/bin/ruff format .
@@ -36,6 +37,10 @@ format: setup
 
 test: setup lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+# the inner loop: everything but the tests marked integration (tests/conftest.py)
+test-fast: setup lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not integration"
 
 demo: setup
 	$(VENV)/bin/streamgnn demo

@@ -24,7 +24,7 @@ from streamgnn.datasets import info
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import TrainConfig, run_online
-from streamgnn.train.online import latency_text, scores_text
+from streamgnn.train.report import latency_text, scores_text
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from streamgnn.connectors.kafka import KafkaSource, create_topic, produce_datase
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.nn import TGNConfig
 from streamgnn.train import OnlineTrainer, TrainConfig
-from streamgnn.train.online import latency_text, plot_windows, scores_text, write_summary
+from streamgnn.train.report import latency_text, plot_windows, scores_text, write_summary
 
 
 def main() -> None:

@@ -26,7 +26,7 @@ from .nn import TGNConfig
 from .partition import PartitionerConfig, PartitionTimeline
 from .store import StoreConfig, TemporalGraphStore
 from .train import OnlineTrainer, TrainConfig
-from .train.online import plot_windows, scores_text, write_summary
+from .train.report import plot_windows, scores_text, write_summary
 
 PARTITIONS = 4
 

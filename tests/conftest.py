@@ -84,9 +84,37 @@ def make_events():
     return make
 
 
+# Test modules marked ``integration``, by what makes them slow: a real broker, several real processes (MPI
+# ranks, torch.distributed groups, CLI subprocesses), or a benchmark or document run end to end. The rest is
+# the fast inner loop (``make test-fast``: ``-m "not integration"``); ``make test`` runs everything.
+INTEGRATION = {
+    # a Kafka broker (Tansu, started once per session) and its clients
+    "test_interval_logs", "test_kafka_bench", "test_kafka_fuzz", "test_kafka_group", "test_kafka_order",
+    "test_kafka_recovery", "test_kafka_security", "test_kafka_sink", "test_kafka_source",
+    "test_partition_router", "test_serve_http", "test_snapshots_live", "test_train_kafka",
+    # several real processes: MPI ranks, torch.distributed groups, commands killed and restarted
+    "test_agents_mpi", "test_rank_failure", "test_shard_faults", "test_shard_kafka", "test_shard_router",
+    "test_shard_train", "test_train_distributed", "test_train_resume", "test_compose", "test_topology",
+    # benchmarks, examples, the demo and the README's blocks, each run end to end
+    "test_bench_agents", "test_bench_distributed", "test_bench_partition", "test_bench_quality",
+    "test_bench_sampler", "test_bench_serve", "test_bench_snapshots", "test_bench_train",
+    "test_agents_examples", "test_examples", "test_demo", "test_readme_blocks", "test_readme_serve",
+    "test_snapshots_docs",
+}  # fmt: skip
+
+
 def pytest_configure(config):
     # kafka-python 3.0 loads its protocol schemas through a deprecated importlib.resources call
     config.addinivalue_line("filterwarnings", "ignore:(read|open)_text is deprecated:DeprecationWarning")
+    missing = sorted(name for name in INTEGRATION if not (Path(__file__).parent / f"{name}.py").exists())
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py INTEGRATION names modules that do not exist: {missing}")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in INTEGRATION:
+            item.add_marker(pytest.mark.integration)
 
 
 def _spawn_ranks(script: str, world: int, tmp: Path, processes: int | None = None, tries: int = 3) -> list:

@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     import torch
 
     from ..train.job import TrainJob
-    from ..train.online import latency_text, scores_text
+    from ..train.report import latency_text, scores_text
 
     cfg = config_from_args(args)
     train = cfg.train

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..events import EventBatch, concat
 from ..train.config import TrainConfig
-from ..train.online import write_report
+from ..train.report import write_report
 from ..train.trainer import OnlineResult
 from .ownership import Ownership
 from .source import LocalSource, PartitionedReplay

@@ -1,8 +1,9 @@
 """The temporal graph store: growable per-node adjacency, deletions, versioned features, checkpoints."""
 
 from .changes import ChangeFeed, LogPosition, StoreChanges
+from .config import StoreConfig
 from .contract import FeatureStore, FeatureView, GraphStore, TCSRView
-from .graph import EdgeTable, IngestReport, StoreConfig, TemporalGraphStore
+from .graph import EdgeTable, IngestReport, TemporalGraphStore
 
 __all__ = [
     "ChangeFeed",

@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import CheckpointError
 from ..partition import PartitionerConfig
 from . import kernels as K
+from .config import StoreConfig
 from .dedup import SeenIds
 from .denseids import DenseIds
 from .idmap import NodeIdMap
@@ -217,9 +218,9 @@ def save_store(
     return write_checkpoint(root, store.logical_arrays(), manifest, keep)
 
 
-def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
-    from .graph import StoreConfig, TemporalGraphStore
-
+def load_store(cls: type[TemporalGraphStore], root: Path, version: int | None = None) -> TemporalGraphStore:
+    """The ``cls`` store recorded under ``root`` (``TemporalGraphStore.load`` passes its class, so this
+    module needs the store's type only for annotations)."""
     manifest, a = read_checkpoint(root, version)
     if manifest.get("kind") != "store":
         raise CheckpointError(f"{root} holds a {manifest.get('kind')!r} checkpoint, not a store")
@@ -227,9 +228,7 @@ def load_store(root: Path, version: int | None = None) -> TemporalGraphStore:
         cfg = manifest["config"]
         partitioner = PartitionerConfig.from_dict(cfg.get("partitioner", {"name": "hash"}))
         dense = bool(cfg.get("dense_ids", False))  # (absent from checkpoints written before it existed)
-        store = TemporalGraphStore(
-            StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"]), partitioner, dense)
-        )
+        store = cls(StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"]), partitioner, dense))
         store.ids = DenseIds.from_arrays(a) if dense else NodeIdMap.from_arrays(manifest["id_kind"], a)
         store.watermark = float(manifest["watermark"])
         store.partition = a["partition"].astype(np.int32)

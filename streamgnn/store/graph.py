@@ -19,9 +19,11 @@ import torch
 
 from ..errors import ConfigError, EventValidationError, UnknownNodeError
 from ..events import DeadLetter, EventBatch, EventKind
-from ..partition import PartitionerConfig, make_partitioner
+from ..partition import make_partitioner
 from . import kernels as K
 from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
+from .checkpoint import load_store, save_store
+from .config import StoreConfig
 from .contract import FeatureView, TCSRView
 from .dedup import SeenIds
 from .denseids import DenseIds
@@ -31,29 +33,6 @@ ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 GROWTH = 1.125
 COMPACT_AT = 0.15  # a compacted pool fuller than this fraction of free rows grows instead
 _NO_WEIGHT = np.empty(0, np.float32)
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    """``allowed_lateness``: how far (in stream time) behind the newest event a late event may be and
-    still be placed in time order; later ones are dead-lettered. ``inf`` accepts any order.
-    ``partitioner``: how vertices (or edges) are placed in the ``num_partitions`` partitions: a method name
-    (``"hash"``, ``"ldg"``, ``"fennel"``, ``"hdrf"``, ``"dbh"``), a mapping of ``PartitionerConfig`` fields
-    or a ``PartitionerConfig``; stored as a ``PartitionerConfig``. ``dense_ids``: node ids are already
-    dense ints >= 0 (a shard in a sharded run's global ids) and serve as internal ids, with no id map
-    (``DenseIds``)."""
-
-    num_partitions: int = 1
-    allowed_lateness: float = math.inf
-    partitioner: PartitionerConfig | str = "hash"
-    dense_ids: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.num_partitions, int | np.integer) or self.num_partitions < 1:
-            raise EventValidationError(f"num_partitions must be an int >= 1, got {self.num_partitions!r}")
-        if not (self.allowed_lateness >= 0):
-            raise EventValidationError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
-        object.__setattr__(self, "partitioner", PartitionerConfig.parse(self.partitioner))
 
 
 @dataclass
@@ -738,12 +717,8 @@ class TemporalGraphStore:
         return h.hexdigest()
 
     def save(self, path: str | Path, source_offsets: dict[str, int] | None = None, keep: int = 2) -> Path:
-        from .checkpoint import save_store
-
         return save_store(self, Path(path), source_offsets, keep)
 
     @classmethod
     def load(cls, path: str | Path, version: int | None = None) -> TemporalGraphStore:
-        from .checkpoint import load_store
-
-        return load_store(Path(path), version)
+        return load_store(cls, Path(path), version)

@@ -12,8 +12,9 @@ from .metrics import (
     roc_auc,
 )
 from .offline import ChronologicalSplit, OfflineResult, fit_offline
-from .online import plot_windows, run_online, write_summary
+from .online import run_online
 from .protocol import Candidates, LinkModel, StepInput
+from .report import plot_windows, write_summary
 from .tgn_model import TGNLinkModel
 from .trainer import OnlineResult, OnlineTrainer, StepResult
 

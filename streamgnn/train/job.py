@@ -27,7 +27,7 @@ from . import checkpoint
 from .broadcast import BroadcastSource
 from .config import TrainConfig
 from .distributed import init_distributed
-from .online import write_report
+from .report import write_report
 from .trainer import OnlineResult, OnlineTrainer
 
 

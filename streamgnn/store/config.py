@@ -1,0 +1,35 @@
+"""``StoreConfig``: what a store is asked to be. Its own module because the store and its checkpoint both
+build one (a checkpoint rebuilds the store it records), and neither should import the other for it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import EventValidationError
+from ..partition import PartitionerConfig
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """``allowed_lateness``: how far (in stream time) behind the newest event a late event may be and
+    still be placed in time order; later ones are dead-lettered. ``inf`` accepts any order.
+    ``partitioner``: how vertices (or edges) are placed in the ``num_partitions`` partitions: a method name
+    (``"hash"``, ``"ldg"``, ``"fennel"``, ``"hdrf"``, ``"dbh"``), a mapping of ``PartitionerConfig`` fields
+    or a ``PartitionerConfig``; stored as a ``PartitionerConfig``. ``dense_ids``: node ids are already
+    dense ints >= 0 (a shard in a sharded run's global ids) and serve as internal ids, with no id map
+    (``DenseIds``)."""
+
+    num_partitions: int = 1
+    allowed_lateness: float = math.inf
+    partitioner: PartitionerConfig | str = "hash"
+    dense_ids: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_partitions, int | np.integer) or self.num_partitions < 1:
+            raise EventValidationError(f"num_partitions must be an int >= 1, got {self.num_partitions!r}")
+        if not (self.allowed_lateness >= 0):
+            raise EventValidationError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
+        object.__setattr__(self, "partitioner", PartitionerConfig.parse(self.partitioner))
