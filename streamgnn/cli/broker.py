@@ -10,7 +10,7 @@ import sys
 EXAMPLE = """examples:
   streamgnn broker                       # localhost:9092, topics in memory (gone when it stops)
   streamgnn broker --port 19092
-  streamgnn broker --storage s3://tansu/ # Tansu's S3 storage (AWS_* variables name the endpoint and keys)
+  streamgnn broker --storage s3://tansu/ # Tansu's S3 storage engine, configured as Tansu documents it
 """
 
 
