@@ -54,14 +54,14 @@ def free_port(host: str = "127.0.0.1") -> int:
     rng = random.Random()
     for _ in range(100):
         port = rng.randrange(max(1024, low - 10000), low)
-        if not _in_use(host, port):
+        if not in_use(host, port):
             return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
 
 
-def _in_use(host: str, port: int) -> bool:
+def in_use(host: str, port: int) -> bool:
     """Whether something listens on the port (SO_REUSEADDR: a closed listener's TIME_WAIT is no bar)."""
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -148,7 +148,7 @@ class LocalBroker:
             self.stop()  # it died on its own: clear it away
         binary = tansu_binary()
         fixed_port = self.port is not None
-        if fixed_port and _in_use(self.host, self.port):
+        if fixed_port and in_use(self.host, self.port):
             raise ConnectorError(
                 f"port {self.port} on {self.host} is in use by another program; pick another port"
             )

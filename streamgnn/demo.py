@@ -19,11 +19,13 @@ import time
 from pathlib import Path
 
 from . import datasets
-from .connectors.broker import LocalBroker
+from .connectors.broker import LocalBroker, in_use
 from .connectors.kafka import EventProducer, KafkaSource, create_topic
 from .connectors.sink import KafkaSink
+from .errors import ConfigError
 from .nn import TGNConfig
 from .partition import PartitionerConfig, PartitionTimeline
+from .serve import ServeConfig
 from .store import StoreConfig, TemporalGraphStore
 from .train import OnlineTrainer, TrainConfig
 from .train.report import plot_windows, scores_text, write_summary
@@ -67,6 +69,10 @@ def run_demo(
     always ``out/checkpoints`` (every demo is a fresh run). With ``serve_port`` (0: any free port), the
     broker and an embeddings service on that port stay up after the stream until Ctrl-C or SIGTERM."""
     datasets.info(dataset)  # an unknown name fails here, before a broker starts
+    if serve_port is not None:  # so does a port the service could not take, before minutes of training
+        ServeConfig(port=serve_port)
+        if serve_port and in_use("127.0.0.1", serve_port):
+            raise ConfigError(f"port {serve_port} is in use: serve on another (--port, 0: any free one)")
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     # Every demo is a fresh run against a fresh broker: an earlier run's checkpoints would not match it.
@@ -150,8 +156,8 @@ def run_demo(
 def _serve(stack, bootstrap, topic, ckpt, port, stream, summary, out_dir) -> None:
     """Serve the published embeddings over HTTP until Ctrl-C or SIGTERM, the broker still up; print curl
     lines that work against it (ids of the stream's first edge) and keep ``summary.json`` truthful."""
-    from .cli._signals import sigterm_as_interrupt
-    from .serve import EmbeddingService, ServeConfig
+    from .foreground import sigterm_as_interrupt
+    from .serve import EmbeddingService
 
     config = ServeConfig(port=port, checkpoint_dir=str(ckpt), log_every_s=0)  # /score: the trained model
     with sigterm_as_interrupt():

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +85,27 @@ def test_topics_makes_what_producers_expect_and_missing_topics_name_the_command(
         == 2
     )
     assert "exists with 3 partitions, not 2" in capsys.readouterr().err  # a count asked for is checked
+
+
+def test_readme_broker_block_starts_a_broker_that_kill_stops():
+    """The README's "## A broker without Docker" block as written (its port swapped for a free one): the
+    broker answers Kafka clients, and `kill` (SIGTERM, as `kill %1`) ends it with status 0."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = readme.split("## A broker without Docker", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert "streamgnn broker &" in block
+    port = free_port()
+    script = block.replace("streamgnn broker &", f"streamgnn broker --port {port} &")
+    script += 'echo "pid $!"\nwait $!\necho "broker exited $?"\n'
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(["bash", "-c", script], cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(proc.stdout.readline().split()[1])
+        assert f"listening on 127.0.0.1:{port}" in proc.stdout.readline()
+        assert create_topic(f"127.0.0.1:{port}", "from-the-readme", 1) == 1
+        os.kill(pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        assert proc.stdout.read().splitlines()[-1] == "broker exited 0" and _refused(port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

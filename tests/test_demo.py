@@ -96,3 +96,14 @@ def test_demo_serve_keeps_broker_and_service_up_with_curl_lines_that_work(tmp_pa
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_demo_serve_refuses_a_taken_port_before_it_trains(tmp_path, capsys):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        assert main(["demo", "--serve", "--port", str(port), "--out", str(tmp_path / "demo")]) == 2
+    err = capsys.readouterr().err
+    assert f"port {port} is in use" in err and "--port" in err
+    assert not (tmp_path / "demo").exists()  # refused before any work: no broker, no folder

@@ -25,7 +25,7 @@ def test_readme_store_snippet_runs(tmp_path):
     readme = (EXAMPLES.parent / "README.md").read_text()
     block = readme.split("## Use it", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     scope: dict = {}
-    exec(compile(block.replace('"ckpt/"', "CKPT"), "README.md", "exec"), {"CKPT": str(tmp_path)}, scope)
+    exec(compile(block.replace('"store-ckpt/"', "CKPT"), "README.md", "exec"), {"CKPT": str(tmp_path)}, scope)
     store = scope["store"]
     assert store.num_edges == 2 and len(store.snapshot(25.0)) == 1
 

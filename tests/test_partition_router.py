@@ -187,10 +187,10 @@ def test_readme_partition_snippet_runs(kafka_bootstrap, tmp_path, monkeypatch):
         readme.split("## Partition the graph as it streams", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     )
     raw, events = f"raw-{uuid.uuid4().hex[:8]}", f"events-{uuid.uuid4().hex[:8]}"
-    block = block.replace("localhost:9092", kafka_bootstrap).replace('"raw"', repr(raw))
+    block = block.replace("localhost:9092", kafka_bootstrap).replace('"college-raw"', repr(raw))
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(block.replace('"events"', repr(events)), "README.md", "exec"), scope)
+    exec(compile(block.replace('"college-hdrf"', repr(events)), "README.md", "exec"), scope)
     assert scope["report"].edge_cut < 0.6 and scope["report"].vertices_moved == sum(
         len(m) for m in scope["moves"]
     )
@@ -201,7 +201,7 @@ def test_readme_partition_snippet_runs(kafka_bootstrap, tmp_path, monkeypatch):
         and routed.published == 59_835
         and 1.0 < routed.partitioning.replication_factor < 5
     )
-    assert (tmp_path / "router-ckpt" / "LATEST").exists()
+    assert (tmp_path / "hdrf-ckpt" / "LATEST").exists()
 
 
 def _weights(b: EventBatch) -> list[float]:

@@ -37,7 +37,7 @@ def test_readme_snapshot_training_runs_from_a_topic(kafka_bootstrap, tmp_path, m
     result, signal, forecast = scope["result"], scope["signal"], scope["forecast"]
     assert len(result.metrics) == signal.snapshot_count == 63  # 64 months; the last has no next month
     assert 0.5 < result.summary["online_auc"] <= 1.0 and (tmp_path / "ratings.png").exists()
-    assert (tmp_path / "ckpt/ratings/LATEST").exists()
+    assert (tmp_path / "snapshot-ckpt/ratings/LATEST").exists()
     assert type(signal).__name__ == "DynamicGraphTemporalSignal" and scope["train"].snapshot_count == 44
     assert 0 < forecast.summary["test_mse"] < 10
 

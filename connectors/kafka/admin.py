@@ -13,11 +13,13 @@ from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight, starting
 from .settings import settings_error
 
 
-def missing_topic(bootstrap_servers: str, topic: str, flag: str = "--topic") -> ConfigError:
+def missing_topic(
+    bootstrap_servers: str, topic: str, flag: str = "--topic", what: str = "topic"
+) -> ConfigError:
     """The error for a topic that does not exist, naming the command that creates it (``flag``: the option of
-    ``streamgnn topics`` that names this kind of topic)."""
+    ``streamgnn topics`` that names this kind of topic; ``what``: the kind, e.g. "dead-letter topic")."""
     return ConfigError(
-        f"topic {topic!r} does not exist at {bootstrap_servers}; create it first: "
+        f"{what} {topic!r} does not exist at {bootstrap_servers}; create it first: "
         f"streamgnn topics --bootstrap {bootstrap_servers} {flag} {topic} (in Python: create_topic)"
     )
 

@@ -262,7 +262,9 @@ class KafkaSource:
 
     def _subscribe_or_assign(self) -> None:
         if self.dead_letter_topic and not self._consumer.partitions_for(self.dead_letter_topic):
-            raise missing_topic(self._bootstrap, self.dead_letter_topic, "--dead-letter-topic")
+            raise missing_topic(
+                self._bootstrap, self.dead_letter_topic, "--dead-letter-topic", "dead-letter topic"
+            )
         parts = self._explicit
         if parts is None:
             parts = []

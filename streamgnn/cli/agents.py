@@ -117,6 +117,9 @@ def _end(agents, code: int = 0) -> int:
     return code
 
 
+ACCURACY = "test accuracy: the fraction of agents that name the source's community"
+
+
 def _print_curves(curves: dict, probs, fmt: str) -> None:
     for kind, table in curves.items():
         print(f"{kind}: " + "  ".join(f"p={p:g}" for p in probs))
@@ -148,10 +151,13 @@ def _source_loc(args, rest) -> int:
     checks = verify_source_loc(agents, models, task, _verify_sweep(args, sweep)) if args.verify else []
     failed = agents.gather(agents.failed_ranks)
     if agents.is_root:
+        chance = 1.0 / task.num_classes
         summary = {
             "task": task_cfg.to_dict(),
             "ranks": agents.size,
             "probs": list(sweep.probs),
+            "metric": ACCURACY,
+            "chance": chance,
             "accuracy": curves,
             "retained_at_0_3": {k: retained(c, sweep.probs) for k, c in curves.items()}
             if 0.3 in sweep.probs
@@ -163,6 +169,7 @@ def _source_loc(args, rest) -> int:
             "seconds": time.perf_counter() - start,
         }
         if not args.quiet:
+            print(f"{ACCURACY} (chance: {chance:.3f}) by link failure probability p")
             _print_curves(curves, sweep.probs, "{:7.3f}")
             for name, ok in checks:
                 print(f"verify {name}: {'equal' if ok else 'DIFFERENT'}")
@@ -174,6 +181,7 @@ def _source_loc(args, rest) -> int:
             "test accuracy (every agent)",
             out / "source_loc.png",
             f"source localization, {task_cfg.nodes} agents, {agents.size} ranks",
+            baselines={f"chance ({task.num_classes} communities)": chance},
         )
         if checks and not all(ok for _, ok in checks):
             return _end(agents, 1)

@@ -10,14 +10,14 @@ import sys
 EXAMPLE = """examples:
   streamgnn broker                       # localhost:9092, topics in memory (gone when it stops)
   streamgnn broker --port 19092
-  streamgnn broker --storage s3://tansu/ # Tansu's S3 storage (AWS_* variables name the endpoint and keys)
+  streamgnn broker --storage s3://tansu/ # Tansu's S3 storage engine, configured as Tansu documents it
 """
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..connectors.broker import MEMORY, LocalBroker
     from ..errors import ConfigError
-    from ._signals import sigterm_as_interrupt, until_stopped
+    from ..foreground import sigterm_as_interrupt, until_stopped
 
     if not 0 < args.port < 65536:
         raise ConfigError(f"--port must be in [1, 65535], got {args.port}")
