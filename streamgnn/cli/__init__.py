@@ -75,9 +75,20 @@ def main(argv: list[str] | None = None) -> int:
         code = exc.code if isinstance(exc.code, int) else 1
         raise
     finally:
-        if code != 0:
+        if code != 0 and not _one_rank_of_several():  # the ranks of a job share their folders
             remove_new_empty_folders()
         forget_new_folders()
+        if code != 0 and args.command == "agents":
+            from ..agents.runtime import finish, supervised
+
+            if supervised():  # a supervised agent never reaches MPI_Finalize: it would wait for dead ranks
+                finish(code)
+
+
+def _one_rank_of_several() -> bool:
+    """Is this process one rank of an MPI or torch.distributed job (its launcher's environment says so)?"""
+    sizes = (os.environ.get(k, "1") for k in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"))
+    return any(size.isdigit() and int(size) > 1 for size in sizes)
 
 
 def _error(message: str) -> int:
