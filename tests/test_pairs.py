@@ -102,3 +102,11 @@ def test_refuses_bad_settings():
         PairFeatures(store, decays=(0.0,))
     with pytest.raises(ConfigError, match="destinations"):
         PairFeatures(store).history(np.zeros(2, np.int64), np.zeros(1, np.int64), np.zeros(2))
+
+
+@pytest.mark.parametrize("module", ["streamgnn.sampling.pairs", "streamgnn.nn.pairs"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+
+    assert doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS).failed == 0

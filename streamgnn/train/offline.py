@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..events import EventBatch
+from ..progress import progress_bar
 from ..sampling import EvalNegatives
 from ..store import TemporalGraphStore
 from .config import TrainConfig
@@ -151,6 +152,7 @@ def fit_offline(
     test_negatives: np.ndarray | None = None,
     test_with: dict[str, np.ndarray] | None = None,
     score_val: bool = True,
+    progress: bool = False,
 ) -> OfflineResult:
     """Train ``epochs`` passes over the training part and score validation and test (module docstring).
 
@@ -164,7 +166,8 @@ def fit_offline(
     benchmark's shared candidates; column 0 is the AP negative); default: ``fixed_negatives``.
     ``test_with``: more negative sets of the same shape (e.g. ``{"historical": ...}``), each scoring the test
     part again from the state before it: ``OfflineResult.test_with[name]``, baselines' ``"test_<name>"``.
-    ``score_val=False`` replays validation into memory and graph without scoring it.
+    ``score_val=False`` replays validation into memory and graph without scoring it. ``progress``: a bar
+    over epochs with each one's loss and validation AP (converged training can run for hours).
     """
     if epochs < 1:
         raise ConfigError(f"epochs must be >= 1, got {epochs}")
@@ -204,12 +207,15 @@ def fit_offline(
     part = events.take(split.train)
     select = None if patience is None else fixed_negatives(events, split, split.val, config)
     best = (-np.inf, 0, None, None)  # validation AP, epoch, weights, memory before validation
+    bar = progress_bar(total=epochs, unit="epoch", disable=not progress)
     for epoch in range(1, epochs + 1):
         trainer.reset_stream()
         start = time.perf_counter()
         epoch_loss = [trainer.step(b, score=False).loss for b in part.split(bs)]
         rates.append(len(part) / (time.perf_counter() - start))
         losses.append(float(np.nanmean(epoch_loss)) if epoch_loss else float("nan"))
+        bar.update()
+        bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
         if patience is None:
             continue
         trainer.store.ingest(events.take(split.held_out))
@@ -218,8 +224,10 @@ def fit_offline(
         val_aps.append(run("val", split.val, ingest=True, scored=True, negatives=ap_only).ap)
         if val_aps[-1] > best[0]:
             best = (val_aps[-1], epoch, copy.deepcopy(trainer.link_model.state_dict()), copy.deepcopy(before))
-        elif epoch - best[1] >= patience:
+        bar.set_postfix(loss=f"{losses[-1]:.4f}", val_ap=f"{val_aps[-1]:.4f}", best_epoch=best[1])
+        if epoch - best[1] >= patience:
             break
+    bar.close()
     if patience is None:
         trainer.store.ingest(events.take(split.held_out))
         best_epoch = epochs
