@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError
+from .ann import TOPK, ApproximateTopK
 from .table import METRICS
 
 NODE_IDS = ("int", "str")
@@ -21,6 +22,11 @@ class ServeConfig:
     most neighbors and the most ids one request may ask for. ``log_every_s``: seconds between the one-line
     progress logs (0: none). ``checkpoint_dir``: where the trainer checkpoints (default: the config file's
     ``train.checkpoint_dir``); ``/score`` then uses the trained link predictor, else cosine similarity.
+
+    ``topk``: how ``/topk`` finds cosine neighbors: "approximate" (an inverted-file index kept as rows
+    change, once the table holds ``topk_exact_below`` rows; each query scans ``topk_probe`` of its lists)
+    or "exact" (every row scanned: 0.33 s a query at 1M 100-d rows). "dot" queries always scan. Recall
+    and latency at 1M rows: ``benchmarks/RESULTS.md`` (serve).
     """
 
     host: str = "127.0.0.1"
@@ -31,6 +37,9 @@ class ServeConfig:
     max_ids: int = 10_000
     log_every_s: float = 10.0
     checkpoint_dir: str | None = None
+    topk: str = "approximate"
+    topk_exact_below: int = 100_000
+    topk_probe: float = 0.1
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -44,3 +53,12 @@ class ServeConfig:
                 raise ConfigError(f"serve.{name} must be >= 1, got {getattr(self, name)}")
         if self.log_every_s < 0:
             raise ConfigError(f"serve.log_every_s must be >= 0, got {self.log_every_s}")
+        if self.topk not in TOPK:
+            raise ConfigError(f"serve.topk must be one of {TOPK}, got {self.topk!r}")
+        self.approximate_topk()  # its own checks
+
+    def approximate_topk(self) -> ApproximateTopK | None:
+        """What the service's ``EmbeddingTable`` is given for ``topk="approximate"``; None for exact."""
+        if self.topk == "exact":
+            return None
+        return ApproximateTopK(exact_below=self.topk_exact_below, probe=self.topk_probe)
