@@ -9,6 +9,8 @@ import pytest
 import torch
 from test_serve_http import call, wait_for  # noqa: E402  (the same HTTP client and waiting)
 
+from streamgnn.cli import build_parser
+from streamgnn.cli._config import config_from_args
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.errors import ConfigError
 from streamgnn.serve import EmbeddingService, EmbeddingTable, ServeConfig
@@ -85,6 +87,9 @@ def test_config_names_the_bad_setting():
         with pytest.raises(ConfigError, match=match):
             ServeConfig(**bad)
     assert ServeConfig(topk="exact").approximate_topk() is None
+    args = build_parser().parse_args(["serve", "--topk", "exact"])  # the flag, as `streamgnn serve` reads it
+    assert config_from_args(args).serve.topk == "exact"
+    assert config_from_args(build_parser().parse_args(["serve"])).serve.topk == "approximate"
 
 
 @pytest.mark.parametrize("topk", ["approximate", "exact"])

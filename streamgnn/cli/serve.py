@@ -43,6 +43,11 @@ def register(sub) -> None:
     override(p, "--host", key="serve.host", help="address to listen on, e.g. 0.0.0.0 (default 127.0.0.1)")
     override(p, "--port", key="serve.port", type=int, help="port to listen on, e.g. 8000 (0: any free one)")
     override(p, "--metric", key="serve.metric", choices=("cosine", "dot"), help="default /topk similarity")
+    override(
+        p, "--topk", key="serve.topk", choices=("approximate", "exact"),
+        help="cosine /topk from an index kept as rows change, from 100k rows (approximate, the default) or a "
+        "scan of every row (exact)",
+    )  # fmt: skip
     override(p, "--node-ids", key="serve.node_ids", choices=("int", "str"), help="node id type (int)")
     override(
         p, "--checkpoint-dir", key="serve.checkpoint_dir", metavar="DIR",
