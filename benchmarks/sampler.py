@@ -375,11 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     results["wall_s"] = time.perf_counter() - t_start
     shown = {}
     for name in per:
-        shown[f"{name}.recent10.ours_per_s"] = f"recent-10 sampled neighbors/s, {name}"
-        shown[f"{name}.recent10_vs_lastneighborloader"] = f"recent-10 vs PyG's LastNeighborLoader, {name}"
-        shown[f"{name}.uniform2hop.ours_per_s"] = f"uniform 10-10 sampled neighbors/s, {name}"
-        shown[f"{name}.uniform2hop_vs_numpy"] = f"uniform 10-10 vs a numpy T-CSR, {name}"
-        shown[f"{name}.after_insert_call_ms"] = f"first sample call after an insert (ms), {name}"
+        data = "JODIE Wikipedia" if name == "jodie_wikipedia" else f"synthetic power-law, {events:,} events"
+        shown[f"{name}.recent10.ours_per_s"] = f"recent-10 sampled neighbors/s, {data}"
+        shown[f"{name}.recent10_vs_lastneighborloader"] = f"recent-10 vs PyG's LastNeighborLoader, {data}"
+        shown[f"{name}.uniform2hop.ours_per_s"] = f"uniform 10-10 sampled neighbors/s, {data}"
+        shown[f"{name}.uniform2hop_vs_numpy"] = f"uniform 10-10 vs a numpy T-CSR, {data}"
+        shown[f"{name}.after_insert_call_ms"] = f"first sample call after an insert (ms), {data}"
     report(results, args.json, "Temporal sampler: neighbors/s, medians of runs", shown, args.quick)
     if args.plot:
         plot(per, args.plot)
