@@ -32,12 +32,12 @@ class ApproximateTopK:
     """How ``EmbeddingTable.top_k`` answers cosine queries approximately (``ServeConfig.topk``).
 
     ``exact_below``: rows under which the table scans every row instead (the index is built when the table
-    reaches it). ``probe``: the fraction of inverted lists a query scans, the recall/latency dial (0.1: at
+    reaches it). ``probe``: the fraction of inverted lists a query scans, the recall/latency dial (0.05: at
     1M 100-d rows, recall@10 against the exact scan and p99 latency in ``benchmarks/RESULTS.md``).
     """
 
     exact_below: int = 100_000
-    probe: float = 0.1
+    probe: float = 0.05
 
     def __post_init__(self) -> None:
         if self.exact_below < 1:

@@ -25,8 +25,8 @@ class ServeConfig:
 
     ``topk``: how ``/topk`` finds cosine neighbors: "approximate" (an inverted-file index kept as rows
     change, once the table holds ``topk_exact_below`` rows; each query scans ``topk_probe`` of its lists)
-    or "exact" (every row scanned: 0.33 s a query at 1M 100-d rows). "dot" queries always scan. Recall
-    and latency at 1M rows: ``benchmarks/RESULTS.md`` (serve).
+    or "exact" (every row scanned: 0.1-0.4 s a query at 1M 100-d rows on our 2-core host). "dot" queries
+    always scan. Recall and latency at 1M rows: ``benchmarks/RESULTS.md`` (serve).
     """
 
     host: str = "127.0.0.1"
@@ -39,7 +39,7 @@ class ServeConfig:
     checkpoint_dir: str | None = None
     topk: str = "approximate"
     topk_exact_below: int = 100_000
-    topk_probe: float = 0.1
+    topk_probe: float = 0.05
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
