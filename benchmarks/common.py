@@ -31,14 +31,26 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def report(results: dict, as_json: bool, title: str) -> None:
-    """Print ``results`` as one JSON object, or as an aligned table."""
+SMOKE = "SMOKE VALUES (--quick: a small run that checks the benchmark works; full-run figures: RESULTS.md)"
+
+
+def report(results: dict, as_json: bool, title: str, headline: dict[str, str], quick: bool) -> None:
+    """Print ``results`` as one JSON object (every figure, and ``"smoke": true`` for a quick run), or a
+    short table of the ``headline`` figures: key -> a label naming what was measured on which dataset (it
+    may name other results as ``{key}``, e.g. a row count). Quick runs are labelled smoke values both ways,
+    so they are not mistaken for full-run figures."""
+    results = {**results, "smoke": bool(quick)}
     if as_json:
         print(json.dumps(results, sort_keys=True))
         return
     print(f"# {title}")
-    width = max(map(len, results))
-    for key, value in results.items():
+    if quick:
+        print(f"# {SMOKE}")
+    rows = [(label.format_map(results), key) for key, label in headline.items() if key in results]
+    width = max((len(label) for label, _ in rows), default=0)
+    for label, key in rows:
+        value = results[key]
         shown = f"{value:,.3f}" if isinstance(value, float) else str(value)
-        print(f"{key:<{width}}  {shown}")
+        print(f"{label:<{width}}  {shown:>12}  ({key})")
+    print(f"({len(results)} figures in all: --json prints every one)")
     sys.stdout.flush()

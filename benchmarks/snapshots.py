@@ -336,6 +336,18 @@ def _parts(text: str) -> tuple[str, ...]:
     return parts
 
 
+HEADLINE = {
+    "incremental_vs_rebuild": "daily state snapshots, incremental vs rebuilt, Travian attacks",
+    "incremental_vs_rebuild_window": "daily window snapshots, incremental vs rebuilt, Travian attacks",
+    "memory_builder_vs_snapshot": "builder memory vs one snapshot, synthetic {memory_events:,}-event stream",
+    "chickenpox_mse": "test MSE, our signal + SnapshotTrainer, Chickenpox",
+    "chickenpox_mse_pgt": "test MSE, PGT's signal + its example loop, Chickenpox",
+    "bitcoin_otc_auc": "next-month link AUC, GConvGRU, Bitcoin OTC",
+    "bitcoin_otc_auc_edgebank": "next-month link AUC, EdgeBank, Bitcoin OTC",
+    "bitcoin_otc_auc_pa": "next-month link AUC, preferential attachment, Bitcoin OTC",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a run under a minute (smaller parts, 1 seed)")
@@ -371,7 +383,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.plot:
         plot(results, args.plot)
-    report({k: v for k, v in results.items() if not k.startswith("_")}, args.json, "snapshots")
+    shown = {k: v for k, v in results.items() if not k.startswith("_")}
+    report(
+        shown,
+        args.json,
+        "snapshots: incremental state, memory, PGT parity, link baselines",
+        HEADLINE,
+        args.quick,
+    )
     return 0
 
 

@@ -96,6 +96,16 @@ def scale_run(n: int, batch_size: int, chunk: int) -> tuple[list[float], float]:
     return rates, store.nbytes()["total"] / store.num_edges
 
 
+HEADLINE = {
+    "insert_events_per_s": "store inserts/s, JODIE Wikipedia ({events:,} events, batches of {batch_size})",
+    "insert_vs_pyg_cat": "insert speed vs PyG's torch.cat buffers, JODIE Wikipedia",
+    "insert_vs_rebuild": "insert vs a T-CSR rebuilt every batch, JODIE Wikipedia ({rebuild_events:,} events)",
+    "bytes_per_edge": "store bytes per edge, {bytes_per_edge_dataset}",
+    "scale_last_vs_first": "insert rate last vs first 3 chunks, synthetic {scale_events:,}-event stream",
+    "scale_bytes_per_edge": "store bytes per edge, synthetic {scale_events:,}-event stream",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="a run under a minute")
@@ -158,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_title("streamgnn store: insert cost per event as the graph grows")
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)
-    report(results, args.json, "store: insert throughput and memory")
+    report(results, args.json, "store: insert throughput and memory", HEADLINE, args.quick)
     return 0
 
 

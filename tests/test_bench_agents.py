@@ -31,6 +31,7 @@ def test_main_prints_one_json_object_with_the_promised_keys(capsys, monkeypatch,
     monkeypatch.setattr(agents, "presets", lambda quick: tiny)
     assert agents.main(["--quick", "--json", "--plot", str(tmp_path)]) == 0
     result = json.loads(capsys.readouterr().out)  # the whole of stdout is one object
+    assert result["smoke"] is True  # quick figures say so
     keys = [
         "robust_retained_at_0_3",
         "plain_retained_at_0_3",

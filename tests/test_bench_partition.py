@@ -9,6 +9,7 @@ def test_quick_partition_benchmark_reports_the_headline_keys(capsys, tmp_path):
     argv = ["--quick", "--json", "--datasets", "bitcoin_otc,synthetic", "--synthetic-edges", "20000"]
     assert partition.main([*argv, "--plot", str(tmp_path / "p.png")]) == 0
     out = json.loads(capsys.readouterr().out)
+    assert out["smoke"] is True  # quick figures say so
     for key in (
         "best_cut_vs_metis",
         "best_cut_vs_hash",

@@ -22,8 +22,9 @@ BENCHMARKS = (
 )
 
 EXAMPLE = """examples:
-  streamgnn bench store --quick          # each benchmark takes --quick (under a minute) and --json
-  streamgnn bench serve --json           # one JSON object with the headline figures
+  streamgnn bench store --quick          # a short headline, each figure naming its dataset; --quick figures
+                                         # are smoke values (labelled so), not the full run's in RESULTS.md
+  streamgnn bench serve --json           # every figure as one JSON object ("smoke": true under --quick)
   streamgnn bench sampler --help         # a benchmark's own options
   streamgnn bench quality --quick        # ours, PyG's TGN and EdgeBank on every stream (a few minutes)
 """

@@ -47,6 +47,11 @@ def register(sub) -> None:
         p, "--port", key="serve.port", type=port_or_any, help="port to listen on, e.g. 8000 (0: any free one)"
     )
     override(p, "--metric", key="serve.metric", choices=("cosine", "dot"), help="default /topk similarity")
+    override(
+        p, "--topk", key="serve.topk", choices=("approximate", "exact"),
+        help="cosine /topk from an index kept as rows change, from 100k rows (approximate, the default) or a "
+        "scan of every row (exact)",
+    )  # fmt: skip
     override(p, "--node-ids", key="serve.node_ids", choices=("int", "str"), help="node id type (int)")
     override(
         p, "--checkpoint-dir", key="serve.checkpoint_dir", metavar="DIR",

@@ -170,18 +170,18 @@ class PartitionTimeline:
 
         rows = self.rows
         x = [r["edges"] for r in rows]
-        k = rows[-1]["num_partitions"] if rows else 1
+        k, method = (rows[-1]["num_partitions"], rows[-1]["method"]) if rows else (1, "")
         fig = Figure(figsize=(13, 3.8), layout="constrained")
         FigureCanvasAgg(fig)
         axes = fig.subplots(1, 3)
         if rows and rows[0]["edge_cut"] is not None:
-            axes[0].plot(x, [r["edge_cut"] for r in rows], marker=".", label=rows[-1]["method"])
+            axes[0].plot(x, [r["edge_cut"] for r in rows], marker=".", label=method)
             axes[0].axhline(1 - 1 / k, color="gray", linestyle="--", label=f"hashing (1 - 1/{k})")
             axes[0].set_ylim(0, 1)
             axes[0].set_ylabel("edge-cut fraction")
             axes[0].set_title("edges cut (lower is better)")
         else:
-            axes[0].plot(x, [r["replication_factor"] for r in rows], marker=".", label=rows[-1]["method"])
+            axes[0].plot(x, [r["replication_factor"] for r in rows], marker=".", label=method)
             axes[0].axhline(1.0, color="gray", linestyle="--", label="no replicas (1.0)")
             axes[0].set_ylabel("replication factor")
             axes[0].set_title("vertex copies per vertex (lower is better)")
@@ -195,9 +195,8 @@ class PartitionTimeline:
             axes[2].set_ylabel("vertices moved (total)")
             axes[2].set_title("vertices moved by rebalancing")
         else:  # nothing ever moved: a flat zero says less than where the vertices went
-            loads = np.array([r["vertex_loads"] for r in rows]).reshape(len(rows), -1)
-            for p in range(loads.shape[1]):
-                axes[2].plot(x, loads[:, p], label=f"partition {p}")
+            for p in range(k if rows else 0):
+                axes[2].plot(x, [r["vertex_loads"][p] for r in rows], label=f"partition {p}")
             axes[2].set_ylabel("vertices placed")
             axes[2].set_title("vertices per partition (none moved)")
         for ax in axes:
@@ -205,8 +204,8 @@ class PartitionTimeline:
             ax.xaxis.set_major_locator(MaxNLocator(5))
             ax.xaxis.set_major_formatter(EngFormatter(sep=""))
             ax.grid(alpha=0.3)
-            ax.legend(fontsize="small")
-        method = rows[-1]["method"] if rows else ""
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize="small")
         fig.suptitle(title or f"partitioning over the stream ({method})")
         fig.savefig(path, dpi=110)
 

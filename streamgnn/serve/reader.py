@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .config import INT64
+from .ann import ApproximateTopK
 from .metrics import ServiceMetrics
 from .table import EmbeddingTable
 
@@ -43,6 +44,7 @@ class EmbeddingsReader:
         topic: str,
         *,
         table: EmbeddingTable | None = None,
+        approximate: ApproximateTopK | None = None,
         node_ids: str = "int",
         metrics: ServiceMetrics | None = None,
         poll_timeout_s: float = 0.2,
@@ -51,7 +53,7 @@ class EmbeddingsReader:
         if node_ids not in ("int", "str"):
             raise ConfigError(f"node_ids must be 'int' or 'str', got {node_ids!r}")
         self.bootstrap_servers, self.topic, self.node_ids = bootstrap_servers, topic, node_ids
-        self.table = table
+        self.table, self.approximate = table, approximate
         self.metrics = metrics or ServiceMetrics()
         self.poll_timeout_s = poll_timeout_s
         self.consumer_config = consumer_config
@@ -159,7 +161,7 @@ class EmbeddingsReader:
                         reason = self._refuse_non_finite(node, vec)
                     else:
                         if self.table is None:
-                            self.table = EmbeddingTable(len(vec))
+                            self.table = EmbeddingTable(len(vec), self.approximate)
                         if vec.shape != (self.table.dim,):
                             reason = f"a vector of shape {vec.shape} in a table of {self.table.dim}-d rows"
             except ConfigError as exc:

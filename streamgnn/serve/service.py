@@ -44,7 +44,8 @@ class EmbeddingService:
         self.config = config
         self.metrics = ServiceMetrics()
         self.reader = EmbeddingsReader(
-            bootstrap_servers, topic, table=table, node_ids=config.node_ids, metrics=self.metrics,
+            bootstrap_servers, topic, table=table, approximate=config.approximate_topk(),
+            node_ids=config.node_ids, metrics=self.metrics,
             **consumer_config,
         )  # fmt: skip
         self.scorer = LinkScorer(config.checkpoint_dir)

@@ -8,6 +8,9 @@ while it ingests).
     table = EmbeddingTable(dim=2)
     table.update([1, 2, 3], [[1, 0], [0.9, 0.1], [0, 1]], t=5.0)
     ids, scores = table.top_k(table.embeddings([1]), k=2, exclude=[1])  # ids [[2, 3]], cosine scores
+
+Top-k scans every row, or, given ``approximate`` (``ServeConfig.topk="approximate"``), asks an inverted-file
+index kept with the rows (``serve.ann``) once the table is large enough for a scan to be slow.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch
 
 from ..errors import ConfigError, UnknownNodeError
 from ..store.idmap import NodeIdMap
+from .ann import ApproximateTopK
 
 METRICS = ("cosine", "dot")
 
@@ -38,10 +42,11 @@ class EmbeddingTable:
     ``publish(sink)`` sends the rows changed since the previous publish.
     """
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, approximate: ApproximateTopK | None = None) -> None:
         if dim < 1:
             raise ConfigError(f"embedding dim must be >= 1, got {dim}")
         self.dim = dim
+        self.approximate = approximate
         self._lock = threading.Lock()
         self._generation = 0  # bumped by clear(): a publish in flight must not mark rows of a cleared table
         self.clear()
@@ -59,6 +64,7 @@ class EmbeddingTable:
             self._time = np.zeros(0, np.float64)
             self._version = np.zeros(0, np.int64)  # bumped by every write; 0: never written
             self._sent = np.zeros(0, np.int64)  # the version a sink last took
+            self._index = self.approximate.index(self.dim) if self.approximate else None
 
     def update(self, node_ids, vectors, t: float) -> None:
         """Set the rows of ``node_ids`` (external ids, unique) to ``vectors [n, dim]``, computed at ``t``."""
@@ -79,6 +85,7 @@ class EmbeddingTable:
             self._norms[rows] = np.linalg.norm(vectors, axis=1)
             self._time[rows] = t
             self._version[rows] += 1
+            self._index_rows(rows)
 
     def state_dict(self) -> dict:
         """Every row as plain values (``ids``: a list of str or an int64 array; ``vectors``, ``time``, and
@@ -112,6 +119,24 @@ class EmbeddingTable:
             self._vectors[rows], self._time[rows] = vectors, time
             self._version[rows] = 1
             self._sent[rows] = np.where(unsent, 0, 1)
+            self._index_rows(rows)
+
+    def _index_rows(self, rows: np.ndarray) -> None:
+        """Bring the approximate index up to date with ``rows`` just written (under the lock): upsert them,
+        or build it from every row when the table has grown enough."""
+        if self._index is None:
+            return
+        n = self._ids.size
+        if self._index.wants_training(n):
+            self._index.train(self._unit(np.arange(n)))
+        elif self._index.ready:
+            self._index.upsert(rows, self._unit(rows))
+
+    def _unit(self, rows: np.ndarray) -> np.ndarray:
+        """The rows scaled to unit length (a zero row stays zero): their inner products are cosines."""
+        norms = self._norms[rows, None]
+        return np.divide(self._vectors[rows], norms, out=np.zeros((len(rows), self.dim), np.float32),
+                         where=norms > 0)  # fmt: skip
 
     def _grow(self, n: int) -> None:
         cap = max(n, 2 * len(self._vectors), 1024)
@@ -161,7 +186,9 @@ class EmbeddingTable:
         names a node per query, e.g. the query node itself).
 
         ``metric``: "cosine" (dot product of unit vectors; a zero row or query scores 0) or "dot". Exact: one
-        matrix product over every row, then a partial sort (no index to rebuild as rows change).
+        matrix product over every row, then a partial sort. With ``approximate`` and an index built, cosine
+        queries ask the index instead (answers in the same form; a query whose probed lists hold too few
+        rows is scanned); "dot" always scans.
         """
         if metric not in METRICS:
             raise ConfigError(f"metric must be one of {METRICS}, got {metric!r}")
@@ -178,23 +205,47 @@ class EmbeddingTable:
             skip = None if exclude is None else self._rows(exclude)
             if skip is not None and len(skip) != len(q):
                 raise ConfigError(f"exclude names {len(skip)} nodes for {len(q)} queries; give one each")
-            # torch's matmul (zero-copy views): it honours torch.set_num_threads, and numpy's BLAS pool took
-            # 10-40 ms to wake for a 9k-row product on a loaded 2-core host (torch: 0.1-0.2 ms)
-            scores = (torch.from_numpy(q) @ torch.from_numpy(self._vectors[:n]).T).numpy()
-            if metric == "cosine":
-                norms = self._norms[:n]
-                np.divide(scores, norms, out=scores, where=norms > 0)
-                scores[:, norms == 0] = 0.0
-            if skip is not None:
-                scores[np.arange(len(q)), skip] = -np.inf
             kk = max(0, min(k, n - (skip is not None)))
-            top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if 0 < kk < n else np.argsort(-scores, 1)
-            top = top[:, :kk]
-            best = np.take_along_axis(scores, top, 1)
-            order = np.argsort(-best, axis=1, kind="stable")
-            top, best = np.take_along_axis(top, order, 1), np.take_along_axis(best, order, 1)
+            if kk and metric == "cosine" and self._index is not None and self._index.ready:
+                top, best = self._search(q, kk, skip)
+            else:
+                top, best = self._scan(q, kk, skip, metric)
             ids = self._ids.external(top.reshape(-1)).reshape(top.shape)
         return ids, best
+
+    def _search(self, q: np.ndarray, kk: int, skip: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``kk`` rows of unit queries ``q`` from the approximate index (under the lock); queries it
+        returns too few rows for are scanned."""
+        rows, scores = self._index.search(q, kk + (skip is not None))
+        if skip is not None:  # drop each query's own row, else its last
+            keep = rows != skip[:, None]
+            keep[keep.all(axis=1), -1] = False
+            rows, scores = rows[keep].reshape(len(q), kk), scores[keep].reshape(len(q), kk)
+        short = (rows < 0).any(axis=1)
+        if short.any():
+            some = None if skip is None else skip[short]
+            rows[short], scores[short] = self._scan(q[short], kk, some, "cosine")
+        return rows, scores
+
+    def _scan(
+        self, q: np.ndarray, kk: int, skip: np.ndarray | None, metric: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top ``kk`` rows of ``q`` over every row (under the lock)."""
+        n = self._ids.size
+        # torch's matmul (zero-copy views): it honours torch.set_num_threads, and numpy's BLAS pool took
+        # 10-40 ms to wake for a 9k-row product on a loaded 2-core host (torch: 0.1-0.2 ms)
+        scores = (torch.from_numpy(q) @ torch.from_numpy(self._vectors[:n]).T).numpy()
+        if metric == "cosine":
+            norms = self._norms[:n]
+            np.divide(scores, norms, out=scores, where=norms > 0)
+            scores[:, norms == 0] = 0.0
+        if skip is not None:
+            scores[np.arange(len(q)), skip] = -np.inf
+        top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk] if 0 < kk < n else np.argsort(-scores, 1)
+        top = top[:, :kk]
+        best = np.take_along_axis(scores, top, 1)
+        order = np.argsort(-best, axis=1, kind="stable")
+        return np.take_along_axis(top, order, 1), np.take_along_axis(best, order, 1)
 
     def publish(self, sink: EmbeddingSink) -> int:
         """Send the rows changed since the last successful publish, one call per computation time; returns

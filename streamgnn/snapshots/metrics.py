@@ -86,7 +86,7 @@ def plot_metrics(
     from matplotlib.ticker import MaxNLocator
 
     path = Path(path)
-    fig = Figure(figsize=(9, 6), tight_layout=True)
+    fig = Figure(figsize=(11, 6), layout="constrained")
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True)
     colors = {name: f"C{i}" for i, name in enumerate(TASK_METRICS[task])}
@@ -107,13 +107,13 @@ def plot_metrics(
     top.set_ylabel("metric per snapshot")
     if task != "regression":
         top.set_ylim(0.0, 1.0)
-    top.legend(loc="best", fontsize="small", ncol=2 if baselines else 1)
+    top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside: lines stay visible
     top.grid(alpha=0.3)
     top.set_title(title or f"snapshot {TASK_NAMES[task]}: metrics per snapshot")
     bottom.set_ylabel("training loss")
     bottom.set_xlabel("snapshot (in stream time order)")
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
-    bottom.legend(loc="best", fontsize="small")
+    bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     bottom.grid(alpha=0.3)
     bottom.set_title("loss per snapshot", fontsize="medium")
     fig.savefig(path, dpi=110)
