@@ -20,8 +20,8 @@ import time
 import numpy as np
 
 from ..errors import ConfigError
-from .config import INT64
 from .ann import ApproximateTopK
+from .config import INT64
 from .metrics import ServiceMetrics
 from .table import EmbeddingTable
 
