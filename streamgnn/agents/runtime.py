@@ -202,7 +202,8 @@ def supervise(argv: list[str]) -> int:
     (start-up is collective): a stand-in then starts MPI in its place and ends at once, so that the others
     start and treat this rank as failed (rank 0's stand-in tells them first that no setup will come). Rank 0
     killed after start-up but before it shared the setup leaves nothing the others could run: its supervisor
-    then ends the job (hydra ends every rank when one dies by a signal)."""
+    then kills itself, hoping hydra ends the other ranks; under ``-disable-auto-cleanup`` it did not always
+    (the others then wait for the setup without end: not handled yet)."""
     fds = tuple(int(os.environ[k]) for k in ("PMI_FD", "HYDI_CONTROL_FD") if os.environ.get(k, "").isdigit())
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # inherited by the child: hydra's notice must not kill it
     rc, stages = _run_child(argv, fds)
