@@ -154,8 +154,9 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["agents", "source-loc", "--probs", "0.3", "--out", str(tmp_path)]) == 2
     assert "--probs must include 0" in capsys.readouterr().err
     (tmp_path / "file").write_text("x")
-    assert main(["agents", "flocking", "--out", str(tmp_path / "file" / "sub")]) == 2
-    assert "cannot write to --out" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # checked while the arguments are parsed
+        main(["agents", "flocking", "--out", str(tmp_path / "file" / "sub")])
+    assert exc.value.code == 2 and "is a file; name a folder" in capsys.readouterr().err
 
 
 def test_no_failures_model_keeps_every_link():

@@ -40,7 +40,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Literal
 
 import yaml
@@ -371,7 +371,7 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, object] | 
     if defaults is None:
         defaults = getattr(args, "config_defaults", None)
     given = {
-        key: value
+        key: str(value) if isinstance(value, PurePath) else value  # a checked folder is a str key in YAML
         for dest, value in vars(args).items()
         if dest.startswith("cfg:") and value is not None
         for key in dest[4:].split(",")
