@@ -262,6 +262,14 @@ def plot(results: dict, path: Path) -> Path:
     return path
 
 
+HEADLINE = {
+    "rss_growth_second_half": "max RSS, second half / first (power-law stream, {events:,} events)",
+    "rss_max_first_half_mb": "max RSS over the first half, MB",
+    "rss_max_second_half_mb": "max RSS over the second half, MB",
+    "events_per_s": "events/s through ingest, training and the service",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="100k events in segments of 20k")
@@ -282,7 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in results.items():
         if isinstance(value, float) and not math.isfinite(value):
             results[key] = None
-    report(results, args.json, f"soak: {events:,} events, RSS growth over the second half")
+    report(
+        results, args.json, f"soak: {events:,} events, RSS growth over the second half", HEADLINE, args.quick
+    )
     return 0
 
 

@@ -142,7 +142,7 @@ def test_placement_travels_and_is_checked():
     from streamgnn.events import EventBatch, concat
     from streamgnn.partition.routing import RoutingState
     from streamgnn.shard import (
-        Exchange,
+        Collectives,
         GlobalBatcher,
         GlobalIndex,
         Ownership,
@@ -171,7 +171,7 @@ def test_placement_travels_and_is_checked():
     replay = PartitionedReplay(stream, own)
     assert set(own.source_partitions(replay.pull()).tolist()) <= {1, 3}
     other = dataclasses.replace(own, rank=0)  # reading rank 1's partitions: not the router's topic layout
-    batcher = GlobalBatcher(PartitionedReplay(stream, own), other, Exchange(0, 1, torch.device("cpu")), 10)
+    batcher = GlobalBatcher(PartitionedReplay(stream, own), other, Collectives(0, 1, torch.device("cpu")), 10)
     with pytest.raises(PlacementError, match=r"not one of its partitions \[0, 2\]"):
         batcher.next_batch()
 
