@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,15 +59,18 @@ def end_job(exc: BaseException) -> NoReturn:
         what = f"exit status {exc.code}"
     else:
         what = f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, StreamGNNError):
-            print(f"streamgnn: error: {exc}", file=sys.stderr)
-        else:
-            traceback.print_exception(type(exc), exc, exc.__traceback__)
     rank, size = _place(job)
-    print(f"streamgnn: rank {rank} of {size} failed ({what}): ending the job", file=sys.stderr)
+    # the one line that names the failure first: MPI_Abort can end the launcher's forwarding of this rank's
+    # output before a long traceback has passed through it
+    print(f"streamgnn: rank {rank} of {size} failed ({what}): ending the job", file=sys.stderr, flush=True)
+    if isinstance(exc, StreamGNNError):
+        print(f"streamgnn: error: {exc}", file=sys.stderr)
+    elif not isinstance(exc, SystemExit):
+        traceback.print_exception(type(exc), exc, exc.__traceback__)
     sys.stdout.flush()
     sys.stderr.flush()
     if job == "mpi":
+        time.sleep(0.5)  # grace for the launcher to forward what was printed (not a wait for an event)
         sys.modules["mpi4py.MPI"].COMM_WORLD.Abort(code)
     os._exit(code)
 
