@@ -197,7 +197,9 @@ class TGNLinkModel:
         if train_neg is not None:
             roots = np.concatenate([batch.src[s], batch.dst[s], train_neg[s]])
             train_input = self._input(roots, batch.blank, np.tile(batch.t_query[s], 3), batch.step, _TRAIN)
-            pairs["train_pairs"] = self._pairs(src, np.column_stack([batch.dst[s], train_neg[s]]), t_query)
+            if self.pairs is not None:
+                cand = np.column_stack([batch.dst[s], train_neg[s]])
+                pairs["train_pairs"] = self._pairs(src, cand, t_query)
         return _Prepared(batch, candidates, train_neg, eval_input, train_input, **pairs)
 
     @torch.no_grad()
@@ -250,11 +252,9 @@ class TGNLinkModel:
         inp, rows = self._input(nodes, blank, np.full(len(nodes), t), step, _SERVE)
         return self.model(inp)[rows].float().cpu().numpy()
 
-    def _pairs(self, src: np.ndarray, cand: np.ndarray, t: np.ndarray) -> tuple[torch.Tensor, ...] | None:
+    def _pairs(self, src: np.ndarray, cand: np.ndarray, t: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Raw pair features of each ``(src[i], cand[i, j])`` at ``t[i]`` (-1: unknown, no history), read
-        from the store now (before it holds the batch); None when the model reads none."""
-        if self.pairs is None:
-            return None
+        from the store now (before it holds the batch)."""
         q = cand.shape[1]
         src, t = np.repeat(src, q), np.repeat(t, q)
         history = self.pairs.history(src, cand.reshape(-1), t)
