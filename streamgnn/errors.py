@@ -45,3 +45,8 @@ class OffsetOutOfRangeError(ConnectorError):
 
 class SnapshotError(StreamGNNError, ValueError):
     """A snapshot cannot be cut as asked (a time before the last one, a node beyond a fixed node count)."""
+
+
+class RankEndedError(StreamGNNError):
+    """A rank of an MPI job ended (killed, or failed) before sending what this rank cannot go on without:
+    the message names it and what was missing."""

@@ -9,9 +9,11 @@ time has no coordinator: rounds only ever talk to neighbors' ranks.
 Fault tolerance. Hydra (MPICH's ``mpiexec``) kills every rank when one dies by a signal, even with
 ``-disable-auto-cleanup`` (its proxy does so on ``WIFSIGNALED``; a process that *exits* is only reported, with
 SIGUSR1 to the process group). So ``supervise`` runs each rank's agent as a child process that inherits the
-rank's MPI connection: when the child is killed, the parent exits with ``128 + signal`` and the job goes on;
-the survivors declare the dead rank failed after their transport's deadline and finish. Survivors must not
-call ``MPI_Finalize`` (it waits for every rank), so a supervised child ends with ``finish()``.
+rank's MPI connection: when the child is killed, the parent exits with ``128 + signal`` and the job goes on.
+Hydra records that exit and tells every other rank (``liveness``), so no rank waits for a dead one: rounds
+treat it as failed at once, and a rank that cannot go on without it (the setup or the report needs rank 0)
+ends with one line naming it and exit status 1. Survivors must not call ``MPI_Finalize`` (it waits for every
+rank), so a supervised child ends with ``finish()``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..errors import RankEndedError
 from ..nn.exchange import Exchange, LocalExchange
 from ..nn.failures import FailureModel
 
 T = TypeVar("T")
-CHILD_ENV = "STREAMGNN_AGENT_CHILD"  # a supervised agent's end of a pipe to report its stages on
-STARTED, SHARED = b"1", b"2"  # MPI start-up finished; the setup (rank 0's trained models) shared
-_NO_SETUP = "rank 0 was killed before it shared the setup (the trained models): nothing to run"
+CHILD_ENV = "STREAMGNN_AGENT_CHILD"  # a supervised agent's end of a pipe to report its start-up on
+STARTED = b"1"  # MPI start-up finished
 
 
 class LocalAgents:
@@ -83,13 +85,14 @@ class MPIAgents:
         deadline_s: float | None = None,
         patience: int = 3,
         die_at_round: int | None = None,
+        die_at_gather: bool = False,
     ):
         from mpi4py import MPI
 
         from .mpi_exchange import partition
         from .transport import Transport
 
-        _report(STARTED)
+        _report_started()
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.transport = Transport(self.comm, deadline_s, patience, die_at_round)
         self.rank, self.size = self.transport.rank, self.transport.size
@@ -98,8 +101,7 @@ class MPIAgents:
         self.owner = partition(num_agents, self.size)
         self.nodes = np.flatnonzero(self.owner == self.rank)
         self._env_round = 0
-        if os.environ.get(CHILD_ENV):
-            signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # hydra's "a peer died" notice; we notice ourselves
+        self.die_at_gather = die_at_gather  # fault injection: SIGKILL ourselves when the results are gathered
 
     @property
     def failed_ranks(self) -> list[int]:
@@ -117,47 +119,55 @@ class MPIAgents:
         return MPIExchange(self.transport, self.owner, failures, per_lane, memory, exact)
 
     def share(self, make: Callable[[], T]) -> T:
-        """Rank 0 computes ``make()`` and sends it to every rank; the others wait without spinning."""
-        from .transport import recv_object, send_object
+        """Rank 0 computes ``make()`` and sends it to every rank; the others wait without spinning, until it
+        comes or rank 0 ended (then this rank ends: there is nothing to run)."""
+        from .transport import poll, recv_object, send_object
 
+        gone = self.transport.gone
         if self.is_root:
             value = make()
             reqs = {r: send_object(self.comm, value, r) for r in range(1, self.size)}
-            from .transport import poll
-
-            # a rank killed since start-up never takes its copy: wait for it no longer than for a round
-            poll(lambda: all(q.Test() for q in reqs.values()), self.transport.deadline_s)
+            # a rank that ended never takes its copy; a silent one is waited for no longer than for a round
+            poll(lambda: all(gone(r) or q.Test() for r, q in reqs.items()), self.transport.deadline_s)
             for r, q in reqs.items():
                 self.transport.track(q, r)
-            _report(SHARED)
             return value
-        value = recv_object(self.comm, 0)
-        if isinstance(value, _NoSetup):
-            from ..errors import ConfigError
-
-            print(f"rank {self.rank}: {value.reason}", file=sys.stderr)
-            if supervised():
-                finish(1)
-            raise ConfigError(value.reason)
-        _report(SHARED)
+        value = recv_object(self.comm, 0, gone=gone)
+        if value is None:
+            self._root_ended("it shared the setup (the trained models): nothing to run")
         return value
 
     def gather(self, value: T) -> list[T | None] | None:
         """Every rank's ``value`` at rank 0, in rank order (None elsewhere); a rank that does not report
-        within the transport's deadline gets None and is recorded as failed."""
-        from .transport import poll, recv_object, send_object
+        within the transport's deadline, or that ended, gets None and is recorded as failed. Rank 0 answers
+        each rank that reported, so that a rank whose results went nowhere (rank 0 ended) ends saying so."""
+        from .transport import recv_object, send_object
 
+        if self.die_at_gather:
+            os.kill(os.getpid(), signal.SIGKILL)
+        gone, deadline = self.transport.gone, self.transport.deadline_s
         if not self.is_root:
-            req = send_object(self.comm, value, 0)
-            poll(req.Test, self.transport.deadline_s)
+            self.transport.track(send_object(self.comm, value, 0), 0)
+            if recv_object(self.comm, 0, gone=gone) is None:
+                self._root_ended("it gathered the results: no report")
             return None
         out: list = [value]
         for r in range(1, self.size):
-            got = None if r in self.transport.failed else recv_object(self.comm, r, self.transport.deadline_s)
+            got = None if gone(r) else recv_object(self.comm, r, deadline, gone)
             if got is None:
                 self.transport.failed.add(r)
+            else:
+                self.transport.track(send_object(self.comm, True, r), r)
             out.append(got)
         return out
+
+    def _root_ended(self, before: str) -> NoReturn:
+        """End this rank because rank 0 ended ``before`` something this rank cannot go on without."""
+        error = RankEndedError(f"rank {self.rank}: rank 0 ended before {before}")
+        if supervised():
+            print(f"streamgnn: error: {error}", file=sys.stderr, flush=True)
+            finish(1)
+        raise error
 
     def total(self, value: np.ndarray) -> np.ndarray | None:
         """Sum over the ranks that reported of ``value`` at rank 0 (None elsewhere)."""
@@ -187,36 +197,25 @@ class MPIAgents:
         self.transport.close()
 
 
-class _NoSetup:
-    """What a stand-in for rank 0 sends instead of the setup: the others end instead of waiting for it."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-
-
 def supervise(argv: list[str]) -> int:
     """Run ``argv`` as this rank's child process (it inherits the MPI connection) and return its exit code,
     ``128 + signal`` when it was killed, so that hydra reports the death instead of killing the job.
 
     A child killed before its MPI start-up finished would leave the other ranks waiting in theirs forever
     (start-up is collective): a stand-in then starts MPI in its place and ends at once, so that the others
-    start and treat this rank as failed (rank 0's stand-in tells them first that no setup will come). Rank 0
-    killed after start-up but before it shared the setup leaves nothing the others could run: its supervisor
-    then kills itself, hoping hydra ends the other ranks; under ``-disable-auto-cleanup`` it did not always
-    (the others then wait for the setup without end: not handled yet)."""
+    start. Either way this process then exits, hydra records the rank as ended, and the others stop waiting
+    for it (``liveness``)."""
     fds = tuple(int(os.environ[k]) for k in ("PMI_FD", "HYDI_CONTROL_FD") if os.environ.get(k, "").isdigit())
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # inherited by the child: hydra's notice must not kill it
-    rc, stages = _run_child(argv, fds)
-    if rc < 0 and STARTED not in stages:
+    # inherited by the child until it listens for it (``liveness``): hydra's notice must not kill it
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    rc, started = _run_child(argv, fds)
+    if rc < 0 and not started:
         _run_child([sys.executable, "-c", "from streamgnn.agents.runtime import stand_in; stand_in()"], fds)
-    elif rc < 0 and SHARED not in stages and os.environ.get("PMI_RANK") == "0":
-        print(f"rank 0: {_NO_SETUP}; ending the job", file=sys.stderr, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
     return 128 - rc if rc < 0 else rc
 
 
-def _run_child(argv: list[str], fds: tuple[int, ...]) -> tuple[int, bytes]:
-    """Run a supervised child to its end: its exit code and the stages it reported (``_report``)."""
+def _run_child(argv: list[str], fds: tuple[int, ...]) -> tuple[int, bool]:
+    """Run a supervised child to its end: its exit code and whether it reported its MPI start-up."""
     read, write = os.pipe()
     try:
         proc = subprocess.Popen(argv, pass_fds=(*fds, write), env={**os.environ, CHILD_ENV: str(write)})
@@ -228,33 +227,25 @@ def _run_child(argv: list[str], fds: tuple[int, ...]) -> tuple[int, bytes]:
             try:
                 while byte := pipe.read(1):  # until the child closed its end or ended
                     stages += byte
-                return proc.wait(), bytes(stages)
+                return proc.wait(), STARTED in stages
             except KeyboardInterrupt:  # let the child handle it and report
                 continue
 
 
-def _report(stage: bytes) -> None:
-    """Tell the supervisor how far this rank got (``supervise``): ``STARTED``, then ``SHARED`` (the last)."""
+def _report_started() -> None:
+    """Tell the supervisor that this rank's MPI start-up finished (``supervise``)."""
     fd = os.environ.get(CHILD_ENV, "")
     if fd.isdigit():
-        os.write(int(fd), stage)
-        if stage == SHARED:
-            os.close(int(fd))
-            os.environ[CHILD_ENV] = "reported"
+        os.write(int(fd), STARTED)
+        os.close(int(fd))
+        os.environ[CHILD_ENV] = "reported"
 
 
 def stand_in() -> NoReturn:
     """Start MPI for a rank whose agent was killed before its start-up finished, then end: the others can
-    start, and they treat this rank as failed (rank 0 first tells them that no setup will come)."""
-    from mpi4py import MPI
+    start, and treat this rank as ended once hydra reports it."""
+    import mpi4py.MPI  # noqa: F401  (importing it is the start-up)
 
-    from .transport import poll, send_object
-
-    comm = MPI.COMM_WORLD
-    if comm.Get_rank() == 0:
-        notice = _NoSetup(_NO_SETUP)
-        reqs = [send_object(comm, notice, r) for r in range(1, comm.Get_size())]
-        poll(lambda: all(q.Test() for q in reqs))
     finish(128 + signal.SIGKILL)
 
 

@@ -10,6 +10,9 @@ misses it is lost for that round (its receive stays posted, and when it arrives 
 that misses ``patience`` rounds in a row is declared failed: nobody waits for it or sends to it again, as for
 an agent whose process was killed.
 
+A rank that ends is noticed at once where the launcher reports it (``liveness``): nobody waits for it
+any longer, whatever the deadline.
+
 Waiting never spins: requests are tested between short sleeps, so on an oversubscribed host (4 ranks on 2
 cores) a waiting rank yields its core to the rank it waits for. Blocking MPI calls busy-poll in MPICH, so the
 collective-free helpers ``send_object``/``recv_object`` carry the few setup messages (a model, results).
@@ -26,6 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ConfigError
+from .liveness import Liveness
 
 KINDS = {"forward": 0, "backward": 1, "mix": 2, "env": 3, "done": 4, "object": 5}
 
@@ -48,8 +52,14 @@ def send_object(comm: MPI.Comm, obj, dest: int) -> MPI.Request:
     return comm.isend(obj, dest=dest, tag=KINDS["object"])
 
 
-def recv_object(comm: MPI.Comm, source: int, deadline_s: float | None = None):
-    """The next object ``source`` sent with ``send_object``; None if nothing came before the deadline."""
+def recv_object(
+    comm: MPI.Comm,
+    source: int,
+    deadline_s: float | None = None,
+    gone: Callable[[int], bool] = lambda rank: False,
+):
+    """The next object ``source`` sent with ``send_object``; None if nothing came before the deadline or
+    before ``source`` was ``gone`` (a message it sent before it ended is still taken)."""
     msg: list = []
 
     def arrived() -> bool:
@@ -58,9 +68,8 @@ def recv_object(comm: MPI.Comm, source: int, deadline_s: float | None = None):
             msg.append(m)
         return bool(msg)
 
-    if not poll(arrived, deadline_s):
-        return None
-    return msg[0].recv()
+    poll(lambda: arrived() or gone(source), deadline_s)
+    return msg[0].recv() if msg or arrived() else None
 
 
 class Transport:
@@ -84,6 +93,7 @@ class Transport:
         self.forward_rounds = 0
         self._tag_ub = int(self.comm.Get_attr(MPI.TAG_UB))
         self.failed: set[int] = set()
+        self.liveness = Liveness()
         self.peers: set[int] = set()
         self.bytes_sent = 0
         self.bundles_lost = 0
@@ -123,13 +133,16 @@ class Transport:
         def all_arrived() -> bool:
             for src in [s for s, (req, _) in pending.items() if req.Test()]:
                 del pending[src]
-            return not pending
+            return all(self.gone(s) for s in pending)  # an ended rank's bundle will never come
 
         poll(all_arrived, self.deadline_s)
         out = {}
         for src, (req, buf) in recvs.items():
             if src in pending:
                 self.bundles_lost += 1
+                if src in self.failed:
+                    req.Cancel()
+                    continue
                 self._late.append((req, buf, src))
                 self._misses[src] = self._misses.get(src, 0) + 1
                 if self._misses[src] >= self.patience:
@@ -139,6 +152,12 @@ class Transport:
                 out[src] = buf
         self._progress()
         return out
+
+    def gone(self, rank: int) -> bool:
+        """Has ``rank`` failed, or has the launcher seen it end?"""
+        if rank not in self.failed and rank in self.liveness.dead():
+            self._declare_failed(rank)
+        return rank in self.failed
 
     def track(self, req: MPI.Request, dest: int) -> None:
         """Keep a send that may still be taken (its buffer lives in ``req``); ``close`` waits for it as for
@@ -167,7 +186,7 @@ class Transport:
             if src not in got:
                 self.failed.add(src)
         poll(
-            lambda: all(req.Test() for req, _, dest in self._sends if dest not in self.failed),
+            lambda: all(self.gone(dest) or req.Test() for req, _, dest in self._sends),
             self.deadline_s,
         )
         for req, _, _ in self._late:

@@ -20,7 +20,8 @@ from ..errors import ConfigError
 from ._args import output_dir, positive_float, positive_int
 from ._config import add_config_option, config_from_args, override
 
-STARTUP, SETUP = "startup", "setup"  # --die-round: before MPI start-up finishes; before the setup is shared
+# --die-round: before MPI start-up finishes; before the setup is shared; before the results are gathered
+STARTUP, SETUP, GATHER = "startup", "setup", "gather"
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -45,7 +46,7 @@ def _index(text: str) -> int:
 
 
 def _die_round(text: str) -> int | str:
-    return text if text in (STARTUP, SETUP) else _index(text)
+    return text if text in (STARTUP, SETUP, GATHER) else _index(text)
 
 
 def _names(choices) -> Callable[[str], tuple[str, ...]]:
@@ -85,6 +86,7 @@ def _agents(args, num_agents: int):
             deadline_s=args.deadline,
             patience=args.patience,
             die_at_round=die if isinstance(die, int) else None,
+            die_at_gather=die == GATHER,
         )
         if die == SETUP:
             os.kill(os.getpid(), signal.SIGKILL)  # fault injection: started, the setup not shared yet
@@ -333,7 +335,7 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
     m.add_argument(
         "--die-round", type=_die_round, default=5,
         help="... at this forward round (default 5); 'startup': before MPI start-up finishes; 'setup': "
-        "before the setup (rank 0's trained models) is shared",
+        "before the setup (rank 0's trained models) is shared; 'gather': before the results are gathered",
     )  # fmt: skip
     p.add_argument(
         "--out",
