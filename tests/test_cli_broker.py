@@ -109,3 +109,28 @@ def test_readme_broker_block_starts_a_broker_that_kill_stops():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_produce_dead_letters_a_files_bad_lines_by_number_and_sends_the_rest(
+    kafka_bootstrap, tmp_path, capsys
+):
+    """Like ``ingest --file``: each unparseable line is a dead letter naming its line, counted in the
+    summary; the valid events are produced. A file with no valid event is refused before any topic exists."""
+    topic = f"half-bad-{free_port()}"
+    events = tmp_path / "events.jsonl"
+    good = [f'{{"src": {e}, "dst": {e + 1}, "t": {e}.0, "eid": {e}}}' for e in range(3)]
+    events.write_text("\n".join([good[0], "not json", good[1], '{"dst": 1, "t": 2.0}', good[2]]) + "\n")
+    assert main(["produce", str(events), "--bootstrap", kafka_bootstrap, "--topic", topic]) == 0
+    out, err = capsys.readouterr()
+    assert "produced 3 events" in out and f"2 dead letters (first at {events}:line 2: invalid JSON" in out
+    assert (
+        f"dead letter at {events}:line 2" in err and f"dead letter at {events}:line 4: missing 'src'" in err
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"\xff\xfe not utf-8\nnot json\n")
+    nothing = f"never-made-{free_port()}"
+    assert main(["produce", str(bad), "--bootstrap", kafka_bootstrap, "--topic", nothing]) == 2
+    err = capsys.readouterr().err
+    assert f"no valid event in {bad}: 2 dead letters" in err and "Traceback" not in err
+    with pytest.raises(ConfigError, match="streamgnn topics"):  # refused before the topic was created
+        EventProducer(kafka_bootstrap, nothing)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,14 +21,14 @@ from ...codec import (
     CONTENT_JSON,
     MAGIC,
     decode_binary,
-    decode_json_lines,
     encode_binary,
     encode_json_lines,
 )
 from ...errors import ConfigError, ConnectorError
-from ...events import EventBatch
+from ...events import EventBatch, concat
 from ...partition import hash_partition
 from ...progress import IntervalLog, IntervalRate
+from ..files import JsonLinesSource
 from .admin import create_topic, missing_topic
 from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight, starting
 from .retry import Backoff, is_fatal, too_large
@@ -323,8 +323,9 @@ class ProduceReport:
         return self.events / self.seconds if self.seconds > 0 else float("inf")
 
 
-def _load_events(name_or_path: str | Path) -> EventBatch:
-    """A shared dataset by name, or a file of JSON lines (``.jsonl``/``.json``) or one binary batch."""
+def events_source(name_or_path: str | Path) -> Iterable[EventBatch]:
+    """The batches of a shared dataset by name, or of a file of JSON lines (``.jsonl``/``.json``, whose
+    unparseable lines become the source's ``dead_letters``, each naming its line) or one binary batch."""
     path = Path(name_or_path)
     if not path.is_file():
         if path.is_dir():
@@ -335,23 +336,32 @@ def _load_events(name_or_path: str | Path) -> EventBatch:
             raise ConfigError(f"no events file at {path}; give an existing .jsonl/.json or binary batch file")
         from ...datasets import load
 
-        return load(str(name_or_path))
-    data = path.read_bytes()
-    if data[:4] == MAGIC:
-        return decode_binary(data, str(path))
-    batch, letters = decode_json_lines(data, str(path))
+        return [load(str(name_or_path))]
+    with path.open("rb") as f:
+        binary = f.read(len(MAGIC)) == MAGIC
+    return [decode_binary(path.read_bytes(), str(path))] if binary else JsonLinesSource(path)
+
+
+def _load_events(source: str | Path | EventBatch) -> EventBatch:
+    """Events already read, or a dataset or file as ``events_source`` reads it; a file with unparseable
+    lines is refused here (the CLI reads it itself and dead-letters them)."""
+    if isinstance(source, EventBatch):
+        return source
+    batches = events_source(source)
+    events = concat(list(batches))
+    letters = getattr(batches, "dead_letters", [])
     if letters:
         first = letters[0]
         raise ConfigError(
-            f"{len(letters)} bad events in {path}, first at {first.where}: {first.reason}; fix the file"
+            f"{len(letters)} bad events in {source}, first at {first.where}: {first.reason}; fix the file"
         )
-    return batch
+    return events
 
 
 def produce_dataset(
     bootstrap: str,
     topic: str,
-    name_or_path: str | Path,
+    name_or_path: str | Path | EventBatch,
     partitions: int | None,
     rate: float | None = None,
     fmt: str = "json",
@@ -362,9 +372,9 @@ def produce_dataset(
     **producer_config,
 ) -> ProduceReport:
     """Create ``topic`` with ``partitions`` partitions (None: keep an existing topic's count, 1 for a new
-    one) and write a dataset (or event file) into it, in time order, keyed by graph partition; ``rate``
-    caps events per second (None: as fast as possible). No broker answering within ``connect_timeout_s``
-    is a ``ConnectorError`` naming the addresses tried. With
+    one) and write a dataset (or event file, or events already read) into it, in time order, keyed by graph
+    partition; ``rate`` caps events per second (None: as fast as possible). No broker answering within
+    ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried. With
     ``log_every_s`` > 0, one status line per interval (events sent, events/s, messages)."""
     if rate is not None and rate <= 0:
         raise ConfigError(f"rate must be > 0 events/s (or None for unthrottled), got {rate}")

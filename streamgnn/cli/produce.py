@@ -6,6 +6,7 @@ import argparse
 
 from ._args import positive_float, positive_int, seconds, topic_name
 from ._config import add_config_option, config_from_args, override
+from ._dead_letters import Tally
 
 EXAMPLE = """examples:
   streamgnn produce jodie_wikipedia --bootstrap localhost:9092 --topic events --partitions 4 --rate 1000
@@ -16,16 +17,24 @@ EXAMPLE = """examples:
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..connectors.kafka import produce_dataset
+    from ..connectors.kafka.producer import events_source
     from ..errors import ConfigError
+    from ..events import concat
 
     cfg = config_from_args(args)
     k, p = cfg.kafka, cfg.produce
     if p.source is None:
         raise ConfigError("name a dataset or an events file: streamgnn produce SOURCE (or produce.source)")
+    # read it all first: unparseable lines are dead-lettered, and a file with no valid event is refused
+    # before the topic is created
+    tally = Tally(events_source(p.source), str(p.source))
+    events = list(tally)
+    tally.show()
+    tally.check_read_some()
     report = produce_dataset(
         k.bootstrap,
         k.events_topic,
-        p.source,
+        concat(events),
         partitions=k.partitions,
         rate=p.rate,
         fmt=k.format,
@@ -35,7 +44,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     )
     print(
         f"produced {report.events:,} events in {report.messages:,} messages to {k.events_topic} "
-        f"({report.seconds:.1f} s)"
+        f"({report.seconds:.1f} s); {tally.text()}"
     )
     return 0
 
