@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 BENCHMARKS = (
     "store",
@@ -30,6 +32,20 @@ EXAMPLE = """examples:
 """
 
 
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """A benchmark parses its own flags with a plain ``argparse`` parser; while it runs, that parser's
+    mistakes are one line and exit status 2, as every command's (``_Parser.error``), not a usage block."""
+    from . import _Parser
+
+    plain = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = _Parser.error  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = plain  # type: ignore[method-assign]
+
+
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     if args.name is None:  # `streamgnn bench` or `streamgnn bench --help`: say what there is
         args.parser.print_help()
@@ -37,7 +53,8 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     module = importlib.import_module(f"streamgnn.benchmarks.{args.name}")
     argv0, sys.argv[0] = sys.argv[0], f"streamgnn bench {args.name}"  # its usage line names this command
     try:
-        return int(module.main(rest) or 0)
+        with _one_line_errors():
+            return int(module.main(rest) or 0)
     finally:
         sys.argv[0] = argv0
 
