@@ -168,6 +168,7 @@ def test_an_agent_killed_at_any_moment_ends_only_itself_or_the_job_it_was_needed
         (["source-loc", "--die-round", "soon"], "--die-round: must be an int >= 0"),
         (["train", "--compression", "none,bogus:9"], "compression must be none, topk:FRACTION or quant:BITS"),
         (["train", "--failure-p", "1.5"], "failure_p must be in [0, 1)"),
+        (["source-loc", "--keep", "1.5"], "keep (link keep probability) must be in (0, 1], got 1.5"),
     ],
 )
 def test_agents_arguments_are_checked_before_any_work(tmp_path, capsys, monkeypatch, args, message):

@@ -46,6 +46,15 @@ CASES = [
         pytest.param([*argv, "--config", "{folder}"], "Is a directory", id=f"{n}-config-folder")
         for n, argv in CONFIG_CASES.items()
     ],
+    *[
+        pytest.param([*argv, "--config", "{unknown}"], "unknown key 'nosuchkey'", id=f"{n}-unknown-key")
+        for n, argv in CONFIG_CASES.items()
+    ],
+    *[
+        pytest.param([*argv, "--config", "{garbage}"], "is not UTF-8 text", id=f"{n}-garbage-config")
+        for n, argv in CONFIG_CASES.items()
+    ],
+    pytest.param(["topics", "--config", "{list}"], "the top level must be a mapping", id="config-list"),
     pytest.param(
         ["train", "--kafka", "--config", "{missing}"], "cannot read config file", id="config-missing"
     ),
@@ -92,6 +101,48 @@ CASES = [
     pytest.param(["topics", "--partitions", "0"], "must be a positive integer", id="topics-partitions"),
     pytest.param(["demo", "--out", "{taken}/x"], "is a file", id="demo-out"),
     pytest.param(["agents", "flocking", "--out", "{taken}"], "is a file", id="agents-out"),
+    # a folder that cannot be made although permissions allow it (as root, or a read-only mount)
+    *[
+        pytest.param([*argv, "/proc/nope/x"], "'/proc' is not writable", id=f"unwritable-{i}")
+        for i, argv in enumerate(
+            [
+                ["train", "--dataset", "collegemsg", "--out"],
+                ["train", "--dataset", "collegemsg", "--checkpoint-dir"],
+                ["ingest", "--dataset", "collegemsg", "--store"],
+                ["snapshots", "collegemsg", "--every", "9", "--out"],
+                ["demo", "--out"],
+                ["agents", "source-loc", "--out"],
+                ["partition", "--in-topic", "r", "--checkpoint"],
+            ]
+        )
+    ],
+    *[
+        pytest.param([*argv, port], "must be a port", id=f"port-{argv[0]}-{port}")
+        for argv in (
+            ["broker", "--port"],
+            ["demo", "--port"],
+            ["serve", "--port"],
+            ["train", "--dataset", "x", "--metrics-port"],
+        )  # fmt: skip
+        for port in ("-1", "65536", "abc")
+    ],
+    *[
+        pytest.param(argv, "no valid event in", id=f"empty-file-{argv[0]}")
+        for argv in (
+            ["produce", "{empty}"],
+            ["ingest", "--file", "{empty}", "--store", "{new}"],
+            ["train", "--file", "{empty}", "--out", "{new}", "--quiet"],
+            ["snapshots", "{empty}", "--out", "{new}", "--every", "9", "--quiet"],
+        )
+    ],
+    pytest.param(["datasets", "--bogus"], "unrecognized arguments: --bogus", id="datasets-flag"),
+    pytest.param(["bench", "nosuch"], "invalid choice: 'nosuch'", id="bench-name"),
+    # a benchmark's own flags: one line too, not argparse's usage block
+    pytest.param(
+        ["bench", "store", "--bogus"], "streamgnn bench store: error: unrecognized", id="bench-flag"
+    ),
+    pytest.param(["bench", "train", "--epochs", "x"], "--epochs: must be a positive", id="bench-value"),
+    pytest.param(["bench", "soak", "--events", "-5"], "--events must be at least", id="bench-check"),
 ]
 
 
@@ -106,8 +157,12 @@ def paths(tmp_path, monkeypatch):
     (tmp_path / "yaml.yaml").write_text("train: {\n")
     (tmp_path / "port.yaml").write_text("serve: {port: 70000}\n")
     (tmp_path / "ckpt.yaml").write_text("train: {checkpoint_dir: taken}\n")
-    names = ("taken", "folder", "latin", "dup", "yaml", "port", "ckpt")
-    where = {n: str(tmp_path / (n if n in ("taken", "folder") else f"{n}.yaml")) for n in names}
+    (tmp_path / "unknown.yaml").write_text("kafka: {nosuchkey: 1}\n")
+    (tmp_path / "garbage.yaml").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    (tmp_path / "empty").write_text("")
+    names = ("taken", "folder", "empty", "latin", "dup", "yaml", "port", "ckpt", "unknown", "garbage", "list")
+    where = {n: str(tmp_path / (n if n in ("taken", "folder", "empty") else f"{n}.yaml")) for n in names}
     return {**where, "missing": str(tmp_path / "missing"), "new": str(tmp_path / "new" / "out")}
 
 

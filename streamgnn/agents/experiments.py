@@ -20,7 +20,7 @@ on the last; flocking runs are time series anyway.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -64,6 +64,9 @@ class SweepConfig:
     fit: FitConfig = field(default_factory=FitConfig)
     variants: tuple[str, ...] = tuple(VARIANTS)
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        replace(self.fit, keep=self.keep)  # the keep probability training will use: FitConfig's check, now
 
 
 def train_variants(

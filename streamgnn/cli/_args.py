@@ -16,6 +16,7 @@ import math
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -152,8 +153,10 @@ def check_output_dir(text: str | Path, what: str = "", new: bool = True) -> Path
     if not probe.is_dir():
         where = "is a file" if probe == path else f"cannot be created: {str(probe)!r} is a file"
         raise ConfigError(f"{name} {where}; name a folder")
-    if not os.access(probe, os.W_OK):
-        raise ConfigError(f"cannot write into {name}: {str(probe)!r} is not writable")
+    try:  # permissions alone do not say it (root, a read-only mount, /proc): try it
+        os.rmdir(tempfile.mkdtemp(prefix=".streamgnn-write-test-", dir=probe))
+    except OSError:
+        raise ConfigError(f"cannot write into {name}: {str(probe)!r} is not writable") from None
     if new and probe != path:
         top = path
         while top.parent != probe:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._args import port
+
 EXAMPLE = """examples:
   streamgnn broker                       # localhost:9092, topics in memory (gone when it stops)
   streamgnn broker --port 19092
@@ -16,11 +18,8 @@ EXAMPLE = """examples:
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..connectors.broker import MEMORY, LocalBroker
-    from ..errors import ConfigError
     from ..foreground import sigterm_as_interrupt, until_stopped
 
-    if not 0 < args.port < 65536:
-        raise ConfigError(f"--port must be in [1, 65535], got {args.port}")
     broker = LocalBroker(host=args.host, port=args.port, storage=args.storage)
     try:
         with sigterm_as_interrupt():  # stopped while it starts: no traceback, no broker left behind
@@ -57,7 +56,7 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on and advertise (127.0.0.1)")
-    p.add_argument("--port", type=int, default=9092, help="port to listen on (9092)")
+    p.add_argument("--port", type=port, default=9092, help="port to listen on (9092)")
     p.add_argument(
         "--storage",
         default=MEMORY,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._args import output_dir, positive_int
+from ._args import output_dir, port_or_any, positive_int
 from ._config import add_config_option, config_from_args
 
 EXAMPLE = """examples:
@@ -67,6 +67,9 @@ def register(sub) -> None:
         help="after the stream, keep the broker up and serve the embeddings over HTTP until Ctrl-C",
     )
     d.add_argument(
-        "--port", type=int, default=8000, help="the service's port with --serve (8000; 0: any free one)"
+        "--port",
+        type=port_or_any,
+        default=8000,
+        help="the service's port with --serve (8000; 0: any free one)",
     )
     d.set_defaults(func=_run)
