@@ -186,3 +186,12 @@ def test_agents_arguments_are_checked_before_any_work(tmp_path, capsys, monkeypa
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_hydras_list_of_ended_ranks_is_read_with_its_ranges():
+    from streamgnn.agents.liveness import parse_ranks
+
+    assert parse_ranks("") == []
+    assert parse_ranks("0") == [0]
+    assert parse_ranks("1,3") == [1, 3]
+    assert parse_ranks("0-2,5") == [0, 1, 2, 5]

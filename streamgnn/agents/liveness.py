@@ -5,10 +5,12 @@ Why this signal. Under hydra (MPICH's ``mpiexec``) with ``-disable-auto-cleanup`
 exits is reported by hydra's proxy on its host to the launcher, which records the rank in the job's
 key-value space (``PMI_dead_processes``) and sends SIGUSR1 to every remaining rank, on every host the job
 spans. A killed agent cannot keep that record from being written: its supervisor exits the moment it dies
-(``runtime.supervise``), and a process killed outright is reported the same way. So a waiting rank reacts to
-the signal and asks the launcher, over its own PMI connection (``PMI_FD``, the one MPI start-up used), which
-ranks ended. A pid check sees only its own host, a pipe only its parent, and a heartbeat is a timeout that a
-loaded host trips; the launcher's record is exact and reaches every host.
+(``runtime.supervise``; a rank's process killed outright makes hydra end the whole job instead). So a
+waiting rank reacts to the signal and asks the launcher, over its own PMI connection (``PMI_FD``, the one
+MPI start-up used), which ranks ended. A pid check sees only its own host, a pipe only its parent, and a
+heartbeat is a timeout that a loaded host trips; the launcher's record is exact and reaches every host.
+(MPICH's own ``MPIX_Comm_get_failed`` reads the same record, but needs ``MPIR_CVAR_ENABLE_FT``, with which
+the wheel's ch4 device fails its start-up.)
 
 Elsewhere (no ``PMI_FD``: another launcher, or one process) nothing is ever reported dead, and waits fall
 back to the transport's deadline.
