@@ -32,7 +32,7 @@ def recall(exact_ids: np.ndarray, got_ids: np.ndarray) -> float:
 
 def test_the_index_agrees_with_the_exact_scan_and_follows_every_write():
     rows = clustered(3000)
-    exact, approx = EmbeddingTable(16), EmbeddingTable(16, ApproximateTopK(exact_below=1000, probe=0.2))
+    exact, approx = EmbeddingTable(16), EmbeddingTable(16, ApproximateTopK(exact_below=1000))
     for table in (exact, approx):
         table.update(np.arange(500), rows[:500], t=1.0)  # under exact_below: no index yet, a scan
         table.update(np.arange(500, 3000), rows[500:], t=2.0)  # the index is built from every row
@@ -66,11 +66,11 @@ def test_the_index_agrees_with_the_exact_scan_and_follows_every_write():
 
 
 def test_the_index_is_rebuilt_as_the_table_grows_and_cleared_with_it():
-    table = EmbeddingTable(16, ApproximateTopK(exact_below=200, probe=0.5))
+    table = EmbeddingTable(16, ApproximateTopK(exact_below=200))
     rows = clustered(1000, seed=1)
     table.update(np.arange(200), rows[:200], t=1.0)
     assert table._index.trained_rows == 200
-    table.update(np.arange(200, 1000), rows[200:], t=1.0)  # 5x: rebuilt with more lists
+    table.update(np.arange(200, 1000), rows[200:], t=1.0)  # 5x: codebooks trained again on every row
     assert table._index.trained_rows == 1000
     got, _ = table.top_k(rows[:3], 1)
     assert got[:, 0].tolist() == [0, 1, 2]
@@ -81,7 +81,7 @@ def test_the_index_is_rebuilt_as_the_table_grows_and_cleared_with_it():
 def test_config_names_the_bad_setting():
     for bad, match in (
         (dict(topk="fast"), "serve.topk must be one of"),
-        (dict(topk_probe=0.0), "serve.topk_probe"),
+        (dict(topk_candidates=0), "serve.topk_candidates"),
         (dict(topk_exact_below=0), "serve.topk_exact_below"),
     ):
         with pytest.raises(ConfigError, match=match):
@@ -101,7 +101,7 @@ def test_topk_over_http_answers_like_the_exact_scan(kafka_bootstrap, make_topic,
         sink.flush()
     exact = EmbeddingTable(16)
     exact.update(np.arange(1500), rows, t=5.0)
-    config = ServeConfig(port=0, log_every_s=0, topk=topk, topk_exact_below=1000, topk_probe=0.2)
+    config = ServeConfig(port=0, log_every_s=0, topk=topk, topk_exact_below=1000)
     with EmbeddingService(config, kafka_bootstrap, topic) as service:
         url = service.url
         wait_for(lambda: (h := call(f"{url}/health")[1])["caught_up"] and h["nodes"] == 1500, "catching up")
