@@ -83,7 +83,10 @@ class PQScanIndex:
         return rows >= 4 * self.trained_rows
 
     def _padded(self, vectors: np.ndarray) -> np.ndarray:
-        vectors = np.asarray(vectors, np.float32)
+        """Float32 rows of an even width; a row with a NaN or an infinity is coded as zero (faiss refuses
+        them; the table's exact re-scoring never answers such a row)."""
+        vectors = np.array(vectors, np.float32)
+        vectors[~np.isfinite(vectors).all(axis=1)] = 0.0
         if self._pad:
             vectors = np.hstack([vectors, np.zeros((len(vectors), 1), np.float32)])
         return np.ascontiguousarray(vectors)

@@ -137,8 +137,9 @@ class EmbeddingTable:
     def _unit(self, rows: np.ndarray) -> np.ndarray:
         """The rows scaled to unit length (a zero row stays zero): their inner products are cosines."""
         norms = self._norms[rows, None]
-        return np.divide(self._vectors[rows], norms, out=np.zeros((len(rows), self.dim), np.float32),
-                         where=norms > 0)  # fmt: skip
+        with np.errstate(invalid="ignore"):  # a non-finite row stays non-finite; the index codes it as zero
+            return np.divide(self._vectors[rows], norms, out=np.zeros((len(rows), self.dim), np.float32),
+                             where=norms > 0)  # fmt: skip
 
     def _grow(self, n: int) -> None:
         cap = max(n, 2 * len(self._vectors), 1024)
