@@ -32,8 +32,9 @@ class ServeConfig:
     trainer checkpoints (default: the config file's ``train.checkpoint_dir``); ``/score`` then uses the
     trained link predictor, else cosine similarity.
 
-    ``topk``: how ``/topk`` finds cosine neighbors: "approximate" (an inverted-file index kept as rows
-    change, once the table holds ``topk_exact_below`` rows; each query scans ``topk_probe`` of its lists)
+    ``topk``: how ``/topk`` finds cosine neighbors: "approximate" (once the table holds
+    ``topk_exact_below`` rows, a scan of 4-bit product-quantized codes kept as rows change picks
+    ``topk_candidates`` rows per neighbor asked, and those are re-scored exactly: ``serve/ann.py``)
     or "exact" (every row scanned: 0.1-0.4 s a query at 1M 100-d rows on our 2-core host). "dot" queries
     always scan. Recall and latency at 1M rows: ``benchmarks/RESULTS.md`` (serve).
     """
@@ -53,7 +54,7 @@ class ServeConfig:
     checkpoint_dir: str | None = None
     topk: str = "approximate"
     topk_exact_below: int = 100_000
-    topk_probe: float = 0.05
+    topk_candidates: int = 50
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -86,4 +87,4 @@ class ServeConfig:
         """What the service's ``EmbeddingTable`` is given for ``topk="approximate"``; None for exact."""
         if self.topk == "exact":
             return None
-        return ApproximateTopK(exact_below=self.topk_exact_below, probe=self.topk_probe)
+        return ApproximateTopK(exact_below=self.topk_exact_below, candidates=self.topk_candidates)

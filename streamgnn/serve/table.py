@@ -9,8 +9,9 @@ while it ingests).
     table.update([1, 2, 3], [[1, 0], [0.9, 0.1], [0, 1]], t=5.0)
     ids, scores = table.top_k(table.embeddings([1]), k=2, exclude=[1])  # ids [[2, 3]], cosine scores
 
-Top-k scans every row, or, given ``approximate`` (``ServeConfig.topk="approximate"``), asks an inverted-file
-index kept with the rows (``serve.ann``) once the table is large enough for a scan to be slow.
+Top-k scans every row, or, given ``approximate`` (``ServeConfig.topk="approximate"``), once the table is
+large enough for a scan to be slow, re-scores exactly the candidates of a compressed index kept with the
+rows (``serve.ann``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ..store.idmap import NodeIdMap
 from .ann import ApproximateTopK
 
 METRICS = ("cosine", "dot")
+RERANK_ROWS = 1 << 18  # candidate rows gathered at once for exact re-scoring (100 MB at 100-d)
 
 
 @runtime_checkable
@@ -135,8 +137,9 @@ class EmbeddingTable:
     def _unit(self, rows: np.ndarray) -> np.ndarray:
         """The rows scaled to unit length (a zero row stays zero): their inner products are cosines."""
         norms = self._norms[rows, None]
-        return np.divide(self._vectors[rows], norms, out=np.zeros((len(rows), self.dim), np.float32),
-                         where=norms > 0)  # fmt: skip
+        with np.errstate(invalid="ignore"):  # a non-finite row stays non-finite; the index codes it as zero
+            return np.divide(self._vectors[rows], norms, out=np.zeros((len(rows), self.dim), np.float32),
+                             where=norms > 0)  # fmt: skip
 
     def _grow(self, n: int) -> None:
         cap = max(n, 2 * len(self._vectors), 1024)
@@ -187,8 +190,8 @@ class EmbeddingTable:
 
         ``metric``: "cosine" (dot product of unit vectors; a zero row or query scores 0) or "dot". Exact: one
         matrix product over every row, then a partial sort. With ``approximate`` and an index built, cosine
-        queries ask the index instead (answers in the same form; a query whose probed lists hold too few
-        rows is scanned); "dot" always scans.
+        queries re-score the index's candidates instead (answers in the same form, scores exact); "dot"
+        always scans.
         """
         if metric not in METRICS:
             raise ConfigError(f"metric must be one of {METRICS}, got {metric!r}")
@@ -214,18 +217,30 @@ class EmbeddingTable:
         return ids, best
 
     def _search(self, q: np.ndarray, kk: int, skip: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``kk`` rows of unit queries ``q`` from the approximate index (under the lock); queries it
-        returns too few rows for are scanned."""
-        rows, scores = self._index.search(q, kk + (skip is not None))
-        if skip is not None:  # drop each query's own row, else its last
-            keep = rows != skip[:, None]
-            keep[keep.all(axis=1), -1] = False
-            rows, scores = rows[keep].reshape(len(q), kk), scores[keep].reshape(len(q), kk)
-        short = (rows < 0).any(axis=1)
+        """Top ``kk`` rows of unit queries ``q`` (under the lock): the index's candidates, re-scored exactly
+        from the current rows, so a score is always the row's true cosine; a row whose score is not finite
+        is never answered, and a query with too few candidates left is scanned."""
+        cand = self._index.candidates(q, kk + (skip is not None))
+        top, best = np.empty((len(q), kk), np.int64), np.empty((len(q), kk), np.float32)
+        step = max(1, RERANK_ROWS // cand.shape[1])  # queries re-scored at once: bounds the gathered rows
+        for lo in range(0, len(q), step):
+            at = slice(lo, lo + step)
+            rows = np.maximum(cand[at], 0)
+            norms = self._norms[rows]
+            scores = np.einsum("qcd,qd->qc", self._vectors[rows], q[at])
+            np.divide(scores, norms, out=scores, where=norms > 0)
+            scores[norms == 0] = 0.0
+            drop = (cand[at] < 0) | ~np.isfinite(scores)
+            if skip is not None:
+                drop |= rows == skip[at, None]
+            scores[drop] = -np.inf
+            order = np.argsort(-scores, axis=1, kind="stable")[:, :kk]
+            top[at], best[at] = np.take_along_axis(rows, order, 1), np.take_along_axis(scores, order, 1)
+        short = ~np.isfinite(best).all(axis=1)
         if short.any():
             some = None if skip is None else skip[short]
-            rows[short], scores[short] = self._scan(q[short], kk, some, "cosine")
-        return rows, scores
+            top[short], best[short] = self._scan(q[short], kk, some, "cosine")
+        return top, best
 
     def _scan(
         self, q: np.ndarray, kk: int, skip: np.ndarray | None, metric: str
