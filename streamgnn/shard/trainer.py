@@ -245,8 +245,9 @@ class ShardedTrainer:
                 plans[r].append(_eval_queries(pre_src, pre_dst, neg_all, t_query, t.min(), rows_of[r], rank))
         if training:
             train_neg = self.negatives.draw(
-                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN
-            )[:, 0]
+                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN,
+                frac=cfg.train_negative_fraction,
+            )[:, 0]  # fmt: skip
             for r in plan:
                 s = rows_of[r]
                 plans[r].append(
