@@ -19,7 +19,6 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from ..sampling.pair_kernels import HISTORY_FIXED
 from .attention import TemporalAttentionEmbedding
 from .gather import gather_rows
 from .inputs import EmbeddingInput, NeighborHop
@@ -179,8 +178,7 @@ class TGN(nn.Module):
             self.out_dim = config.embedding_dim
         self.pair_encoder = None
         if config.pair_features:
-            history_dim = HISTORY_FIXED + len(config.pair_decays)
-            self.pair_encoder = PairEncoder(history_dim, config.pair_neighbors, config.pair_dim)
+            self.pair_encoder = PairEncoder.of(config)
         pair_dim = self.pair_encoder.out_dim if self.pair_encoder is not None else 0
         self.predictor = LinkPredictor(self.out_dim, pair_dim=pair_dim)
 
