@@ -63,8 +63,8 @@ class LinkScorer:
     def _refresh(self, dim: int) -> None:
         if self.checkpoint_dir is None:
             return
-        from ..train.config import TrainConfig
         from ..train.checkpoint import load_state, step_path
+        from ..train.config import TrainConfig
 
         try:
             latest = step_path(self.checkpoint_dir).name

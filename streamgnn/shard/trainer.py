@@ -60,7 +60,7 @@ class ShardedTrainer:
     >>> from streamgnn.datasets import load
     >>> from streamgnn.nn import TGNConfig
     >>> from streamgnn.shard import PartitionedReplay, ShardConfig
-    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8)
+    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8, pair_features=False)  # (not sharded yet)
     >>> trainer = ShardedTrainer(TrainConfig(model=model, sharding=ShardConfig()))  # alone: owns everything
     >>> events = load("jodie_wikipedia")[:600]
     >>> trainer.fit(PartitionedReplay(events, trainer.ownership), progress=False).events

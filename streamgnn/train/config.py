@@ -157,6 +157,11 @@ class TrainConfig:
             raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
         if self.sharding is not None and not isinstance(self.sharding, ShardConfig):
             raise ConfigError(f"sharding must be a ShardConfig or None, got {type(self.sharding).__name__}")
+        if self.sharding is not None and self.model.pair_features:
+            raise ConfigError(
+                "sharded training does not yet read pair features (a pair's history spans two shards), which "
+                "the default model uses: give sharding a model with TGNConfig(pair_features=False)"
+            )
 
     @property
     def checkpoint_interval(self) -> int:
@@ -174,7 +179,14 @@ class TrainConfig:
         data = dict(data)
         # Written before these options existed: the model was the paper's, the negatives the seen pool's, all
         # from one strategy, and a run resumes as it was.
-        model = TGNConfig(**{"neighbor_time": "query", "time_init": "geometric", **data.pop("model")})
+        model = TGNConfig(
+            **{
+                "neighbor_time": "query",
+                "time_init": "geometric",
+                "pair_features": False,
+                **data.pop("model"),
+            }
+        )
         data.setdefault("train_negative_pool", "seen")
         data.setdefault("train_negative_fraction", 1.0)
         if isinstance(data.get("sharding"), dict):
