@@ -44,6 +44,11 @@ def demo_config(events: int, checkpoint_dir: str | Path) -> TrainConfig:
     )
 
 
+def demo_store() -> TemporalGraphStore:
+    """The demo's store: vertices placed by Fennel over ``PARTITIONS`` partitions as the events arrive."""
+    return TemporalGraphStore(StoreConfig(num_partitions=PARTITIONS, partitioner=PartitionerConfig("fennel")))
+
+
 def _count_published(bootstrap: str, topic: str) -> int:
     """Distinct node keys in the embeddings topic: what a compacted topic serves after compaction."""
     from kafka import KafkaConsumer
@@ -98,10 +103,7 @@ def run_demo(
             if config
             else demo_config(len(stream), ckpt)
         )
-        store = TemporalGraphStore(
-            StoreConfig(num_partitions=PARTITIONS, partitioner=PartitionerConfig("fennel"))
-        )
-        trainer = OnlineTrainer(config, store, sink=sink)
+        trainer = OnlineTrainer(config, demo_store(), sink=sink)
         timeline = PartitionTimeline(every_edges=max(len(stream) // 25, 1))
         source = stack.enter_context(
             KafkaSource(
