@@ -88,7 +88,7 @@ def _trainer(job: dict, edge_dim: int, batch: int, dist):
 
     # dropout 0: its masks are drawn per tensor shape, which differs with the world size (see README)
     model = TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10,
-                      edge_feature_dim=edge_dim, dropout=0.0)  # fmt: skip
+                      edge_feature_dim=edge_dim, dropout=0.0, pair_features=False)  # fmt: skip
     placement = "stream" if job["placement"] == "fennel" else "hash"
     sharding = ShardConfig(PARTITIONS, job["mode"], placement=placement)
     return ShardedTrainer(

@@ -16,6 +16,15 @@ EdgeBank, unlimited and time-window (``TrainConfig.baselines``), is scored by ou
 the very same positives and negatives; ``worst_gap_to_edgebank`` is the largest EdgeBank-minus-ours over
 streams, AP and MRR, both negative kinds and both EdgeBanks. Each figure is the mean over ``--seeds``;
 ``runs`` holds every seed's values. ``--quick``: the first 4,000 events of each stream, one epoch, seed 0.
+
+Our side is the default model (``TrainConfig()``'s: TGN whose link predictor reads pair features) unless
+``--ours`` says otherwise. Beside the streams, two figures of the issue's targets: ``pair_vs_tgn_speed``
+(``benchmarks/pairs.py``'s training speed with pair features over the TGN alone, on JODIE Wikipedia's first
+30,000 events, or ``--events``) and the demo's online scores: ``streamgnn demo``'s trainer settings and store
+on its stream (all of JODIE Wikipedia, or ``--events``), replayed in process in batches of the configured size
+rather than through a broker, test-then-train: ``demo_ap``, ``demo_mrr`` and each EdgeBank's
+(``demo_ap_edgebank``, ``demo_ap_edgebank_tw``, ...); ``demo_gap_to_edgebank`` is the largest
+EdgeBank-minus-ours of the four. ``--no-demo`` skips both.
 """
 
 from __future__ import annotations
@@ -30,24 +39,28 @@ from tqdm import tqdm
 
 try:
     from .common import report, set_threads
+    from .pairs import train_speed
     from .pyg_tgn import BATCH_SIZE, PygRecipe, eval_negatives, split_points, train_pyg_tgn
     from .train import train_ours, training_parser
 except ImportError:  # run as a script
     from common import report, set_threads
+    from pairs import train_speed
     from pyg_tgn import BATCH_SIZE, PygRecipe, eval_negatives, split_points, train_pyg_tgn
     from train import train_ours, training_parser
 
 from streamgnn.cli._args import positive_int
 from streamgnn.datasets import load
+from streamgnn.demo import demo_config, demo_store
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
-from streamgnn.train import TrainConfig
+from streamgnn.train import TrainConfig, run_online
 
 STREAMS = ("jodie_wikipedia", "collegemsg", "bitcoin_otc", "bitcoin_alpha", "digg_reply", "enron")
 NEGATIVE_KINDS = ("random", "historical")  # keys: ap_<stream> for random, ap_historical_<stream>
 BASELINES = ("edgebank", "edgebank_tw")
 QUICK_EVENTS = 4_000
+DEMO_DATASET, SPEED_EVENTS = "jodie_wikipedia", 30_000
 
 
 def prepare(name: str, events: int | None = None) -> EventBatch:
@@ -136,6 +149,24 @@ def run_stream(
     return runs
 
 
+def demo_scores(events: int | None) -> dict:
+    """The demo's online run on its stream's first ``events`` (None: all), without the broker (see the
+    module docstring): the model's AP/MRR, each EdgeBank's, and the largest EdgeBank-minus-ours."""
+    stream = load(DEMO_DATASET)
+    stream = stream[:events] if events is not None else stream
+    config = dataclasses.replace(
+        demo_config(len(stream), "unused"), checkpoint_dir=None, checkpoint_every=None, serve_every=0
+    )
+    result = run_online(stream.split(config.batch_size), demo_store(), config, progress=False)
+    out = {"demo_events": result.events, "demo_ap": result.metrics.ap, "demo_mrr": result.metrics.mrr}
+    for base, metrics in result.baselines.items():
+        out[f"demo_ap_{base}"], out[f"demo_mrr_{base}"] = metrics.ap, metrics.mrr
+    out["demo_gap_to_edgebank"] = max(
+        out[f"demo_{m}_{base}"] - out[f"demo_{m}"] for base in result.baselines for m in ("ap", "mrr")
+    )
+    return out
+
+
 def summarize(runs: list[dict]) -> dict:
     """Per-stream means over seeds (``ap_<stream>``, ``ap_pyg_<stream>``, ...), the worst gaps to PyG, the
     streams where we lose to EdgeBank, and every run."""
@@ -212,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         "--pyg", nargs="+", default=[], metavar="KEY=VALUE",
         help="PygRecipe fields for PyG's side, e.g. --pyg neighbor_time=query negatives=seen",
     )  # fmt: skip
+    ap.add_argument(
+        "--no-demo", action="store_true", help="skip the demo's online run and the pair-feature speed ratio"
+    )
     args = ap.parse_args(argv)
     try:  # refuse a bad field or value now, not after hours of training
         ours, recipe = overrides(args.ours, "--ours"), PygRecipe(**overrides(args.pyg, "--pyg"))
@@ -230,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         bar.set_postfix_str(name)
         runs += run_stream(name, prepare(name, cap), seeds, epochs, args.device, ours, recipe, patience)
     summary = summarize(runs)
+    if not args.no_demo:
+        speed_events = min(cap or SPEED_EVENTS, SPEED_EVENTS)
+        summary.update(train_speed(load(DEMO_DATASET)[:speed_events]), speed_events=speed_events)
+        summary.update(demo_scores(cap))
     summary.update(seeds=seeds, epochs=epochs, patience=patience, threads=args.threads, device=args.device)
     summary["ours"] = ours
     summary["pyg"] = dataclasses.asdict(recipe)
@@ -238,6 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     headline = {
         "worst_ap_gap": "worst AP gap to PyG's TGN (theirs - ours), over the streams below",
         "worst_mrr_gap": "worst MRR gap to PyG's TGN (theirs - ours), over the streams below",
+        "worst_gap_to_edgebank": "worst gap to either EdgeBank (theirs - ours), AP/MRR, both negative kinds",
+        "pair_vs_tgn_speed": "training events/s with pair features / without ({speed_events:,} Wikipedia)",
+        "demo_ap": "the demo's online AP ({demo_events:,} events of JODIE Wikipedia)",
+        "demo_ap_edgebank": "the demo's online AP, EdgeBank",
+        "demo_ap_edgebank_tw": "the demo's online AP, time-window EdgeBank",
+        "demo_mrr": "the demo's online MRR",
+        "demo_mrr_edgebank": "the demo's online MRR, EdgeBank",
+        "demo_mrr_edgebank_tw": "the demo's online MRR, time-window EdgeBank",
     }
     for stream in args.streams:
         for side, suffix in (("ours", ""), ("PyG's TGN", "_pyg"), ("EdgeBank", "_edgebank")):

@@ -44,6 +44,11 @@ def demo_config(events: int, checkpoint_dir: str | Path) -> TrainConfig:
     )
 
 
+def demo_store() -> TemporalGraphStore:
+    """The demo's store: vertices placed by Fennel over ``PARTITIONS`` partitions as the events arrive."""
+    return TemporalGraphStore(StoreConfig(num_partitions=PARTITIONS, partitioner=PartitionerConfig("fennel")))
+
+
 def _count_published(bootstrap: str, topic: str) -> int:
     """Distinct node keys in the embeddings topic: what a compacted topic serves after compaction."""
     from kafka import KafkaConsumer
@@ -98,10 +103,7 @@ def run_demo(
             if config
             else demo_config(len(stream), ckpt)
         )
-        store = TemporalGraphStore(
-            StoreConfig(num_partitions=PARTITIONS, partitioner=PartitionerConfig("fennel"))
-        )
-        trainer = OnlineTrainer(config, store, sink=sink)
+        trainer = OnlineTrainer(config, demo_store(), sink=sink)
         timeline = PartitionTimeline(every_edges=max(len(stream) // 25, 1))
         source = stack.enter_context(
             KafkaSource(
@@ -148,21 +150,24 @@ def run_demo(
         print(f"report: {out_dir / 'summary.json'}, {plot}, {out_dir / 'partition.png'}", flush=True)
         if serve_port is not None:
             source.close()  # the stream is done; the broker and the service stay
-            _serve(stack, broker.bootstrap, embeddings_topic, ckpt, serve_port, stream, summary, out_dir)
+            _serve(
+                stack, broker.bootstrap, embeddings_topic, ckpt, serve_port, stream, summary, out_dir, trainer
+            )
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return 0
 
 
-def _serve(stack, bootstrap, topic, ckpt, port, stream, summary, out_dir) -> None:
+def _serve(stack, bootstrap, topic, ckpt, port, stream, summary, out_dir, trainer) -> None:
     """Serve the published embeddings over HTTP until Ctrl-C or SIGTERM, the broker still up; print curl
-    lines that work against it (ids of the stream's first edge) and keep ``summary.json`` truthful."""
+    lines that work against it (ids of the stream's first edge) and keep ``summary.json`` truthful. The
+    trainer's store (its stream has ended) gives ``/score`` the pair features of a model that reads them."""
     from .foreground import sigterm_as_interrupt
     from .serve import EmbeddingService
 
     config = ServeConfig(port=port, checkpoint_dir=str(ckpt), log_every_s=0)  # /score: the trained model
     with sigterm_as_interrupt():
         try:
-            service = stack.enter_context(EmbeddingService(config, bootstrap, topic))
+            service = stack.enter_context(EmbeddingService(config, bootstrap, topic, store=trainer.store))
             service.reader.wait_caught_up()  # every published row is served before the lines are printed
             summary.update(broker=f"tansu (local, serving on {bootstrap})", service=service.url)
             (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -41,10 +41,22 @@ def test_quick_run_on_two_stream_prefixes_prints_the_promised_keys(capsys):
             assert 0 <= result[f"{key}_{s}"] <= 1, key
         # historical negatives are pairs that happened before: EdgeBank cannot score them below positives
         assert result[f"ap_historical_edgebank_{s}"] <= result[f"ap_edgebank_{s}"]
+    # the issue's other targets: the demo's online scores beside both EdgeBanks', and the speed ratio
+    assert result["demo_events"] == result["speed_events"] == 1200
+    demo = ("demo_ap", "demo_mrr", "demo_ap_edgebank", "demo_mrr_edgebank", "demo_ap_edgebank_tw")
+    assert all(0 <= result[key] <= 1 for key in demo)
+    assert result["demo_gap_to_edgebank"] == max(
+        result[f"demo_{m}_{b}"] - result[f"demo_{m}"]
+        for m in ("ap", "mrr")
+        for b in ("edgebank", "edgebank_tw")
+    )
+    assert (
+        result["pair_vs_tgn_speed"] == result["train_events_per_s_pairs"] / result["train_events_per_s_tgn"]
+    )
 
 
 def test_converged_training_stops_on_validation_on_both_sides(capsys):
-    argv = ["--json", "--events", "1200", "--seeds", "0", "--streams", "collegemsg"]
+    argv = ["--json", "--events", "1200", "--seeds", "0", "--streams", "collegemsg", "--no-demo"]
     assert quality.main([*argv, "--max-epochs", "3", "--patience", "1"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["patience"] == 1 and result["epochs"] == 3

@@ -34,7 +34,13 @@ K = 3
 
 def small_config(**kw) -> TGNConfig:
     base = dict(
-        memory_dim=8, time_dim=4, embedding_dim=8, edge_feature_dim=EDGE_DIM, num_neighbors=K, dropout=0.0
+        memory_dim=8,
+        time_dim=4,
+        embedding_dim=8,
+        edge_feature_dim=EDGE_DIM,
+        num_neighbors=K,
+        dropout=0.0,
+        pair_features=False,  # the TGN module alone (the pair path: tests/test_train_pairs.py)
     )
     return TGNConfig(**{**base, **kw})
 

@@ -53,7 +53,9 @@ def torch_worker(mode: str) -> None:
         src=rng.integers(0, 50, n), dst=rng.integers(50, 80, n), t=np.cumsum(rng.exponential(1.0, n)),
         eid=np.arange(n),
     )  # fmt: skip
-    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=4, dropout=0.0)
+    model = TGNConfig(
+        memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=4, dropout=0.0, pair_features=False
+    )
     sharding = ShardConfig(num_partitions=4) if mode == "sharded" else None
     config = TrainConfig(model=model, batch_size=40, eval_negatives=4, serve_every=0, sharding=sharding)
     fail_on_rank_one(ShardedTrainer if sharding else OnlineTrainer, "step", rank)

@@ -59,7 +59,7 @@ def test_negatives_respect_their_strategy(history, batch, strategy, num, frac):
     now = positives_now(src, dst, groups.tolist())
     check_rows(neg, pool, now)
     seen = history_of(hsrc, hdst)
-    first = round(frac * num)
+    first = math.floor(frac * num)  # at least this many (one more with the leftover fraction's probability)
     for i, row in enumerate(neg.tolist()):
         if strategy == "historical":
             cands = seen.get(int(src[i]), set()) - now[i]
@@ -71,6 +71,24 @@ def test_negatives_respect_their_strategy(history, batch, strategy, num, frac):
         assert set(row[:m]) <= cands  # the strategy's share comes first ...
         if len(cands) <= first:
             assert cands <= set(row)  # ... and takes every candidate when there are few
+
+
+def test_a_fraction_of_one_negative_mixes_over_positives():
+    """``num=1, frac=0.3``: about 30% of positives get a historical negative, the rest a random one (a
+    rounded ``frac * num`` would give none), reproducibly; an integral ``frac * num`` draws as before."""
+    pool = np.arange(1000)
+    sampler = NegativeSampler(pool, seed=5)
+    sampler.observe(np.zeros(10, np.int64), np.arange(10))  # source 0 met destinations 0..9
+    src, dst = np.zeros(20_000, np.int64), np.full(20_000, 999)
+    neg = sampler.sample(src, dst, num=1, strategy="historical", frac=0.3, key=7)[:, 0]
+    share = np.mean(neg < 10)  # historical, or a random draw that hit one of the 10 (1%)
+    assert abs(share - (0.3 + 0.7 * 0.01)) < 0.015
+    again = sampler.sample(src, dst, num=1, strategy="historical", frac=0.3, key=7)[:, 0]
+    np.testing.assert_array_equal(neg, again)
+    for frac in (0.0, 1.0):
+        assert np.mean(sampler.sample(src, dst, num=1, strategy="historical", frac=frac, key=7) < 10) == (
+            pytest.approx(frac + (1 - frac) * 0.01, abs=0.005)
+        )
 
 
 def test_random_negatives_are_uniform_and_reproducible():

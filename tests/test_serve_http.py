@@ -166,7 +166,9 @@ def test_link_scores_come_from_the_trained_predictor(kafka_bootstrap, make_topic
         src=rng.integers(0, 20, 600), dst=rng.integers(20, 30, 600), t=np.arange(600.0), eid=np.arange(600)
     )
     config = TrainConfig(
-        model=TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, dropout=0.0),
+        model=TGNConfig(
+            memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, dropout=0.0, pair_features=False
+        ),
         batch_size=100, lr=1e-2, eval_negatives=2, checkpoint_dir=str(tmp_path), checkpoint_every=1,
     )  # fmt: skip
     topic = make_topic(1, compacted=True)
@@ -183,3 +185,61 @@ def test_link_scores_come_from_the_trained_predictor(kafka_bootstrap, make_topic
     assert status == 200 and got["scorer"] == "link_predictor"
     assert got["checkpoint"] == read_latest(tmp_path)[0]
     assert got["scores"][0]["score"] == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_link_scores_read_pair_features_from_the_trainers_store_and_say_so_without_it(
+    kafka_bootstrap, make_topic, tmp_path
+):
+    """A model with pair features scores through its pair encoder when the service holds the trainer's
+    store (features as of just after its newest event, as the embeddings are); a service that reads only the
+    topic answers by cosine and names why, never by the predictor with the pair part missing."""
+    import math
+
+    from streamgnn.events import EventBatch
+    from streamgnn.nn import TGNConfig
+    from streamgnn.sampling.pairs import PairFeatures
+    from streamgnn.train import OnlineTrainer, TrainConfig
+
+    rng = np.random.default_rng(1)
+    events = EventBatch.from_columns(
+        src=rng.integers(0, 20, 600), dst=rng.integers(20, 30, 600), t=np.arange(600.0), eid=np.arange(600)
+    )
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, pair_features=True)
+    config = TrainConfig(
+        model=model, batch_size=100, lr=1e-2, eval_negatives=2, checkpoint_dir=str(tmp_path),
+        checkpoint_every=1,
+    )  # fmt: skip
+    topic = make_topic(1, compacted=True)
+    with KafkaSink(kafka_bootstrap, embeddings_topic=topic, fmt="binary") as sink:
+        trainer = OnlineTrainer(config, sink=sink)
+        trainer.fit(events.split(100), progress=False)
+    store, tgn = trainer.store, trainer.model
+    pairs = [[0, 25], [3, 21]]
+    z = trainer.table.embeddings(np.array([0, 3, 25, 21]))
+    t = float(np.nextafter(store.watermark, math.inf))
+    features = PairFeatures(store, model.pair_neighbors, model.pair_decays)
+    s, d = store.node_index(np.array([0, 3])), store.node_index(np.array([25, 21]))
+    assert features.history(s, d, t)[0, 0] > 0  # 0 -> 25 did happen
+    tgn.eval()
+    with torch.no_grad():
+        pair = tgn.pair_encoder(torch.from_numpy(features.history(s, d, t)), torch.from_numpy(
+            features.cooccurrence(s, d, t)
+        ))  # fmt: skip
+        z_src, z_dst = torch.from_numpy(z[:2]), torch.from_numpy(z[2:])
+        expected = torch.sigmoid(tgn.predictor(z_src, z_dst, pair)).numpy()
+        blind = torch.sigmoid(tgn.predictor(z_src, z_dst, torch.zeros_like(pair))).numpy()
+    assert np.abs(blind - expected).max() > 1e-3  # the pair part matters to these scores
+    served = ServeConfig(port=0, log_every_s=0, checkpoint_dir=str(tmp_path))
+    with EmbeddingService(served, kafka_bootstrap, topic, store=store) as service:
+        wait_for(lambda: call(f"{service.url}/health")[1]["nodes"] == 30, "all 30 nodes")
+        status, got = call(f"{service.url}/score", {"pairs": pairs})
+    assert status == 200, got
+    assert (got["scorer"], got["pair_features"], got["as_of"]) == ("link_predictor", "store", t)
+    assert got["checkpoint"] == read_latest(tmp_path)[0]
+    assert [r["score"] for r in got["scores"]] == pytest.approx(expected.tolist(), rel=1e-5)
+    with EmbeddingService(served, kafka_bootstrap, topic) as service:  # the topic only: no store
+        wait_for(lambda: call(f"{service.url}/health")[1]["nodes"] == 30, "all 30 nodes")
+        status, got = call(f"{service.url}/score?src=0&dst=25")
+    assert status == 200 and got["scorer"] == "cosine" and "pair features" in got["why"]
+    cosine = z[0] @ z[2] / (np.linalg.norm(z[0]) * np.linalg.norm(z[2]))
+    assert got["scores"][0]["score"] == pytest.approx(float(cosine), rel=1e-5)

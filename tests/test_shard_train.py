@@ -44,6 +44,7 @@ def make_config():
         num_neighbors=5,
         num_layers=2,
         dropout=0.0,
+        pair_features=False,  # sharded training does not read pair features yet
     )
     negatives = os.environ.get("SHARD_TEST_NEGATIVES", "random")  # historical: sources' history is sharded
     return TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11, serve_every=0,

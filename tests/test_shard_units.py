@@ -12,6 +12,7 @@ import pytest
 
 from streamgnn import EventBatch
 from streamgnn.errors import ConfigError
+from streamgnn.nn import TGNConfig
 from streamgnn.shard import GlobalBatcher, GlobalIndex, OwnedMemory, Ownership, ShardConfig, ShardedTrainer
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import OnlineTrainer, TrainConfig
@@ -124,7 +125,8 @@ def test_owned_memory_keeps_rows_messages_and_versions():
 
 
 def test_sharding_is_one_config_switch():
-    config = TrainConfig(sharding=ShardConfig(num_partitions=4, mode="comm_free", staleness=3))
+    tgn = TGNConfig(pair_features=False)  # sharded training does not read pair features yet
+    config = TrainConfig(model=tgn, sharding=ShardConfig(num_partitions=4, mode="comm_free", staleness=3))
     assert TrainConfig.from_dict(config.as_dict()) == config
     with pytest.raises(ConfigError, match="OnlineTrainer replicates"):
         OnlineTrainer(config)
@@ -134,7 +136,7 @@ def test_sharding_is_one_config_switch():
     with pytest.raises(ConfigError, match="sharding"):
         TrainConfig(sharding={"num_partitions": 4})
     with pytest.raises(ConfigError, match="id_range"):  # a shard's pool is the replicated seen destinations
-        ShardedTrainer(TrainConfig(train_negative_pool="id_range", sharding=ShardConfig()))
+        ShardedTrainer(TrainConfig(model=tgn, train_negative_pool="id_range", sharding=ShardConfig()))
 
 
 def test_readme_sharded_snippet_runs():

@@ -80,11 +80,16 @@ def test_checkpoint_resume_with_pair_features_is_bit_for_bit(tmp_path):
     assert_same(trained_state(resumed), want)
 
 
-def test_sharded_training_refuses_pair_features():
+def test_sharded_training_refuses_pair_features_when_configured():
+    """The default model reads pair features, which sharded training cannot yet: the config says so when it
+    is made, before any rank starts (and a ShardedTrainer handed a config without sharding says so too)."""
     from streamgnn.shard import ShardConfig, ShardedTrainer
 
     with pytest.raises(ConfigError, match="pair_features"):
-        ShardedTrainer(replace(config(), sharding=ShardConfig()))
+        replace(config(), sharding=ShardConfig())
+    with pytest.raises(ConfigError, match="pair_features"):
+        ShardedTrainer(config())
+    assert replace(config(pairs=False), sharding=ShardConfig()).sharding == ShardConfig()
 
 
 def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():

@@ -135,6 +135,9 @@ def test_id_range_training_negatives_cover_the_id_range_unseen_ids_included():
         StreamNegatives(seed=0, pool="id_range").rebuild(named)
     with pytest.raises(ConfigError, match="train_negatives='random'"):
         TrainConfig(train_negative_pool="id_range", train_negatives="historical")
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ConfigError, match="train_negative_fraction"):
+            TrainConfig(train_negatives="historical", train_negative_fraction=bad)
 
 
 def test_seen_blank_negatives_are_blank_at_the_batchs_rate_of_positives_to_unseen_destinations():
@@ -167,9 +170,11 @@ def test_a_config_saved_before_the_time_and_pool_options_resumes_as_it_was():
         del saved["model"][key]
     saved["model"]["merge"] = "mlp"  # a switch these configs named, since removed
     del saved["baselines"], saved["edgebank_window_ratio"], saved["train_negative_pool"]
+    del saved["train_negative_fraction"]
     old = TrainConfig.from_dict(saved)
     assert (old.model.neighbor_time, old.model.time_init) == ("query", "geometric")
     assert old.train_negative_pool == "seen"
+    assert old.train_negative_fraction == 1.0  # every negative from train_negatives' strategy, as then
     assert (TrainConfig().model.neighbor_time, TrainConfig().model.time_init) == ("last_update", "uniform")
     assert TrainConfig().train_negative_pool == "seen_blank"
     assert TrainConfig.from_dict(TrainConfig().as_dict()) == TrainConfig()  # a new one round-trips

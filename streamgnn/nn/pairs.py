@@ -36,6 +36,12 @@ class PairEncoder(nn.Module):
         self.count = nn.Sequential(nn.Linear(1, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.out_dim = 3 * dim
 
+    @classmethod
+    def of(cls, config) -> PairEncoder:
+        """The encoder a model config's ``pair_neighbors``, ``pair_decays`` and ``pair_dim`` call for (the
+        model builds it, and a scorer that loads its weights from a checkpoint)."""
+        return cls(HISTORY_FIXED + len(config.pair_decays), config.pair_neighbors, config.pair_dim)
+
     def forward(self, history: Tensor, cooc: Tensor) -> Tensor:
         dev = self.count[0].weight.device
         history = history.to(dev)

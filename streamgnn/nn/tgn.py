@@ -4,7 +4,7 @@ Per batch, test-then-train (the model never sees the store; the caller gathers t
 
     inp = EmbeddingInput.from_subgraph(sampler.sample(nodes, t), cfg.num_neighbors)  # events before the batch
     z = model(inp)                                        # memory as of previous batches, pending applied
-    loss = bce(model.predictor(z[src_rows], z[dst_rows]), labels)
+    loss = bce(model.predictor(z[src_rows], z[dst_rows], pair), labels)  # pair: PairEncoder's (None: off)
     loss.backward(); optimizer.step(); optimizer.zero_grad()
     with torch.no_grad():
         model.observe(src, dst, t, edge_feat)             # only now may the batch reach memory
@@ -19,7 +19,6 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from ..sampling.pair_kernels import HISTORY_FIXED
 from .attention import TemporalAttentionEmbedding
 from .gather import gather_rows
 from .inputs import EmbeddingInput, NeighborHop
@@ -57,7 +56,9 @@ class TGNConfig:
     counts, time since the latest of each, decayed counts with time constants ``pair_decays`` (in the
     stream's time unit; the defaults, an hour, a day and a week, assume seconds), and DyGFormer's
     co-occurrence of both endpoints' latest ``pair_neighbors`` neighbors. Node embeddings (what the service
-    serves) do not change.
+    serves) do not change. On by default: it beat the TGN alone and both EdgeBanks on every stream measured
+    (benchmarks/RESULTS.md, "Pair features and converged training"); ``pair_features=False`` is TGN as
+    published (and what sharded training runs, which does not read pair features yet).
     """
 
     memory_dim: int = 100
@@ -76,7 +77,7 @@ class TGNConfig:
     time_scale: float = 1.0  # JODIE divides Δt by this (JODIE standardises Δt; pick a typical gap)
     neighbor_time: NeighborTime | None = None  # None: "last_update" for tgn, "query" for tgat and jodie
     time_init: TimeInit | None = None  # None: "uniform" for tgn, "geometric" for tgat and jodie
-    pair_features: bool = False
+    pair_features: bool = True
     pair_neighbors: int = 20
     pair_decays: tuple[float, ...] = (3600.0, 86400.0, 604800.0)
     pair_dim: int = 32
@@ -179,8 +180,7 @@ class TGN(nn.Module):
             self.out_dim = config.embedding_dim
         self.pair_encoder = None
         if config.pair_features:
-            history_dim = HISTORY_FIXED + len(config.pair_decays)
-            self.pair_encoder = PairEncoder(history_dim, config.pair_neighbors, config.pair_dim)
+            self.pair_encoder = PairEncoder.of(config)
         pair_dim = self.pair_encoder.out_dim if self.pair_encoder is not None else 0
         self.predictor = LinkPredictor(self.out_dim, pair_dim=pair_dim)
 

@@ -83,10 +83,12 @@ class NegativeSampler:
     ) -> np.ndarray:
         """``int64[n, num]`` distinct negatives per positive ``(src[i], dst[i])``, ``-1`` where none remain.
 
-        ``strategy`` picks where ``round(frac * num)`` of them come from (the rest, and any shortfall,
-        are random). Negatives never include a destination that ``src[i]`` has as a positive in the
-        same group: ``groups`` labels the events (default: the whole call is one group, i.e. one batch;
-        TGB uses the timestamp).
+        ``strategy`` picks where ``frac * num`` of them come from (the rest, and any shortfall, are
+        random): ``floor(frac * num)`` per positive, plus one more with the probability of the fraction left
+        over, so that a single negative (``num=1``) is a ``frac`` mix over positives rather than all random.
+        Negatives never include a destination that ``src[i]`` has as a positive in the same group:
+        ``groups`` labels the events (default: the whole call is one group, i.e. one batch; TGB uses the
+        timestamp).
         """
         src, dst = int_ids("src", src), int_ids("dst", dst)
         n = len(src)
@@ -105,7 +107,12 @@ class NegativeSampler:
             key = self.calls
             self.calls += 1
         excl, excl_lo, excl_hi = _positives_now(src, dst, groups)
-        n_first = np.full(n, 0 if strategy == "random" else round(frac * num), np.int64)
+        n_first = np.zeros(n, np.int64)
+        if strategy != "random":
+            whole, part = divmod(frac * num, 1.0)
+            n_first += int(whole)
+            if part:  # its own stream, apart from the kernel's draws: an integral frac * num draws as before
+                n_first += np.random.default_rng([key_of(self.seed, key), 1]).random(n) < part
         if strategy == "historical":
             cand = self._pairs & _LOW
             cand_lo, cand_hi = self._runs(src)

@@ -6,7 +6,8 @@
 - ``GET /topk?id=1&k=10[&metric=dot]``, ``POST /topk {"id": 1 (or "vector": [...]), "k", "metric"}``:
   ``{"query", "metric", "k", "neighbors": [{"id", "score"}]}``, best first, the query node left out
 - ``GET /score?src=1&dst=2``, ``POST /score {"pairs": [[1, 2], ...]}``:
-  ``{"scorer", "scores": [{"src", "dst", "score"}]}`` (see ``streamgnn.serve.scoring``)
+  ``{"scorer", "scores": [{"src", "dst", "score"}]}``, with ``"checkpoint"``, ``"pair_features"`` or
+  ``"why"`` where they apply (see ``streamgnn.serve.scoring``)
 - ``GET /metrics``: Prometheus text format
 
 Errors are ``{"error": "..."}``: 400 for malformed input (the message names the field), 401 without the
@@ -193,7 +194,7 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
         src = id_list([p[0] for p in pairs], "pairs (src)")
         dst = id_list([p[1] for p in pairs], "pairs (dst)")
         _, z, _ = rows(src + dst, "pairs")
-        values, info = await run_in_threadpool(scorer.score, z[: len(src)], z[len(src) :])
+        values, info = await run_in_threadpool(scorer.score, z[: len(src)], z[len(src) :], src, dst)
         return {
             **info,
             "scores": [

@@ -5,9 +5,10 @@
         ...
     EmbeddingService(config, bootstrap, topic).run()  # blocking, as `streamgnn serve` runs it
 
-``port=0`` takes a free port (``service.url`` names it once started; ``run`` prints it). With
-``ssl_keyfile``/``ssl_certfile`` it serves HTTPS (uvicorn's TLS). One line per
-``config.log_every_s``: nodes served, messages/s, lag, dead letters, requests.
+``store``: the trainer's store, when the service runs in the trainer's process, so that ``/score`` can
+read pair features (``streamgnn.serve.scoring``). ``port=0`` takes a free port (``service.url`` names it
+once started; ``run`` prints it). With ``ssl_keyfile``/``ssl_certfile`` it serves HTTPS (uvicorn's TLS).
+One line per ``config.log_every_s``: nodes served, messages/s, lag, dead letters, requests.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import socket
 import ssl
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -28,6 +30,9 @@ from .reader import EmbeddingsReader
 from .scoring import LinkScorer
 from .table import EmbeddingTable
 
+if TYPE_CHECKING:
+    from ..store import TemporalGraphStore
+
 _HEADER_ROOM = 16 * 1024  # for the headers, on top of serve.max_url_bytes (uvicorn's own default in all)
 
 
@@ -39,6 +44,7 @@ class EmbeddingService:
         topic: str,
         *,
         table: EmbeddingTable | None = None,
+        store: TemporalGraphStore | None = None,
         **consumer_config,
     ) -> None:
         self.config = config
@@ -48,7 +54,7 @@ class EmbeddingService:
             node_ids=config.node_ids, metrics=self.metrics,
             **consumer_config,
         )  # fmt: skip
-        self.scorer = LinkScorer(config.checkpoint_dir)
+        self.scorer = LinkScorer(config.checkpoint_dir, store)
         self.app = create_app(config, self.reader, self.scorer)
         self._server = uvicorn.Server(
             uvicorn.Config(

@@ -60,7 +60,7 @@ class ShardedTrainer:
     >>> from streamgnn.datasets import load
     >>> from streamgnn.nn import TGNConfig
     >>> from streamgnn.shard import PartitionedReplay, ShardConfig
-    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8)
+    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8, pair_features=False)  # (not sharded yet)
     >>> trainer = ShardedTrainer(TrainConfig(model=model, sharding=ShardConfig()))  # alone: owns everything
     >>> events = load("jodie_wikipedia")[:600]
     >>> trainer.fit(PartitionedReplay(events, trainer.ownership), progress=False).events
@@ -245,8 +245,9 @@ class ShardedTrainer:
                 plans[r].append(_eval_queries(pre_src, pre_dst, neg_all, t_query, t.min(), rows_of[r], rank))
         if training:
             train_neg = self.negatives.draw(
-                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN
-            )[:, 0]
+                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN,
+                frac=cfg.train_negative_fraction,
+            )[:, 0]  # fmt: skip
             for r in plan:
                 s = rows_of[r]
                 plans[r].append(

@@ -60,7 +60,11 @@ class TrainConfig:
 
     ``eval_negatives``: fixed negatives each positive is ranked against for MRR (0: no MRR); the first one
     is also the AP/AUC negative. ``eval_strategy``/``train_negatives``: where negatives come from (see
-    ``NegativeSampler``). ``train_negative_pool``: "seen_blank" (default: destinations seen so far, each
+    ``NegativeSampler``). ``train_negative_fraction``: the share of training negatives that
+    ``train_negatives`` draws, the rest random (per positive: historical with that probability; a "random"
+    strategy draws all at random). All random teaches a pair-feature model that "met before" means positive,
+    and it then ranks a historical negative above a new pair; all historical teaches the reverse.
+    ``train_negative_pool``: "seen_blank" (default: destinations seen so far, each
     negative blank at the batch's rate of positives to unseen destinations, so that "no history" does not
     read as "positive"; see ``train.negatives``), "seen" (destinations seen so far: the default before, kept
     by checkpoints written before the option) or "id_range" (uniform over their integer id range, unseen ids
@@ -92,6 +96,7 @@ class TrainConfig:
     seed: int = 0
     sampling: str = "recent"
     train_negatives: str = "random"
+    train_negative_fraction: float = 1.0
     train_negative_pool: str = "seen_blank"
     eval_negatives: int = 100
     eval_strategy: str = "random"
@@ -123,6 +128,10 @@ class TrainConfig:
         for name in ("train_negatives", "eval_strategy"):
             if getattr(self, name) not in NEGATIVE_STRATEGIES:
                 raise ConfigError(f"{name} must be one of {NEGATIVE_STRATEGIES}, got {getattr(self, name)!r}")
+        if not 0.0 <= self.train_negative_fraction <= 1.0:
+            raise ConfigError(
+                f"train_negative_fraction must lie in [0, 1], got {self.train_negative_fraction!r}"
+            )
         if self.train_negatives == "inductive":
             raise ConfigError(
                 "train_negatives='inductive' would draw destinations never seen before, but the trainer's "
@@ -148,6 +157,11 @@ class TrainConfig:
             raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
         if self.sharding is not None and not isinstance(self.sharding, ShardConfig):
             raise ConfigError(f"sharding must be a ShardConfig or None, got {type(self.sharding).__name__}")
+        if self.sharding is not None and self.model.pair_features:
+            raise ConfigError(
+                "sharded training does not yet read pair features (a pair's history spans two shards), which "
+                "the default model uses: give sharding a model with TGNConfig(pair_features=False)"
+            )
 
     @property
     def checkpoint_interval(self) -> int:
@@ -163,10 +177,18 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> TrainConfig:
         """Inverse of ``as_dict`` (e.g. the config a checkpoint was written with)."""
         data = dict(data)
-        # Written before these options existed: the model was the paper's and the negatives the seen pool's,
-        # and a run resumes as it was.
-        model = TGNConfig(**{"neighbor_time": "query", "time_init": "geometric", **data.pop("model")})
+        # Written before these options existed: the model was the paper's, the negatives the seen pool's, all
+        # from one strategy, and a run resumes as it was.
+        model = TGNConfig(
+            **{
+                "neighbor_time": "query",
+                "time_init": "geometric",
+                "pair_features": False,
+                **data.pop("model"),
+            }
+        )
         data.setdefault("train_negative_pool", "seen")
+        data.setdefault("train_negative_fraction", 1.0)
         if isinstance(data.get("sharding"), dict):
             data["sharding"] = ShardConfig(**data["sharding"])
         known = {f.name for f in dataclasses.fields(cls)}

@@ -96,6 +96,7 @@ class StreamNegatives:
         strategy: str,
         step: int,
         purpose: int,
+        frac: float = 1.0,
         groups: np.ndarray | None = None,
     ) -> np.ndarray:
         """``int64[n, num]`` negatives of ``(src, dst)`` (``NegativeSampler.sample``); needs ``ready``.
@@ -106,7 +107,9 @@ class StreamNegatives:
             rng = np.random.default_rng(int(key_of(self.seed, 2 * step + purpose)))
             ext = rng.integers(self._range[0], self._range[1] + 1, size=len(src) * num)
             return self.store.node_index(ext, strict=False).reshape(len(src), num)
-        out = self.sampler.sample(src, dst, num=num, strategy=strategy, groups=groups, key=2 * step + purpose)
+        out = self.sampler.sample(
+            src, dst, num=num, strategy=strategy, frac=frac, groups=groups, key=2 * step + purpose
+        )
         if self.pool == "seen_blank" and purpose == TRAIN and len(dst):
             rng = np.random.default_rng(int(key_of(self.seed, 2 * step + purpose)))
             out[rng.random(out.shape) < np.mean(np.asarray(dst) < 0)] = -1

@@ -205,8 +205,9 @@ class OnlineTrainer:
         train_neg = None
         if training:
             train_neg = self.negatives.draw(
-                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN
-            )[:, 0]
+                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN,
+                frac=cfg.train_negative_fraction,
+            )[:, 0]  # fmt: skip
         prepared = lm.prepare(view, candidates, train_neg) if scoring or training else None
         base_prepared = (
             {n: b.prepare(view, candidates, None) for n, b in self.baselines.items()} if scoring else {}
