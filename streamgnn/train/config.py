@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..nn import TGNConfig
+from ..nn import DyGFormerConfig, TGNConfig
 from ..sampling.negative import STRATEGIES as NEGATIVE_STRATEGIES
 from ..sampling.sampler import STRATEGIES as SAMPLING_STRATEGIES
 from .negatives import POOLS as NEGATIVE_POOLS
@@ -58,6 +58,8 @@ class TrainConfig:
     """One run. Defaults follow the TGN paper on JODIE Wikipedia (dims 100, batch 200, 10 recent neighbors,
     Adam 1e-4, one random negative per positive), with the model departures ``TGNConfig`` explains.
 
+    ``model``: a ``TGNConfig`` (TGN and its variants, the default) or a ``DyGFormerConfig`` (the sequence
+    model; ``variant: dygformer`` in a config file or a checkpoint's dict).
     ``eval_negatives``: fixed negatives each positive is ranked against for MRR (0: no MRR); the first one
     is also the AP/AUC negative. ``eval_strategy``/``train_negatives``: where negatives come from (see
     ``NegativeSampler``). ``train_negative_pool``: "seen_blank" (default: destinations seen so far, each
@@ -86,7 +88,7 @@ class TrainConfig:
     flagged in the run's result.
     """
 
-    model: TGNConfig = field(default_factory=TGNConfig)
+    model: TGNConfig | DyGFormerConfig = field(default_factory=TGNConfig)
     batch_size: int = 200
     lr: float = 1e-4
     seed: int = 0
@@ -108,8 +110,12 @@ class TrainConfig:
     sharding: ShardConfig | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model, TGNConfig):
-            raise ConfigError(f"model must be a TGNConfig, got {type(self.model).__name__}")
+        if not isinstance(self.model, TGNConfig | DyGFormerConfig):
+            raise ConfigError(
+                f"model must be a TGNConfig or DyGFormerConfig, got {type(self.model).__name__}"
+            )
+        if self.sharding is not None and isinstance(self.model, DyGFormerConfig):
+            raise ConfigError("the sharded trainer runs TGN only: use DyGFormerConfig without sharding")
         for name in ("batch_size", "window_events", "checkpoint_keep", "publish_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -165,7 +171,11 @@ class TrainConfig:
         data = dict(data)
         # Written before these options existed: the model was the paper's and the negatives the seen pool's,
         # and a run resumes as it was.
-        model = TGNConfig(**{"neighbor_time": "query", "time_init": "geometric", **data.pop("model")})
+        model = data.pop("model")
+        if model.get("variant") == "dygformer":
+            model = DyGFormerConfig(**model)
+        else:
+            model = TGNConfig(**{"neighbor_time": "query", "time_init": "geometric", **model})
         data.setdefault("train_negative_pool", "seen")
         if isinstance(data.get("sharding"), dict):
             data["sharding"] = ShardConfig(**data["sharding"])
