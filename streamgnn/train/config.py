@@ -172,10 +172,8 @@ class TrainConfig:
         # Written before these options existed: the model was the paper's and the negatives the seen pool's,
         # and a run resumes as it was.
         model = data.pop("model")
-        if model.get("variant") == "dygformer":
-            model = DyGFormerConfig(**model)
-        else:
-            model = TGNConfig(**{"neighbor_time": "query", "time_init": "geometric", **model})
+        if model.get("variant") != "dygformer":
+            model = {"neighbor_time": "query", "time_init": "geometric", **model}
         data.setdefault("train_negative_pool", "seen")
         if isinstance(data.get("sharding"), dict):
             data["sharding"] = ShardConfig(**data["sharding"])
@@ -183,4 +181,12 @@ class TrainConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"unknown TrainConfig fields {unknown}")
-        return cls(model=model, **data)
+        return cls(model=model_config(model), **data)
+
+
+def model_config(data: dict) -> TGNConfig | DyGFormerConfig:
+    """The model config a plain dict names: ``variant: dygformer`` a ``DyGFormerConfig``, else a
+    ``TGNConfig`` (whose own variants are tgn, jodie and tgat)."""
+    if data.get("variant") == "dygformer":
+        return DyGFormerConfig(**data)
+    return TGNConfig(**data)
