@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from .gather import gather_rows
 from .predictor import LinkPredictor
 from .time import TimeEncoder
 
@@ -165,7 +166,10 @@ class DyGFormer(nn.Module):
         p = self.config.patch_size
         real = s.mask.unsqueeze(2).float()
         time = self.time(s.dt) * real
-        count = self.count(counts.unsqueeze(3)).sum(2) * real  # f(own) + f(other), DyGLib's encoding
+        # f(own) + f(other), DyGLib's encoding. Counts are integers 0..L, so f is evaluated once per value and
+        # gathered: the same numbers as applying it per token, without an [n, L, 2, channel_dim] MLP pass.
+        table = self.count(torch.arange(length + 1, dtype=torch.float32, device=counts.device).unsqueeze(1))
+        count = gather_rows(table, counts.long()).sum(2) * real
         parts = [
             self.time_patch(time.reshape(n, length // p, -1)),
             self.count_patch(count.reshape(n, length // p, -1)),
