@@ -197,3 +197,11 @@ def test_configs_name_the_model_and_refuse_what_it_cannot_do():
     store.ingest(stream(10, seed=7, feat=True))
     with pytest.raises(ConfigError, match="edge_feature_dim=3"):
         model.attach(store)
+
+
+@pytest.mark.parametrize("module", ["streamgnn.nn.dygformer", "streamgnn.train.dygformer_model"])
+def test_module_examples_run(module):
+    import doctest
+    import importlib
+
+    assert doctest.testmod(importlib.import_module(module)).failed == 0
