@@ -18,7 +18,7 @@ from streamgnn.nn import DyGFormerConfig
 from streamgnn.nn.dygformer import Sequences, cooccurrence
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import DyGFormerLinkModel, OnlineTrainer, TrainConfig
-from streamgnn.train.config import ShardConfig
+from streamgnn.train.config import ShardConfig, model_config
 
 SMALL = DyGFormerConfig(sequence_length=6, patch_size=2, channel_dim=8, time_dim=8, embedding_dim=8)
 
@@ -186,6 +186,11 @@ def test_configs_name_the_model_and_refuse_what_it_cannot_do():
     assert TrainConfig.from_dict(cfg.as_dict()) == cfg  # as a checkpoint keeps it
     built = _build(TrainConfig, {"model": {"variant": "dygformer", "sequence_length": 8}}, "train")
     assert built.model == DyGFormerConfig(sequence_length=8)
+    from streamgnn.benchmarks import quality  # (imports PyG: only this test pays for it)
+
+    ours = quality.overrides(["model.variant=dygformer", "model.sequence_length=8"], "--ours")
+    assert model_config(ours["model"]) == DyGFormerConfig(sequence_length=8)  # how bench quality builds it
+    assert model_config({"variant": "tgat"}).variant == "tgat"
     with pytest.raises(ConfigError, match="multiple of patch_size"):
         DyGFormerConfig(sequence_length=6, patch_size=4)
     with pytest.raises(ConfigError, match="sequence_length must be an int >= 2"):
