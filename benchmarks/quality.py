@@ -53,8 +53,8 @@ from streamgnn.datasets import load
 from streamgnn.demo import demo_config, demo_store
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
-from streamgnn.nn import TGNConfig
 from streamgnn.train import TrainConfig, run_online
+from streamgnn.train.config import model_config
 
 STREAMS = ("jodie_wikipedia", "collegemsg", "bitcoin_otc", "bitcoin_alpha", "digg_reply", "enron")
 NEGATIVE_KINDS = ("random", "historical")  # keys: ap_<stream> for random, ap_historical_<stream>
@@ -105,14 +105,15 @@ def run_stream(
     """One run per seed of both models on ``events``: test AP/MRR with random and historical negatives,
     epochs trained, training events/s, EdgeBank's scores.
 
-    ``ours``: ``TrainConfig`` fields to change (``model``: a dict of ``TGNConfig`` fields); ``recipe``: PyG's;
+    ``ours``: ``TrainConfig`` fields to change (``model``: a dict of ``TGNConfig`` fields, or of
+    ``DyGFormerConfig`` fields with ``variant="dygformer"``); ``recipe``: PyG's;
     ``patience``: train up to ``epochs`` until validation stops improving (None: exactly ``epochs``).
     """
     _, val_end = split_points(len(events))
     negatives = eval_negatives(events, val_end)
     historical = {"historical": eval_negatives(events, val_end, strategy="historical")}
     ours = dict(ours or {})
-    model = TGNConfig(**ours.pop("model", {}))
+    model = model_config(ours.pop("model", {}))
     runs = []
     for seed in seeds:
         pyg = train_pyg_tgn(
@@ -237,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", nargs="+", choices=STREAMS, default=list(STREAMS), help="e.g. collegemsg")
     ap.add_argument(
         "--ours", nargs="+", default=[], metavar="KEY=VALUE",
-        help="TrainConfig fields for our side, for ablations, e.g. --ours model.neighbor_time=query lr=3e-4",
+        help="TrainConfig fields for our side, for ablations, e.g. --ours model.neighbor_time=query lr=3e-4; "
+        "model.variant=dygformer: the DyGFormer-style model",
     )  # fmt: skip
     ap.add_argument(
         "--pyg", nargs="+", default=[], metavar="KEY=VALUE",
@@ -249,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:  # refuse a bad field or value now, not after hours of training
         ours, recipe = overrides(args.ours, "--ours"), PygRecipe(**overrides(args.pyg, "--pyg"))
-        TrainConfig(**{**ours, "model": TGNConfig(**ours.get("model", {}))})
+        TrainConfig(**{**ours, "model": model_config(ours.get("model", {}))})
     except (TypeError, ConfigError) as exc:
         ap.error(str(exc))
     set_threads(args.threads)

@@ -9,7 +9,7 @@ dataclasses, overridden by environment variables and then by command-line flags.
     train:            # streamgnn.train.TrainConfig
       batch_size: 200
       checkpoint_dir: /checkpoints
-      model:          # streamgnn.nn.TGNConfig
+      model:          # streamgnn.nn.TGNConfig (variant: dygformer: a streamgnn.nn.DyGFormerConfig)
         memory_dim: 100
     serve:            # streamgnn.serve.ServeConfig
       port: 8000
@@ -287,6 +287,16 @@ def _build(cls, data, where: str):
         raise ConfigError(f"{where}: {exc}") from None
 
 
+def _variant(classes: list, value: dict):
+    """The dataclass among ``classes`` whose ``variant`` default ``value`` names (``model: {variant:
+    dygformer}`` is a ``DyGFormerConfig``), else the first."""
+    for cls in classes:
+        default = {f.name: f.default for f in dataclasses.fields(cls)}.get("variant")
+        if default is not None and default == value.get("variant"):
+            return cls
+    return classes[0]
+
+
 def _unwrap(hint):
     return hint.type if isinstance(hint, dataclasses.InitVar) else hint
 
@@ -300,7 +310,7 @@ def _coerce(value, hint, where: str):
             return None
         mapped = [arg for arg in args if dataclasses.is_dataclass(arg)]
         if isinstance(value, dict) and mapped:  # a mapping is that dataclass: its own mistakes are named
-            return _build(mapped[0], value, where)
+            return _build(_variant(mapped, value), value, where)
         for arg in args:
             if arg is not type(None):
                 try:

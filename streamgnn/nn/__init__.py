@@ -1,6 +1,7 @@
 """TGN building blocks: time encoding, growing node memory, temporal attention, link scoring."""
 
 from .attention import TemporalAttentionEmbedding, TemporalAttentionLayer
+from .dygformer import DyGFormer, DyGFormerConfig
 from .inputs import EmbeddingInput, NeighborHop
 from .memory import NodeMemory, aggregate_last, aggregate_mean
 from .predictor import LinkPredictor
@@ -8,6 +9,8 @@ from .tgn import TGN, TGNConfig
 from .time import TimeEncoder
 
 __all__ = [
+    "DyGFormer",
+    "DyGFormerConfig",
     "TGN",
     "EmbeddingInput",
     "LinkPredictor",

@@ -1,7 +1,9 @@
-"""Online (prequential) and offline training of link models (TGN), metrics, checkpoints, data parallelism."""
+"""Online (prequential) and offline training of link models (TGN, DyGFormer), metrics, checkpoints, data
+parallelism."""
 
 from .config import TrainConfig
 from .distributed import DistContext, init_distributed
+from .dygformer_model import DyGFormerLinkModel
 from .metrics import (
     LinkMetrics,
     RunningMetrics,
@@ -22,6 +24,7 @@ __all__ = [
     "Candidates",
     "ChronologicalSplit",
     "DistContext",
+    "DyGFormerLinkModel",
     "LinkMetrics",
     "LinkModel",
     "OfflineResult",

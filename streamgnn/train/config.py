@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..errors import ConfigError
-from ..nn import TGNConfig
+from ..nn import DyGFormerConfig, TGNConfig
 from ..sampling.negative import STRATEGIES as NEGATIVE_STRATEGIES
 from ..sampling.sampler import STRATEGIES as SAMPLING_STRATEGIES
 from .negatives import POOLS as NEGATIVE_POOLS
@@ -58,6 +58,8 @@ class TrainConfig:
     """One run. Defaults follow the TGN paper on JODIE Wikipedia (dims 100, batch 200, 10 recent neighbors,
     Adam 1e-4, one random negative per positive), with the model departures ``TGNConfig`` explains.
 
+    ``model``: a ``TGNConfig`` (TGN and its variants, the default) or a ``DyGFormerConfig`` (the sequence
+    model; ``variant: dygformer`` in a config file or a checkpoint's dict).
     ``eval_negatives``: fixed negatives each positive is ranked against for MRR (0: no MRR); the first one
     is also the AP/AUC negative. ``eval_strategy``/``train_negatives``: where negatives come from (see
     ``NegativeSampler``). ``train_negative_fraction``: the share of training negatives that
@@ -90,7 +92,7 @@ class TrainConfig:
     flagged in the run's result.
     """
 
-    model: TGNConfig = field(default_factory=TGNConfig)
+    model: TGNConfig | DyGFormerConfig = field(default_factory=TGNConfig)
     batch_size: int = 200
     lr: float = 1e-4
     seed: int = 0
@@ -113,8 +115,12 @@ class TrainConfig:
     sharding: ShardConfig | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.model, TGNConfig):
-            raise ConfigError(f"model must be a TGNConfig, got {type(self.model).__name__}")
+        if not isinstance(self.model, TGNConfig | DyGFormerConfig):
+            raise ConfigError(
+                f"model must be a TGNConfig or DyGFormerConfig, got {type(self.model).__name__}"
+            )
+        if self.sharding is not None and isinstance(self.model, DyGFormerConfig):
+            raise ConfigError("the sharded trainer runs TGN only: use DyGFormerConfig without sharding")
         for name in ("batch_size", "window_events", "checkpoint_keep", "publish_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -177,16 +183,11 @@ class TrainConfig:
     def from_dict(cls, data: dict) -> TrainConfig:
         """Inverse of ``as_dict`` (e.g. the config a checkpoint was written with)."""
         data = dict(data)
-        # Written before these options existed: the model was the paper's, the negatives the seen pool's, all
-        # from one strategy, and a run resumes as it was.
-        model = TGNConfig(
-            **{
-                "neighbor_time": "query",
-                "time_init": "geometric",
-                "pair_features": False,
-                **data.pop("model"),
-            }
-        )
+        # Written before these options existed: the model was the paper's (without pair features), the
+        # negatives the seen pool's, all from one strategy, and a run resumes as it was.
+        model = data.pop("model")
+        if model.get("variant") != "dygformer":
+            model = {"neighbor_time": "query", "time_init": "geometric", "pair_features": False, **model}
         data.setdefault("train_negative_pool", "seen")
         data.setdefault("train_negative_fraction", 1.0)
         if isinstance(data.get("sharding"), dict):
@@ -195,4 +196,12 @@ class TrainConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"unknown TrainConfig fields {unknown}")
-        return cls(model=model, **data)
+        return cls(model=model_config(model), **data)
+
+
+def model_config(data: dict) -> TGNConfig | DyGFormerConfig:
+    """The model config a plain dict names: ``variant: dygformer`` a ``DyGFormerConfig``, else a
+    ``TGNConfig`` (whose own variants are tgn, jodie and tgat)."""
+    if data.get("variant") == "dygformer":
+        return DyGFormerConfig(**data)
+    return TGNConfig(**data)

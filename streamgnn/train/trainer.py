@@ -38,10 +38,10 @@ from .config import TrainConfig
 from .distributed import DistContext, init_distributed, local_device
 from .edgebank import make_baseline
 from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
+from .models import make_link_model
 from .negatives import EVAL, TRAIN, StreamNegatives
 from .protocol import Candidates, LinkModel, StepInput
 from .serving import Serving
-from .tgn_model import TGNLinkModel
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ class OnlineTrainer:
 
     ``store`` may already hold history (its memory starts blank). On rank 0 an ``EmbeddingTable`` is kept
     when ``config.serve_every`` > 0 (pass ``table`` to share one with readers); ``sink`` receives it every
-    ``config.publish_every`` refreshes. ``link_model``: any ``LinkModel`` to drive instead of the TGN that
-    ``config.model`` describes.
+    ``config.publish_every`` refreshes. ``link_model``: any ``LinkModel`` to drive instead of the model that
+    ``config.model`` describes (``models.make_link_model``).
 
     The loop is this class; the seams are modules of their own: the model (``protocol.LinkModel``, TGN's in
     ``tgn_model``), negatives (``negatives``), serving (``serving``) and checkpoints (``checkpoint``).
@@ -122,7 +122,7 @@ class OnlineTrainer:
         self.dist = dist or init_distributed()
         self.device = local_device(config.device)
         torch.manual_seed(config.seed)
-        self.link_model = link_model or TGNLinkModel(config, device=self.device, dist=self.dist)
+        self.link_model = link_model or make_link_model(config, device=self.device, dist=self.dist)
         self.store = store if store is not None else TemporalGraphStore()
         out_dim = self.link_model.out_dim
         serving = config.serve_every > 0 and self.dist.is_main and out_dim is not None
