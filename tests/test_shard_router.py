@@ -101,11 +101,12 @@ def test_readme_router_to_sharded_trainers_runs(kafka_bootstrap, tmp_path):
     block = block.replace("--topic raw", f"--topic raw-{suffix}").replace(
         "--in-topic raw", f"--in-topic raw-{suffix}"
     )
-    produce, route, train = (
+    produce, route, train, stop = (
         line.split() for line in block.replace("routed", f"routed-{suffix}").strip().splitlines()
     )
     assert (
-        produce[:2] == ["streamgnn", "produce"]
+        stop[:2] == ["kill", "$!"]
+        and produce[:2] == ["streamgnn", "produce"]
         and route[:2] == ["streamgnn", "partition"]
         and route[-1] == "&"
         and train[train.index("--placement") + 1] == "stream"
@@ -124,7 +125,7 @@ def test_readme_router_to_sharded_trainers_runs(kafka_bootstrap, tmp_path):
         assert run.returncode == 0, run.stderr[-3000:]
     assert "600 events on 2 ranks" in run.stdout
     for rank in range(2):  # each rank read its own partitions of the router's topic
-        root = tmp_path / f"out/train_sharded_kafka/checkpoints/rank-{rank:05d}"
+        root = tmp_path / train[train.index("--out") + 1] / f"checkpoints/rank-{rank:05d}"
         manifest = json.loads(
             next((root / read_latest(root)[0] / "store").glob("ckpt-*/manifest.json")).read_text()
         )
