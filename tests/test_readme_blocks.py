@@ -30,6 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SKIP = re.compile(r"<!-- not run: (.+?) -->")
+CONTINUES = "<!-- continues the block above -->"
 PORTS = (9092, 8000, 8443, 29500)
 
 
@@ -50,7 +51,8 @@ class Block:
 
 
 def readme_blocks() -> list[Block]:
-    """Every fenced block, in document order."""
+    """Every fenced block, in document order; a Python block marked as continuing the one above is joined to
+    it (the reader runs both in one session)."""
     blocks, heading, start, lang, code = [], "", 0, "", None
     lines = (ROOT / "README.md").read_text().splitlines()
     for number, line in enumerate(lines, 1):
@@ -58,8 +60,14 @@ def readme_blocks() -> list[Block]:
             if code is None:
                 start, lang, code = number, line[3:].strip(), []
             else:
-                marker = SKIP.fullmatch(lines[start - 2].strip()) if start > 1 else None
-                blocks.append(Block(start, heading, lang, "\n".join(code) + "\n", marker and marker[1]))
+                above = lines[start - 2].strip() if start > 1 else ""
+                marker, text = SKIP.fullmatch(above), "\n".join(code) + "\n"
+                if above == CONTINUES:
+                    last = blocks.pop()
+                    assert (last.lang, last.skip) == (lang, None), f"README.md:{start} continues {last}"
+                    blocks.append(Block(last.line, last.heading, lang, last.code + text, None))
+                else:
+                    blocks.append(Block(start, heading, lang, text, marker and marker[1]))
                 code = None
         elif code is not None:
             code.append(line)
@@ -72,6 +80,8 @@ def readme_blocks() -> list[Block]:
 def test_only_marked_blocks_are_skipped_and_each_says_why():
     blocks = readme_blocks()
     assert len(blocks) >= 15 and all(b.lang in ("python", "bash") for b in blocks)
+    snapshots = [b for b in blocks if b.heading.startswith("Snapshot training")]
+    assert len(snapshots) == 1 and "build_signal(store, spec" in snapshots[0].code  # joined: one session
     skipped = {b.heading: b.skip for b in blocks if b.skip}
     # the set-up block is how the suite itself runs (CI calls make test); the cluster needs Docker
     assert set(skipped) == {"Set up and test: two commands", "The docker-compose cluster"}, skipped
@@ -162,7 +172,7 @@ def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> dict[int, s
         start_new_session=True,
     )
     try:
-        proc.wait(timeout=1800)
+        proc.wait(timeout=2700)  # a safety net for a hung block: the run takes minutes
     finally:  # on the host, end whatever the blocks left running (in a namespace, its end did that)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -180,6 +190,7 @@ def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> dict[int, s
 def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
     """Each block succeeds, and leaves what the README says it does."""
     from streamgnn.store import TemporalGraphStore
+    from streamgnn.store.checkpoint import read_latest
 
     blocks = [b for b in readme_blocks() if not b.skip]
     work, numbered = tmp_path / "clone", tmp_path / "blocks"
@@ -199,9 +210,17 @@ def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
     assert "Authorization: Bearer" in tls and '"embedding"' in tls
     # Snapshots: online scores per month, plot and checkpoint
     assert (work / "ratings.png").exists() and (work / "snapshot-ckpt/ratings/LATEST").exists()
-    # Scale out: both sharded runs ended where the README says
-    for folder, events in (("out/train_sharded_kafka", 4000), ("out/sharded-routed", 2000)):
+    # Scale out: both sharded runs ended where the README says, each rank reading only its own partitions
+    sharded = next(logs[i] for i, b in enumerate(blocks) if "--produce" in b.code)
+    assert "produced 157,474 events into edges" in sharded and "4,000 events on 2 ranks" in sharded
+    runs = (("out/train_sharded_kafka", 4000, "edges", 8), ("out/sharded-routed", 2000, "routed", 4))
+    for folder, events, topic, partitions in runs:
         assert json.loads((work / folder / "summary.json").read_text())["events"] == events
+        for rank in range(2):  # partitions go round-robin over the ranks
+            root = work / folder / f"checkpoints/rank-{rank:05d}"
+            store = root / read_latest(root)[0] / "store"
+            read = json.loads(next(store.glob("ckpt-*/manifest.json")).read_text())["source_offsets"]
+            assert set(read) == {f"{topic}:{p}" for p in range(rank, partitions, 2)}, (folder, rank, read)
     # Partitioning: the plot
     assert (work / "partition.png").exists()
     # Agents, Python: the metric named, accuracy well above chance without failures
