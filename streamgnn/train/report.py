@@ -58,7 +58,7 @@ def plot_windows(
         ax.set_ylabel(f"{name.upper()} (per window)")
         ax.set_ylim(0.0, 1.0)
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize="small")
+        ax.legend(loc="best", fontsize="small")  # TGN's MRR often runs along the bottom
     loss_ax.plot(x, [w.loss for w in windows], color="tab:red", marker=".")
     loss_ax.set_ylabel("training loss")
     loss_ax.set_xlabel("stream time (the events' t; seconds in every bundled dataset)")
