@@ -7,10 +7,10 @@ process as a reader pastes it, with the venv activated (the README's first step)
 ``OMP_WAIT_POLICY=passive`` (its advice for few cores). The working folder stands in for a fresh clone's root:
 ``.venv`` and ``examples/`` link to the checkout, and everything the blocks write lands in the folder. A block
 marked ``<!-- not run: REASON -->`` on the line before its fence is skipped, and only those (the suite itself,
-Docker). Where user namespaces allow it (``unshare -rnpf``), the blocks run in private network and PID
-namespaces: the README's own ports (9092, 8000, 8443, torchrun's 29500) cannot clash with anything else on the
-host, and whatever the blocks left running ends with the namespace. Elsewhere they run on the host's loopback,
-which then needs those ports free."""
+Docker). Where user namespaces allow it (``unshare -rnpf --mount-proc``), the blocks run in private network
+and PID namespaces: the README's own ports (9092, 8000, 8443, torchrun's 29500) cannot clash with anything
+else on the host, and whatever the blocks left running ends with the namespace. Elsewhere they run on the
+host's loopback, which then needs those ports free."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SKIP = re.compile(r"<!-- not run: (.+?) -->")
 CONTINUES = "<!-- continues the block above -->"
 PORTS = (9092, 8000, 8443, 29500)
+# a user, network, PID and mount namespace with its own /proc (MPI's shared memory finds its peers there)
+UNSHARE = ["unshare", "-rnpf", "--mount-proc"]
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def private_namespace() -> bool:
     """Whether this host lets an unprivileged user open network and PID namespaces with a loopback."""
     if not (shutil.which("unshare") and shutil.which("ip")):
         return False
-    probe = subprocess.run(["unshare", "-rnpf", "ip", "link", "set", "lo", "up"], capture_output=True)
+    probe = subprocess.run([*UNSHARE, "ip", "link", "set", "lo", "up"], capture_output=True)
     return probe.returncode == 0
 
 
@@ -166,7 +168,7 @@ def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> dict[int, s
     }  # fmt: skip
     cmd = ["bash", "-c", DRIVER, "driver", str(numbered)]
     proc = subprocess.Popen(
-        ["unshare", "-rnpf", "--kill-child", *cmd] if private else cmd,
+        [*UNSHARE, "--kill-child", *cmd] if private else cmd,
         cwd=work,
         env=env,
         start_new_session=True,
