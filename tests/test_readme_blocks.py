@@ -189,7 +189,8 @@ def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> dict[int, s
     return logs
 
 
-# minutes on a quiet host, near 40 on a 2-core host at load 15: a safety net above the driver's own
+# about 40 minutes on a shared 2-core host at load 15 (the blocks' own work is a fraction of that): a safety
+# net above the driver's own
 @pytest.mark.timeout(3000)
 def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
     """Each block succeeds, and leaves what the README says it does."""
