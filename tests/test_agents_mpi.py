@@ -1,5 +1,6 @@
 """Agents over real MPI ranks (``mpiexec -n 4`` from the mpich wheel): the same results as one process, bit
-for bit under seeded failures, and a killed agent process the others survive."""
+for bit under seeded failures, and a killed agent process the others survive (the README's commands for
+source localization, which check both, run in tests/test_readme_blocks.py)."""
 
 from __future__ import annotations
 
@@ -38,47 +39,6 @@ def on_four_ranks_and_in_process(args: list[str], tmp_path: Path, report: str) -
 
 def test_the_test_extra_installs_a_working_mpiexec():
     assert MPIEXEC.exists(), "pip install streamgnn[test] brings mpiexec (the mpich wheel)"
-
-
-def readme_commands() -> list[list[str]]:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = readme.split("## Agents:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
-    return [shlex.split(line) for line in block.strip().splitlines()]
-
-
-def run_readme(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """A README command as written, with the venv's ``streamgnn`` and ``mpiexec`` first on the PATH."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=cwd, env=env)
-
-
-def test_source_localization_agents_on_four_ranks_equal_one_process_under_every_failure_model(tmp_path):
-    local_cmd, mpi_cmd, _ = readme_commands()
-    for cmd in (local_cmd, mpi_cmd):
-        proc = run_readme(cmd, tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    local = json.loads((tmp_path / "out/agents/source_loc.json").read_text())
-    mpi = json.loads((tmp_path / "out/agents-mpi/source_loc.json").read_text())
-    assert mpi["ranks"] == 4 and local["ranks"] == 1
-    # agents' outputs equal the one-process simulation under the same seeded masks, every variant and model
-    assert len(mpi["verify"]) == 3 * 2 * 2 and all(mpi["verify"].values()), mpi["verify"]
-    assert mpi["accuracy"] == local["accuracy"]  # so do the accuracies, exactly
-    # the README's settings train: without failures every variant is far above chance (1 of 4 communities)
-    assert local["chance"] == 0.25 and local["metric"].startswith("test accuracy")
-    assert all(ys[0] > 2 * local["chance"] for table in local["accuracy"].values() for ys in table.values())
-    assert not mpi["failed_ranks_seen"] and not mpi["unreported_ranks"]
-    assert (tmp_path / "out/agents-mpi/source_loc.png").stat().st_size > 10_000
-
-
-def test_a_killed_agent_process_is_treated_as_failed_and_the_others_finish(tmp_path):
-    proc = run_readme(readme_commands()[2], tmp_path)
-    assert proc.returncode == 128 + 9, proc.stderr[-3000:]  # rank 2's agent died of SIGKILL ...
-    summary = json.loads((tmp_path / "out/agents-kill/source_loc.json").read_text())
-    assert summary["unreported_ranks"] == [2]  # ... and the others finished and reported
-    seen = {int(r): f for r, f in summary["failed_ranks_seen"].items()}
-    assert seen and all(f == [2] for f in seen.values())  # its neighbors treat it as failed, nobody else
-    assert all(0.0 <= a <= 1.0 for a in summary["accuracy"]["bernoulli"]["plain"])
 
 
 def test_decentralized_training_on_four_ranks_matches_one_process(tmp_path):

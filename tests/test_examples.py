@@ -42,20 +42,6 @@ def test_readme_sampling_snippet_runs(tmp_path, monkeypatch):
     assert fixed.neg.shape == (200, 100) and (tmp_path / "eval_negatives.npy").exists()
 
 
-def test_readme_training_snippet_runs(tmp_path, monkeypatch):
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    block = (
-        readme.split("## Train online, serve embeddings", 1)[1].split("```python", 1)[1].split("```", 1)[0]
-    )
-    monkeypatch.chdir(tmp_path)
-    scope: dict = {}
-    exec(compile(block.replace("max_events=20_000", "max_events=1_000"), "README.md", "exec"), scope)
-    result = scope["result"]
-    assert result.events == 1_000 and 0 < result.metrics.ap <= 1
-    assert 0 <= result.baselines["edgebank"].mrr <= 1 and isinstance(result.flags, list)
-    assert (tmp_path / "out/run/metrics.png").exists() and (tmp_path / "out/ckpt/LATEST").exists()
-
-
 def _run_example(args: list[str], tmp_path: Path) -> str:
     env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
@@ -87,24 +73,3 @@ def test_kafka_example_trains_from_a_topic_and_publishes_embeddings(kafka_bootst
     summary = json.loads((tmp_path / "out/train_kafka/summary.json").read_text())
     assert summary["events"] == 2000 and 0.5 < summary["metrics"]["ap"] <= 1.0
     assert f"embeddings in {topic}-embeddings" in out
-
-
-def test_readme_kafka_blocks_run_as_written(kafka_bootstrap, tmp_path, monkeypatch):
-    """The Kafka section's blocks, with only the broker address swapped for the test broker's."""
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    section = readme.split("## From Kafka, with nothing lost", 1)[1].split("\n## ", 1)[0]
-    blocks = [part.split("```", 1)[0] for part in section.split("```python")[1:]]
-    assert len(blocks) == 2
-    monkeypatch.chdir(tmp_path)
-    scope: dict = {}
-    code = blocks[0].replace('"localhost:9092"', repr(kafka_bootstrap))
-    exec(compile(code, "README.md", "exec"), scope)
-    store = scope["store"]
-    assert store.num_edges == 157_474 and (tmp_path / "ckpt").is_dir()
-    assert sum(store.source_offsets.values()) == sum(scope["source"].positions().values())
-    from streamgnn.store import TemporalGraphStore
-
-    assert TemporalGraphStore.load(tmp_path / "ckpt").content_hash() == store.content_hash()
-    secured: dict = {}
-    exec(compile(blocks[1], "README.md", "exec"), secured)
-    assert secured["secured"]["security_protocol"] == "SASL_SSL"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-from streamgnn.connectors.broker import free_port
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.serve import EmbeddingService, ServeConfig
 
@@ -48,33 +47,6 @@ def run_bash(script: str, port: int, cwd: Path | None = None) -> tuple[list, str
             text.append(out[:end].strip())
         out = out[end:].lstrip()
     return answers, "\n".join(t for t in text if t.startswith("streamgnn_"))
-
-
-def test_serve_block_runs_against_a_real_service(kafka_bootstrap, make_topic):
-    topic = make_topic(1, compacted=True)
-    vectors = published(kafka_bootstrap, topic)
-    script = block("## Serve embeddings over HTTP", "bash")
-    script = script.replace("localhost:9092", kafka_bootstrap).replace(
-        "--topic embeddings", f"--topic {topic}"
-    )
-    port = free_port()
-    (embeddings, topk, score), rest = run_bash(script.replace("--port 8000", f"--port {port}"), port)
-    np.testing.assert_allclose([e["embedding"] for e in embeddings["embeddings"]], vectors[[1, 2]], rtol=1e-6)
-    assert len(topk["neighbors"]) == 5 and topk["query"] == 1 and score["scorer"] == "cosine"
-    assert rest.startswith("streamgnn_table_nodes 10.0")
-
-
-def test_tls_and_token_block_runs_against_a_real_service(kafka_bootstrap, make_topic, tmp_path):
-    topic = make_topic(1, compacted=True)
-    vectors = published(kafka_bootstrap, topic)
-    script = block("TLS is uvicorn's own", "bash")
-    port = free_port()
-    script = script.replace("localhost:9092", kafka_bootstrap).replace(
-        "--topic embeddings", f"--topic {topic}"
-    )
-    (refused, answered), _ = run_bash(script.replace("8443", str(port)), port, cwd=tmp_path)
-    assert "Authorization: Bearer" in refused["error"]
-    np.testing.assert_allclose(answered["embeddings"][0]["embedding"], vectors[1], rtol=1e-6)
 
 
 def test_reading_embeddings_back_block(kafka_bootstrap, make_topic):

@@ -6,9 +6,7 @@ in exact mode, compute what one process reading every event computes. This file 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -84,52 +82,6 @@ def test_router_placement_is_the_sharded_ownership(kafka_bootstrap, make_topic, 
         assert got["edges"] == int(((src == r) | (dst == r)).sum())  # a cut edge is kept by both owners
         assert [b.tolist() for b in got["batches"]] == [b.eid.tolist() for b in events.split(one.BATCH)]
     one.assert_same_as_one_process(reference, ranks)
-
-
-def test_readme_router_to_sharded_trainers_runs(kafka_bootstrap, tmp_path):
-    """The README's three commands, as written, against the test broker: fresh topic names, the router run to
-    a bounded end instead of in the background, and a short training run."""
-    from streamgnn.connectors.broker import free_port
-    from streamgnn.store.checkpoint import read_latest
-
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = (
-        readme.split("**Sharded by the partition router.**", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
-    )
-    suffix = uuid.uuid4().hex[:8]
-    block = block.replace("localhost:9092", kafka_bootstrap).replace("router-ckpt", str(tmp_path / "router"))
-    block = block.replace("--topic raw", f"--topic raw-{suffix}").replace(
-        "--in-topic raw", f"--in-topic raw-{suffix}"
-    )
-    produce, route, train = (
-        line.split() for line in block.replace("routed", f"routed-{suffix}").strip().splitlines()
-    )
-    assert (
-        produce[:2] == ["streamgnn", "produce"]
-        and route[:2] == ["streamgnn", "partition"]
-        and route[-1] == "&"
-        and train[train.index("--placement") + 1] == "stream"
-    )
-    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
-    example = str(Path(__file__).resolve().parent.parent / "examples" / "train_sharded_kafka.py")
-    commands = [
-        [sys.executable, "-m", "streamgnn.cli", *produce[1:]],
-        [sys.executable, "-m", "streamgnn.cli", *route[1:-1], "--max-events", "3000", "--flush"],
-        [sys.executable, "-m", "torch.distributed.run", "--master_port", str(free_port()),
-         *[example if a.endswith("train_sharded_kafka.py") else a for a in train[1:]],
-         "--events", "600", "--idle-timeout", "5", "--checkpoint-every", "2"],
-    ]  # fmt: skip
-    for cmd in commands:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
-        assert run.returncode == 0, run.stderr[-3000:]
-    assert "600 events on 2 ranks" in run.stdout
-    for rank in range(2):  # each rank read its own partitions of the router's topic
-        root = tmp_path / f"out/train_sharded_kafka/checkpoints/rank-{rank:05d}"
-        manifest = json.loads(
-            next((root / read_latest(root)[0] / "store").glob("ckpt-*/manifest.json")).read_text()
-        )
-        read = {key.replace(f"routed-{suffix}:", "") for key in manifest["source_offsets"]}
-        assert read == {str(rank), str(rank + 2)}
 
 
 def test_placement_travels_and_is_checked():

@@ -1,15 +1,13 @@
-"""What a user copies runs: the README's snapshot section (against the real broker), the example script
-(stopped, then resumed from its checkpoint) and ``streamgnn snapshots`` (a signal folder equal to the
+"""What a user copies runs (the README's snapshot blocks run in tests/test_readme_blocks.py): the example
+script (stopped, then resumed from its checkpoint) and ``streamgnn snapshots`` (a signal folder equal to the
 snapshots built in Python)."""
 
 import json
 import runpy
-import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from streamgnn.cli import main as cli
 from streamgnn.codec import encode_json_lines
@@ -19,27 +17,6 @@ from streamgnn.snapshots.files import read_signal
 from streamgnn.store import TemporalGraphStore
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def readme_blocks(title: str) -> list[str]:
-    section = (ROOT / "README.md").read_text().split(f"## {title}", 1)[1].split("\n## ", 1)[0]
-    return [part.split("```", 1)[0] for part in section.split("```python")[1:]]
-
-
-def test_readme_snapshot_training_runs_from_a_topic(kafka_bootstrap, tmp_path, monkeypatch):
-    torch.set_num_threads(1)
-    monkeypatch.chdir(tmp_path)
-    topic = f"ratings-{uuid.uuid4().hex[:8]}"
-    scope: dict = {}
-    for block in readme_blocks("Snapshot training with PyTorch Geometric Temporal"):
-        code = block.replace("localhost:9092", kafka_bootstrap).replace('"ratings"', repr(topic))
-        exec(compile(code, "README.md", "exec"), scope)
-    result, signal, forecast = scope["result"], scope["signal"], scope["forecast"]
-    assert len(result.metrics) == signal.snapshot_count == 63  # 64 months; the last has no next month
-    assert 0.5 < result.summary["online_auc"] <= 1.0 and (tmp_path / "ratings.png").exists()
-    assert (tmp_path / "snapshot-ckpt/ratings/LATEST").exists()
-    assert type(signal).__name__ == "DynamicGraphTemporalSignal" and scope["train"].snapshot_count == 44
-    assert 0 < forecast.summary["test_mse"] < 10
 
 
 def test_snapshot_example_stops_and_resumes(tmp_path, monkeypatch, capsys):

@@ -44,18 +44,21 @@ def plot_windows(
     FigureCanvasAgg(fig)
     ap_ax, mrr_ax, loss_ax = fig.subplots(3, 1, sharex=True)
     x = np.array([w.t_end for w in windows], np.float64)
-    ap_ax.plot(x, [w.auc for w in windows], color="tab:gray", linewidth=1, label=f"{model} AUC")
+    lone = len(windows) < 2  # one window is a point, not a line: mark every series so it shows
+    ap_ax.plot(x, [w.auc for w in windows], color="tab:gray", linewidth=1, marker="." if lone else None,
+               label=f"{model} AUC")  # fmt: skip
     for ax, name in ((ap_ax, "ap"), (mrr_ax, "mrr")):
         values = [getattr(w, name) for w in windows]
         ax.plot(x, values, color="tab:blue", marker=".", label=f"{model} {name.upper()}")
         for i, (base, base_windows) in enumerate((baselines or {}).items()):
             values = [getattr(w, name) for w in base_windows]
             ax.plot([w.t_end for w in base_windows], values, linestyle=("--", ":")[i % 2], color=f"C{i + 1}",
+                    marker="x" if lone else None,
                     label=f"{BASELINE_LABELS.get(base, base)} {name.upper()}")  # fmt: skip
         ax.set_ylabel(f"{name.upper()} (per window)")
         ax.set_ylim(0.0, 1.0)
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize="small")
+        ax.legend(loc="best", fontsize="small")  # TGN's MRR often runs along the bottom
     loss_ax.plot(x, [w.loss for w in windows], color="tab:red", marker=".")
     loss_ax.set_ylabel("training loss")
     loss_ax.set_xlabel("stream time (the events' t; seconds in every bundled dataset)")
