@@ -125,7 +125,7 @@ def test_owned_memory_keeps_rows_messages_and_versions():
 
 def test_sharding_is_one_config_switch():
     config = TrainConfig(sharding=ShardConfig(num_partitions=4, mode="comm_free", staleness=3))
-    assert TrainConfig.from_dict(config.as_dict()) == config
+    assert TrainConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ConfigError, match="OnlineTrainer replicates"):
         OnlineTrainer(config)
     for bad in (dict(mode="fast"), dict(num_partitions=0), dict(staleness=0)):

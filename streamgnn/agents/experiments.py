@@ -20,7 +20,7 @@ on the last; flocking runs are time series anyway.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -75,7 +75,7 @@ def train_variants(
         res, agg = TRAININGS[name]
         torch.manual_seed(mix_seed(sweep.seed, 11))
         model = GraphNN(GraphNNConfig((features, sweep.hidden, outputs), sweep.taps, agg))
-        cfg = FitConfig(**{**sweep.fit.to_dict(), "keep": sweep.keep if res else 1.0})
+        cfg = replace(sweep.fit, keep=sweep.keep if res else 1.0)
         fit(model, batches, loss, cfg, desc=None if quiet else f"train {name}")
         models[name] = model
     return models
@@ -274,7 +274,7 @@ def run_decentralized(
 
     result = {"centralized": agents.share(central), "decentralized": {}}
     for spec in setup.compressions:
-        run_cfg = DecentralizedConfig(**{**cfg.to_dict(), "compression": spec})
+        run_cfg = replace(cfg, compression=spec)
         ex = agents.exchange(make_failures("bernoulli", setup.failure_p, mix_seed(cfg.seed, 41)), exact=False)
         trainer = DecentralizedTrainer(new_model(), task, ex, run_cfg)
         trainer.train(desc=None if quiet or not agents.is_root else f"decentralized {spec}")

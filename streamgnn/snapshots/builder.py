@@ -284,7 +284,7 @@ class SnapshotBuilder:
                   **self.updates.state("updates_"), **{f"fifo_{k}": v for k, v in self.fifo.items()},
                   "x": self.x, "ver_t": self.ver_t, "ver_i": self.ver_i}  # fmt: skip
         pos = self.position
-        values = {"spec": self.spec.as_dict(), "t": self.t, "index": self.index, "high": self.high,
+        values = {"spec": self.spec.to_dict(), "t": self.t, "index": self.index, "high": self.high,
                   "position": [pos.edges, pos.deletions, pos.updates], "arrivals": self.arrivals}  # fmt: skip
         return arrays, values
 
