@@ -99,7 +99,7 @@ def run_stream(
     negatives = eval_negatives(events, val_end)
     historical = {"historical": eval_negatives(events, val_end, strategy="historical")}
     ours = dict(ours or {})
-    model = TGNConfig(**ours.pop("model", {}))
+    model = TGNConfig.from_dict(ours.pop("model", {}), "--ours model")
     runs = []
     for seed in seeds:
         pyg = train_pyg_tgn(
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:  # refuse a bad field or value now, not after hours of training
         ours, recipe = overrides(args.ours, "--ours"), PygRecipe(**overrides(args.pyg, "--pyg"))
-        TrainConfig(**{**ours, "model": TGNConfig(**ours.get("model", {}))})
+        TrainConfig(**{**ours, "model": TGNConfig.from_dict(ours.get("model", {}), "--ours model")})
     except (TypeError, ConfigError) as exc:
         ap.error(str(exc))
     set_threads(args.threads)
