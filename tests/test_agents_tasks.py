@@ -40,7 +40,7 @@ def test_source_localization_signals_start_at_a_node_of_the_labelled_community()
     assert feats.shape == (20, 2, 4)
     tag = feats[..., 1:].sum(0) != 0  # each agent's reading is tagged with its own community only
     assert tag[0].tolist() in ([True, False, False], [False, False, False]) and not tag[1, :2].any()
-    with pytest.raises(ConfigError, match="unknown SourceLocConfig keys"):
+    with pytest.raises(ConfigError, match="unknown key .edges. for SourceLocConfig"):
         SourceLocConfig.from_dict({"nodes": 10, "edges": 3})
 
 

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamgnn.errors import ConfigError, EventValidationError, UnknownNodeError
+from streamgnn.growth import grown_size
 from streamgnn.nn import (
     TGN,
     EmbeddingInput,
@@ -182,10 +183,10 @@ def test_memory_grows_mid_stream_and_keeps_old_rows():
     assert mem.capacity >= 10
     assert torch.equal(mem.memory[:2], before) and not mem.memory[2:].any()
     got, _ = mem.get(torch.tensor([1, 9, 100]))
-    assert mem.capacity == 101
+    assert mem.capacity == grown_size(2, 10)  # the shared policy: amortized O(1) per new id
     assert torch.equal(got[0], before[1]) and got[1].any() and not got[2].any()
-    mem.ensure_capacity(102)
-    assert mem.capacity == 202  # doubling: amortized O(1) per new id
+    mem.ensure_capacity(mem.capacity + 1)
+    assert mem.capacity == grown_size(grown_size(2, 10), grown_size(2, 10) + 1)
     assert torch.equal(mem.memory[:2], before)
 
 
@@ -385,17 +386,17 @@ def test_sparse_attention_equals_multihead_attention_over_padded_keys():
 
 
 def test_configs_naming_the_removed_merge_switch_load_or_are_refused_with_the_reason():
-    """``TGNConfig.merge`` was an ablation switch, removed: an old config's ``merge="mlp"`` (what every model
-    does) builds the same model, ``"linear_skip"`` is refused naming the switch, and new dicts omit it."""
+    """``TGNConfig.merge`` was an ablation switch, removed: an old dict's ``merge="mlp"`` (what every
+    model does) builds the same model, ``"linear_skip"`` is refused naming the switch; new dicts omit it."""
     torch.manual_seed(0)
     plain = TGN(small_config())
     torch.manual_seed(0)
-    old = TGN(small_config(merge="mlp"))
+    old = TGN(TGNConfig.from_dict({**small_config().to_dict(), "merge": "mlp"}))
     assert old.config == plain.config and "merge" not in dataclasses.asdict(old.config)
     for name, value in plain.state_dict().items():
         assert torch.equal(old.state_dict()[name], value), name
     with pytest.raises(ConfigError, match="merge='linear_skip'.*removed"):
-        small_config(merge="linear_skip")
+        TGNConfig.from_dict({**small_config().to_dict(), "merge": "linear_skip"})
 
 
 def test_state_dict_round_trip_restores_outputs_and_state():
@@ -475,7 +476,6 @@ def test_link_predictor_is_directed_and_shaped():
         {"variant": "jodie", "num_layers": 1},
         {"variant": "tgn", "num_layers": 0},
         {"num_neighbors": 0},
-        {"merge": "gate"},
     ],
 )
 def test_config_rejects_inconsistent_values(kw):

@@ -169,7 +169,7 @@ def test_bad_specs_and_times_are_refused():
         SnapshotSpec(times=(2.0, 1.0))
     with pytest.raises(ConfigError, match="kind"):
         SnapshotSpec(every=1.0, kind="daily")
-    with pytest.raises(ConfigError, match="unknown SnapshotSpec fields"):
+    with pytest.raises(ConfigError, match="unknown key .step. for SnapshotSpec"):
         SnapshotSpec.from_dict({"every": 1.0, "step": 2})
     store = TemporalGraphStore()
     store.ingest(make_batch([(ADD, 1, 2, 1.0, 0), (ADD, 3, 4, 2.0, 1)]))

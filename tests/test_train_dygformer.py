@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from streamgnn.cli._config import _build
+from streamgnn.configs import from_dict
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.nn import DyGFormerConfig
@@ -183,8 +183,8 @@ def test_a_resumed_run_ends_bit_for_bit_where_an_uninterrupted_one_does(tmp_path
 
 def test_configs_name_the_model_and_refuse_what_it_cannot_do():
     cfg = TrainConfig(model=SMALL)
-    assert TrainConfig.from_dict(cfg.as_dict()) == cfg  # as a checkpoint keeps it
-    built = _build(TrainConfig, {"model": {"variant": "dygformer", "sequence_length": 8}}, "train")
+    assert TrainConfig.from_checkpoint(cfg.to_dict()) == cfg  # as a checkpoint keeps it
+    built = from_dict(TrainConfig, {"model": {"variant": "dygformer", "sequence_length": 8}}, "train")
     assert built.model == DyGFormerConfig(sequence_length=8)
     from streamgnn.benchmarks import quality  # (imports PyG: only this test pays for it)
 

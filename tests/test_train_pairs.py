@@ -96,7 +96,7 @@ def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():
     import json
 
     cfg = config()
-    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.as_dict()))) == cfg
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     for bad in (
         dict(pair_neighbors=0),
         dict(pair_dim=0),

@@ -165,19 +165,19 @@ def test_seen_blank_negatives_are_blank_at_the_batchs_rate_of_positives_to_unsee
 
 
 def test_a_config_saved_before_the_time_and_pool_options_resumes_as_it_was():
-    saved = TrainConfig().as_dict()
+    saved = TrainConfig().to_dict()
     for key in ("neighbor_time", "time_init"):
         del saved["model"][key]
     saved["model"]["merge"] = "mlp"  # a switch these configs named, since removed
     del saved["baselines"], saved["edgebank_window_ratio"], saved["train_negative_pool"]
     del saved["train_negative_fraction"]
-    old = TrainConfig.from_dict(saved)
+    old = TrainConfig.from_checkpoint(saved)
     assert (old.model.neighbor_time, old.model.time_init) == ("query", "geometric")
     assert old.train_negative_pool == "seen"
     assert old.train_negative_fraction == 1.0  # every negative from train_negatives' strategy, as then
     assert (TrainConfig().model.neighbor_time, TrainConfig().model.time_init) == ("last_update", "uniform")
     assert TrainConfig().train_negative_pool == "seen_blank"
-    assert TrainConfig.from_dict(TrainConfig().as_dict()) == TrainConfig()  # a new one round-trips
+    assert TrainConfig.from_checkpoint(TrainConfig().to_dict()) == TrainConfig()  # a new one round-trips
 
 
 def test_id_range_negatives_the_store_does_not_know_count_as_blank_nodes_in_the_loss():

@@ -29,8 +29,8 @@ import torch
 from torch import Tensor
 from torch.func import functional_call
 
+from ..configs import Config
 from ..errors import ConfigError
-from ..nn.dictconfig import DictConfig
 from ..nn.exchange import Exchange
 from ..nn.failures import mix_seed
 from ..nn.graph_filter import GraphNN
@@ -40,7 +40,7 @@ from .source_loc import SourceLocalization, correct_counts
 
 
 @dataclass(frozen=True)
-class DecentralizedConfig(DictConfig):
+class DecentralizedConfig(Config):
     steps: int = 1500
     batch: int = 32
     lr: float = 3e-3

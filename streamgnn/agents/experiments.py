@@ -78,7 +78,7 @@ def train_variants(
         res, agg = TRAININGS[name]
         torch.manual_seed(mix_seed(sweep.seed, 11))
         model = GraphNN(GraphNNConfig((features, sweep.hidden, outputs), sweep.taps, agg))
-        cfg = FitConfig(**{**sweep.fit.to_dict(), "keep": sweep.keep if res else 1.0})
+        cfg = replace(sweep.fit, keep=sweep.keep if res else 1.0)
         fit(model, batches, loss, cfg, desc=None if quiet else f"train {name}")
         models[name] = model
     return models
@@ -277,7 +277,7 @@ def run_decentralized(
 
     result = {"centralized": agents.share(central), "decentralized": {}}
     for spec in setup.compressions:
-        run_cfg = DecentralizedConfig(**{**cfg.to_dict(), "compression": spec})
+        run_cfg = replace(cfg, compression=spec)
         ex = agents.exchange(make_failures("bernoulli", setup.failure_p, mix_seed(cfg.seed, 41)), exact=False)
         trainer = DecentralizedTrainer(new_model(), task, ex, run_cfg)
         trainer.train(desc=None if quiet or not agents.is_root else f"decentralized {spec}")

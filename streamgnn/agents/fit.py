@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..configs import Config
 from ..errors import ConfigError
-from ..nn.dictconfig import DictConfig
 from ..nn.exchange import LocalExchange
 from ..nn.failures import Bernoulli, mix_seed
 from ..nn.graph_filter import GraphNN
@@ -39,7 +39,7 @@ Batch = Callable[[np.random.Generator, int], tuple[Tensor, ShiftOperator, Tensor
 
 
 @dataclass(frozen=True)
-class FitConfig(DictConfig):
+class FitConfig(Config):
     steps: int = 1500
     batch: int = 64
     lr: float = 3e-3

@@ -28,13 +28,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..configs import Config
 from ..errors import ConfigError
-from ..nn.dictconfig import DictConfig
 from ..nn.shift import ShiftOperator
 
 
 @dataclass(frozen=True)
-class FlockingConfig(DictConfig):
+class FlockingConfig(Config):
     agents: int = 50
     comm_radius: float = 2.0
     repel_dist: float = 1.0

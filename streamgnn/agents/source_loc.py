@@ -24,15 +24,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..configs import Config
 from ..errors import ConfigError
-from ..nn.dictconfig import DictConfig
 from ..nn.exchange import Exchange
 from ..nn.graph_filter import GraphNN
 from ..nn.shift import ShiftOperator
 
 
 @dataclass(frozen=True)
-class SourceLocConfig(DictConfig):
+class SourceLocConfig(Config):
     nodes: int = 100
     communities: int = 10
     p_in: float = 0.8

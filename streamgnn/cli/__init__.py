@@ -13,6 +13,8 @@ import os
 import pkgutil
 import sys
 
+from ._config import show_config_defaults
+
 # Before torch loads: OpenMP threads that spin while waiting made a 2-core machine 5-18x slower (the demo's
 # trainer against its own broker and Kafka client); a user's own setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
@@ -42,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in command_modules():
         importlib.import_module(f"{__name__}.{name}").register(sub)
+    show_config_defaults(p)
     return p
 
 

@@ -36,8 +36,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -47,7 +45,8 @@ import yaml
 
 from ..agents.experiments import DecentralizedSetup, FlockingSetup, SweepConfig
 from ..agents.source_loc import SourceLocConfig
-from ..errors import ConfigError, StreamGNNError
+from ..configs import field_default, from_dict
+from ..errors import ConfigError
 from ..partition import PartitionerConfig
 from ..serve.config import ServeConfig
 from ..snapshots import NextLinks, NodeTarget, SnapshotSpec
@@ -213,7 +212,7 @@ def load_config(
             _put(data, keys, _parse_yaml(text, origin), origin)
     for dotted, value in (overrides or {}).items():
         _put(data, dotted.split("."), value, f"option for {dotted}")
-    return _build(JobConfig, data, where)
+    return from_dict(JobConfig, data, where)
 
 
 def _parse_yaml(text: str, where: str):
@@ -267,84 +266,6 @@ def _put(data: dict, keys: list[str], value, origin: str, keep: bool = False) ->
         node[keys[-1]] = value
 
 
-def _build(cls, data, where: str):
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping of {cls.__name__} keys, got {type(data).__name__}")
-    hints = typing.get_type_hints(cls)
-    # what the constructor takes: the init fields and any InitVar (a removed option older configs still name)
-    fields = {f.name for f in dataclasses.fields(cls) if f.init} | {
-        name for name, hint in hints.items() if isinstance(hint, dataclasses.InitVar)
-    }
-    unknown = [key for key in data if key not in fields]  # in file order (keys may be numbers)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key {unknown[0]!r} for {cls.__name__}; known keys: {', '.join(sorted(fields))}"
-        )
-    values = {key: _coerce(value, _unwrap(hints[key]), f"{where}: {key}") for key, value in data.items()}
-    try:
-        return cls(**values)
-    except StreamGNNError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-
-
-def _variant(classes: list, value: dict):
-    """The dataclass among ``classes`` whose ``variant`` default ``value`` names (``model: {variant:
-    dygformer}`` is a ``DyGFormerConfig``), else the first."""
-    for cls in classes:
-        default = {f.name: f.default for f in dataclasses.fields(cls)}.get("variant")
-        if default is not None and default == value.get("variant"):
-            return cls
-    return classes[0]
-
-
-def _unwrap(hint):
-    return hint.type if isinstance(hint, dataclasses.InitVar) else hint
-
-
-def _coerce(value, hint, where: str):
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, where)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        mapped = [arg for arg in args if dataclasses.is_dataclass(arg)]
-        if isinstance(value, dict) and mapped:  # a mapping is that dataclass: its own mistakes are named
-            return _build(_variant(mapped, value), value, where)
-        for arg in args:
-            if arg is not type(None):
-                try:
-                    return _coerce(value, arg, where)
-                except ConfigError:
-                    continue
-        raise ConfigError(f"{where}: expected {_name(hint)}, got {value!r}")
-    if origin is typing.Literal:
-        if value not in args:
-            raise ConfigError(f"{where}: expected one of {list(args)}, got {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
-        return tuple(_coerce(v, args[0], where) for v in value)
-    ok = {
-        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-        float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-        str: lambda v: isinstance(v, str),
-        bool: lambda v: isinstance(v, bool),
-    }.get(hint)
-    if ok is None:
-        return value
-    if hint is float and isinstance(value, str) and value.lower() in ("inf", "+inf", "-inf", "nan"):
-        return float(value)
-    if not ok(value):
-        raise ConfigError(f"{where}: expected {_name(hint)}, got {value!r}")
-    return float(value) if hint is float else value
-
-
-def _name(hint) -> str:
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-
-
 # ---------------------------------------------------------------------------------------------- argparse
 
 
@@ -372,6 +293,23 @@ def override(parser, *flags: str, key: str | tuple[str, ...], **kw) -> None:
         parser.add_argument(*flags, dest=dest, default=None, **kw)
     else:
         parser.add_argument(dest, nargs="?", default=None, **kw)
+
+
+def show_config_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append "(default X)" to the help of every flag that overrides a config key, X taken from the config
+    dataclasses (or the command's own ``config_defaults``), so that help never repeats a default by hand.
+    Run once the whole parser is built (a command sets its ``config_defaults`` after its flags)."""
+    own = parser.get_default("config_defaults") or {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in action.choices.values():
+                show_config_defaults(command)
+        elif action.dest.startswith("cfg:") and action.help and action.help != argparse.SUPPRESS:
+            key = action.dest[4:].split(",")[0]
+            value = own.get(key, field_default(JobConfig, key))
+            if value is not None and not isinstance(value, bool) and not dataclasses.is_dataclass(value):
+                shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
+                action.help += f" (default {shown})"
 
 
 def config_from_args(args: argparse.Namespace, defaults: Mapping[str, object] | None = None) -> JobConfig:

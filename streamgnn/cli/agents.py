@@ -270,7 +270,7 @@ def _train(args, rest) -> int:
     return _end(agents)
 
 
-def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None:
+def _common(p: argparse.ArgumentParser, out: str, task: str) -> None:
     """The training, failure-sweep and MPI options; ``task`` is ``sweep`` (source-loc, flocking: the
     config's ``agents.sweep``) or ``decentralized`` (train: ``agents.decentralized``)."""
     from ..nn.failures import FAILURE_KINDS
@@ -279,35 +279,34 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
     model = f"agents.{task}."
     seeds = (fit + "seed", "agents.source_loc.seed") + (("agents.sweep.seed",) if task == "sweep" else ())
     g = p.add_argument_group("task and training")
-    override(g, "--fit-steps", key=fit + "steps", type=positive_int, help=f"training steps ({steps})")
-    batch = 64 if task == "sweep" else 32
-    override(g, "--batch", key=fit + "batch", type=positive_int, help=f"signals per training step ({batch})")
-    override(g, "--lr", key=fit + "lr", type=positive_float, help="Adam learning rate (3e-3)")
+    override(g, "--fit-steps", key=fit + "steps", type=positive_int, help="training steps")
+    override(g, "--batch", key=fit + "batch", type=positive_int, help="signals per training step")
+    override(g, "--lr", key=fit + "lr", type=positive_float, help="Adam learning rate")
     override(
         g, "--taps", key=model + "taps", type=positive_int, help="filter taps K per layer (K-1 rounds each)"
     )
-    override(g, "--hidden", key=model + "hidden", type=positive_int, help="hidden features per agent (32)")
-    override(g, "--seed", key=seeds, type=int, help="seed of the task, the training and the failures (0)")
+    override(g, "--hidden", key=model + "hidden", type=positive_int, help="hidden features per agent")
+    override(g, "--seed", key=seeds, type=int, help="seed of the task, the training and the failures")
     if task == "sweep":
         override(
             g, "--keep", key="agents.sweep.keep", type=float,
-            help="link keep probability of random edge sampling in training (0.7)",
+            help="link keep probability of random edge sampling in training",
         )  # fmt: skip
         s = p.add_argument_group("failure sweep")
         override(
             s, "--probs", key="agents.sweep.probs", type=_floats,
-            help="link failure probabilities, e.g. --probs 0,0.3,0.5 (must include 0; default 0,0.1,...,0.5)",
+            help="link failure probabilities, e.g. --probs 0,0.3,0.5 (must include 0)",
         )  # fmt: skip
         override(
             s, "--kinds", key="agents.sweep.kinds", type=_names(FAILURE_KINDS),
-            help="failure models: bernoulli (default), bursty (Gilbert-Elliott, bursts of 4 rounds), "
+            help="failure models: bernoulli, bursty (Gilbert-Elliott, bursts of 4 rounds), "
             "adversarial (cut the highest-degree links), e.g. --kinds bernoulli,bursty",
         )  # fmt: skip
         from ..agents.experiments import VARIANTS
 
         override(
             s, "--variants", key="agents.sweep.variants", type=_names(tuple(VARIANTS)),
-            help=f"which of {', '.join(VARIANTS)} (default all)",
+            help=f"which of {', '.join(VARIANTS)}",
         )  # fmt: skip
     m = p.add_argument_group("MPI and faults (under mpiexec)")
     m.add_argument(
@@ -346,19 +345,19 @@ def _common(p: argparse.ArgumentParser, out: str, steps: int, task: str) -> None
 def _source_loc_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("source localization graph and signals (agents.source_loc)")
     key = "agents.source_loc."
-    override(g, "--nodes", key=key + "nodes", type=positive_int, help="agents (SBM nodes, default 100)")
+    override(g, "--nodes", key=key + "nodes", type=positive_int, help="agents (SBM nodes)")
     override(
         g, "--communities", key=key + "communities", type=positive_int,
-        help="SBM communities = classes (default 10)",
+        help="SBM communities = classes",
     )  # fmt: skip
-    override(g, "--p-in", key=key + "p_in", type=float, help="edge probability within a community (0.8)")
-    override(g, "--p-out", key=key + "p_out", type=float, help="edge probability across communities (0.02)")
+    override(g, "--p-in", key=key + "p_in", type=float, help="edge probability within a community")
+    override(g, "--p-out", key=key + "p_out", type=float, help="edge probability across communities")
     override(
         g, "--max-time", key=key + "max_time", type=positive_int,
-        help="diffusion steps drawn from [0, max-time) (10)",
+        help="diffusion steps drawn from [0, max-time)",
     )  # fmt: skip
-    override(g, "--train", key=key + "train", type=positive_int, help="training signals (default 4000)")
-    override(g, "--test", key=key + "test", type=positive_int, help="test signals (default 500)")
+    override(g, "--train", key=key + "train", type=positive_int, help="training signals")
+    override(g, "--test", key=key + "test", type=positive_int, help="test signals")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -408,7 +407,7 @@ def register(sub) -> None:
         "bernoulli,bursty --out out/agents",
     )
     _source_loc_args(sl)
-    _common(sl, "out/agents", 1500, "sweep")
+    _common(sl, "out/agents", "sweep")
     sl.add_argument(
         "--rounds",
         type=positive_int,
@@ -433,22 +432,20 @@ def register(sub) -> None:
         "flocking",
     )
     key = "agents.flocking."
-    override(fl, "--agents", key=key + "env.agents", type=positive_int, help="flock size (default 50)")
-    override(
-        fl, "--sim-steps", key=key + "env.steps", type=positive_int, help="time steps of 10 ms per run (200)"
-    )
+    override(fl, "--agents", key=key + "env.agents", type=positive_int, help="flock size")
+    override(fl, "--sim-steps", key=key + "env.steps", type=positive_int, help="time steps of 10 ms per run")
     override(
         fl,
         "--train-episodes",
         key=key + "train_episodes",
         type=positive_int,
-        help="expert runs to imitate (20)",
+        help="expert runs to imitate",
     )
     override(
         fl, "--test-episodes", key=key + "test_episodes", type=positive_int,
-        help="evaluation runs per point (10)",
+        help="evaluation runs per point",
     )  # fmt: skip
-    _common(fl, "out/agents", 600, "sweep")
+    _common(fl, "out/agents", "sweep")
     fl.set_defaults(
         func=_run,
         agents_func=_flocking,
@@ -462,22 +459,21 @@ def register(sub) -> None:
         "mpiexec -n 4 streamgnn agents train --compression none,quant:4,topk:0.1",
     )
     _source_loc_args(tr)
-    _common(tr, "out/agents", 1500, "decentralized")
+    _common(tr, "out/agents", "decentralized")
     key = "agents.decentralized."
     override(
         tr, "--compression", key=key + "compressions", type=lambda t: tuple(t.split(",")),
-        help="mixing message codecs to compare: none, quant:BITS (2, 4, 8), topk:FRACTION "
-        "(default none,quant:8)",
+        help="mixing message codecs to compare: none, quant:BITS (2, 4, 8), topk:FRACTION",
     )  # fmt: skip
     override(
         tr, "--failure-p", key=key + "failure_p", type=float,
-        help="link failure probability while training (0.1)",
+        help="link failure probability while training",
     )  # fmt: skip
     override(
         tr,
         "--mix-rate",
         key=key + "train.mix_rate",
         type=float,
-        help="gossip step size in (0, 1] (default 1)",
+        help="gossip step size in (0, 1]",
     )
     tr.set_defaults(func=_run, agents_func=_train)

@@ -95,7 +95,7 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_option(p, "kafka (the output topic), partition")
-    override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka (localhost:9092)")
+    override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka")
     override(
         p,
         "--in-topic",
@@ -105,18 +105,18 @@ def register(sub) -> None:
     )
     override(
         p, "--out-topic", key="kafka.events_topic", type=topic_name,
-        help="the topic to write, created with --partitions (events)",
+        help="the topic to write, created with --partitions",
     )  # fmt: skip
     override(
         p, "--partitions", key="kafka.partitions", type=positive_int,
-        help="graph partitions = output partitions (8)",
+        help="graph partitions = output partitions",
     )  # fmt: skip
     override(
         p,
         "--partitioner",
         key="partition.partitioner.name",
         choices=METHODS,
-        help="placement method (fennel)",
+        help="placement method",
     )
     buffer = "LDG/Fennel: edges a new vertex waits for before it is placed, e.g. 4 (1: at first sight)"
     override(p, "--buffer-edges", key="partition.partitioner.buffer_edges", type=positive_int, help=buffer)
@@ -131,15 +131,15 @@ def register(sub) -> None:
         "--checkpoint-every",
         key="partition.checkpoint_every",
         type=positive_int,
-        help="input events (100000)",
+        help="input events",
     )
-    override(p, "--format", key="kafka.format", choices=("binary", "json"), help="output messages (binary)")
+    override(p, "--format", key="kafka.format", choices=("binary", "json"), help="output messages")
     override(
         p,
         "--batch-size",
         key="partition.batch_size",
         type=positive_int,
-        help="events per binary message (1000)",
+        help="events per binary message",
     )
     override(
         p, "--dead-letter-topic", key="kafka.dead_letter_topic", type=topic_name,
@@ -147,7 +147,7 @@ def register(sub) -> None:
     )  # fmt: skip
     override(
         p, "--log-every", key="partition.log_every_s", type=seconds, metavar="S",
-        help="seconds per status line, 0 for none (10)",
+        help="seconds per status line, 0 for none",
     )  # fmt: skip
     p.add_argument("--max-events", type=positive_int, default=None, help="stop after this many input events")
     idle = "stop after this many seconds without input, e.g. 30 (default: run forever)"

@@ -62,8 +62,8 @@ def register(sub) -> None:
         pr, key="produce.source", metavar="SOURCE",
         help="dataset name, or a .jsonl/.json events file or binary batch file, e.g. jodie_wikipedia",
     )  # fmt: skip
-    override(pr, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka (localhost:9092)")
-    override(pr, "--topic", key="kafka.events_topic", type=topic_name, help="the topic to write (events)")
+    override(pr, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka")
+    override(pr, "--topic", key="kafka.events_topic", type=topic_name, help="the topic to write")
     override(
         pr,
         "--partitions",
@@ -75,21 +75,21 @@ def register(sub) -> None:
         pr, "--rate", key="produce.rate", type=positive_float,
         help="events per second, e.g. 1000 (default: full speed)",
     )  # fmt: skip
-    override(pr, "--format", key="kafka.format", choices=("json", "binary"), help="message format (binary)")
+    override(pr, "--format", key="kafka.format", choices=("json", "binary"), help="message format")
     override(
         pr,
         "--batch-size",
         key="produce.batch_size",
         type=positive_int,
-        help="events per binary message (1000)",
+        help="events per binary message",
     )
     override(
         pr, "--connect-timeout", key="kafka.connect_timeout_s", type=positive_float, metavar="SECONDS",
         help="give up, with one line naming the address, when no broker answers within this long "
-        "(default 10, e.g. --connect-timeout 30)",
+        "(e.g. --connect-timeout 30)",
     )  # fmt: skip
     override(
         pr, "--log-every", key="produce.log_every_s", type=seconds, metavar="S",
-        help="seconds per status line, 0 for none (10)",
+        help="seconds per status line, 0 for none",
     )  # fmt: skip
     pr.set_defaults(func=_run)

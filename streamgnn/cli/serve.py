@@ -42,17 +42,17 @@ def register(sub) -> None:
     add_config_option(p, "kafka, serve, train (checkpoint_dir)")
     override(p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT", help="Kafka, e.g. localhost:9092")
     override(p, "--topic", key="kafka.embeddings_topic", help="the embeddings topic, e.g. embeddings")
-    override(p, "--host", key="serve.host", help="address to listen on, e.g. 0.0.0.0 (default 127.0.0.1)")
+    override(p, "--host", key="serve.host", help="address to listen on, e.g. 0.0.0.0")
     override(
         p, "--port", key="serve.port", type=port_or_any, help="port to listen on, e.g. 8000 (0: any free one)"
     )
     override(p, "--metric", key="serve.metric", choices=("cosine", "dot"), help="default /topk similarity")
     override(
         p, "--topk", key="serve.topk", choices=("approximate", "exact"),
-        help="cosine /topk from an index kept as rows change, from 100k rows (approximate, the default) or a "
+        help="cosine /topk from an index kept as rows change, from 100k rows (approximate) or a "
         "scan of every row (exact)",
     )  # fmt: skip
-    override(p, "--node-ids", key="serve.node_ids", choices=("int", "str"), help="node id type (int)")
+    override(p, "--node-ids", key="serve.node_ids", choices=("int", "str"), help="node id type")
     override(
         p, "--checkpoint-dir", key="serve.checkpoint_dir", metavar="DIR",
         help="the trainer's checkpoints: /score uses its link predictor (else cosine), e.g. out/ckpt",

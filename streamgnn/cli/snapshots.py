@@ -83,7 +83,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         source.show()
         source.check_read_some()  # before the folder is finished: a failed run leaves no signal behind
     meta = {
-        "source": args.source or cfg.kafka.events_topic, "spec": spec.as_dict(), "target": snaps_cfg.target,
+        "source": args.source or cfg.kafka.events_topic, "spec": spec.to_dict(), "target": snaps_cfg.target,
         "lateness": cfg.store.allowed_lateness,
     }  # fmt: skip
     folder = writer.close(node_ids=store.external_ids(np.arange(most_nodes)), meta=meta)
@@ -149,17 +149,15 @@ def register(sub) -> None:
     )  # fmt: skip
     override(
         p, "--target", key="snapshots.target", choices=("none", "links", "node"),
-        help="links: next-snapshot links with negatives; node: a feature column ahead (none)",
+        help="links: next-snapshot links with negatives; node: a feature column ahead",
     )  # fmt: skip
     override(
         p, "--negatives", key="snapshots.links.negatives", type=positive_int,
-        help="negatives per next link (--target links, 1)",
+        help="negatives per next link (--target links)",
     )  # fmt: skip
-    override(p, "--seed", key="snapshots.links.seed", type=int, help="seed of the negatives (0)")
+    override(p, "--seed", key="snapshots.links.seed", type=int, help="seed of the negatives")
     override(p, "--column", key="snapshots.node.column", type=int, help="node feature column (--target node)")
-    override(
-        p, "--horizon", key="snapshots.node.horizon", type=int, help="snapshots ahead (--target node, 1)"
-    )
+    override(p, "--horizon", key="snapshots.node.horizon", type=int, help="snapshots ahead (--target node)")
     override(
         p,
         "--lags",
@@ -169,7 +167,7 @@ def register(sub) -> None:
     )
     override(p, "--lateness", key="store.allowed_lateness", type=float,
              help="allowed lateness in seconds: a snapshot is cut once the watermark passes t + "
-             "lateness; older events are dead letters (default 0: a time-ordered replay)")  # fmt: skip
+             "lateness; older events are dead letters (0: a time-ordered replay)")  # fmt: skip
     p.add_argument("--kafka", action="store_true", help="SOURCE (default kafka.events_topic) is a topic")
     override(
         p, "--bootstrap", key="kafka.bootstrap", metavar="HOST:PORT",

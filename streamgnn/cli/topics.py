@@ -46,10 +46,10 @@ def register(sub) -> None:
         p, "--partitions", key="kafka.partitions", type=positive_int,
         help="events topic partitions, e.g. 4 (default: an existing topic's, else 1)",
     )  # fmt: skip
-    override(p, "--topic", key="kafka.events_topic", type=topic_name, help="the events topic (events)")
+    override(p, "--topic", key="kafka.events_topic", type=topic_name, help="the events topic")
     override(
         p, "--embeddings-topic", key="kafka.embeddings_topic", type=topic_name,
-        help="the compacted embeddings topic (embeddings)",
+        help="the compacted embeddings topic",
     )  # fmt: skip
     override(p, "--raw-topic", key="kafka.raw_topic", type=topic_name, help="a router's input, e.g. raw")
     override(p, "--dead-letter-topic", key="kafka.dead_letter_topic", type=topic_name, help="e.g. events-dlq")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..train.config import DEFAULT_CHECKPOINT_EVERY
 from ._args import device, input_file, output_dir, port, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args, override
 from ._dead_letters import Tally, count_text
@@ -122,15 +123,17 @@ def register(sub) -> None:
     )
     override(
         p, "--checkpoint-dir", key="train.checkpoint_dir", metavar="DIR", type=output_dir,
-        help="checkpoint here (every 100 batches and at the end) and resume from it, e.g. out/ckpt",
+        help=f"checkpoint here (every {DEFAULT_CHECKPOINT_EVERY} batches and at the end) and resume from it, "
+        "e.g. out/ckpt",
     )  # fmt: skip
     override(
         p, "--checkpoint-every", key="train.checkpoint_every", type=int, metavar="N",
-        help="batches between checkpoints (100 with --checkpoint-dir; 0: none), e.g. 500",
+        help=f"batches between checkpoints ({DEFAULT_CHECKPOINT_EVERY} with --checkpoint-dir; 0: none), "
+        "e.g. 500",
     )  # fmt: skip
-    override(p, "--batch-size", key="train.batch_size", type=int, help="events per global batch (200)")
-    override(p, "--lr", key="train.lr", type=positive_float, help="Adam learning rate (1e-4)")
-    override(p, "--device", key="train.device", type=device, help="cpu or cuda (cpu)")
+    override(p, "--batch-size", key="train.batch_size", type=int, help="events per global batch")
+    override(p, "--lr", key="train.lr", type=positive_float, help="Adam learning rate")
+    override(p, "--device", key="train.device", type=device, help="cpu or cuda")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (1)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")
     p.add_argument(

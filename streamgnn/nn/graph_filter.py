@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from ..configs import Config
 from ..errors import CheckpointError, ConfigError
-from .dictconfig import DictConfig
 from .exchange import Exchange
 from .robust import Aggregation
 
@@ -81,7 +81,7 @@ class GraphFilter(nn.Module):
 
 
 @dataclass(frozen=True)
-class GraphNNConfig(DictConfig):
+class GraphNNConfig(Config):
     """Feature sizes ``(in, hidden..., out)``, taps per layer, and the aggregation used in every shift."""
 
     features: tuple[int, ...]

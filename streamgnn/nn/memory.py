@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..errors import ConfigError, EventValidationError, UnknownNodeError
+from ..growth import grown_size
 from .gather import gather_rows
 from .time import TimeEncoder
 
@@ -118,11 +119,12 @@ class NodeMemory(nn.Module):
         return self.msg_node.numel()
 
     def ensure_capacity(self, n: int) -> None:
-        """Make rows ``0..n-1`` addressable; grows at least 2x so a stream of new ids costs amortized O(1)."""
+        """Make rows ``0..n-1`` addressable; grows by the shared policy (``streamgnn.growth``), so a stream of
+        new ids costs amortized O(1)."""
         old = self.capacity
         if n <= old:
             return
-        new = max(n, 2 * old)
+        new = grown_size(old, n)
         memory = self.memory.new_zeros(new, self.memory_dim)
         memory[:old] = self.memory
         last_update = self.last_update.new_zeros(new)

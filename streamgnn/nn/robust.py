@@ -31,13 +31,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..configs import Config
 from ..errors import ConfigError
-from .dictconfig import DictConfig
 from .exchange import Received, sum_slots
 
 
 @dataclass(frozen=True)
-class Aggregation(DictConfig):
+class Aggregation(Config):
     """Plain by default; ``normalize`` by what was received; reuse messages up to ``max_age`` steps old."""
 
     normalize: bool = False

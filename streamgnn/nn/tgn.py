@@ -12,12 +12,13 @@ Per batch, test-then-train (the model never sees the store; the caller gathers t
 
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
+from ..configs import Config
 from ..errors import ConfigError
 from .attention import TemporalAttentionEmbedding
 from .gather import gather_rows
@@ -35,7 +36,7 @@ _DEFAULT_LAYERS = {"tgn": 1, "tgat": 2, "jodie": 0}
 
 
 @dataclass(frozen=True)
-class TGNConfig:
+class TGNConfig(Config):
     """Model shape. ``variant``: "tgn" (memory + attention), "jodie" (memory + time projection, no
     neighbors), "tgat" (no memory, attention over node/edge features).
 
@@ -81,14 +82,19 @@ class TGNConfig:
     pair_neighbors: int = 20
     pair_decays: tuple[float, ...] = (3600.0, 86400.0, 604800.0)
     pair_dim: int = 32
-    merge: InitVar[str | None] = None  # removed; accepted from older configs only (see above)
 
-    def __post_init__(self, merge: str | None) -> None:
+    @classmethod
+    def upgrade(cls, data: dict) -> dict:
+        """A config dict as older versions wrote it: without the removed ``merge`` (see above)."""
+        merge = data.pop("merge", None)
         if merge not in (None, "mlp"):
             raise ConfigError(
                 f"TGNConfig.merge={merge!r} is no longer built: the switch was removed (its ablation made no "
                 "difference) and every model uses the MLP merge; drop 'merge' from the config"
             )
+        return data
+
+    def __post_init__(self) -> None:
         object.__setattr__(self, "pair_decays", tuple(self.pair_decays))  # (lists from JSON)
         for name in ("pair_neighbors", "pair_dim"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:

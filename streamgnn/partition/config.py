@@ -10,11 +10,11 @@ refused with the name of what is wrong.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..configs import Config
 from ..errors import ConfigError
 
 VERTEX_METHODS = ("hash", "ldg", "fennel")  # edge-cut: every vertex in one partition
@@ -23,7 +23,7 @@ METHODS = VERTEX_METHODS + EDGE_METHODS
 
 
 @dataclass(frozen=True)
-class RebalanceConfig:
+class RebalanceConfig(Config):
     """When and how far a stateful vertex partitioner moves placed vertices (rebalancing).
 
     Every ``every_edges`` edges of the stream (0: only when asked), at that exact stream position:
@@ -54,7 +54,7 @@ class RebalanceConfig:
 
 
 @dataclass(frozen=True)
-class PartitionerConfig:
+class PartitionerConfig(Config):
     """``name``: one of ``METHODS``; ``hash`` keeps no state (any producer can compute it).
 
     Vertex partitioners (``ldg``, ``fennel``) place a vertex once, from its neighbors already placed:
@@ -85,7 +85,7 @@ class PartitionerConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.rebalance, Mapping):
-            object.__setattr__(self, "rebalance", _parse(RebalanceConfig, self.rebalance, "rebalance"))
+            object.__setattr__(self, "rebalance", RebalanceConfig.from_dict(self.rebalance, "rebalance"))
         if not isinstance(self.rebalance, RebalanceConfig):
             raise ConfigError(f"rebalance must be a RebalanceConfig or a mapping, got {self.rebalance!r}")
         if self.rebalance.every_edges and self.name not in ("ldg", "fennel"):
@@ -133,30 +133,8 @@ class PartitionerConfig:
         if isinstance(spec, str):
             return cls(name=spec)
         if isinstance(spec, Mapping):
-            return _parse(cls, spec, "partitioner")
+            return cls.from_dict(spec, "partitioner")
         raise ConfigError(f"partitioner must be a name, a mapping or a PartitionerConfig, got {spec!r}")
-
-    def to_dict(self) -> dict:
-        """JSON-safe fields (checkpoint manifests): ``inf`` as the string "inf"."""
-        out = dataclasses.asdict(self)  # the nested RebalanceConfig becomes a dict too
-        if math.isinf(out["buffer_time"]):
-            out["buffer_time"] = "inf"
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping) -> PartitionerConfig:
-        data = dict(data)
-        if data.get("buffer_time") == "inf":
-            data["buffer_time"] = math.inf
-        return cls.parse(data)
-
-
-def _parse(cls, spec: Mapping, what: str):
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise ConfigError(f"unknown {what} settings {unknown}; known: {sorted(known)}")
-    return cls(**spec)
 
 
 __all__ = ["EDGE_METHODS", "METHODS", "VERTEX_METHODS", "PartitionerConfig", "RebalanceConfig"]

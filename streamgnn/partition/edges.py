@@ -19,20 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..growth import grow
 from . import edge_kernels as E
 from .base import PENDING, Partitioner, Routes
 from .config import PartitionerConfig
 from .hashing import hash_partition
 
 _METHOD = {"hdrf": E.HDRF, "dbh": E.DBH}
-
-
-def _grow(arr: np.ndarray, n: int, fill) -> np.ndarray:
-    if n <= len(arr):
-        return arr
-    out = np.full((max(n, int(len(arr) * 1.5) + 1024), *arr.shape[1:]), fill, arr.dtype)
-    out[: len(arr)] = arr
-    return out
 
 
 class EdgePartitioner(Partitioner):
@@ -64,16 +57,16 @@ class EdgePartitioner(Partitioner):
 
     def add_vertices(self, labels, lo, hi, external) -> None:
         labels[lo:hi] = PENDING
-        self.deg = _grow(self.deg, hi, 0)
-        self.rep = _grow(self.rep, hi, 0)
-        self.vhash = _grow(self.vhash, hi, 0)
-        self.flushed = _grow(self.flushed, hi, False)
+        self.deg = grow(self.deg, hi, 0)
+        self.rep = grow(self.rep, hi, 0)
+        self.vhash = grow(self.vhash, hi, 0)
+        self.flushed = grow(self.flushed, hi, False)
         self.vhash[lo:hi] = hash_partition(external, self.num_partitions)
         self.num_vertices = hi
 
     def observe(self, labels, kind, src, dst, t, routes: bool = False, graph=None) -> Routes | None:
         n_add = int(np.count_nonzero(kind == E.ADD))
-        self._edge_part = _grow(self._edge_part, self.num_edges + n_add, -1)
+        self._edge_part = grow(self._edge_part, self.num_edges + n_add, -1)
         dest = np.empty(len(kind) if routes else 0, np.int32)
         log_v, log_at = (np.empty(2 * n_add if routes else 0, np.int64) for _ in range(2))
         both = np.zeros((len(kind) if routes else 0, self.words), np.uint64)

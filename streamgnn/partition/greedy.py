@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..growth import grow
 from . import greedy_kernels as G
 from . import rebalance
 from .base import PENDING, Partitioner, Routes
@@ -61,9 +62,7 @@ class GreedyPartitioner(Partitioner):
     def add_vertices(self, labels, lo, hi, external) -> None:
         labels[lo:hi] = PENDING
         if hi > len(self.slot):
-            grown = np.full(max(hi, int(len(self.slot) * 1.5) + 1024), -1, np.int64)
-            grown[: len(self.slot)] = self.slot
-            self.slot = grown
+            self.slot = grow(self.slot, hi, -1)
 
     def _args(self):
         c = self.config

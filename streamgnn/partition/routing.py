@@ -29,6 +29,7 @@ from ..codec import CONTENT_BINARY, decode, encode_binary
 from ..connectors.kafka.merge import join_rows
 from ..errors import EventValidationError
 from ..events import DeadLetter, EventBatch, EventKind
+from ..growth import grow
 from ..store.dedup import SeenIds
 from ..store.idmap import NodeIdMap
 from . import make_partitioner
@@ -37,14 +38,6 @@ from .metrics import PartitionReport, _balance
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 _NEVER = np.iinfo(np.int64).max
-
-
-def _grow(arr: np.ndarray, n: int) -> np.ndarray:
-    if n <= len(arr):
-        return arr
-    out = np.full(max(n, int(len(arr) * 1.5) + 1024), PENDING, arr.dtype)
-    out[: len(arr)] = arr
-    return out
 
 
 class RoutingState:
@@ -77,7 +70,7 @@ class RoutingState:
         before = self.ids.size
         src, dst = self.ids.map_events(ev.kind, ev.src, ev.dst)
         if self.ids.size > before:
-            self.labels = _grow(self.labels, self.ids.size)
+            self.labels = grow(self.labels, self.ids.size, PENDING)
             ext = self.ids.external(np.arange(before, self.ids.size))
             self.partitioner.add_vertices(self.labels, before, self.ids.size, ext)
         unknown = (src < 0) | (dst < 0)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, UnknownNodeError
+from ..growth import grow
 from ..store.idmap import NodeIdMap
 from .ann import ApproximateTopK
 
@@ -142,13 +143,8 @@ class EmbeddingTable:
                              where=norms > 0)  # fmt: skip
 
     def _grow(self, n: int) -> None:
-        cap = max(n, 2 * len(self._vectors), 1024)
-        vectors = np.zeros((cap, self.dim), np.float32)
-        vectors[: len(self._vectors)] = self._vectors
-        self._vectors = vectors
-        self._norms, self._time, self._version, self._sent = (
-            np.concatenate([a, np.zeros(cap - len(a), a.dtype)])
-            for a in (self._norms, self._time, self._version, self._sent)
+        self._vectors, self._norms, self._time, self._version, self._sent = (
+            grow(a, n) for a in (self._vectors, self._norms, self._time, self._version, self._sent)
         )
 
     def _rows(self, node_ids) -> np.ndarray:

@@ -47,7 +47,7 @@ def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
     if trainer.halo is not None:
         state.update(_tensors("halo", trainer.halo.state()))
     manifest = {
-        "config": trainer.config.as_dict(),
+        "config": trainer.config.to_dict(),
         "shard": trainer.shard_config.__dict__,
         "world_size": trainer.dist.world_size,
         "rank": trainer.dist.rank,

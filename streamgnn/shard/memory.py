@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..growth import grow
 from ..nn.memory import NodeMemory
 
-GROWTH = 1.25
 _ROWS = ("gid", "memory", "last_update", "version", "replicas", "synced")
 _MESSAGES = ("msg_slot", "msg_other", "msg_t", "msg_feat", "msg_from_src")
 
@@ -76,21 +76,16 @@ class OwnedMemory:
         """Blank rows for newly owned global ids (ids already held are left alone)."""
         gids = np.asarray(gids, np.int64)
         if len(gids) and gids.max() >= len(self.slot):
-            grown = np.full(max(int(gids.max()) + 1, int(len(self.slot) * GROWTH)), -1, np.int32)
-            grown[: len(self.slot)] = self.slot
-            self.slot = grown
+            self.slot = grow(self.slot, int(gids.max()) + 1, -1)
         new = np.unique(gids[self.slot[gids] < 0]) if len(gids) else gids
         if not len(new):
             return
         need = self.size + len(new)
         if need > len(self.gid):
-            cap = max(need, int(len(self.gid) * GROWTH) + 64)
-            self.gid = _resized(self.gid, cap)
-            self.memory = _resized(self.memory, cap)
-            self.last_update = _resized(self.last_update, cap)
-            self.version = _resized(self.version, cap)
-            self.replicas = _resized(self.replicas, cap)
-            self.synced = _resized(self.synced, cap)
+            self.gid, self.memory, self.last_update, self.version, self.replicas, self.synced = (
+                grow(a, need)
+                for a in (self.gid, self.memory, self.last_update, self.version, self.replicas, self.synced)
+            )
         self.slot[new] = np.arange(self.size, need, dtype=np.int32)
         self.gid[self.size : need] = new
         self.size = need
@@ -194,15 +189,12 @@ class HaloCache:
         if not len(gids):
             return
         if gids.max() >= len(self.slot):
-            grown = np.full(max(int(gids.max()) + 1, int(len(self.slot) * GROWTH)), -1, np.int32)
-            grown[: len(self.slot)] = self.slot
-            self.slot = grown
+            self.slot = grow(self.slot, int(gids.max()) + 1, -1)
         new = gids[self.slot[gids] < 0]
         if len(new):
             need = self.size + len(new)
             if need > len(self.last_update):
-                cap = max(need, int(len(self.last_update) * GROWTH) + 64)
-                self.memory, self.last_update = _resized(self.memory, cap), _resized(self.last_update, cap)
+                self.memory, self.last_update = grow(self.memory, need), grow(self.last_update, need)
             self.slot[new] = np.arange(self.size, need, dtype=np.int32)
             self.size = need
         s = self.slot[gids]
@@ -230,12 +222,6 @@ class HaloCache:
     def restore(self, arrays: dict[str, np.ndarray]) -> None:
         self.__init__(self.memory.shape[1])
         self.update(arrays["gid"], arrays["memory"], arrays["last_update"])
-
-
-def _resized(arr: np.ndarray, n: int) -> np.ndarray:
-    out = np.zeros((n, *arr.shape[1:]), arr.dtype)
-    out[: len(arr)] = arr
-    return out
 
 
 @dataclass

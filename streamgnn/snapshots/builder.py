@@ -36,6 +36,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import SnapshotError
+from ..growth import grow, grown_size
 from ..store import LogPosition, StoreChanges, TemporalGraphStore
 from .pairs import PairTable, key_pairs, pair_keys
 from .queue import TimeQueue
@@ -232,12 +233,10 @@ class SnapshotBuilder:
             return
         if dim != cols and rows and cols:
             raise SnapshotError(f"node feature width changed from {cols} to {dim}")
-        x = np.zeros((max(n, int(1.5 * rows) + 16) if n > rows else rows, dim), np.float32)
+        x = np.zeros((grown_size(rows, n) if n > rows else rows, dim), np.float32)
         x[:rows, : min(cols, dim)] = self.x[:, : min(cols, dim)]
-        grow = len(x) - len(self.ver_t)
         self.x = x
-        self.ver_t = np.concatenate([self.ver_t, np.full(grow, -math.inf)])
-        self.ver_i = np.concatenate([self.ver_i, np.full(grow, -1, np.int64)])
+        self.ver_t, self.ver_i = grow(self.ver_t, len(x), -math.inf), grow(self.ver_i, len(x), -1)
         self._x_out = None
 
     def _num_nodes(self, t: float) -> int:
@@ -284,7 +283,7 @@ class SnapshotBuilder:
                   **self.updates.state("updates_"), **{f"fifo_{k}": v for k, v in self.fifo.items()},
                   "x": self.x, "ver_t": self.ver_t, "ver_i": self.ver_i}  # fmt: skip
         pos = self.position
-        values = {"spec": self.spec.as_dict(), "t": self.t, "index": self.index, "high": self.high,
+        values = {"spec": self.spec.to_dict(), "t": self.t, "index": self.index, "high": self.high,
                   "position": [pos.edges, pos.deletions, pos.updates], "arrivals": self.arrivals}  # fmt: skip
         return arrays, values
 

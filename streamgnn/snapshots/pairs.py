@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..growth import grown_size
 from . import kernels as K
 
 _LOW = (1 << 32) - 1
@@ -43,7 +44,7 @@ class PairTable:
     def _reserve(self, extra: int) -> None:
         need = self.n + extra
         if need > len(self.key):
-            cap = max(need, int(1.5 * len(self.key)) + 64)
+            cap = grown_size(len(self.key), need)
             for name in ("key", "count", "wsum", "decay"):
                 old = getattr(self, name)
                 new = np.zeros(cap, old.dtype)

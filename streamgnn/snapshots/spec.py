@@ -24,12 +24,12 @@ after the first event) or at given ``times``:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..configs import Config
 from ..errors import ConfigError
 
 KINDS = ("state", "window")
@@ -37,7 +37,7 @@ WEIGHTS = ("none", "count", "column", "decay")
 
 
 @dataclass(frozen=True)
-class SnapshotSpec:
+class SnapshotSpec(Config):
     kind: str = "state"
     every: float | None = None
     start: float | None = None
@@ -110,20 +110,6 @@ class SnapshotSpec:
     def tau(self) -> float:
         """The decay's time constant: weight ``exp(-(t - t_e) / tau)``."""
         return self.half_life / math.log(2.0)
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> SnapshotSpec:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown SnapshotSpec fields {unknown}")
-        data = dict(data)
-        if data.get("times") is not None:
-            data["times"] = tuple(data["times"])
-        return cls(**data)
 
 
 def _number(x) -> bool:

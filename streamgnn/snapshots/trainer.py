@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..configs import Config
 from ..errors import ConfigError
 from ..progress import progress_bar
 from ..train import checkpoint
@@ -47,7 +48,7 @@ TASKS = ("regression", "classification", "link")
 
 
 @dataclass(frozen=True)
-class SnapshotTrainConfig:
+class SnapshotTrainConfig(Config):
     task: str = "regression"
     lr: float = 0.01
     epochs: int = 1
@@ -278,7 +279,7 @@ class SnapshotTrainer:
         }
         py = random.getstate()
         manifest = {
-            "config": dataclasses.asdict(cfg), "steps": self.steps, "stream": values,
+            "config": cfg.to_dict(), "steps": self.steps, "stream": values,
             "metrics": [dataclasses.asdict(m) for m in self.metrics],
             "python_rng": [py[0], list(py[1]), py[2]], "store_hash": self.stream.store.content_hash(),
         }  # fmt: skip
@@ -303,7 +304,10 @@ class SnapshotTrainer:
         ``store=trainer.stream.store`` so it seeks to the offsets the checkpoint holds."""
         ckpt = checkpoint.load(Path(checkpoint_dir))
         man = ckpt.manifest
-        config = dataclasses.replace(SnapshotTrainConfig(**man["config"]), checkpoint_dir=str(checkpoint_dir))
+        config = dataclasses.replace(
+            SnapshotTrainConfig.from_dict(man["config"], f"{checkpoint_dir}: config"),
+            checkpoint_dir=str(checkpoint_dir),
+        )
         trainer = cls(cell, config, hidden=hidden)
         trainer.model.load_state_dict(ckpt.state["model"])
         trainer.optimizer.load_state_dict(ckpt.state["optimizer"])

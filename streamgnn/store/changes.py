@@ -28,6 +28,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError
+from ..growth import grow
 
 if TYPE_CHECKING:
     from .graph import EdgeTable, TemporalGraphStore
@@ -92,10 +93,7 @@ class EdgeJournal:
         n = int(made.sum())
         if not n:
             return True
-        if self.size + n > len(self.src):
-            cap = max(self.size + n, 2 * len(self.src), 1024)
-            self.src = np.resize(self.src, cap)
-            self.dst = np.resize(self.dst, cap)
+        self.src, self.dst = grow(self.src, self.size + n), grow(self.dst, self.size + n)
         # edge ids are handed out consecutively in event order, so they land at the journal's end
         self.src[self.size : self.size + n] = src[made]
         self.dst[self.size : self.size + n] = dst[made]

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..errors import CheckpointError
-from ..partition import PartitionerConfig
 from . import kernels as K
 from .config import StoreConfig
 from .dedup import SeenIds
@@ -199,12 +198,7 @@ def save_store(
         store.source_offsets = dict(source_offsets)
     manifest = {
         "kind": "store",
-        "config": {
-            "num_partitions": store.config.num_partitions,
-            "allowed_lateness": store.config.allowed_lateness,
-            "partitioner": store.config.partitioner.to_dict(),
-            "dense_ids": store.config.dense_ids,
-        },
+        "config": store.config.to_dict(),
         "id_kind": store.ids.kind,
         "watermark": store.watermark,
         "counts": {
@@ -225,11 +219,12 @@ def load_store(cls: type[TemporalGraphStore], root: Path, version: int | None = 
     if manifest.get("kind") != "store":
         raise CheckpointError(f"{root} holds a {manifest.get('kind')!r} checkpoint, not a store")
     try:
-        cfg = manifest["config"]
-        partitioner = PartitionerConfig.from_dict(cfg.get("partitioner", {"name": "hash"}))
-        dense = bool(cfg.get("dense_ids", False))  # (absent from checkpoints written before it existed)
-        store = cls(StoreConfig(cfg["num_partitions"], float(cfg["allowed_lateness"]), partitioner, dense))
-        store.ids = DenseIds.from_arrays(a) if dense else NodeIdMap.from_arrays(manifest["id_kind"], a)
+        # keys absent from checkpoints written before they existed (partitioner, dense_ids) take the defaults
+        config = StoreConfig.from_dict(manifest["config"], f"{root}: store config")
+        store = cls(config)
+        store.ids = (
+            DenseIds.from_arrays(a) if config.dense_ids else NodeIdMap.from_arrays(manifest["id_kind"], a)
+        )
         store.watermark = float(manifest["watermark"])
         store.partition = a["partition"].astype(np.int32)
         store.start, store.deg, store.pool = _blocks(a["adj_indptr"], a["adj"])

@@ -8,12 +8,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..configs import Config
 from ..errors import EventValidationError
 from ..partition import PartitionerConfig
 
 
 @dataclass(frozen=True)
-class StoreConfig:
+class StoreConfig(Config):
     """``allowed_lateness``: how far (in stream time) behind the newest event a late event may be and
     still be placed in time order; later ones are dead-lettered. ``inf`` accepts any order.
     ``partitioner``: how vertices (or edges) are placed in the ``num_partitions`` partitions: a method name

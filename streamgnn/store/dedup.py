@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..growth import grow
+
 MIN_BYTES = 1 << 16
 MAX_BYTES_PER_EVENT = 2
 
@@ -60,7 +62,7 @@ class SeenIds:
             top = int(eids.max())
             budget = max(MIN_BYTES, MAX_BYTES_PER_EVENT * (self.count + len(eids)))
             if len(self.bits) * 8 <= top < budget * 8:
-                self._grow(max(top // 8 + 1, int(len(self.bits) * 1.5)))
+                self._grow(top // 8 + 1)
         keep = np.empty(len(eids), np.int8)
         if _test_and_set(self.bits, eids, keep):
             for i in np.flatnonzero(keep < 0).tolist():
@@ -79,12 +81,11 @@ class SeenIds:
         self.count += len(eids)
         return True
 
-    def _grow(self, size: int) -> None:
-        """Widen the bitmap and move the outliers it now covers into it (an id lives in one place)."""
-        grown = np.zeros(size, np.uint8)
-        grown[: len(self.bits)] = self.bits
-        self.bits = grown
-        covered = [e for e in self.outliers if 0 <= e < 8 * size]
+    def _grow(self, need: int) -> None:
+        """Widen the bitmap to at least ``need`` bytes and move the outliers it now covers into it (an id
+        lives in one place)."""
+        self.bits = grow(self.bits, need)
+        covered = [e for e in self.outliers if 0 <= e < 8 * len(self.bits)]
         for e in covered:
             self.bits[e >> 3] |= np.uint8(1 << (e & 7))
             self.outliers.discard(e)

@@ -19,6 +19,7 @@ import torch
 
 from ..errors import ConfigError, EventValidationError, UnknownNodeError
 from ..events import DeadLetter, EventBatch, EventKind
+from ..growth import grow
 from ..partition import make_partitioner
 from . import kernels as K
 from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
@@ -30,7 +31,6 @@ from .denseids import DenseIds
 from .idmap import NodeIdMap
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
-GROWTH = 1.125
 COMPACT_AT = 0.15  # a compacted pool fuller than this fraction of free rows grows instead
 _NO_WEIGHT = np.empty(0, np.float32)
 
@@ -56,17 +56,6 @@ class EdgeTable:
 
     def __len__(self) -> int:
         return len(self.eid)
-
-
-def _grow(arr: np.ndarray, n: int, fill=0) -> np.ndarray:
-    """``arr`` with room for ``n`` rows (x1.5 amortized), new rows set to ``fill``."""
-    if n <= len(arr):
-        return arr
-    new_len = max(n, int(len(arr) * GROWTH) + 16)
-    out = np.empty((new_len, *arr.shape[1:]), arr.dtype)
-    out[: len(arr)] = arr
-    out[len(arr) :] = fill
-    return out
 
 
 def _rows(pool: np.ndarray) -> np.ndarray:
@@ -290,19 +279,19 @@ class TemporalGraphStore:
         self.partitioner.add_vertices(self.partition, lo, hi, self.ids.external(np.arange(lo, hi)))
 
     def _grow_together(self, names: tuple[str, ...], n: int) -> None:
-        """``_grow`` arrays that always share one length, checking it once: most batches need no room."""
+        """``grow`` arrays that always share one length, checking it once: most batches need no room."""
         if n > len(getattr(self, names[0])):
             for name in names:
-                setattr(self, name, _grow(getattr(self, name), n))
+                setattr(self, name, grow(getattr(self, name), n))
 
     def _apply(self, ev, src, dst, late, counts):
         n_add, n_del, n_upd = counts.tolist()
         c = self.counters
-        self.edge_t = _grow(self.edge_t, int(c[K.EDGES]) + n_add)
+        self.edge_t = grow(self.edge_t, int(c[K.EDGES]) + n_add)
         if n_del and not len(self.edge_del):
             self.edge_del = np.full(len(self.edge_t), np.inf)
         if len(self.edge_del):
-            self.edge_del = _grow(self.edge_del, len(self.edge_t), np.inf)
+            self.edge_del = grow(self.edge_del, len(self.edge_t), np.inf)
         self._grow_together(("del_src", "del_dst", "del_t"), int(c[K.DELETIONS]) + n_del)
         self._grow_together(("upd_t", "upd_node"), int(c[K.UPDATES]) + n_upd)
         n = len(ev)
@@ -382,20 +371,20 @@ class TemporalGraphStore:
         if ev.weight is not None and self.edge_weight is None and made.any():
             self.edge_weight = np.ones(len(self.edge_t), np.float32)
         if self.edge_weight is not None:
-            self.edge_weight = _grow(self.edge_weight, n_edges, 1.0)
+            self.edge_weight = grow(self.edge_weight, n_edges, 1.0)
             if ev.weight is not None and made.any():
                 self.edge_weight[edge_of[made]] = ev.weight[made]
         if ev.features is not None and self.edge_feat is None and made.any():
             self.edge_feat = np.zeros((len(self.edge_t), ev.feature_dim), np.float32)
         if self.edge_feat is not None:
-            self.edge_feat = _grow(self.edge_feat, n_edges)
+            self.edge_feat = grow(self.edge_feat, n_edges)
             if ev.features is not None and made.any():  # a batch of another width may hold only updates
                 self.edge_feat[edge_of[made]] = ev.features[made]
         upd = upd_of >= 0
         if ev.features is not None and self.node_feat is None and upd.any():
             self.node_feat = np.zeros((len(self.upd_t), ev.feature_dim), np.float32)
         if self.node_feat is not None:
-            self.node_feat = _grow(self.node_feat, self.num_node_updates)
+            self.node_feat = grow(self.node_feat, self.num_node_updates)
             if ev.features is not None and upd.any():
                 self.node_feat[upd_of[upd]] = ev.features[upd]
 

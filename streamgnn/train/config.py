@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..configs import Config, from_dict, pick_variant
 from ..errors import ConfigError
 from ..nn import DyGFormerConfig, TGNConfig
 from ..sampling.negative import STRATEGIES as NEGATIVE_STRATEGIES
@@ -17,7 +18,7 @@ PLACEMENTS = ("hash", "stream")
 
 
 @dataclass(frozen=True)
-class ShardConfig:
+class ShardConfig(Config):
     """How a sharded run divides the work (``TrainConfig.sharding``).
 
     ``num_partitions``: graph partitions (keep it fixed across world sizes: a topic with that many
@@ -54,7 +55,7 @@ DEFAULT_CHECKPOINT_EVERY = 100  # batches: 20,000 events at the default batch si
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(Config):
     """One run. Defaults follow the TGN paper on JODIE Wikipedia (dims 100, batch 200, 10 recent neighbors,
     Adam 1e-4, one random negative per positive), with the model departures ``TGNConfig`` explains.
 
@@ -176,32 +177,24 @@ class TrainConfig:
             return self.checkpoint_every
         return DEFAULT_CHECKPOINT_EVERY if self.checkpoint_dir else 0
 
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
     @classmethod
-    def from_dict(cls, data: dict) -> TrainConfig:
-        """Inverse of ``as_dict`` (e.g. the config a checkpoint was written with)."""
+    def from_checkpoint(cls, data: Mapping, where: str = "") -> TrainConfig:
+        """The config a checkpoint was written with (``to_dict``'s output). Keys written before these
+        options existed take the values runs had then (the paper's model, the seen pool), so that a run
+        resumes as it was; a config from a file takes today's defaults instead (``from_dict``)."""
         data = dict(data)
         # Written before these options existed: the model was the paper's (without pair features), the
         # negatives the seen pool's, all from one strategy, and a run resumes as it was.
-        model = data.pop("model")
+        model = dict(data.get("model", {}))
         if model.get("variant") != "dygformer":
             model = {"neighbor_time": "query", "time_init": "geometric", "pair_features": False, **model}
+        data["model"] = model
         data.setdefault("train_negative_pool", "seen")
         data.setdefault("train_negative_fraction", 1.0)
-        if isinstance(data.get("sharding"), dict):
-            data["sharding"] = ShardConfig(**data["sharding"])
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown TrainConfig fields {unknown}")
-        return cls(model=model_config(model), **data)
+        return from_dict(cls, data, where)
 
 
-def model_config(data: dict) -> TGNConfig | DyGFormerConfig:
+def model_config(data: Mapping, where: str = "") -> TGNConfig | DyGFormerConfig:
     """The model config a plain dict names: ``variant: dygformer`` a ``DyGFormerConfig``, else a
     ``TGNConfig`` (whose own variants are tgn, jodie and tgat)."""
-    if data.get("variant") == "dygformer":
-        return DyGFormerConfig(**data)
-    return TGNConfig(**data)
+    return from_dict(pick_variant((TGNConfig, DyGFormerConfig), data), data, where)

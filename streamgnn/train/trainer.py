@@ -481,7 +481,7 @@ class OnlineTrainer:
 
     def _manifest(self) -> dict:
         return {
-            "config": self.config.as_dict(),
+            "config": self.config.to_dict(),
             "steps": self.steps,
             "position": self.position,
             "learned": self.learned,
@@ -509,7 +509,10 @@ class OnlineTrainer:
         ckpt = checkpoint.load(Path(checkpoint_dir))
         man = ckpt.manifest
         # Saved config: checkpoints go on where they were loaded from, even if the folder moved.
-        cfg = config or replace(TrainConfig.from_dict(man["config"]), checkpoint_dir=str(checkpoint_dir))
+        cfg = config or replace(
+            TrainConfig.from_checkpoint(man["config"], f"{checkpoint_dir}: config"),
+            checkpoint_dir=str(checkpoint_dir),
+        )
         # An empty store first: no refresh by an untrained model.
         trainer = cls(cfg, table=table, sink=sink, dist=dist, link_model=link_model)
         trainer.reset_stream(ckpt.store)

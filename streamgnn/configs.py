@@ -1,0 +1,240 @@
+"""Config dataclasses to plain dicts and back, in one place: the YAML file's sections, checkpoint manifests
+and JSON summaries all go through ``to_dict``/``from_dict`` (msgspec's ``to_builtins``/``convert`` do the
+typed work in C).
+
+Why a layer over msgspec: it ignores keys a dataclass does not have, and names a wrong value by its type
+only. Here a typo is an error that names the key, the class and where it was found, and a wrong value is
+named with what was expected; a class may declare ``upgrade(data) -> data`` (a classmethod) to read keys
+that older configs wrote. Dicts are JSON-safe: a non-finite float is written as the string "inf", "-inf"
+or "nan", and any float field reads those strings back (YAML and environment variables write them so too).
+
+>>> from dataclasses import dataclass
+>>> @dataclass(frozen=True)
+... class Knobs(Config):
+...     taps: int = 3
+...     gain: float = 1.0
+>>> Knobs.from_dict({"taps": 4, "gain": "inf"}).to_dict()
+{'taps': 4, 'gain': 'inf'}
+>>> Knobs.from_dict({"tabs": 4}, where="knobs.yaml")
+Traceback (most recent call last):
+...
+streamgnn.errors.ConfigError: knobs.yaml: unknown key 'tabs' for Knobs; known keys: gain, taps
+>>> Knobs.from_dict({"taps": "4"})
+Traceback (most recent call last):
+...
+streamgnn.errors.ConfigError: taps: expected int, got '4'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import re
+import types
+import typing
+from collections.abc import Mapping
+
+import msgspec
+
+from .errors import ConfigError, StreamGNNError
+
+NON_FINITE = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+class Config:
+    """A base for config dataclasses: ``to_dict`` and ``from_dict`` as methods (the functions below)."""
+
+    def to_dict(self) -> dict:
+        return to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping, where: str = ""):
+        return from_dict(cls, data, where)
+
+
+def to_dict(config) -> dict:
+    """The dataclass ``config`` as plain dicts, lists and scalars (non-finite floats as strings)."""
+    return _json_safe(msgspec.to_builtins(config))
+
+
+def from_dict(cls, data: Mapping, where: str = ""):
+    """A ``cls`` from ``data``: unknown keys, wrong types and values its ``__post_init__`` refuses are a
+    ``ConfigError`` naming ``where`` (a file, "STREAMGNN_..."), the path of keys and the class."""
+    prepared = _prepare(cls, data, [where] if where else [])
+    if not _built(cls):
+        try:
+            return msgspec.convert(prepared, cls)
+        except msgspec.ValidationError as exc:
+            raise _explain(exc, cls, prepared, where) from None
+    # msgspec takes no union of two dataclasses (``model: TGNConfig | DyGFormerConfig``): such a field, and
+    # one holding such a field below, is already built by ``_prepare``; the others are converted one by one
+    hints, values = _hints(cls), {}
+    for key, value in prepared.items():
+        if key in _built(cls):
+            options = tuple(_dataclasses_of(hints[key]))
+            if not isinstance(value, options) and not (value is None and _optional(hints[key])):
+                names = " or ".join(option.__name__ for option in options)
+                label = ": ".join([*([where] if where else []), key])
+                raise ConfigError(f"{label}: expected a mapping of {names} keys, got {value!r}")
+            values[key] = value
+            continue
+        try:
+            values[key] = msgspec.convert(value, hints[key])
+        except msgspec.ValidationError as exc:
+            at = _AT.search(str(exc))
+            inner = at.group(1) if at else ""
+            moved = msgspec.ValidationError(f"{str(exc)[: at.start()] if at else exc} - at `$.{key}{inner}`")
+            moved.__cause__ = exc.__cause__
+            raise _explain(moved, cls, prepared, where) from None
+    try:
+        return cls(**values)
+    except StreamGNNError as exc:
+        raise ConfigError(f"{where}: {exc}" if where else str(exc)) from None
+
+
+def pick_variant(options, data: Mapping):
+    """The dataclass among ``options`` whose ``variant`` default ``data["variant"]`` names, else the first:
+    ``model: {variant: dygformer}`` is a ``DyGFormerConfig``, any other model a ``TGNConfig``."""
+    for option in options:
+        if getattr(_defaults(option), "variant", None) == data.get("variant"):
+            return option
+    return options[0]
+
+
+def field_default(cls, dotted: str):
+    """The default of the field at ``dotted`` ("train.model.memory_dim") below dataclass ``cls``, or None
+    where there is none (a required field, or a path through a field without a dataclass default)."""
+    value = _defaults(cls)
+    for key in dotted.split("."):
+        if not dataclasses.is_dataclass(value) or not hasattr(value, key):
+            return None
+        value = getattr(value, key)
+    return value
+
+
+@functools.cache
+def _defaults(cls):
+    try:
+        return cls()
+    except (TypeError, StreamGNNError):  # a required field: no instance of defaults
+        return None
+
+
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+@functools.cache
+def _built(cls) -> frozenset:
+    """The fields of ``cls`` that ``_prepare`` builds into instances itself: a union of two or more
+    dataclasses (a choice of model, which msgspec cannot convert), or a dataclass with one somewhere below."""
+    return frozenset(
+        key
+        for key, hint in _hints(cls).items()
+        if len(options := _dataclasses_of(hint)) > 1 or any(_built(option) for option in options)
+    )
+
+
+def _optional(hint) -> bool:
+    return type(None) in typing.get_args(hint)
+
+
+def _dataclasses_of(hint) -> list:
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    return [option for option in options if dataclasses.is_dataclass(option)]
+
+
+def _prepare(cls, data, where: list[str]) -> dict:
+    """``data`` checked key by key against ``cls`` (recursively into dataclass fields), upgraded from older
+    layouts, with "inf"-like strings of float fields as floats: what msgspec then converts."""
+    label = ": ".join(where)
+    prefix = f"{label}: " if label else ""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix}expected a mapping of {cls.__name__} keys, got {type(data).__name__}")
+    data = dict(data)
+    upgrade = getattr(cls, "upgrade", None)
+    if upgrade is not None:
+        try:
+            data = upgrade(data)
+        except StreamGNNError as exc:
+            raise ConfigError(f"{prefix}{exc}") from None
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = [key for key in data if key not in fields]  # in the given order (keys may be numbers)
+    if unknown:
+        raise ConfigError(
+            f"{prefix}unknown key {unknown[0]!r} for {cls.__name__}; known keys: {', '.join(sorted(fields))}"
+        )
+    hints = _hints(cls)
+    return {key: _prepare_value(hints[key], value, [*where, key]) for key, value in data.items()}
+
+
+def _prepare_value(hint, value, where: list[str]):
+    mapped = _dataclasses_of(hint)
+    if len(mapped) > 1 or any(_built(option) for option in mapped):  # built here (see ``from_dict``)
+        if isinstance(value, tuple(mapped)) or not isinstance(value, Mapping):
+            return value
+        return from_dict(pick_variant(mapped, value), value, ": ".join(where))
+    if dataclasses.is_dataclass(hint):
+        return value if isinstance(value, hint) else _prepare(hint, value, where)
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    if isinstance(value, Mapping) and mapped:  # a mapping is that dataclass: its own mistakes are named
+        return _prepare(mapped[0], value, where)
+    if float in options and isinstance(value, str) and value.lower() in NON_FINITE:
+        return NON_FINITE[value.lower()]
+    return value
+
+
+_AT = re.compile(r" - at `\$(.*)`$")
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def _explain(exc: msgspec.ValidationError, cls, data, where: str) -> ConfigError:
+    """msgspec's error as one line in the words of the CLI: ``where: key: key: what is wrong``."""
+    message = str(exc)
+    at = _AT.search(message)
+    steps = [name or int(index) for name, index in _STEP.findall(at.group(1))] if at else []
+    label = ": ".join(str(part) for part in ([where] if where else []) + steps)
+    prefix = f"{label}: " if label else ""
+    cause = exc.__cause__
+    if isinstance(cause, StreamGNNError):  # a __post_init__ check: its own words
+        return ConfigError(f"{prefix}{cause}")
+    hint, value = cls, data
+    for step in steps:
+        hint, value = _step(hint, value, step)
+    if hint is None:
+        return ConfigError(f"{prefix}{message[: at.start()] if at else message}")
+    return ConfigError(f"{prefix}expected {_describe(hint)}, got {value!r}")
+
+
+def _step(hint, value, step):
+    """The type hint and value one key (or list index) further down."""
+    if hint is None:
+        return None, None
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for option in options:
+        if dataclasses.is_dataclass(option) and isinstance(value, Mapping) and isinstance(step, str):
+            return _hints(option).get(step), value.get(step)
+        if typing.get_origin(option) in (tuple, list) and isinstance(step, int):
+            return typing.get_args(option)[0], value[step]
+    return None, None
+
+
+def _describe(hint) -> str:
+    if typing.get_origin(hint) is typing.Literal:
+        return f"one of {list(typing.get_args(hint))}"
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " | ".join(_describe(arg) for arg in typing.get_args(hint))
+    if hint is type(None):
+        return "None"
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _json_safe(value):
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value

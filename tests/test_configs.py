@@ -1,0 +1,119 @@
+"""The one config converter (streamgnn.configs): every config dataclass round-trips through plain JSON, a
+mistake names the key and where, dicts written by older versions still load, CLI help shows the
+dataclasses' defaults."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import math
+
+import pytest
+
+import streamgnn.configs
+from streamgnn.cli import build_parser
+from streamgnn.cli._config import JobConfig
+from streamgnn.configs import field_default, from_dict, to_dict
+from streamgnn.errors import ConfigError
+from streamgnn.nn import DyGFormerConfig, TGNConfig
+from streamgnn.nn.graph_filter import GraphNNConfig
+from streamgnn.partition import PartitionerConfig
+from streamgnn.snapshots import SnapshotSpec
+from streamgnn.snapshots.trainer import SnapshotTrainConfig
+from streamgnn.store import StoreConfig
+from streamgnn.train.config import ShardConfig, TrainConfig
+
+
+def test_module_examples_run():
+    result = doctest.testmod(streamgnn.configs)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        JobConfig(),  # every section of the CLI's file, nested configs included
+        TrainConfig(
+            model=TGNConfig(pair_features=False),
+            sharding=ShardConfig(num_partitions=4),
+            baselines=("edgebank",),
+        ),
+        TrainConfig(model=DyGFormerConfig(sequence_length=8)),  # the other model: a union msgspec cannot take
+        StoreConfig(partitioner={"name": "fennel", "buffer_time": math.inf, "rebalance": {"every_edges": 5}}),
+        SnapshotSpec(times=(1.0, 2.5), kind="window", width=2.0),
+        SnapshotTrainConfig(lr=0.5),
+        GraphNNConfig((3, 8, 2), aggregation={"max_age": 2}),
+    ],
+    ids=lambda c: type(c).__name__,
+)
+def test_every_config_round_trips_through_plain_json(config):
+    text = json.dumps(to_dict(config), allow_nan=False)  # non-finite floats travel as strings
+    assert from_dict(type(config), json.loads(text)) == config
+
+
+def test_a_mistake_names_the_key_the_class_and_where():
+    with pytest.raises(
+        ConfigError, match=r"^ckpt: model: unknown key 'memory_dims' for TGNConfig; known keys"
+    ):
+        TrainConfig.from_dict({"model": {"memory_dims": 5}}, where="ckpt")
+    with pytest.raises(ConfigError, match=r"^model: pair_decays: 1: expected float, got 'x'$"):
+        TrainConfig.from_dict({"model": {"pair_decays": [1.0, "x"]}})
+    with pytest.raises(ConfigError, match=r"^sharding: mode must be one of"):  # the class's own check
+        TrainConfig.from_dict({"sharding": {"mode": "fast"}})
+    with pytest.raises(ConfigError, match=r"^partitioner: expected PartitionerConfig \| str, got \[1\]$"):
+        StoreConfig.from_dict({"partitioner": [1]})
+    with pytest.raises(ConfigError, match=r"^expected a mapping of SnapshotSpec keys, got str$"):
+        SnapshotSpec.from_dict("daily")
+
+
+def test_a_train_config_as_the_old_code_wrote_it_into_checkpoints_still_loads():
+    # TrainConfig.as_dict (dataclasses.asdict) of a checkpoint written before the time and pool options,
+    # the baselines and the pair features: tuples as JSON lists, the removed merge switch still named
+    saved = json.loads(
+        '{"model": {"memory_dim": 32, "time_dim": 32, "embedding_dim": 32, "edge_feature_dim": 0, '
+        '"node_feature_dim": 0, "num_neighbors": 10, "num_layers": null, "num_heads": 2, "dropout": 0.1, '
+        '"message": "identity", "message_dim": null, "aggregator": "last", "variant": "tgn", '
+        '"time_scale": 1.0, "merge": "mlp"}, "batch_size": 100, "lr": 0.0001, "seed": 3, '
+        '"sampling": "recent", "train_negatives": "random", "eval_negatives": 100, '
+        '"eval_strategy": "random", "query_time": "batch", "window_events": 10000, "checkpoint_dir": "c", '
+        '"checkpoint_every": 5, "checkpoint_keep": 2, "serve_every": 1, "publish_every": 10, '
+        '"device": "cpu", "sharding": {"num_partitions": 4, "mode": "exact", "staleness": 10, '
+        '"cache_rows": 20000, "placement": "hash"}}'
+    )
+    old = TrainConfig.from_checkpoint(saved, "step-5")
+    assert (old.batch_size, old.seed, old.model.memory_dim, old.sharding.num_partitions) == (100, 3, 32, 4)
+    assert (old.model.neighbor_time, old.model.time_init, old.train_negative_pool) == (
+        "query",
+        "geometric",
+        "seen",
+    )
+    assert old.baselines == ("edgebank", "edgebank_tw") and not old.model.pair_features  # today's defaults
+    saved["model"]["merge"] = "linear_skip"
+    with pytest.raises(ConfigError, match="^step-5: model: TGNConfig.merge='linear_skip' is no longer built"):
+        TrainConfig.from_checkpoint(saved, "step-5")
+
+
+def test_a_store_config_as_the_old_checkpoints_wrote_it_still_loads():
+    # the store's manifest before the partitioner and dense ids existed, then PartitionerConfig.to_dict's
+    # JSON-safe "inf"; json.dumps wrote the lateness as Infinity
+    oldest = json.loads('{"num_partitions": 2, "allowed_lateness": Infinity}')
+    assert StoreConfig.from_dict(oldest) == StoreConfig(num_partitions=2)
+    old = {"num_partitions": 3, "allowed_lateness": 5.0, "partitioner": {"name": "ldg", "buffer_time": "inf"}}
+    cfg = StoreConfig.from_dict(old)
+    assert cfg.partitioner == PartitionerConfig("ldg") and cfg.allowed_lateness == 5.0 and not cfg.dense_ids
+
+
+def test_cli_help_takes_its_defaults_from_the_dataclasses():
+    assert field_default(JobConfig, "train.model.memory_dim") == TGNConfig().memory_dim
+    assert field_default(JobConfig, "snapshots.spec.every") is None  # below a field whose default is None
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    helps = {a.dest: a.help for a in commands["train"]._actions}
+    assert helps["cfg:train.batch_size"].endswith(f"(default {TrainConfig().batch_size})")
+    agents = commands["agents"]._subparsers._group_actions[0].choices
+    taps = {
+        name: {a.dest: a.help for a in agents[name]._actions}["cfg:agents.sweep.taps"]
+        for name in ("flocking", "source-loc")
+    }
+    # flocking's own config_defaults win over the dataclass's
+    assert taps["flocking"].endswith("(default 3)") and taps["source-loc"].endswith("(default 5)")
