@@ -210,3 +210,16 @@ def test_module_examples_run(module):
     import importlib
 
     assert doctest.testmod(importlib.import_module(module)).failed == 0
+
+
+def test_the_link_scorer_says_it_cannot_score_this_model_from_embeddings(tmp_path):
+    """``/score`` reads two served embeddings; this model scores a pair from both ends' sequences, so the
+    scorer answers by cosine and says why, rather than applying its predictor to inputs it never saw."""
+    from streamgnn.serve.scoring import LinkScorer
+
+    config = TrainConfig(model=SMALL, batch_size=40, checkpoint_dir=str(tmp_path), checkpoint_every=2)
+    OnlineTrainer(config).fit(stream(160, seed=8).split(40), progress=False)
+    z = np.random.default_rng(0).normal(size=(3, SMALL.embedding_dim)).astype(np.float32)
+    scores, info = LinkScorer(tmp_path).score(z, z[::-1].copy(), [1, 2, 3], [3, 2, 1])
+    assert info["scorer"] == "cosine" and "DyGFormerConfig" in info["why"] and info["checkpoint"]
+    assert np.allclose(scores[1], 1.0)  # the middle row scores a vector against itself

@@ -13,7 +13,9 @@ process, as ``streamgnn demo --serve`` runs it), the scorer computes them at que
 store's newest event, the time the served embeddings are computed at, and answers
 ``"pair_features": "store"``. A service that only reads the embeddings topic has no store: it scores such a
 model by cosine similarity and says so in ``"why"``, never by the predictor with the pair part left out.
-The store must not be ingesting while it is read (the demo serves once its stream has ended).
+The store must not be ingesting while it is read (the demo serves once its stream has ended). A model
+that does not score from two embeddings (the DyGFormer-style model reads both ends' neighbor sequences
+together) is scored by cosine similarity too, with the reason in ``"why"``.
 
     scorer = LinkScorer("out/ckpt")  # or LinkScorer(None): cosine similarity
     scores, info = scorer.score(z_src, z_dst, src_ids, dst_ids)  # info: {"scorer": "link_predictor", ...}
@@ -44,9 +46,10 @@ class _Loaded:
     """One checkpoint's predictor, and its pair encoder and features when the model reads pairs."""
 
     step: str
-    predictor: LinkPredictor
+    predictor: LinkPredictor | None  # None: a model that does not score from embeddings (``why``)
     encoder: PairEncoder | None
     pairs: PairFeatures | None
+    why: str = ""
 
 
 class LinkScorer:
@@ -64,6 +67,7 @@ class LinkScorer:
         if self.checkpoint_dir is None:
             return
         from ..train.checkpoint import load_state, step_path
+        from ..nn import TGNConfig
         from ..train.config import TrainConfig
 
         try:
@@ -74,7 +78,14 @@ class LinkScorer:
             return
         try:
             _, manifest, state = load_state(self.checkpoint_dir / latest)
-            model = TrainConfig.from_dict(manifest["config"]).model
+            model = TrainConfig.from_checkpoint(manifest["config"]).model
+            if not isinstance(model, TGNConfig):
+                why = (
+                    f"the model of {latest} ({type(model).__name__}) scores a pair from both ends' neighbor "
+                    "sequences, not from two served embeddings"
+                )
+                self._loaded = _Loaded(latest, None, None, None, why)
+                return
             encoder = PairEncoder.of(model) if model.pair_features else None
             predictor = LinkPredictor(dim, pair_dim=encoder.out_dim if encoder is not None else 0)
             predictor.load_state_dict(_part(state["model"], "predictor."))
@@ -96,6 +107,8 @@ class LinkScorer:
             loaded = self._loaded
         if loaded is None:
             return _cosine(z_src, z_dst), {"scorer": "cosine"}
+        if loaded.predictor is None:
+            return _cosine(z_src, z_dst), {"scorer": "cosine", "checkpoint": loaded.step, "why": loaded.why}
         info = {"scorer": "link_predictor", "checkpoint": loaded.step}
         pair = None
         if loaded.encoder is not None:
