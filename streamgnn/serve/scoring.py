@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError, ConfigError
-from ..nn import LinkPredictor
+from ..nn import LinkPredictor, TGNConfig
 from ..nn.pairs import PairEncoder
 from ..sampling.pairs import PairFeatures
 from ..store import TemporalGraphStore
@@ -67,7 +67,6 @@ class LinkScorer:
         if self.checkpoint_dir is None:
             return
         from ..train.checkpoint import load_state, step_path
-        from ..nn import TGNConfig
         from ..train.config import TrainConfig
 
         try:
