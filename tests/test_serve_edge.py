@@ -194,7 +194,7 @@ def test_a_bug_of_the_service_is_a_json_500_and_a_logged_error(service, monkeypa
     """The catch-all: an exception no input explains (here the scorer failing) still answers JSON, is
     logged with its traceback for the operator, and the service goes on serving."""
 
-    def broken(z_src, z_dst):
+    def broken(*args):
         raise RuntimeError("scorer bug")
 
     monkeypatch.setattr(service.scorer, "score", broken)
