@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..errors import ConfigError
 from ..nn import EmbeddingInput
@@ -37,7 +36,7 @@ from .config import TrainConfig
 from .distributed import DistContext
 from .negatives import counted
 from .protocol import Candidates, StepInput
-from .tgn_model import distinct_queries
+from .tgn_model import distinct_queries, pos_neg_loss
 
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets, as TGN's: every draw is named by (step, purpose)
 CHUNK = 2048  # pairs per Transformer pass when scoring many candidates (bounds memory, not the result)
@@ -166,17 +165,7 @@ class DyGFormerLinkModel:
         local = 0.0
         if n:
             pos, neg = self._logits(prepared.seqs, prepared.src, prepared.train_cand).unbind(1)
-            w_pos = torch.from_numpy(keep[b.lo : b.hi].astype(np.float32)).to(self.device)
-            loss = (
-                F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), w_pos, reduction="sum") / n_pos
-            )
-            if n_neg:
-                w_neg = torch.from_numpy(has_neg[b.lo : b.hi].astype(np.float32)).to(self.device)
-                loss = (
-                    loss
-                    + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), w_neg, reduction="sum")
-                    / n_neg
-                )
+            loss = pos_neg_loss(pos, neg, keep[b.lo : b.hi], has_neg[b.lo : b.hi], n_pos, n_neg)
             (loss * d.world_size).backward()
             local = loss.item()
         d.average_gradients(list(model.parameters()))

@@ -50,6 +50,12 @@ def link_loss(predictor, z, rows, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos:
     n = len(pos_ok)
     index = rows[n : 3 * n].view(2, n).T
     pos, neg = predictor.candidates(gather_rows(z, rows[:n]), z, index, pair).unbind(1)
+    return pos_neg_loss(pos, neg, pos_ok, neg_ok, n_pos, n_neg)
+
+
+def pos_neg_loss(pos, neg, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int) -> torch.Tensor:
+    """This rank's part of ``mean BCE(positives) + mean BCE(negatives)`` over the global batch, from its
+    rows' logits; ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts."""
     w_pos = torch.from_numpy(np.asarray(pos_ok, np.float32)).to(pos.device)
     loss = F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), w_pos, reduction="sum") / n_pos
     if n_neg:
