@@ -126,9 +126,19 @@ def output_file(text: str) -> Path:
     folder = path.parent
     if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK):
+    if not writable(folder):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: folder {str(folder)!r} is not writable")
     return path
+
+
+def writable(folder: Path) -> bool:
+    """Whether files can be made in ``folder``: permissions alone do not say it (root, a read-only mount,
+    /proc), so try it."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".streamgnn-write-test-", dir=folder))
+    except OSError:
+        return False
+    return True
 
 
 def output_dir(text: str) -> Path:
@@ -153,10 +163,8 @@ def check_output_dir(text: str | Path, what: str = "", new: bool = True) -> Path
     if not probe.is_dir():
         where = "is a file" if probe == path else f"cannot be created: {str(probe)!r} is a file"
         raise ConfigError(f"{name} {where}; name a folder")
-    try:  # permissions alone do not say it (root, a read-only mount, /proc): try it
-        os.rmdir(tempfile.mkdtemp(prefix=".streamgnn-write-test-", dir=probe))
-    except OSError:
-        raise ConfigError(f"cannot write into {name}: {str(probe)!r} is not writable") from None
+    if not writable(probe):
+        raise ConfigError(f"cannot write into {name}: {str(probe)!r} is not writable")
     if new and probe != path:
         top = path
         while top.parent != probe:
