@@ -94,6 +94,31 @@ def test_config_names_the_bad_setting():
     assert config_from_args(build_parser().parse_args(["serve"])).serve.topk == "approximate"
 
 
+def test_a_query_scans_on_its_own_thread_count_and_says_what_it_reads():
+    """The service calls the index from one thread at a time (the table's lock): a query's scan takes
+    ``search_threads`` OpenMP threads (one by default) whatever the process's default, and only in the
+    calling thread; ``scan_size`` is 0 once the index answers, every row's floats otherwise."""
+    import faiss
+
+    with pytest.raises(ConfigError, match="search_threads"):
+        ApproximateTopK(search_threads=0)
+    table = EmbeddingTable(16, ApproximateTopK(exact_below=1000))
+    table.update(np.arange(999), clustered(999), t=1.0)
+    assert table.scan_size("cosine") == 999 * 16  # no index yet
+    table.update(np.arange(999, 2000), clustered(1001, seed=1), t=1.0)
+    assert table.scan_size("cosine") == 0 and table.scan_size("dot") == 2000 * 16
+    faiss.omp_set_num_threads(2)
+    seen = []
+
+    def query() -> None:
+        table.top_k(table.embeddings([5]), 10, exclude=[5])
+        seen.append(faiss.omp_get_max_threads())
+
+    worker = threading.Thread(target=query)
+    worker.start(), worker.join()
+    assert seen == [1] and faiss.omp_get_max_threads() == 2  # the caller's alone
+
+
 @pytest.mark.parametrize("topk", ["approximate", "exact"])
 def test_topk_over_http_answers_like_the_exact_scan(kafka_bootstrap, make_topic, topk):
     topic = make_topic(2, compacted=True)

@@ -41,16 +41,23 @@ class ApproximateTopK:
     ``exact_below``: rows under which the table scans every row instead (the index is built when the table
     reaches it). ``candidates``: rows re-scored exactly per neighbor asked, the recall/latency dial (50: at
     1M 100-d isotropic rows, recall@10 against the exact scan in ``benchmarks/RESULTS.md``).
+    ``search_threads``: OpenMP threads of one query's scan. One by default: the table answers queries one at
+    a time under its lock, so a second thread can only split a 4-6 ms scan, and on a busy host a split scan
+    waits for its slower half (1M isotropic rows on our 2-core host: p99 19-28 ms with 2 threads, 8.5-9.7 ms
+    with 1; p50 5.6 vs 3.8 ms).
     """
 
     exact_below: int = 100_000
     candidates: int = 50
+    search_threads: int = 1
 
     def __post_init__(self) -> None:
         if self.exact_below < 1:
             raise ConfigError(f"serve.topk_exact_below must be >= 1, got {self.exact_below}")
         if self.candidates < 1:
             raise ConfigError(f"serve.topk_candidates must be >= 1, got {self.candidates}")
+        if self.search_threads < 1:
+            raise ConfigError(f"search_threads must be >= 1, got {self.search_threads}")
 
     def index(self, dim: int) -> PQScanIndex:
         return PQScanIndex(dim, self)
@@ -129,6 +136,7 @@ class PQScanIndex:
         """Row numbers ``[q, min(candidates * k, rows)]``, best estimated inner product first, for the
         caller to re-score exactly; -1 where fewer were found."""
         want = min(self.config.candidates * k, self._index.ntotal)
+        self._faiss.omp_set_num_threads(self.config.search_threads)  # per calling thread (OpenMP's ICV)
         _, rows = self._index.search(self._padded(queries), want)
         return rows
 

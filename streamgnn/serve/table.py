@@ -212,6 +212,13 @@ class EmbeddingTable:
             ids = self._ids.external(top.reshape(-1)).reshape(top.shape)
         return ids, best
 
+    def scan_size(self, metric: str = "cosine") -> int:
+        """Floats one ``top_k`` query with ``metric`` reads in full: every row's for a scan, 0 when the index
+        answers it (its cost is then about a scan of the 4-bit codes, bounded whatever the table's size)."""
+        if metric == "cosine" and self._index is not None and self._index.ready:
+            return 0
+        return self._ids.size * self.dim
+
     def _search(self, q: np.ndarray, kk: int, skip: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Top ``kk`` rows of unit queries ``q`` (under the lock): the index's candidates, re-scored exactly
         from the current rows, so a score is always the row's true cosine; a row whose score is not finite
