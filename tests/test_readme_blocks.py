@@ -133,13 +133,78 @@ for block in $(ls "$1" | grep -E '^[0-9]+\.(sh|py)$' | sort -n); do
   date +%s > "$1/$block.start"
   case $block in
     *.sh) bash -e -o pipefail "$1/$block" ;;
-    *.py) python "$1/$block" ;;
+    *.py) python "$1/probed.py" "$1/$block" ;;
   esac > "$1/$block.log" 2>&1 < /dev/null
   rc=$?
   echo "$rc" > "$1/$block.rc"
   [ "$rc" = 0 ] || break
 done
 """
+
+
+# A Python block runs as ``python BLOCK`` would run it (``runpy``, as ``__main__``, in a fresh process); then,
+# if the test names a probe for it, the probe's expression is evaluated in the block's globals and written as
+# JSON beside its log: what the block left in memory (the live store, the result), which no file records.
+PROBED = r"""
+import json, runpy, sys
+from pathlib import Path
+
+block = Path(sys.argv[1])
+sys.argv = [str(block)]
+scope = runpy.run_path(str(block), run_name="__main__")
+probe = block.with_suffix(".probe")
+if probe.exists():
+    found = eval(probe.read_text(), scope)
+    block.with_suffix(".probe.json").write_text(json.dumps(found))
+"""
+
+# (section heading's start, a line of the block, the probe's expression): what the block leaves in memory.
+PROBES = [
+    (
+        "From Kafka",
+        "produce_dataset(",
+        """{
+        "live": store.content_hash(), "num_edges": store.num_edges,
+        "checkpointed": TemporalGraphStore.load("ckpt/").content_hash(),
+        "stored_offsets": store.source_offsets, "read": source.positions(),
+    }""",
+    ),
+    (
+        "Train online",
+        "run_online(",
+        """{
+        "events": result.events, "ap": result.metrics.ap, "mrr": result.metrics.mrr,
+        "edgebank_mrr": result.baselines["edgebank"].mrr, "flags": result.flags,
+    }""",
+    ),
+    ("Serve embeddings", "EmbeddingsReader(", """{"vectors": vectors.tolist(), "top": ids.tolist()}"""),
+    (
+        "Snapshot training",
+        "run_live(",
+        """{
+        "scored": len(result.metrics), "snapshots": signal.snapshot_count, "train": train.snapshot_count,
+        "auc": result.summary["online_auc"], "signal": type(signal).__name__,
+        "test_mse": forecast.summary["test_mse"],
+    }""",
+    ),
+]
+
+
+def probe_for(block: Block) -> str | None:
+    found = [p for h, line, p in PROBES if block.heading.startswith(h) and line in block.code]
+    assert len(found) <= 1, block
+    return found[0] if found else None
+
+
+def answers(log: str, start: str) -> list:
+    """The JSON objects in ``log`` (curl prints them back to back, between the service's own log lines)
+    that begin with ``start``, e.g. ``{"dim"``."""
+    decoder, out, at = json.JSONDecoder(), [], log.find(start)
+    while at >= 0:
+        value, end = decoder.raw_decode(log, at)
+        out.append(value)
+        at = log.find(start, end)
+    return out
 
 
 def private_namespace() -> bool:
@@ -155,10 +220,14 @@ def port_free(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
-def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> dict[int, str]:
-    """Run ``blocks`` through the driver; the log of each, by index (a block that failed fails the test)."""
+def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> tuple[dict[int, str], dict[str, dict]]:
+    """Run ``blocks`` through the driver; the log of each, by index (a block that failed fails the test), and
+    each probe's findings, by the heading of its section."""
+    (numbered / "probed.py").write_text(PROBED)
     for index, block in enumerate(blocks):
         (numbered / f"{index}.{block.file}").write_text(block.code)
+        if probe_for(block):
+            (numbered / f"{index}.probe").write_text(probe_for(block))
     private = private_namespace()
     if not private and not all(port_free(p) for p in PORTS):
         pytest.skip(f"no private network namespace here, and one of the README's ports {PORTS} is taken")
@@ -186,7 +255,12 @@ def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> dict[int, s
         assert rc.exists(), f"{where} never ran"
         logs[index] = (numbered / f"{index}.{block.file}.log").read_text()
         assert rc.read_text().strip() == "0", f"{where} failed:\n{logs[index][-4000:]}"
-    return logs
+    probes = {
+        block.heading: json.loads((numbered / f"{index}.probe.json").read_text())
+        for index, block in enumerate(blocks)
+        if probe_for(block)
+    }
+    return logs, probes
 
 
 # about 40 minutes on a shared 2-core host at load 15 (the blocks' own work is a fraction of that): a safety
@@ -202,18 +276,44 @@ def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
     work.mkdir(), numbered.mkdir()
     (work / ".venv").symlink_to(sys.prefix)
     (work / "examples").symlink_to(ROOT / "examples")
-    logs = run_in_order(blocks, numbered, work)
+    logs, probes = run_in_order(blocks, numbered, work)
     assert "listening on 127.0.0.1:9092" in logs[0]
-    # From Kafka: the whole topic in the checkpointed store
-    assert TemporalGraphStore.load(work / "ckpt").num_edges == 157_474
-    # Train online: its plots and checkpoint
+    # From Kafka: the whole topic in the store, its checkpoint equal to it, every message read recorded
+    kafka = probes["From Kafka, with nothing lost"]
+    assert kafka["num_edges"] == 157_474 and kafka["checkpointed"] == kafka["live"]
+    assert kafka["stored_offsets"] == kafka["read"] and set(kafka["read"]) == {
+        f"events:{p}" for p in range(4)
+    }
+    assert TemporalGraphStore.load(work / "ckpt").content_hash() == kafka["live"]
+    # Train online: the head it was told to learn, above chance, EdgeBank beside it; plots and checkpoint
+    online = probes["Train online, serve embeddings"]
+    assert online["events"] == 5_000 and 0.5 < online["ap"] <= 1 and 0 < online["mrr"] <= 1, online
+    assert 0 < online["edgebank_mrr"] <= 1 and all("loses to" in flag for flag in online["flags"])
     assert (work / "out/run/metrics.png").exists() and (work / "out/ckpt/LATEST").exists()
-    # Serve: answers, with the Prometheus line last; then the token refused and accepted over HTTPS
+    # Serve: every reader of the topic answers the same vectors (HTTP, HTTPS with the token, a Python
+    # reader), top-k and score answer in their form, the Prometheus line last
+    served = probes["Serve embeddings over HTTP"]["vectors"]
     serve = next(logs[i] for i, b in enumerate(blocks) if "--port 8000 &" in b.code)
-    assert '"neighbors"' in serve and '"scorer"' in serve and "streamgnn_table_nodes " in serve
+    (lookup,) = answers(serve, '{"dim"')
+    assert [e["id"] for e in lookup["embeddings"]] == [1, 2]
+    assert [e["embedding"] for e in lookup["embeddings"]] == served  # float32 rows, as JSON: exact
+    (topk,) = answers(serve, '{"query"')
+    assert topk["query"] == 1 and len(topk["neighbors"]) == 5
+    assert [n["id"] for n in topk["neighbors"]] == probes["Serve embeddings over HTTP"]["top"][0]
+    (score,) = answers(serve, '{"scorer"')
+    assert score["scorer"] == "cosine" and "streamgnn_table_nodes " in serve
     tls = next(logs[i] for i, b in enumerate(blocks) if "--port 8443" in b.code)
-    assert "Authorization: Bearer" in tls and '"embedding"' in tls
-    # Snapshots: online scores per month, plot and checkpoint
+    refused, answered = answers(tls, '{"error"') + answers(tls, '{"dim"')
+    assert "Authorization: Bearer" in refused["error"]
+    assert answered["embeddings"][0]["embedding"] == served[0]
+    # Snapshots: each month but the last scored before it is learned; the offline signal PGT takes
+    snap = probes["Snapshot training with PyTorch Geometric Temporal"]
+    assert snap["scored"] == snap["snapshots"] == 63 and snap["train"] == 44, snap  # 64 months of OTC
+    assert (
+        0.5 < snap["auc"] <= 1
+        and snap["signal"] == "DynamicGraphTemporalSignal"
+        and 0 < snap["test_mse"] < 10
+    )
     assert (work / "ratings.png").exists() and (work / "snapshot-ckpt/ratings/LATEST").exists()
     # Scale out: both sharded runs ended where the README says, each rank reading only its own partitions
     sharded = next(logs[i] for i, b in enumerate(blocks) if "--produce" in b.code)
