@@ -178,7 +178,8 @@ def _source_loc(args, rest) -> int:
             sweep.probs,
             "test accuracy (every agent)",
             out / "source_loc.png",
-            f"source localization, {task_cfg.nodes} agents, {agents.size} ranks",
+            f"source localization, {task_cfg.nodes} agents, "
+            + ("one process" if agents.size == 1 else f"{agents.size} MPI ranks"),
             baselines={f"chance ({task.num_classes} communities)": chance},
         )
         if checks and not all(ok for _, ok in checks):
