@@ -11,7 +11,11 @@ The topic must have ``--partitions`` partitions, keyed by graph partition (``str
 spread round-robin over the ranks. ``--produce`` has rank 0 write
 ``--dataset`` into a new topic first. Checkpoints go under ``--checkpoint-dir`` per rank; run the same
 command again (or let ``torchrun --max-restarts`` do it) and every rank resumes from the newest step all of
-them saved, its Kafka offsets included.
+them saved, its Kafka offsets included. ``--embeddings-topic``: each rank publishes the embeddings of the
+vertices it owns there, for ``streamgnn serve``.
+
+The job is ``TrainJob``'s, the one ``streamgnn train`` runs: with a YAML config whose ``train.sharding`` is
+set, ``torchrun ... $(which streamgnn) train --config cluster.yaml --kafka --publish`` runs the same job.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ import torch.distributed as dist
 
 from streamgnn.connectors.kafka import produce_dataset
 from streamgnn.nn import TGNConfig
-from streamgnn.shard import KafkaPartitions, ShardConfig
-from streamgnn.train import TrainConfig, init_distributed, run_online
+from streamgnn.shard import ShardConfig
+from streamgnn.train import TrainConfig, init_distributed
+from streamgnn.train.job import TrainJob
 
 
 def main() -> None:
@@ -47,6 +52,7 @@ def main() -> None:
     ap.add_argument("--out", default="out/train_sharded_kafka", help="rank 0 writes its report here")
     ap.add_argument("--checkpoint-dir", default=None, help="default: <out>/checkpoints")
     ap.add_argument("--checkpoint-every", type=int, default=50, help="global batches between checkpoints")
+    ap.add_argument("--embeddings-topic", default=None, help="publish each rank's vertices' embeddings here")
     args = ap.parse_args()
     torch.set_num_threads(1)
     d = init_distributed()
@@ -61,21 +67,17 @@ def main() -> None:
         model=TGNConfig(
             memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10, pair_features=False
         ),
-        serve_every=0,
+        serve_every=1 if args.embeddings_topic else 0,  # 0: no table kept, nothing published
         checkpoint_dir=args.checkpoint_dir or f"{args.out}/checkpoints",
         checkpoint_every=args.checkpoint_every,
         sharding=ShardConfig(num_partitions=args.partitions, mode=args.mode, placement=args.placement),
     )
-
-    def my_partitions(
-        ownership, start_offsets
-    ):  # this rank's topic partitions, where its checkpoint left off
-        return KafkaPartitions(
-            args.topic, ownership, bootstrap_servers=args.bootstrap, start_offsets=start_offsets,
-            idle_timeout_s=args.idle_timeout,
-        )  # fmt: skip
-
-    result = run_online(my_partitions, None, config, out_dir=args.out, max_events=args.events)
+    # each rank reads its own topic partitions, from where its checkpoint left off
+    job = TrainJob(
+        config, topic=args.topic, bootstrap=args.bootstrap, embeddings_topic=args.embeddings_topic,
+        out_dir=args.out, log_every_s=0,
+    )  # fmt: skip
+    result = job.run(idle_timeout_s=args.idle_timeout, max_events=args.events)
     if d.is_main:
         m = result.metrics
         print(
