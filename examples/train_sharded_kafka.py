@@ -9,7 +9,7 @@ The topic must have ``--partitions`` partitions, keyed by graph partition (``str
 ``produce_dataset`` write it so by hash; ``streamgnn partition`` by LDG/Fennel: then give
 ``--placement stream``, so that each rank owns the vertices the router put in its partitions); they are
 spread round-robin over the ranks. ``--produce`` has rank 0 write
-``--dataset`` into a new topic first. Checkpoints go under ``--checkpoint-dir`` per rank; run the same
+``--dataset`` into a new topic first (and create ``--embeddings-topic``, compacted). Checkpoints go under ``--checkpoint-dir`` per rank; run the same
 command again (or let ``torchrun --max-restarts`` do it) and every rank resumes from the newest step all of
 them saved, its Kafka offsets included. ``--embeddings-topic``: each rank publishes the embeddings of the
 vertices it owns there, for ``streamgnn serve``.
@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 import torch
 import torch.distributed as dist
 
-from streamgnn.connectors.kafka import produce_dataset
+from streamgnn.connectors.kafka import create_topic, produce_dataset
 from streamgnn.nn import TGNConfig
 from streamgnn.shard import ShardConfig
 from streamgnn.train import TrainConfig, init_distributed
@@ -60,6 +60,8 @@ def main() -> None:
         if d.is_main:
             report = produce_dataset(args.bootstrap, args.topic, args.dataset, args.partitions, fmt="binary")
             print(f"produced {report.events:,} events into {args.topic}", flush=True)
+            if args.embeddings_topic:
+                create_topic(args.bootstrap, args.embeddings_topic, 1, compacted=True)
         if d.active:
             dist.barrier()  # every rank starts reading once the topic is written
     config = TrainConfig(
