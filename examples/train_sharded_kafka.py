@@ -8,8 +8,8 @@ only its graph partitions' adjacency, memory rows and negative history.
 The topic must have ``--partitions`` partitions, keyed by graph partition (``streamgnn produce`` and
 ``produce_dataset`` write it so by hash; ``streamgnn partition`` by LDG/Fennel: then give
 ``--placement stream``, so that each rank owns the vertices the router put in its partitions); they are
-spread round-robin over the ranks. ``--produce`` has rank 0 write
-``--dataset`` into a new topic first (and create ``--embeddings-topic``, compacted). Checkpoints go under ``--checkpoint-dir`` per rank; run the same
+spread round-robin over the ranks. ``--produce`` has rank 0 write ``--dataset`` into a new topic first (and
+create ``--embeddings-topic``, compacted). Checkpoints go under ``--checkpoint-dir`` per rank; run the same
 command again (or let ``torchrun --max-restarts`` do it) and every rank resumes from the newest step all of
 them saved, its Kafka offsets included. ``--embeddings-topic``: each rank publishes the embeddings of the
 vertices it owns there, for ``streamgnn serve``.
