@@ -35,12 +35,12 @@ import torch
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
 from ..nn import TGN
-from ..progress import progress_bar
 from ..sampling import SamplerConfig
 from ..serve import EmbeddingSink, EmbeddingTable
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
+from ..train.driver import Batches, Drive
 from ..train.metrics import RunningMetrics, reciprocal_ranks
 from ..train.negatives import EVAL, TRAIN, StreamNegatives, counted
 from ..train.tgn_model import link_loss
@@ -151,37 +151,33 @@ class ShardedTrainer:
         if self._batcher_state is not None:
             self.batcher.restore(self._batcher_state, self.index.seen.contains)
             self._batcher_state = None
-        start, start_events, last_ckpt, saved = time.perf_counter(), self.position, self.steps, None
-        end = None if max_events is None else self.position + max_events
-        bar = progress_bar(total=total, initial=self.position, unit="ev",
-                           disable=not (progress and self.dist.is_main))  # fmt: skip
-        try:
-            while (
-                batch := self.batcher.next_batch(None if end is None else end - self.position)
-            ) is not None:
-                self.dead_letter_count += len(self.batcher.dead_letters)  # rows this rank's source could
-                self.batcher.dead_letters.clear()  # not take (counted here, so checkpoints hold them)
-                self.step(batch, arrival=time.perf_counter())
-                self.position += len(batch)
-                bar.update(len(batch))
-                if cfg.checkpoint_interval and self.steps - last_ckpt >= cfg.checkpoint_interval:
-                    saved, last_ckpt = self.save_checkpoint(source.positions()), self.steps
-        finally:
-            bar.close()
-        if cfg.checkpoint_interval and self.steps > last_ckpt:
-            saved = self.save_checkpoint(source.positions())
+        drive = Drive(self, max_events=max_events, progress=progress, total=total)
+        saved, events = drive.run(
+            self._global_batches(drive.room), lambda: self.save_checkpoint(source.positions())
+        )
         self.serving.finish(self.index, self._serve_embed)
         self.metrics.close()
-        seconds = time.perf_counter() - start
-        events = self.position - start_events
-        self.dead_letter_count += len(self.batcher.dead_letters)
-        self.batcher.dead_letters.clear()
+        seconds = drive.elapsed()
         letters = int(self.dist.all_sum([self.dead_letter_count], self.device)[0])
         return OnlineResult(
             events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
             self.metrics.summary(), list(self.metrics.windows), 1e3 * self.serving.latency.percentile(50),
             1e3 * self.serving.latency.percentile(99), letters, saved,
         )  # fmt: skip
+
+    def _global_batches(self, room) -> Batches:
+        """The global batches the ranks agree on (``drive``'s generator), the last cut at ``room()``. Counts
+        the rows this rank's source could not take as they come, so checkpoints hold them."""
+        try:
+            while (batch := self.batcher.next_batch(room())) is not None:
+                self._count_source_letters()
+                yield batch, time.perf_counter(), True
+        finally:
+            self._count_source_letters()
+
+    def _count_source_letters(self) -> None:
+        self.dead_letter_count += len(self.batcher.dead_letters)
+        self.batcher.dead_letters.clear()
 
     def save_checkpoint(self, offsets: dict[str, int]) -> Path:
         """This rank's checkpoint at the current step (every rank calls it after the same step)."""
