@@ -117,7 +117,7 @@ class OnlineTrainer:
         if config.sharding is not None:
             raise ConfigError(
                 "config.sharding is set: OnlineTrainer replicates the whole store on every rank; use "
-                "run_online (which switches on it) or streamgnn.shard.ShardedTrainer"
+                "run_online or TrainJob (which switch on it) or streamgnn.shard.ShardedTrainer"
             )
         self.config = config
         self.dist = dist or init_distributed()
