@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 from ..events import EventBatch
 from ..progress import progress_bar
 
-Batches = Iterator[tuple[EventBatch, float, bool]]  # (global batch, arrival time, checkpoint may follow)
+# (global batch, arrival time, whether a checkpoint may follow it)
+Batches = Generator[tuple[EventBatch, float, bool], None, None]
 
 
 class Drive:
