@@ -8,10 +8,14 @@ only its graph partitions' adjacency, memory rows and negative history.
 The topic must have ``--partitions`` partitions, keyed by graph partition (``streamgnn produce`` and
 ``produce_dataset`` write it so by hash; ``streamgnn partition`` by LDG/Fennel: then give
 ``--placement stream``, so that each rank owns the vertices the router put in its partitions); they are
-spread round-robin over the ranks. ``--produce`` has rank 0 write
-``--dataset`` into a new topic first. Checkpoints go under ``--checkpoint-dir`` per rank; run the same
+spread round-robin over the ranks. ``--produce`` has rank 0 write ``--dataset`` into a new topic first (and
+create ``--embeddings-topic``, compacted). Checkpoints go under ``--checkpoint-dir`` per rank; run the same
 command again (or let ``torchrun --max-restarts`` do it) and every rank resumes from the newest step all of
-them saved, its Kafka offsets included.
+them saved, its Kafka offsets included. ``--embeddings-topic``: each rank publishes the embeddings of the
+vertices it owns there, for ``streamgnn serve``.
+
+The job is ``TrainJob``'s, the one ``streamgnn train`` runs: with a YAML config whose ``train.sharding`` is
+set, ``torchrun ... $(which streamgnn) train --config cluster.yaml --kafka --publish`` runs the same job.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 import torch
 import torch.distributed as dist
 
-from streamgnn.connectors.kafka import produce_dataset
+from streamgnn.connectors.kafka import create_topic, produce_dataset
 from streamgnn.nn import TGNConfig
-from streamgnn.shard import KafkaPartitions, ShardConfig
-from streamgnn.train import TrainConfig, init_distributed, run_online
+from streamgnn.shard import ShardConfig
+from streamgnn.train import TrainConfig, init_distributed
+from streamgnn.train.job import TrainJob
 
 
 def main() -> None:
@@ -47,6 +52,7 @@ def main() -> None:
     ap.add_argument("--out", default="out/train_sharded_kafka", help="rank 0 writes its report here")
     ap.add_argument("--checkpoint-dir", default=None, help="default: <out>/checkpoints")
     ap.add_argument("--checkpoint-every", type=int, default=50, help="global batches between checkpoints")
+    ap.add_argument("--embeddings-topic", default=None, help="publish each rank's vertices' embeddings here")
     args = ap.parse_args()
     torch.set_num_threads(1)
     d = init_distributed()
@@ -54,6 +60,8 @@ def main() -> None:
         if d.is_main:
             report = produce_dataset(args.bootstrap, args.topic, args.dataset, args.partitions, fmt="binary")
             print(f"produced {report.events:,} events into {args.topic}", flush=True)
+            if args.embeddings_topic:
+                create_topic(args.bootstrap, args.embeddings_topic, 1, compacted=True)
         if d.active:
             dist.barrier()  # every rank starts reading once the topic is written
     config = TrainConfig(
@@ -61,21 +69,17 @@ def main() -> None:
         model=TGNConfig(
             memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10, pair_features=False
         ),
-        serve_every=0,
+        serve_every=1 if args.embeddings_topic else 0,  # 0: no table kept, nothing published
         checkpoint_dir=args.checkpoint_dir or f"{args.out}/checkpoints",
         checkpoint_every=args.checkpoint_every,
         sharding=ShardConfig(num_partitions=args.partitions, mode=args.mode, placement=args.placement),
     )
-
-    def my_partitions(
-        ownership, start_offsets
-    ):  # this rank's topic partitions, where its checkpoint left off
-        return KafkaPartitions(
-            args.topic, ownership, bootstrap_servers=args.bootstrap, start_offsets=start_offsets,
-            idle_timeout_s=args.idle_timeout,
-        )  # fmt: skip
-
-    result = run_online(my_partitions, None, config, out_dir=args.out, max_events=args.events)
+    # each rank reads its own topic partitions, from where its checkpoint left off
+    job = TrainJob(
+        config, topic=args.topic, bootstrap=args.bootstrap, embeddings_topic=args.embeddings_topic,
+        out_dir=args.out, log_every_s=0,
+    )  # fmt: skip
+    result = job.run(idle_timeout_s=args.idle_timeout, max_events=args.events)
     if d.is_main:
         m = result.metrics
         print(

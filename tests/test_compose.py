@@ -24,7 +24,7 @@ def test_docker_compose_validates_the_file():
     if exe is None:
         assert not os.environ.get("CI"), "CI must install docker-compose (.ci/run does: apt-get install)"
         pytest.skip("docker-compose is not installed here (apt-get install docker-compose); CI runs this")
-    for profile in ([], ["--profile", "nccl"]):
+    for profile in ([], ["--profile", "nccl"], ["--profile", "sharded"]):
         proc = subprocess.run(
             [exe, "-f", "docker-compose.yml", *profile, "config", "-q"],
             cwd=ROOT,
@@ -39,7 +39,8 @@ def test_every_service_command_is_a_valid_streamgnn_command():
     services = compose["services"]
     assert services["kafka"]["image"].startswith("apache/kafka:") and "healthcheck" in services["kafka"]
     assert {
-        "topics", "producer", "router", "trainer-0", "trainer-1", "serve", "trainer-gpu-0", "trainer-gpu-1"
+        "topics", "producer", "router", "trainer-0", "trainer-1", "serve", "trainer-gpu-0", "trainer-gpu-1",
+        "trainer-sharded-0", "trainer-sharded-1",
     } <= set(services)  # fmt: skip
     parser = build_parser()
     checked = 0
@@ -60,7 +61,7 @@ def test_every_service_command_is_a_valid_streamgnn_command():
         if getattr(args, "config", None):
             assert args.config == "/config/cluster.yaml" and "./config:/config:ro" in service["volumes"]
         checked += 1
-    assert checked == 8
+    assert checked == 10
     gpu = services["trainer-gpu-0"]["deploy"]["resources"]["reservations"]["devices"][0]
     assert gpu["capabilities"] == ["gpu"] and services["trainer-gpu-0"]["profiles"] == ["nccl"]
 
@@ -156,3 +157,30 @@ def test_the_cluster_config_loads_with_the_compose_environment():
     assert cfg.kafka.bootstrap == "kafka:9092" and cfg.kafka.partitions == 4
     assert cfg.train.device == "cuda" and cfg.train.checkpoint_dir == "/checkpoints/gpu"
     assert cfg.train.model.memory_dim == 100 and cfg.serve.host == "0.0.0.0"
+
+
+def test_the_sharded_profile_runs_a_sharded_job_that_publishes():
+    """Its two ranks form one torchrun job of ``streamgnn train`` that publishes, with a sharded config
+    owning the router's partitions (as many as the events topic has), checkpointing apart from the
+    replicated job, with a config the sharded trainer takes (pair features off)."""
+    from streamgnn.shard import ShardedTrainer
+
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services, parser = compose["services"], build_parser()
+    ranks = [services[f"trainer-sharded-{r}"] for r in range(2)]
+    assert all(s["profiles"] == ["sharded"] and s["restart"] == "unless-stopped" for s in ranks)
+    assert ranks[0]["environment"] == ranks[1]["environment"]
+    env = {k: str(v) for k, v in ranks[0]["environment"].items()}
+    cfg = load_config(ROOT / "config" / "cluster.yaml", env=env)
+    sharding = cfg.train.sharding
+    assert sharding.placement == "stream" and sharding.num_partitions == cfg.kafka.partitions == 4
+    assert cfg.train.checkpoint_dir == "/checkpoints/sharded" and not cfg.train.model.pair_features
+    for service in ranks:
+        argv = shlex.split(service["command"])
+        assert "--rdzv-endpoint" in argv and argv[argv.index("--rdzv-endpoint") + 1].startswith(
+            "trainer-sharded-0:"
+        )
+        args = parser.parse_args(argv[argv.index("streamgnn.cli") + 1 :])
+        assert args.kafka and args.publish
+    trainer = ShardedTrainer(cfg.train)  # what the job builds on each rank (alone here: it owns all)
+    assert trainer.table is not None and trainer.ownership.partitions() == [0, 1, 2, 3]  # it serves

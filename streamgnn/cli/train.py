@@ -15,6 +15,8 @@ EXAMPLE = """examples:
   streamgnn train --config cluster.yaml --kafka --metrics-port 9100   # follow kafka.events_topic forever
   torchrun --nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint host0:29400 \\
       $(which streamgnn) train --config cluster.yaml --kafka            # data parallel across machines
+  torchrun --nproc-per-node 2 $(which streamgnn) train --config sharded.yaml --kafka --publish
+      # with train.sharding in the file: each rank reads, trains on and publishes its own partitions
 
 Run it again with the same checkpoint folder and it resumes where the last checkpoint left off.
 """

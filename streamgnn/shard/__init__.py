@@ -7,7 +7,7 @@ from .cache import RowCache
 from .comm import Collectives
 from .memory import OwnedMemory
 from .ownership import GlobalIndex, Ownership
-from .run import run_sharded
+from .run import local_source
 from .source import KafkaPartitions, LocalSource, PartitionedReplay
 from .trainer import ShardedTrainer
 
@@ -23,5 +23,5 @@ __all__ = [
     "RowCache",
     "ShardConfig",
     "ShardedTrainer",
-    "run_sharded",
+    "local_source",
 ]

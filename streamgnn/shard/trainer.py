@@ -12,7 +12,10 @@ Per global batch (identical on every rank, see ``GlobalBatcher``), the same prot
    ranks' rows from a halo copy at most ``staleness`` batches old);
 4. the batch goes into each shard (events with an owned endpoint: a cut edge is kept by both owners);
 5. scores are gathered, gradients averaged so that they equal the one-process gradient, and each owner
-   commits its vertices' memory updates.
+   commits its vertices' memory updates;
+6. every ``serve_every`` batches each rank refreshes the served rows of the vertices it owns that the
+   batches touched (``ShardServing``: a collective) and publishes them to its sink every ``publish_every``
+   refreshes.
 
 Exact mode therefore computes what one process computes (same samples, memory rows, losses; the model within
 float tolerance): only reduction orders differ. Training dropout draws different masks for different
@@ -32,11 +35,12 @@ import torch
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
 from ..nn import TGN
-from ..progress import progress_bar
 from ..sampling import SamplerConfig
+from ..serve import EmbeddingSink, EmbeddingTable
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
+from ..train.driver import Batches, Drive
 from ..train.metrics import RunningMetrics, reciprocal_ranks
 from ..train.negatives import EVAL, TRAIN, StreamNegatives, counted
 from ..train.tgn_model import link_loss
@@ -48,6 +52,7 @@ from .compute import Embedder, Queries
 from .memory import HaloCache, OwnedMemory, lend_state
 from .ownership import GlobalIndex, Ownership
 from .sampling import LocalSampler, RoutedSampler
+from .serving import ShardServing, owned_vertices
 from .source import LocalSource
 
 ADD, UPDATE = int(EventKind.EDGE_ADD), int(EventKind.NODE_UPDATE)
@@ -67,7 +72,9 @@ class ShardedTrainer:
     600
     """
 
-    def __init__(self, config: TrainConfig, *, dist: DistContext | None = None):
+    def __init__(
+        self, config: TrainConfig, *, dist: DistContext | None = None, sink: EmbeddingSink | None = None
+    ):
         self.config, self.shard_config = config, config.sharding or ShardConfig()
         mcfg = config.model
         if mcfg.node_feature_dim:
@@ -103,9 +110,20 @@ class ShardedTrainer:
         # pool replicated, history of owned sources only
         self.negatives = StreamNegatives(config.seed, config.train_negative_pool)
         self.metrics = RunningMetrics(config.window_events)
+        # every rank serves (and publishes to its ``sink``) the rows of the vertices it owns
+        table = EmbeddingTable(self.model.out_dim) if config.serve_every > 0 else None
+        self.serving = ShardServing(
+            table, sink, serve_every=config.serve_every, publish_every=config.publish_every,
+            total=lambda n: int(self.dist.all_sum([n], self.device)[0]),
+        )  # fmt: skip
         self.steps = self.learned = self.position = self.dead_letter_count = 0
         self.batcher: GlobalBatcher | None = None
         self._batcher_state: dict[str, np.ndarray] | None = None  # from a checkpoint, for the next batcher
+
+    @property
+    def table(self) -> EmbeddingTable | None:
+        """The served rows of this rank's vertices (None when ``serve_every`` is 0)."""
+        return self.serving.table
 
     def rebind_store(self) -> None:
         """(Re)build the sampler over ``self.store`` (after a checkpoint replaced it)."""
@@ -133,36 +151,33 @@ class ShardedTrainer:
         if self._batcher_state is not None:
             self.batcher.restore(self._batcher_state, self.index.seen.contains)
             self._batcher_state = None
-        start, start_events, last_ckpt, saved = time.perf_counter(), self.position, self.steps, None
-        end = None if max_events is None else self.position + max_events
-        bar = progress_bar(total=total, initial=self.position, unit="ev",
-                           disable=not (progress and self.dist.is_main))  # fmt: skip
-        try:
-            while (
-                batch := self.batcher.next_batch(None if end is None else end - self.position)
-            ) is not None:
-                self.dead_letter_count += len(self.batcher.dead_letters)  # rows this rank's source could
-                self.batcher.dead_letters.clear()  # not take (counted here, so checkpoints hold them)
-                self.step(batch)
-                self.position += len(batch)
-                bar.update(len(batch))
-                if cfg.checkpoint_interval and self.steps - last_ckpt >= cfg.checkpoint_interval:
-                    saved, last_ckpt = self.save_checkpoint(source.positions()), self.steps
-        finally:
-            bar.close()
-        if cfg.checkpoint_interval and self.steps > last_ckpt:
-            saved = self.save_checkpoint(source.positions())
+        drive = Drive(self, max_events=max_events, progress=progress, total=total)
+        saved, events = drive.run(
+            self._global_batches(drive.room), lambda: self.save_checkpoint(source.positions())
+        )
+        self.serving.finish(self.index, self._serve_embed)
         self.metrics.close()
-        seconds = time.perf_counter() - start
-        events = self.position - start_events
-        self.dead_letter_count += len(self.batcher.dead_letters)
-        self.batcher.dead_letters.clear()
+        seconds = drive.elapsed()
         letters = int(self.dist.all_sum([self.dead_letter_count], self.device)[0])
         return OnlineResult(
             events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
-            self.metrics.summary(), list(self.metrics.windows), math.nan, math.nan,
-            letters, saved,
+            self.metrics.summary(), list(self.metrics.windows), 1e3 * self.serving.latency.percentile(50),
+            1e3 * self.serving.latency.percentile(99), letters, saved,
         )  # fmt: skip
+
+    def _global_batches(self, room) -> Batches:
+        """The global batches the ranks agree on (``drive``'s generator), the last cut at ``room()``. Counts
+        the rows this rank's source could not take as they come, so checkpoints hold them."""
+        try:
+            while (batch := self.batcher.next_batch(room())) is not None:
+                self._count_source_letters()
+                yield batch, time.perf_counter(), True
+        finally:
+            self._count_source_letters()
+
+    def _count_source_letters(self) -> None:
+        self.dead_letter_count += len(self.batcher.dead_letters)
+        self.batcher.dead_letters.clear()
 
     def save_checkpoint(self, offsets: dict[str, int]) -> Path:
         """This rank's checkpoint at the current step (every rank calls it after the same step)."""
@@ -175,16 +190,19 @@ class ShardedTrainer:
 
     @classmethod
     def resume(
-        cls, config: TrainConfig, *, dist: DistContext | None = None
+        cls, config: TrainConfig, *, dist: DistContext | None = None, sink: EmbeddingSink | None = None
     ) -> tuple[ShardedTrainer, dict[str, int]]:
         """A trainer at the newest step every rank checkpointed under ``config.checkpoint_dir`` (a fresh one
-        if there is none), and the source offsets this rank resumes at (give them to its source)."""
-        trainer = cls(config, dist=dist)
+        if there is none), and the source offsets this rank resumes at (give them to its source). A resumed
+        trainer serves every vertex it owns at once (checkpoints do not hold the served rows)."""
+        trainer = cls(config, dist=dist, sink=sink)
         root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
         step = None if root is None else checkpoint.common_step(trainer, root)
         if step is None:
             return trainer, {}
-        return trainer, checkpoint.load(trainer, root, step)
+        offsets = checkpoint.load(trainer, root, step)
+        trainer.serving.refresh(trainer.index, trainer._serve_embed, owned_vertices(trainer.index))
+        return trainer, offsets
 
     def batcher_state(self) -> dict[str, np.ndarray]:
         if self.batcher is None:
@@ -208,8 +226,11 @@ class ShardedTrainer:
         return parts
 
     # ------------------------------------------------------------------ per batch
-    def step(self, batch: EventBatch, *, train: bool = True, score: bool = True) -> StepResult:
+    def step(
+        self, batch: EventBatch, *, train: bool = True, score: bool = True, arrival: float | None = None
+    ) -> StepResult:
         started = time.perf_counter()
+        arrival = started if arrival is None else arrival
         cfg = self.config
         before = self.index.num_nodes
         adm = self.index.admit(batch)
@@ -273,10 +294,20 @@ class ShardedTrainer:
         self.steps += 1
         if not self.exact and self.steps % self.shard_config.staleness == 0:
             self._sync_halo()
+        touched = np.concatenate([adm.src, adm.dst])
+        touched = np.unique(touched[touched >= 0])
+        touched = touched[self.index.owned(touched)]
+        self.serving.after_step(self.index, self._serve_embed, touched, arrival, len(batch), self.steps)
         scored = rows if scoring else rows[:0]
         if scoring or training:
             self.metrics.add(pos, neg, rr, batch.t[scored], loss, time.perf_counter() - started)
         return StepResult(len(batch), m, batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters)
+
+    def _serve_embed(self, gids: np.ndarray, t: float) -> np.ndarray:
+        """Embeddings ``[n, out_dim]`` of owned ``gids`` at time ``t`` (a collective: every rank calls)."""
+        queries = Queries.of(gids, np.full(len(gids), t))
+        (z,) = self.embedder.embed({self.dist.rank: [queries]}, [False], 3 * self.steps + 2)
+        return z[torch.from_numpy(queries.rows)].cpu().numpy()
 
     def _edge_features(self, batch: EventBatch, rows: np.ndarray) -> np.ndarray | None:
         dim = self.config.model.edge_feature_dim

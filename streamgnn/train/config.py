@@ -85,7 +85,8 @@ class TrainConfig(Config):
 
     ``sharding``: None (default) trains data-parallel with every rank holding a full replica of the store and
     memory (``streamgnn.train.distributed``, fine while the graph fits one host); a ``ShardConfig`` makes
-    each rank own graph partitions instead (``streamgnn.shard``: ``run_online`` switches on it).
+    each rank own graph partitions instead (``streamgnn.shard``: ``run_online``, ``TrainJob`` and so
+    ``streamgnn train`` switch on it).
 
     ``baselines``: models scored beside the learned one on the same positives and negatives, each with its
     own metrics (see ``EdgeBank``): "edgebank" (unlimited memory) and "edgebank_tw" (a pair counts if seen

@@ -6,6 +6,12 @@ Under ``torchrun`` every rank runs this. A dataset or file is read by every rank
 construction); a topic is read by rank 0 and broadcast (``BroadcastSource``). A restarted job resumes from
 the newest checkpoint, the one rank 0 names (all ranks load the same one even while a new one is written).
 
+With ``config.sharding`` set the job is sharded (``streamgnn.shard``): each rank owns graph partitions and
+reads only them, from its own topic partitions (``KafkaPartitions``) or from a dataset or file every rank
+replays (``PartitionedReplay``); it resumes from the newest step every rank checkpointed, and publishes the
+embeddings of the vertices it owns, so the topic holds every vertex once. Metrics, status lines and the
+report are the replicated job's.
+
     job = TrainJob(config, topic="events", bootstrap="localhost:9092", embeddings_topic="embeddings")
     result = job.run(idle_timeout_s=30)  # None: follow the topic until stopped
 """
@@ -23,6 +29,9 @@ import torch
 from ..errors import ConfigError
 from ..progress import IntervalLog, IntervalRate
 from ..serve.metrics import WorkerMetrics
+from ..shard.run import local_source
+from ..shard.source import KafkaPartitions
+from ..shard.trainer import ShardedTrainer
 from . import checkpoint
 from .broadcast import BroadcastSource
 from .config import TrainConfig
@@ -31,8 +40,8 @@ from .report import write_report
 from .trainer import OnlineResult, OnlineTrainer
 
 
-class MonitoredTrainer(OnlineTrainer):
-    """An ``OnlineTrainer`` that calls ``on_step(batch, result, arrival)`` after every global batch."""
+class Monitored:
+    """A trainer that calls ``on_step(batch, result, arrival)`` after every global batch."""
 
     on_step = None
 
@@ -44,10 +53,19 @@ class MonitoredTrainer(OnlineTrainer):
         return result
 
 
+class MonitoredTrainer(Monitored, OnlineTrainer):
+    """The replicated job's trainer."""
+
+
+class MonitoredShardedTrainer(Monitored, ShardedTrainer):
+    """The sharded job's trainer (one rank's)."""
+
+
 @dataclass
 class TrainJob:
     """One worker of the job; see the module docstring. Give ``topic`` + ``bootstrap`` for Kafka, or
-    ``source`` (any iterable of EventBatches every rank can read alike: ``DatasetSource``, ``CsvSource``)."""
+    ``source`` (any iterable of EventBatches every rank can read alike: ``DatasetSource``, ``CsvSource``;
+    sharded, also what ``shard.run.local_source`` takes: a factory of this rank's ``LocalSource``)."""
 
     config: TrainConfig
     source: object | None = None
@@ -66,10 +84,11 @@ class TrainJob:
             raise ConfigError("a Kafka topic needs the broker's bootstrap address")
         self.dist = init_distributed()
         self.metrics = WorkerMetrics()
-        self.trainer: MonitoredTrainer | None = None
+        self.sharded = self.config.sharding is not None
+        self.trainer: MonitoredTrainer | MonitoredShardedTrainer | None = None
         self._rate = IntervalRate()
         self._lag_reader = None
-        self._source = None  # rank 0's KafkaSource
+        self._source = None  # the KafkaSource this rank reads (replicated: rank 0's)
 
     # ------------------------------------------------------------------ build
     def _trainer(self, sink) -> MonitoredTrainer:
@@ -106,13 +125,31 @@ class TrainJob:
 
         return BroadcastSource(source, self.dist, idle_timeout_s=idle_timeout_s, on_idle=publish), source
 
+    def _sharded(self, sink, idle_timeout_s: float | None):
+        """This rank's trainer (resumed where every rank checkpointed) and its partitions of the stream."""
+        trainer, offsets = MonitoredShardedTrainer.resume(self.config, dist=self.dist, sink=sink)
+        if trainer.steps and self.dist.is_main:
+            print(f"resumed from {self.config.checkpoint_dir}: {trainer.position:,} events already learned",
+                  flush=True)  # fmt: skip
+        if self.topic is None:
+            return trainer, local_source(self.source, trainer.ownership, offsets)
+        local = KafkaPartitions(
+            self.topic, trainer.ownership, idle_timeout_s=idle_timeout_s, bootstrap_servers=self.bootstrap,
+            start_offsets=offsets, dead_letter_topic=self.dead_letter_topic,
+            max_batch_events=10 * self.config.batch_size,
+        )  # fmt: skip
+        self._source = local.source
+        return trainer, local
+
     # ------------------------------------------------------------------ monitoring
     def _on_step(self, batch, result, arrival: float) -> None:
         m, trainer = self.metrics, self.trainer
         m.ingested.inc(len(batch))
         for letter in result.dead_letters:
             m.dead_letter(letter.reason)
-        if self._source is not None and result.dead_letters:
+        if self._source is not None and result.dead_letters and not self.sharded:
+            # (a sharded step's letters index the global batch, not the rows this rank's source delivered:
+            # they are counted, not forwarded)
             self._source.report_dead_letters(result.dead_letters)
         if trainer.table is not None:
             m.freshness.observe(time.perf_counter() - arrival)
@@ -135,9 +172,10 @@ class TrainJob:
         if self._lag_reader is None:
             self._lag_reader = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
         positions = self._source.positions()
-        parts = [
-            TopicPartition(self.topic, p) for p in sorted(self._lag_reader.partitions_for_topic(self.topic))
-        ]
+        read = sorted(self._lag_reader.partitions_for_topic(self.topic))
+        if self.sharded:  # a rank reads its own partitions
+            read = [p for p in read if p in set(self.trainer.ownership.partitions())]
+        parts = [TopicPartition(self.topic, p) for p in read]
         ends = self._lag_reader.end_offsets(parts)
         lag = {f"{tp.topic}:{tp.partition}": max(0, ends[tp] - positions.get(f"{tp.topic}:{tp.partition}", 0))
                for tp in parts}  # fmt: skip
@@ -180,18 +218,24 @@ class TrainJob:
             except OSError as exc:
                 raise ConfigError(f"cannot serve metrics on port {port}: {exc.strerror or exc}") from None
         with ExitStack() as stack:
-            sink = None
-            if self.embeddings_topic and self.dist.is_main and self.config.serve_every:
+            sink = None  # replicated: rank 0 publishes every row; sharded: each rank its own vertices'
+            if self.embeddings_topic and (self.dist.is_main or self.sharded) and self.config.serve_every:
                 from ..connectors.sink import KafkaSink
 
                 sink = stack.enter_context(
                     KafkaSink(self.bootstrap, embeddings_topic=self.embeddings_topic, fmt="binary")
                 )
-            self.trainer = trainer = self._trainer(sink)
+            if self.sharded:
+                trainer, stream = self._sharded(sink, idle_timeout_s)
+                if stream is not self.source and callable(getattr(stream, "close", None)):
+                    stack.callback(stream.close)  # a source made here (a Kafka consumer) is closed here
+            else:
+                trainer = self._trainer(sink)
+                stream, self._source = self._stream(trainer, sink, idle_timeout_s)
+                if self._source is not None:
+                    stack.callback(self._source.close)
+            self.trainer = trainer
             trainer.on_step = self._on_step
-            stream, self._source = self._stream(trainer, sink, idle_timeout_s)
-            if self._source is not None:
-                stack.callback(self._source.close)
             log = IntervalLog(f"train rank {self.dist.rank}", self._status, self.log_every_s)
             stack.callback(log.stop)
             # where the job ends, counted from the stream's start: the same command ends at the same

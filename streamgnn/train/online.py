@@ -8,9 +8,9 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..events import EventBatch
 from ..serve import EmbeddingSink
-from ..shard.run import run_sharded
 from ..store import TemporalGraphStore
 from .config import TrainConfig
+from .job import TrainJob
 from .report import write_report
 from .trainer import OnlineResult, OnlineTrainer
 
@@ -33,14 +33,13 @@ def run_online(
     ``max_events``: where the job ends, counted from the stream's start: the events a resumed checkpoint
     holds count, so the same call ends at the same point whether or not an earlier run was interrupted.
 
-    With ``config.sharding`` set, each rank trains on its own partitions instead (``streamgnn.shard.run``):
+    With ``config.sharding`` set, each rank trains on its own partitions instead (the sharded ``TrainJob``):
     ``source`` is then a stream every rank replays, or a factory of this rank's ``LocalSource``."""
     if config.sharding is not None:  # each rank owns partitions: the sharded job (streamgnn.shard)
         if store is not None and store.num_nodes:
             raise ConfigError("a sharded run builds each rank's shard from the stream: pass an empty store")
-        return run_sharded(
-            source, config, out_dir=out_dir, progress=progress, max_events=max_events, total=total
-        )
+        job = TrainJob(config, source, out_dir=None if out_dir is None else str(out_dir), log_every_s=0)
+        return job.run(max_events=max_events, progress=progress, total=total)
     ckpt_dir = Path(config.checkpoint_dir) if config.checkpoint_dir else None
     resumed = ckpt_dir is not None and (ckpt_dir / "LATEST").exists()
     if resumed:

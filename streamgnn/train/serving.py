@@ -30,7 +30,7 @@ from ..serve import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..store import TemporalGraphStore
 
 Embed = Callable[[np.ndarray, float], np.ndarray]  # (internal ids, query time) -> float32 [n, dim]
-_CHUNK = 4096  # nodes embedded per call
+CHUNK = 4096  # nodes embedded per call
 
 
 class Serving:
@@ -84,11 +84,7 @@ class Serving:
         if nodes is None:
             nodes = np.unique(np.concatenate(self._touched)) if self._touched else np.zeros(0, np.int64)
         self._touched = []
-        if len(nodes) and math.isfinite(store.watermark):
-            t_q = float(np.nextafter(store.watermark, math.inf))
-            for lo in range(0, len(nodes), _CHUNK):
-                part = nodes[lo : lo + _CHUNK]
-                self.table.update(store.external_ids(part), embed(part, t_q), t_q)
+        self._update(store, embed, nodes)
         now = time.perf_counter()
         for arrival, events in self._waiting:
             self.latency.record(arrival, now, events)
@@ -96,6 +92,14 @@ class Serving:
         self._refreshes += 1
         if self.sink is not None and self._refreshes % self.publish_every == 0:
             self.table.publish(self.sink)
+
+    def _update(self, store: TemporalGraphStore, embed: Embed, nodes: np.ndarray) -> None:
+        """Write the rows of ``nodes`` to the table, ``CHUNK`` nodes per ``embed`` call."""
+        if len(nodes) and math.isfinite(store.watermark):
+            t_q = float(np.nextafter(store.watermark, math.inf))
+            for lo in range(0, len(nodes), CHUNK):
+                part = nodes[lo : lo + CHUNK]
+                self.table.update(store.external_ids(part), embed(part, t_q), t_q)
 
     def finish(self, store: TemporalGraphStore, embed: Embed) -> None:
         """End of a fit: serve what waits, publish the table and flush the sink."""

@@ -30,12 +30,12 @@ import torch
 
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
-from ..progress import progress_bar
 from ..serve import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..store import TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
 from .distributed import DistContext, init_distributed, local_device
+from .driver import Batches, Drive
 from .edgebank import make_baseline
 from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
 from .models import make_link_model
@@ -99,8 +99,9 @@ class OnlineTrainer:
     ``config.publish_every`` refreshes. ``link_model``: any ``LinkModel`` to drive instead of the model that
     ``config.model`` describes (``models.make_link_model``).
 
-    The loop is this class; the seams are modules of their own: the model (``protocol.LinkModel``, TGN's in
-    ``tgn_model``), negatives (``negatives``), serving (``serving``) and checkpoints (``checkpoint``).
+    The per-batch protocol is this class; the stream loop is ``driver``'s (the sharded trainer's too); the
+    seams are modules of their own: the model (``protocol.LinkModel``, TGN's in ``tgn_model``), negatives
+    (``negatives``), serving (``serving``) and checkpoints (``checkpoint``).
     """
 
     def __init__(
@@ -116,7 +117,7 @@ class OnlineTrainer:
         if config.sharding is not None:
             raise ConfigError(
                 "config.sharding is set: OnlineTrainer replicates the whole store on every rank; use "
-                "run_online (which switches on it) or streamgnn.shard.ShardedTrainer"
+                "run_online or TrainJob (which switch on it) or streamgnn.shard.ShardedTrainer"
             )
         self.config = config
         self.dist = dist or init_distributed()
@@ -365,63 +366,18 @@ class OnlineTrainer:
         agree. Any other source is replayed from its start: right after ``resume``, the events the
         checkpoint had consumed are skipped.
         """
-        cfg = self.config
         positions = positions or getattr(source, "positions", None)
         skip = 0 if positions is not None else self._replayed
         self._replayed = 0
-        start, start_events, last_ckpt = time.perf_counter(), self.position, self.steps
-        saved: Path | None = None
-        if max_events is not None:
-            total = min(total or math.inf, self.position + max_events)
-        bar = progress_bar(
-            total=total, initial=self.position, unit="ev", disable=not (progress and self.dist.is_main)
+        drive = Drive(self, max_events=max_events, progress=progress, total=total)
+        batches = self._global_batches(source, skip, drive.room, by_offsets=positions is not None)
+        saved, events = drive.run(
+            batches, lambda: self.save_checkpoint(None if positions is None else positions())
         )
-        cut_short = False  # stopped inside a source batch: its offsets would claim unprocessed events
-        batches = iter(source)  # (a file source starts its pass's dead-letter list here)
-        letters_seen = _source_dead_letters(source)
-        try:
-            for raw in batches:
-                arrival = time.perf_counter()
-                cut = min(skip, len(raw))
-                skip -= cut
-                letters = _source_dead_letters(source)  # counted as they come, so checkpoints hold them,
-                if cut < len(raw) or not len(raw):  # but not again for batches a resumed run replays
-                    self.dead_letter_count += letters - letters_seen
-                letters_seen = letters
-                for chunk in raw[cut:].split(cfg.batch_size):
-                    if max_events is not None:
-                        room = max(0, max_events - (self.position - start_events))
-                        cut_short |= len(chunk) > room
-                        chunk = chunk[:room]
-                    if not len(chunk):
-                        cut_short = True
-                        break
-                    closed = self.metrics.closed
-                    self.step(chunk, arrival=arrival)
-                    self.position += len(chunk)
-                    bar.update(len(chunk))
-                    if self.metrics.closed > closed:
-                        w = self.metrics.windows[-1]
-                        best = {n: r.windows[-1].mrr for n, r in self.baseline_metrics.items() if r.windows}
-                        beside = {"best_baseline_mrr": f"{max(best.values()):.4f}"} if best else {}
-                        bar.set_postfix(ap=f"{w.ap:.4f}", mrr=f"{w.mrr:.4f}", **beside, refresh=False)
-                    if positions is None and self._due(last_ckpt):
-                        saved, last_ckpt = self.save_checkpoint(), self.steps
-                if max_events is not None and self.position - start_events >= max_events:
-                    break
-                if positions is not None and self._due(last_ckpt):
-                    saved, last_ckpt = self.save_checkpoint(positions()), self.steps
-        finally:
-            bar.close()
-            if not skip:
-                self.dead_letter_count += _source_dead_letters(source) - letters_seen
-        if cfg.checkpoint_interval and self.steps > last_ckpt and not (positions is not None and cut_short):
-            saved = self.save_checkpoint(None if positions is None else positions())
         self.serving.finish(self.store, self._embed)
         for running in (self.metrics, *self.baseline_metrics.values()):
             running.close()
-        seconds = time.perf_counter() - start
-        events = self.position - start_events
+        seconds = drive.elapsed()
         summary = self.metrics.summary()
         baselines = {name: running.summary() for name, running in self.baseline_metrics.items()}
         return OnlineResult(
@@ -431,6 +387,36 @@ class OnlineTrainer:
             baseline_windows={n: list(r.windows) for n, r in self.baseline_metrics.items()},
             flags=self._flags(summary, baselines),
         )  # fmt: skip
+
+    def _global_batches(self, source: Iterable[EventBatch], skip: int, room, *, by_offsets: bool) -> Batches:
+        """``source`` cut into ``batch_size`` global batches (``drive``'s generator), less its first ``skip``
+        events and cut at ``room()``; with ``by_offsets``, a checkpoint may follow only the last batch of a
+        source batch. Counts the source's own dead letters as they come, so checkpoints hold them (but not
+        again for batches a resumed run replays)."""
+        batches = iter(source)  # (a file source starts its pass's dead-letter list here)
+        letters_seen = _source_dead_letters(source)
+        try:
+            for raw in batches:
+                arrival = time.perf_counter()
+                cut = min(skip, len(raw))
+                skip -= cut
+                letters = _source_dead_letters(source)
+                if cut < len(raw) or not len(raw):
+                    self.dead_letter_count += letters - letters_seen
+                letters_seen = letters
+                chunks = list(raw[cut:].split(self.config.batch_size))
+                for i, chunk in enumerate(chunks):
+                    left = room()
+                    whole = left is None or len(chunk) <= left
+                    chunk = chunk if whole else chunk[:left]
+                    if not len(chunk):
+                        return
+                    yield chunk, arrival, not by_offsets or (whole and i == len(chunks) - 1)
+                if room() == 0:
+                    return
+        finally:
+            if not skip:
+                self.dead_letter_count += _source_dead_letters(source) - letters_seen
 
     def _flags(self, metrics: LinkMetrics, baselines: dict[str, LinkMetrics]) -> list[str]:
         """Where the learned model scores below a baseline (empty when the model learns nothing)."""
@@ -450,10 +436,6 @@ class OnlineTrainer:
         self.position = 0
         # The next refresh (each step's, or resume's once the state is loaded) serves the new pass's rows.
         self.serving.reset()
-
-    def _due(self, last: int) -> bool:
-        every = self.config.checkpoint_interval
-        return bool(every) and self.steps - last >= every
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, source_offsets: dict[str, int] | None = None) -> Path | None:
