@@ -66,8 +66,10 @@ NO_LIVE_EDGE = "delete matched no live edge {src!r} -> {dst!r} at t={t!r}"
 NO_PARTITION_HOLDS = "delete matched no edge: no partition holds both {src!r} and {dst!r}"
 REASONS = (TOO_LATE, UNKNOWN_NODE, ID_TYPE, NOT_DENSE, FEATURE_WIDTH, NO_LIVE_EDGE, NO_PARTITION_HOLDS)
 
-Width = tuple[str, "int | None", tuple[int, ...]]
-"""A feature width the caller fixes: (label, width or None: not fixed yet, the event kinds it binds)."""
+Width = tuple[str, "int | None", tuple[int, ...], bool]
+"""A feature width the caller holds a stream to: (label, width, the event kinds it binds, exact). Not exact:
+a width of None is not fixed yet, and a batch without features fits any (the store pads). Exact: the
+batch's width must equal it, None (no features) included (a router joins batches row-wise)."""
 
 
 def plain(x):
@@ -138,8 +140,9 @@ class Admission:
             if lowest < 0:
                 return NOT_DENSE.format(lowest=lowest)
         now = batch.feature_dim
-        for label, was, kinds in widths:
-            if was is not None and was != now and np.isin(batch.kind, kinds).any():
+        for label, was, kinds, exact in widths:
+            differs = was != now and (exact or None not in (was, now))
+            if differs and np.isin(batch.kind, kinds).any():
                 return FEATURE_WIDTH.format(label=label, was=was, now=now)
         return None
 

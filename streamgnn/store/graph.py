@@ -140,7 +140,10 @@ class TemporalGraphStore:
         if not len(batch):
             return report
         self._changed()
-        widths = (("edge", self.edge_feature_dim, (ADD,)), ("node", self.node_feature_dim, (UPDATE,)))
+        widths = (
+            ("edge", self.edge_feature_dim, (ADD,), False),
+            ("node", self.node_feature_dim, (UPDATE,), False),
+        )
         adm = self.admission.admit(batch, where, widths)
         if self.ids.size > adm.first_new:
             self._add_nodes(adm.first_new, self.ids.size)
