@@ -1,12 +1,14 @@
 """One admission for the store, the sharded index and the router: the same events kept and refused, for the
 same reasons, and admission state that checkpoints round-trip bit for bit."""
 
+import doctest
 import math
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import streamgnn.store.admission
 from streamgnn.events import EventBatch
 from streamgnn.partition.routing import RoutingState
 from streamgnn.shard.ownership import GlobalIndex, Ownership
@@ -159,3 +161,8 @@ def test_a_router_checkpoint_from_before_the_watermark_still_loads():
     old.restore(arrays, meta)
     assert old.watermark == -math.inf
     assert [d.index for d in old.route(events[100:])[1]] == [d.index for d in router.route(events[100:])[1]]
+
+
+def test_the_module_example_runs():
+    result = doctest.testmod(streamgnn.store.admission)
+    assert result.attempted and not result.failed

@@ -281,7 +281,7 @@ def test_fast_path_for_clean_batches_matches_the_general_path(rows, lateness, ch
 def test_fast_path_changes_nothing_unless_the_whole_batch_is_clean():
     s = TemporalGraphStore(StoreConfig(allowed_lateness=1.0))
     first = batch([(ADD, 1, 2, 5.0, 0), (ADD, 2, 3, 4.5, 1)])
-    assert s.admission._screen(first, ()).tolist() == [False, True]
+    assert s.admission._screen(first, ())[0].tolist() == [False, True]
     assert s.ingest(first).late == 1
     state = (s.watermark, len(s.seen), s.seen.bits.copy())
     for rows in (

@@ -117,10 +117,10 @@ class Ownership:
 
 
 @dataclass(frozen=True)
-class Admitted:
-    """One global batch as the index admitted it: ``rows`` of the batch it kept (valid, first of their event
-    id, not too late), their global ``src``/``dst`` (-1: a delete naming an unknown vertex, which the index
-    dead-letters and drops from ``rows``), and the ids known before the batch (``pre_*``, -1: new)."""
+class GlobalAdmitted:
+    """One global batch as the index admitted it (``store.admission``): ``rows`` of the batch it kept (valid,
+    first of their event id, not too late, not a delete naming an unknown vertex), their global
+    ``src``/``dst``, and the ids known before the batch (``pre_*``, -1: new)."""
 
     rows: np.ndarray
     src: np.ndarray
@@ -172,7 +172,7 @@ class GlobalIndex:
     def external(self, gids: np.ndarray) -> np.ndarray:
         return self.ids.external(np.asarray(gids, np.int64))
 
-    def admit(self, batch: EventBatch, where: str = "global batch") -> Admitted:
+    def admit(self, batch: EventBatch, where: str = "global batch") -> GlobalAdmitted:
         """Validate, deduplicate, check lateness and map ids of one global batch, as one store's ingest
         would (one ``Admission``); returns what was kept and the dead letters of the rest. Placement taken
         from the stream is checked (``PlacementError``) before anything changes."""
@@ -193,7 +193,7 @@ class GlobalIndex:
             self.partition = grown
         pre_src = adm.known_before(adm.src)
         pre_dst = np.where(adm.events.kind == UPDATE, pre_src, adm.known_before(adm.dst))
-        return Admitted(adm.rows, adm.src, adm.dst, pre_src, pre_dst, adm.dead_letters, adm.duplicates)
+        return GlobalAdmitted(adm.rows, adm.src, adm.dst, pre_src, pre_dst, adm.dead_letters, adm.duplicates)
 
     def _checked_placement(self, ev: EventBatch, where: str) -> None:
         """Refuse the events' placement where it contradicts a partition given earlier, by an earlier event

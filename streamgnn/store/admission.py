@@ -95,22 +95,19 @@ class AdmissionConfig(Config):
 class Admitted:
     """One batch as admitted: ``events`` (the kept rows, in arrival order; the batch itself when all were
     kept), ``rows`` (their rows in the batch), their internal ``src``/``dst`` (an update's dst is its src),
-    ``late`` (behind the watermark but within the allowed lateness), ``first_new`` (the first internal id
-    this batch added: ids >= it are new), the ``duplicates`` skipped and the ``dead_letters`` of the rest
-    (by batch row, payload None)."""
+    ``late`` (behind the watermark but within the allowed lateness; ``n_late`` of them), ``first_new`` (the
+    first internal id this batch added: ids >= it are new), the ``duplicates`` skipped and the
+    ``dead_letters`` of the rest (by batch row, payload None)."""
 
     events: EventBatch
     rows: np.ndarray
     src: np.ndarray
     dst: np.ndarray
     late: np.ndarray
+    n_late: int
     first_new: int
     duplicates: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
-
-    @property
-    def n_late(self) -> int:
-        return int(self.late.sum())
 
     def known_before(self, ids: np.ndarray) -> np.ndarray:
         """``ids`` (internal, of this batch) as they were known before it: -1 for those it added."""
@@ -156,13 +153,14 @@ class Admission:
         """Admit ``batch`` (see the module docstring). ``widths``: feature widths the caller holds the
         stream to. ``check(valid_rows)``: the caller's own refusal (it raises), run before anything
         changes."""
-        late = self._screen(batch, widths)
-        if late is not None:  # the common batch: every row valid and in time, no refusal
+        screened = self._screen(batch, widths)
+        if screened is not None:  # the common batch: every row valid and in time, no refusal
             if check is not None:
                 check(batch)
             if self.seen.mark_new(batch.eid):
-                self.watermark = self._advance(batch)
-                return self._mapped(batch, np.arange(len(batch)), late, 0, [], where)
+                late, n_late, n_delete, newest = screened
+                self.watermark = newest + 0.0
+                return self._mapped(batch, np.arange(len(batch)), late, n_late, 0, [], where, n_delete > 0)
             valid, letters, rows = batch, [], np.arange(len(batch))
         else:
             valid, letters = batch.validate(where)
@@ -187,43 +185,43 @@ class Admission:
         late = ev.t < newest
         if too_late.any():
             ev, rows, late = ev.take(~too_late), rows[~too_late], late[~too_late]
-        if len(ev):
-            self.watermark = self._advance(ev)
-        return self._mapped(ev, rows, late, duplicates, letters, where)
+        if len(ev):  # +0.0: a zero of either sign, so that state bytes do not depend on which came first
+            self.watermark = max(self.watermark, float(ev.t.max())) + 0.0
+        return self._mapped(ev, rows, late, int(late.sum()), duplicates, letters, where, True)
 
-    def _screen(self, batch: EventBatch, widths: Sequence[Width]) -> np.ndarray | None:
-        """Each row's lateness when every row is valid, in time and the batch is not refused (int ids: the
-        kernel's case); None, for the general path, otherwise. Changes nothing: most batches are clean,
-        and for them the general path's dead-letter bookkeeping was most of the per-batch cost."""
+    def _screen(self, batch: EventBatch, widths: Sequence[Width]) -> tuple | None:
+        """``K.screen``'s (lateness of each row, late rows, deletes, watermark after) when every row is
+        valid, in time and the batch is not refused (int ids: the kernel's case); None, for the general
+        path, otherwise. Changes nothing: most batches are clean, and for them the general path's
+        dead-letter bookkeeping was most of the per-batch cost."""
         if batch.string_ids or self.refusal(batch, widths) is not None:
             return None
         if batch.features is not None and batch.features.size and not np.isfinite(batch.features).all():
             return None
         late = np.empty(len(batch), bool)
         weight = _NO_WEIGHT if batch.weight is None else batch.weight
-        clean, _ = K.screen(batch.kind, batch.t, weight, self.watermark, self.config.allowed_lateness, late)
-        return late if clean else None
+        clean, n_late, n_delete, newest = K.screen(
+            batch.kind, batch.t, weight, self.watermark, self.config.allowed_lateness, late
+        )
+        return (late, int(n_late), int(n_delete), float(newest)) if clean else None
 
-    def _advance(self, ev: EventBatch) -> float:
-        """The watermark after admitting ``ev`` (not empty); +0.0 for a zero of either sign, so that state
-        bytes do not depend on which zero came first or on the batch boundaries."""
-        return max(self.watermark, float(ev.t.max())) + 0.0
-
-    def _mapped(self, ev, rows, late, duplicates: int, letters: list[DeadLetter], where: str) -> Admitted:
-        """Map the admitted events' ids and drop (dead-letter) deletes naming a node never seen."""
+    def _mapped(self, ev, rows, late, n_late, duplicates, letters, where, deletes: bool) -> Admitted:
+        """Map the admitted events' ids and drop (dead-letter) deletes naming a node never seen (only a
+        delete leaves an id unmapped: without ``deletes``, none can)."""
         first_new = self.ids.size
         src, dst = self.ids.map_events(ev.kind, ev.src, ev.dst)
-        unknown = (src < 0) | (dst < 0)  # only a delete leaves an id unmapped
-        if unknown.any():
+        unknown = ((src < 0) | (dst < 0)) if deletes else None
+        if unknown is not None and unknown.any():
             for i in np.flatnonzero(unknown).tolist():
                 reason = UNKNOWN_NODE.format(src=plain(ev.src[i]), dst=plain(ev.dst[i]))
                 letters.append(DeadLetter(reason, where, None, int(rows[i]), int(ev.eid[i])))
             ok = ~unknown
             ev, rows, late, src, dst = ev.take(ok), rows[ok], late[ok], src[ok], dst[ok]
+            n_late = int(late.sum())
         if letters:
             letters.sort(key=lambda d: d.index)
-        return Admitted(ev, rows, src, dst, late, first_new, duplicates, letters)
+        return Admitted(ev, rows, src, dst, late, n_late, first_new, duplicates, letters)
 
     def _nothing(self, batch: EventBatch, letters: list[DeadLetter]) -> Admitted:
         none = np.zeros(0, np.int64)
-        return Admitted(batch.take(none), none, none, none, np.zeros(0, bool), self.ids.size, 0, letters)
+        return Admitted(batch.take(none), none, none, none, np.zeros(0, bool), 0, self.ids.size, 0, letters)
