@@ -53,7 +53,7 @@ ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 _NO_WEIGHT = np.empty(0, np.float32)
 
 # Every dead-letter reason of admission and of the deletes after it, one wording each (``str.format``
-# fields). The field checks' reasons are ``EventBatch.validate``'s, also one wording each (events.py).
+# fields). The field checks' reasons are ``EventBatch.validate``'s constants in events.py (``BAD_KIND``...).
 TOO_LATE = (
     "event at t={t!r} is {behind:g} behind the stream (newest t={newest!r}), "
     "beyond allowed_lateness={allowed:g}"
