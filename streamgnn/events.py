@@ -30,6 +30,17 @@ KIND_NAMES = {
 KIND_LABELS = {v: k for k, v in KIND_NAMES.items()}
 
 
+# The reasons ``EventBatch.validate`` gives a row (followed by the row's time); admission's own are in
+# ``store.admission``.
+BAD_KIND = "unknown event kind (expected 0/1/2)"
+BAD_TIME = "time is NaN or infinite"
+NEGATIVE_TIME = "time is negative"
+BAD_WEIGHT = "weight is NaN or infinite"
+BAD_FEATURES = "features hold NaN or infinite values"
+EMPTY_ID = "empty node id"
+NOT_UTF8 = "node id is not valid UTF-8 (a lone surrogate)"
+
+
 @dataclass(frozen=True)
 class DeadLetter:
     """An event that was not applied, with the reason and enough context to find and replay it."""
@@ -308,19 +319,19 @@ class EventBatch:
     def validate(self, where: str = "batch") -> tuple[EventBatch, list[DeadLetter]]:
         """Split into the valid rows and a dead letter for each invalid one."""
         checks = [
-            (~((self.kind >= 0) & (self.kind <= 2)), "unknown event kind (expected 0/1/2)"),
-            (~np.isfinite(self.t), "time is NaN or infinite"),
-            (self.t < 0, "time is negative"),
+            (~((self.kind >= 0) & (self.kind <= 2)), BAD_KIND),
+            (~np.isfinite(self.t), BAD_TIME),
+            (self.t < 0, NEGATIVE_TIME),
         ]
         if self.weight is not None:
-            checks.append((~np.isfinite(self.weight), "weight is NaN or infinite"))
+            checks.append((~np.isfinite(self.weight), BAD_WEIGHT))
         if self.features is not None and self.features.size:
-            checks.append((~np.isfinite(self.features).all(axis=1), "features hold NaN or infinite values"))
+            checks.append((~np.isfinite(self.features).all(axis=1), BAD_FEATURES))
         if self.string_ids:
             empty = np.array([not s for s in self.src], bool) | np.array([not s for s in self.dst], bool)
-            checks.append((empty, "empty node id"))
+            checks.append((empty, EMPTY_ID))
             unencodable = _not_utf8(self.src) | _not_utf8(self.dst)
-            checks.append((unencodable, "node id is not valid UTF-8 (a lone surrogate)"))
+            checks.append((unencodable, NOT_UTF8))
         bad = np.logical_or.reduce([mask for mask, _ in checks])
         if not bad.any():
             return self, []

@@ -239,7 +239,7 @@ def test_same_content_whatever_the_arrival_order_of_event_ids(tmp_path):
 
 
 def general_path_only(store: TemporalGraphStore) -> TemporalGraphStore:
-    store._screen = lambda batch: None
+    store.admission._screen = lambda batch, widths: None
     return store
 
 
@@ -280,8 +280,9 @@ def test_fast_path_for_clean_batches_matches_the_general_path(rows, lateness, ch
 
 def test_fast_path_changes_nothing_unless_the_whole_batch_is_clean():
     s = TemporalGraphStore(StoreConfig(allowed_lateness=1.0))
-    late, n_late = s._screen(batch([(ADD, 1, 2, 5.0, 0), (ADD, 2, 3, 4.5, 1)]))
-    assert late.tolist() == [False, True] and n_late == 1
+    first = batch([(ADD, 1, 2, 5.0, 0), (ADD, 2, 3, 4.5, 1)])
+    assert s.admission._screen(first, ())[0].tolist() == [False, True]
+    assert s.ingest(first).late == 1
     state = (s.watermark, len(s.seen), s.seen.bits.copy())
     for rows in (
         [(ADD, 1, 2, 6.0, 2), (ADD, 1, 2, 7.0, 2)],  # an id repeated in the batch
@@ -290,7 +291,8 @@ def test_fast_path_changes_nothing_unless_the_whole_batch_is_clean():
         [(ADD, 1, 2, 6.0, 6), (9, 1, 2, 7.0, 7)],  # unknown kind
         [(ADD, 1, 2, 6.0, 8), (ADD, 1, 2, 7.0, 10**9)],  # an id beyond the bitmap
     ):
-        assert s._screen(batch(rows)) is None
+        b = batch(rows)
+        assert s.admission._screen(b, ()) is None or not s.seen.mark_new(b.eid)
         assert (s.watermark, len(s.seen)) == state[:2] and np.array_equal(s.seen.bits, state[2])
 
 

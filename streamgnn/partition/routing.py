@@ -1,6 +1,7 @@
 """Where each event of a batch goes, in which order: the part of the router that needs no broker.
 
-``RoutingState.route(batch)`` dedups events by id, maps ids, runs the partitioner and returns, per graph
+``RoutingState.route(batch)`` admits events as a store would (``store.admission``: field checks, dedup
+by event id, lateness, the id map, deletes of unknown nodes), runs the partitioner and returns, per graph
 partition, the events to publish in order, plus dead letters. An event goes to its source vertex's
 partition (vertex partitioners) or its edge's partition (edge partitioners; a delete goes to every
 partition holding replicas of both its ends, the only ones that can hold the edge); with a vertex
@@ -22,14 +23,15 @@ restarted mid-stream, fed different batches, publishes exactly what an uninterru
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from ..codec import CONTENT_BINARY, decode, encode_binary
 from ..connectors.kafka.merge import join_rows
-from ..errors import EventValidationError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
+from ..store.admission import NO_PARTITION_HOLDS, Admission, AdmissionConfig, plain
 from ..store.dedup import SeenIds
 from ..store.idmap import NodeIdMap
 from . import make_partitioner
@@ -37,18 +39,18 @@ from .base import PENDING, Routes
 from .metrics import PartitionReport, _balance
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
+ALL_KINDS = (ADD, DELETE, UPDATE)
 _NEVER = np.iinfo(np.int64).max
 
 
 class RoutingState:
     """Everything a router must remember, and the routing itself (see the module doc)."""
 
-    def __init__(self, partitioner, num_partitions: int) -> None:
+    def __init__(self, partitioner, num_partitions: int, allowed_lateness: float = math.inf) -> None:
         self.partitioner = make_partitioner(partitioner, num_partitions)
         self.k = self.partitioner.num_partitions
-        self.ids = NodeIdMap()
+        self.admission = Admission(AdmissionConfig(allowed_lateness))
         self.labels = np.zeros(0, np.int32)
-        self.seen = SeenIds()
         self.held = EventBatch.empty()
         self.held_vertex = np.zeros(0, np.int64)
         self.edge_loads = np.zeros(self.k, np.int64)  # edges published per partition
@@ -56,59 +58,40 @@ class RoutingState:
         names = ("events", "edges", "duplicates", "dead_letters", "published", "cut_edges", "placed_edges")
         self.counts = dict.fromkeys(names, 0)
 
+    # the admission state, kept by ``self.admission`` and read and restored here by its owners' names
+    ids = property(lambda self: self.admission.ids, lambda self, v: setattr(self.admission, "ids", v))
+    seen = property(lambda self: self.admission.seen, lambda self, v: setattr(self.admission, "seen", v))
+    watermark = property(
+        lambda self: self.admission.watermark, lambda self, v: setattr(self.admission, "watermark", v)
+    )
+
     # ------------------------------------------------------------------ routing
     def route(
         self, batch: EventBatch, where: str = "router"
     ) -> tuple[dict[int, EventBatch], list[DeadLetter]]:
-        """Per partition the events to publish now, in order; and dead letters (rows of ``batch``)."""
-        self._check_fits(batch)
-        letters: list[DeadLetter] = []
-        keep = np.flatnonzero(self.seen.first_unseen(batch.eid))
-        self.counts["duplicates"] += len(batch) - len(keep)
-        self.counts["events"] += len(keep)
-        ev = batch.take(keep)
-        before = self.ids.size
-        src, dst = self.ids.map_events(ev.kind, ev.src, ev.dst)
-        if self.ids.size > before:
+        """Per partition the events to publish now, in order; and dead letters (rows of ``batch``): those
+        of admission (the store's, see ``store.admission``) and deletes no partition can hold the edge of.
+        A batch of another id type or feature width than the events seen and held is refused whole (a
+        reader feeds one stream: ``KafkaSource`` dead-letters events that do not fit); weights may differ:
+        an event without one weighs 1.0, the codec's rule."""
+        held = (("event", self.held.feature_dim, ALL_KINDS, True),) if len(self.held) else ()
+        adm = self.admission.admit(batch, where, held)
+        self.counts["duplicates"] += adm.duplicates
+        self.counts["events"] += len(batch) - adm.duplicates
+        if self.ids.size > adm.first_new:
             self.labels = grow(self.labels, self.ids.size, PENDING)
-            ext = self.ids.external(np.arange(before, self.ids.size))
-            self.partitioner.add_vertices(self.labels, before, self.ids.size, ext)
-        unknown = (src < 0) | (dst < 0)
-        ok_rows = np.arange(len(ev))
-        dead_before = self.counts["dead_letters"]
-        if unknown.any():
-            for i in np.flatnonzero(unknown):
-                a, b = ev.src[i : i + 1].tolist()[0], ev.dst[i : i + 1].tolist()[0]  # plain values
-                reason = f"delete names a node the router has never seen ({a!r} -> {b!r})"
-                letters.append(DeadLetter(reason, where, None, int(keep[i]), int(ev.eid[i])))
-            ok = ~unknown
-            ev, src, dst, ok_rows = ev.take(ok), src[ok], dst[ok], ok_rows[ok]
+            ext = self.ids.external(np.arange(adm.first_new, self.ids.size))
+            self.partitioner.add_vertices(self.labels, adm.first_new, self.ids.size, ext)
+        ev, src, dst, letters = adm.events, adm.src, adm.dst, adm.dead_letters
         self.counts["edges"] += int((ev.kind == ADD).sum())
-        self.counts["dead_letters"] += len(letters)
         routes = self.partitioner.observe(self.labels, ev.kind, src, dst, ev.t, routes=True)
         if routes.both is not None:  # a delete no partition can hold the edge of: no edge to delete
-            for i in np.flatnonzero((ev.kind == DELETE) & ~routes.both.any(axis=1)):
-                a, b = ev.src[i : i + 1].tolist()[0], ev.dst[i : i + 1].tolist()[0]
-                reason = f"delete matches no edge: no partition holds both {a!r} and {b!r}"
-                letters.append(DeadLetter(reason, where, None, int(keep[ok_rows[i]]), int(ev.eid[i])))
-            self.counts["dead_letters"] = dead_before + len(letters)
+            for i in np.flatnonzero((ev.kind == DELETE) & ~routes.both.any(axis=1)).tolist():
+                reason = NO_PARTITION_HOLDS.format(src=plain(ev.src[i]), dst=plain(ev.dst[i]))
+                letters.append(DeadLetter(reason, where, None, int(adm.rows[i]), int(ev.eid[i])))
+        self.counts["dead_letters"] += len(letters)
         out = self._emit(ev, src, dst, routes)
         return out, letters
-
-    def _check_fits(self, batch: EventBatch) -> None:
-        """Refuse, before any state changes, a batch of another id type or feature width than the events
-        seen and held (a reader feeds one stream: ``KafkaSource`` dead-letters events that do not fit).
-        Weights may differ: an event without one weighs 1.0, the codec's rule."""
-        if not len(batch):
-            return
-        kind = "str" if batch.string_ids else "int"
-        wrong_width = len(self.held) and batch.feature_dim != self.held.feature_dim
-        if self.ids.kind not in (None, kind) or wrong_width:
-            raise EventValidationError(
-                f"a batch of {kind} ids and {batch.feature_dim} features cannot join this stream "
-                f"({self.ids.kind} ids; {self.held.feature_dim} features held); route one stream per "
-                "RoutingState"
-            )
 
     def _emit(self, ev: EventBatch, src, dst, routes) -> dict[int, EventBatch]:
         """Order this batch's events and the held ones by the stream position where each can go: an event
@@ -203,6 +186,7 @@ class RoutingState:
         arrays.update(self.ids.to_arrays())
         arrays["labels"] = self.labels[: self.ids.size]
         arrays["seen_bits"], arrays["seen_outliers"] = self.seen.to_arrays()
+        arrays["watermark"] = np.array([self.watermark])
         held = encode_binary(self.held) if len(self.held) else b""
         arrays["held"] = np.frombuffer(held, np.uint8)
         arrays["held_vertex"] = self.held_vertex
@@ -220,6 +204,7 @@ class RoutingState:
         self.ids = NodeIdMap.from_arrays(meta["id_kind"], a)
         self.labels = a["labels"].astype(np.int32).copy()
         self.seen = SeenIds.from_arrays(a["seen_bits"], a["seen_outliers"])
+        self.watermark = float(a["watermark"][0]) if "watermark" in a else -math.inf  # older: none kept
         self.counts.update({k: int(v) for k, v in meta["counts"].items()})
         state = {k[len("partitioner_") :]: v for k, v in a.items() if k.startswith("partitioner_")}
         self.partitioner.restore(state, self.labels, self.counts["edges"])

@@ -37,6 +37,7 @@ import numpy as np
 from ..errors import ConfigError, PlacementError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..partition import hash_partition
+from ..store.admission import Admission, AdmissionConfig
 from ..store.dedup import SeenIds
 from ..store.idmap import NodeIdMap
 
@@ -116,10 +117,10 @@ class Ownership:
 
 
 @dataclass(frozen=True)
-class Admitted:
-    """One global batch as the index admitted it: ``rows`` of the batch it kept (valid, first of their event
-    id, not too late), their global ``src``/``dst`` (-1: a delete naming an unknown vertex, which the index
-    dead-letters and drops from ``rows``), and the ids known before the batch (``pre_*``, -1: new)."""
+class GlobalAdmitted:
+    """One global batch as the index admitted it (``store.admission``): ``rows`` of the batch it kept (valid,
+    first of their event id, not too late, not a delete naming an unknown vertex), their global
+    ``src``/``dst``, and the ids known before the batch (``pre_*``, -1: new)."""
 
     rows: np.ndarray
     src: np.ndarray
@@ -135,11 +136,15 @@ class GlobalIndex:
 
     def __init__(self, ownership: Ownership, allowed_lateness: float = math.inf) -> None:
         self.ownership = ownership
-        self.allowed_lateness = allowed_lateness
-        self.ids = NodeIdMap()
+        self.admission = Admission(AdmissionConfig(allowed_lateness))
         self.partition = np.zeros(0, np.int32)
-        self.seen = SeenIds()
-        self.watermark = -math.inf
+
+    # the admission state, kept by ``self.admission`` and read and restored here by its owners' names
+    ids = property(lambda self: self.admission.ids, lambda self, v: setattr(self.admission, "ids", v))
+    seen = property(lambda self: self.admission.seen, lambda self, v: setattr(self.admission, "seen", v))
+    watermark = property(
+        lambda self: self.admission.watermark, lambda self, v: setattr(self.admission, "watermark", v)
+    )
 
     @property
     def num_nodes(self) -> int:
@@ -167,61 +172,34 @@ class GlobalIndex:
     def external(self, gids: np.ndarray) -> np.ndarray:
         return self.ids.external(np.asarray(gids, np.int64))
 
-    def admit(self, batch: EventBatch, where: str = "global batch") -> Admitted:
+    def admit(self, batch: EventBatch, where: str = "global batch") -> GlobalAdmitted:
         """Validate, deduplicate, check lateness and map ids of one global batch, as one store's ingest
-        would; returns what was kept and the dead letters of the rest."""
-        valid, letters = batch.validate(where)
-        rows = np.delete(np.arange(len(batch)), [d.index for d in letters])
-        if len(rows) and self.ids.kind is not None and valid.string_ids != (self.ids.kind == "str"):
-            raise ConfigError(f"{where}: the stream uses {self.ids.kind} node ids, this batch does not")
-        placed = None  # checked before anything changes
-        if self.ownership.partition_fn is None:
-            placed = self._checked_placement(valid, self.lookup(valid.src), self.lookup(valid.dst), where)
-        keep = self.seen.first_unseen(valid.eid)
-        duplicates = int((~keep).sum())
-        rows, ev = rows[keep], valid.take(keep)
-        placed = None if placed is None else placed[keep]
-        newest = np.maximum.accumulate(np.concatenate([[self.watermark], ev.t]))[:-1]
-        late = ev.t < newest - self.allowed_lateness
-        for i in np.flatnonzero(late).tolist():
-            letters.append(
-                DeadLetter(f"event at t={ev.t[i]!r} is beyond allowed_lateness", where, "", int(rows[i]),
-                           int(ev.eid[i]))
-            )  # fmt: skip
-        rows, ev = rows[~late], ev.take(~late)
-        placed = None if placed is None else placed[~late]
-        if len(ev):
-            self.watermark = max(self.watermark, float(ev.t.max())) + 0.0
-        pre_src, pre_dst = self.lookup(ev.src), self.lookup(ev.dst)
-        before = self.ids.size
-        src, dst = self.ids.map_events(ev.kind, ev.src, ev.dst)
-        if self.ids.size > before:
-            grown = np.empty(self.ids.size, np.int32)
+        would (one ``Admission``); returns what was kept and the dead letters of the rest. Placement taken
+        from the stream is checked (``PlacementError``) before anything changes."""
+        stream_placed = self.ownership.partition_fn is None
+        check = (lambda valid: self._checked_placement(valid, where)) if stream_placed else None
+        adm = self.admission.admit(batch, where, check=check)
+        before, size = adm.first_new, self.ids.size
+        if size > before:
+            grown = np.empty(size, np.int32)
             grown[:before] = self.partition[:before]
-            if placed is None:
-                grown[before:] = self.ownership.partition_of(
-                    self.ids.external(np.arange(before, self.ids.size))
-                )
+            if not stream_placed:
+                grown[before:] = self.ownership.partition_of(self.ids.external(np.arange(before, size)))
             else:  # a vertex's partition is the one its first event gives
-                gids, col = np.c_[src, dst].ravel(), placed.ravel()
+                gids, col = np.c_[adm.src, adm.dst].ravel(), batch.placement[adm.rows].ravel()
                 fresh = gids >= before
                 new, first = np.unique(gids[fresh], return_index=True)
                 grown[new] = col[fresh][first]
             self.partition = grown
-        unknown = (src < 0) | ((dst < 0) & (ev.kind == DELETE))
-        for i in np.flatnonzero(unknown).tolist():
-            letters.append(
-                DeadLetter("delete names an unknown node", where, "", int(rows[i]), int(ev.eid[i]))
-            )
-        ok = ~unknown
-        pre_dst = np.where(ev.kind == UPDATE, pre_src, pre_dst)
-        letters.sort(key=lambda d: d.index)
-        return Admitted(rows[ok], src[ok], dst[ok], pre_src[ok], pre_dst[ok], letters, duplicates)
+        pre_src = adm.known_before(adm.src)
+        pre_dst = np.where(adm.events.kind == UPDATE, pre_src, adm.known_before(adm.dst))
+        return GlobalAdmitted(adm.rows, adm.src, adm.dst, pre_src, pre_dst, adm.dead_letters, adm.duplicates)
 
-    def _checked_placement(self, ev: EventBatch, pre_src, pre_dst, where: str) -> np.ndarray:
-        """The events' placement, refused (before anything changes) where it contradicts a partition given
-        earlier, by an earlier event or one of this batch: one router never moves a vertex."""
+    def _checked_placement(self, ev: EventBatch, where: str) -> None:
+        """Refuse the events' placement where it contradicts a partition given earlier, by an earlier event
+        or one of this batch: one router never moves a vertex."""
         placed = self.ownership.placement(ev, where)
+        pre_src, pre_dst = self.lookup(ev.src), self.lookup(ev.dst)
         ids = np.r_[ev.src, ev.dst[ev.kind != UPDATE]]
         parts = np.r_[placed[:, 0], placed[ev.kind != UPDATE, 1]]
         known = np.r_[pre_src, pre_dst[ev.kind != UPDATE]]
@@ -240,7 +218,6 @@ class GlobalIndex:
                 "partition router never moves a vertex, so the topic mixes writers (two routers, or a "
                 "producer keyed by hash)"
             )
-        return placed
 
     def nbytes(self) -> int:
         return self.ids.nbytes() + self.partition.nbytes + self.seen.nbytes()

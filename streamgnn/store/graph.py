@@ -22,17 +22,14 @@ from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
 from ..partition import make_partitioner
 from . import kernels as K
+from .admission import NO_LIVE_EDGE, Admission, AdmissionConfig, plain
 from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
 from .checkpoint import load_store, save_store
 from .config import StoreConfig
 from .contract import FeatureView, TCSRView
-from .dedup import SeenIds
-from .denseids import DenseIds
-from .idmap import NodeIdMap
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 COMPACT_AT = 0.15  # a compacted pool fuller than this fraction of free rows grows instead
-_NO_WEIGHT = np.empty(0, np.float32)
 
 
 @dataclass
@@ -83,20 +80,13 @@ def _payload(batch: EventBatch, i: int) -> str:
             "t": batch.t[i],
             "eid": batch.eid[i],
         }
-        return repr({k: _py(v) for k, v in fields.items()})
-
-
-def _py(x):
-    """A numpy scalar as a plain Python value, for readable messages."""
-    return x.item() if hasattr(x, "item") else x
+        return repr({k: plain(v) for k, v in fields.items()})
 
 
 class TemporalGraphStore:
     def __init__(self, config: StoreConfig | None = None) -> None:
         self.config = config or StoreConfig()
-        self.ids = DenseIds() if self.config.dense_ids else NodeIdMap()
-        self.watermark = -math.inf
-        self.seen = SeenIds()
+        self.admission = Admission(AdmissionConfig(self.config.allowed_lateness, self.config.dense_ids))
         self.counters = np.zeros(K.NUM_COUNTERS, np.int64)
         self.partition = np.zeros(0, np.int32)  # written by the partitioner (-1: a vertex waits)
         self.partitioner = make_partitioner(self.config.partitioner, self.config.num_partitions)
@@ -150,129 +140,36 @@ class TemporalGraphStore:
         if not len(batch):
             return report
         self._changed()
-        orig = None  # batch row of each row of ev (None: the same)
-
-        def reject(rows: np.ndarray, reason) -> None:
-            for i in rows:
-                j = int(i if orig is None else orig[i])
-                report.dead_letters.append(
-                    DeadLetter(reason(i), where, _payload(batch, j), j, int(batch.eid[j]))
-                )
-
-        screened = self._screen(batch)
-        if screened is not None:
-            ev, (late, n_late) = batch, screened
-        else:
-            valid, letters = batch.validate(where)
-            report.dead_letters.extend(
-                dataclasses.replace(d, payload=_payload(batch, d.index)) for d in letters
-            )
-            orig = np.delete(np.arange(len(batch)), [d.index for d in letters])
-            mismatch = self._reject_stream_mismatch(valid)
-            if mismatch:
-                reject(range(len(valid)), lambda i: mismatch)
-                return report
-            keep = self.seen.first_unseen(valid.eid)
-            report.duplicates = int((~keep).sum())
-            ev = valid if report.duplicates == 0 else valid.take(keep)
-            orig = orig if report.duplicates == 0 else orig[keep]
-            if not len(ev):
-                return report
-            wm_before = np.maximum.accumulate(np.concatenate([[self.watermark], ev.t]))[:-1]
-            too_late = ev.t < wm_before - self.config.allowed_lateness
-            reject(
-                np.flatnonzero(too_late),
-                lambda i: (
-                    f"event at t={_py(ev.t[i])!r} is {wm_before[i] - ev.t[i]:g} behind the stream (newest "
-                    f"t={_py(wm_before[i])!r}), beyond allowed_lateness={self.config.allowed_lateness:g}"
-                ),
-            )
-            late = ev.t < wm_before
-            if too_late.any():
-                ev, orig, late = ev.take(~too_late), orig[~too_late], late[~too_late]
-            if len(ev):
-                self.watermark = self._advance(float(ev.t.max()))
-            n_late = int(late.sum())
-        src, dst = self._map_ids(ev)
-        counts = np.bincount(ev.kind.astype(np.intp, copy=False), minlength=3)
-        if counts[DELETE]:  # only a delete can name an unknown node
-            unknown = (src < 0) | ((dst < 0) & (ev.kind == DELETE))
-            if unknown.any():
-                reject(
-                    np.flatnonzero(unknown),
-                    lambda i: f"delete names an unknown node ({_py(ev.src[i])!r} -> {_py(ev.dst[i])!r})",
-                )
-                ok = ~unknown
-                ev, late, src, dst = ev.take(ok), late[ok], src[ok], dst[ok]
-                orig = np.flatnonzero(ok) if orig is None else orig[ok]
-                counts, n_late = np.bincount(ev.kind.astype(np.intp), minlength=3), int(late.sum())
-        status, edge_of, upd_of = self._apply(ev, src, dst, late, counts)
-        if self._journal is not None and not self._journal.record(edge_of, src, dst):
-            self._journal = None  # every feed was closed or dropped
-        self.partitioner.observe(self.partition, ev.kind, src, dst, ev.t, graph=self.view)
-        nomatch = np.flatnonzero(status) if counts[DELETE] else ()
-        reject(
-            nomatch,
-            lambda i: (
-                f"delete matched no live edge {_py(ev.src[i])!r} -> {_py(ev.dst[i])!r} at t={_py(ev.t[i])!r}"
-            ),
+        widths = (
+            ("edge", self.edge_feature_dim, (ADD,), False),
+            ("node", self.node_feature_dim, (UPDATE,), False),
         )
-        self._write_payloads(ev, edge_of, upd_of)
-        report.applied = len(ev) - len(nomatch)
-        report.late = n_late
+        adm = self.admission.admit(batch, where, widths)
+        if self.ids.size > adm.first_new:
+            self._add_nodes(adm.first_new, self.ids.size)
+        letters, ev = adm.dead_letters, adm.events
+        report.duplicates, report.late = adm.duplicates, adm.n_late
+        if len(ev):
+            counts = np.bincount(ev.kind.astype(np.intp, copy=False), minlength=3)
+            status, edge_of, upd_of = self._apply(ev, adm.src, adm.dst, adm.late, counts)
+            if self._journal is not None and not self._journal.record(edge_of, adm.src, adm.dst):
+                self._journal = None  # every feed was closed or dropped
+            self.partitioner.observe(self.partition, ev.kind, adm.src, adm.dst, ev.t, graph=self.view)
+            nomatch = np.flatnonzero(status).tolist() if counts[DELETE] else []
+            for i in nomatch:
+                reason = NO_LIVE_EDGE.format(src=plain(ev.src[i]), dst=plain(ev.dst[i]), t=plain(ev.t[i]))
+                letters.append(DeadLetter(reason, where, None, int(adm.rows[i]), int(ev.eid[i])))
+            self._write_payloads(ev, edge_of, upd_of)
+            report.applied = len(ev) - len(nomatch)
+        report.dead_letters = [dataclasses.replace(d, payload=_payload(batch, d.index)) for d in letters]
         return report
 
-    def _screen(self, batch: EventBatch) -> tuple[np.ndarray, int] | None:
-        """Per-row lateness and late count of a clean batch (int ids, every row valid, unseen and in time),
-        committed as the general path would; None, with nothing changed, for any other batch.
-
-        Most batches are clean, and for them the general path's dead-letter bookkeeping was most of the
-        per-batch cost.
-        """
-        if batch.string_ids or self._reject_stream_mismatch(batch):
-            return None
-        if batch.features is not None and batch.features.size and not np.isfinite(batch.features).all():
-            return None
-        late = np.empty(len(batch), bool)
-        weight = _NO_WEIGHT if batch.weight is None else batch.weight
-        clean, n_late = K.screen(
-            batch.kind, batch.t, weight, self.watermark, self.config.allowed_lateness, late
-        )
-        if not clean or not self.seen.mark_new(batch.eid):
-            return None
-        self.watermark = self._advance(float(batch.t.max()))
-        return late, int(n_late)
-
-    def _advance(self, newest: float) -> float:
-        """The watermark after a batch whose newest time is ``newest``; +0.0 for a zero of either sign, so
-        the store's bytes do not depend on which zero came first or on the batch boundaries."""
-        return max(self.watermark, newest) + 0.0
-
-    def _reject_stream_mismatch(self, ev: EventBatch) -> str | None:
-        kind = "str" if ev.string_ids else "int"
-        if self.ids.kind is not None and len(ev) and kind != self.ids.kind:
-            return f"batch has {kind} node ids but this stream uses {self.ids.kind} ids"
-        if self.config.dense_ids and len(ev):
-            lowest = min(int(ev.src.min()), int(ev.dst.min(where=ev.kind != UPDATE, initial=0)))
-            if lowest < 0:
-                return f"this store takes dense node ids (ints >= 0); the batch has {lowest}"
-        width = ev.feature_dim
-        if width is None:
-            return None
-        for label, dim, k in (
-            ("edge", self.edge_feature_dim, ADD),
-            ("node", self.node_feature_dim, UPDATE),
-        ):
-            if dim is not None and dim != width and (ev.kind == k).any():
-                return f"{label} feature width changed from {dim} to {width}; the width is fixed per stream"
-        return None
-
-    def _map_ids(self, ev: EventBatch) -> tuple[np.ndarray, np.ndarray]:
-        before = self.ids.size
-        src, dst = self.ids.map_events(ev.kind, ev.src, ev.dst)
-        if self.ids.size > before:
-            self._add_nodes(before, self.ids.size)
-        return src, dst
+    # the admission state, kept by ``self.admission`` and read and restored here by its owners' names
+    ids = property(lambda self: self.admission.ids, lambda self, v: setattr(self.admission, "ids", v))
+    seen = property(lambda self: self.admission.seen, lambda self, v: setattr(self.admission, "seen", v))
+    watermark = property(
+        lambda self: self.admission.watermark, lambda self, v: setattr(self.admission, "watermark", v)
+    )
 
     def _add_nodes(self, lo: int, hi: int) -> None:
         self._grow_together(("start", "deg", "cap", "ustart", "udeg", "ucap", "partition"), hi)

@@ -74,20 +74,23 @@ def block_insert(start, deg, cap, pool, counters, v, nbr, code, t, key_t):
 
 @njit(cache=True)
 def screen(kind, t, weight, watermark, allowed_lateness, late):
-    """(True, late rows) with each row's lateness in ``late`` when every row is valid and none too late;
-    else (False, 0), and the general path sorts the rows out. ``weight`` may be empty (unweighted)."""
+    """(True, late rows, deletes, the watermark after the batch) with each row's lateness in ``late`` when
+    every row is valid and none too late; else (False, 0, 0, ``watermark``), and the general path sorts
+    the rows out. ``weight`` may be empty (unweighted). The counts spare the caller passes over the batch."""
     wm = watermark
     n_late = 0
+    n_delete = 0
     for i in range(len(kind)):
         ti = t[i]
         if kind[i] < 0 or kind[i] > 2 or not (ti >= 0.0 and ti < np.inf) or ti < wm - allowed_lateness:
-            return False, 0
+            return False, 0, 0, watermark
         if len(weight) and not np.isfinite(weight[i]):
-            return False, 0
+            return False, 0, 0, watermark
         late[i] = ti < wm
         n_late += late[i]
+        n_delete += kind[i] == 1
         wm = max(wm, ti)
-    return True, n_late
+    return True, n_late, n_delete, wm
 
 
 @njit(cache=True)
