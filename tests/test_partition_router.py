@@ -222,7 +222,7 @@ def test_held_events_without_weights_join_weighted_ones_and_survive_a_checkpoint
     state = RoutingState(BUFFERED, 4)
     first, _ = state.route(plain)
     assert len(state.held) and state.held.weight is None
-    arrays, meta = state.checkpoint()
+    arrays, meta = state.state()
     restored = RoutingState(BUFFERED, 4)
     restored.restore(arrays, meta)
     outs = [s.route(heavy)[0] for s in (state, restored)]
@@ -244,13 +244,13 @@ def test_routing_refuses_another_schema_before_changing_anything():
 
     state = RoutingState(BUFFERED, 4)
     state.route(stream(n=50, seed=3))
-    before = state.checkpoint()
+    before = state.state()
     strings = EventBatch.from_columns(src=["a"], dst=["b"], t=[99.0], eid=[999])
     featured = EventBatch.from_columns(src=[1], dst=[2], t=[99.0], eid=[998], features=np.ones((1, 2)))
     for bad in (strings, featured):
         with pytest.raises(EventValidationError, match="cannot join this stream"):
             state.route(bad)
-    after = state.checkpoint()
+    after = state.state()
     assert after[1] == before[1] and all(np.array_equal(after[0][k], v) for k, v in before[0].items())
 
 

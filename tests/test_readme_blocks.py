@@ -194,8 +194,8 @@ def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> dict[int, s
 @pytest.mark.timeout(5700)
 def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
     """Each block succeeds, and leaves what the README says it does."""
+    from streamgnn.checkpoint import read_latest
     from streamgnn.store import TemporalGraphStore
-    from streamgnn.store.checkpoint import read_latest
 
     blocks = [b for b in readme_blocks() if not b.skip]
     work, numbered = tmp_path / "clone", tmp_path / "blocks"

@@ -8,12 +8,12 @@ import time
 import numpy as np
 import torch
 
+from streamgnn.checkpoint import read_latest
 from streamgnn.connectors.kafka import EventProducer, KafkaSource
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
-from streamgnn.store.checkpoint import read_latest
 from streamgnn.train import OnlineTrainer, TrainConfig
 
 torch.set_num_threads(1)

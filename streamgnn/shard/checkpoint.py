@@ -1,6 +1,7 @@
 """Per-rank checkpoints of a sharded run, cut at the same global batch on every rank.
 
-Each rank writes its own trainer checkpoint (``streamgnn.train.checkpoint``: atomic, verified) under
+Each rank writes its own trainer checkpoint (``streamgnn.train.checkpoint``: one atomic, verified container
+of kind ``sharded-trainer``, with the ``TrainerState`` values the online trainer writes too) under
 ``ROOT/rank-RRRRR/``: model and optimizer, its shard of the store with its source offsets, its owned memory
 rows and pending messages, its share of the negative history, the global index, and the global batcher's
 buffer (rows read but not yet batched: an offset covers rows handed out, not rows learned). Every rank saves
@@ -14,15 +15,16 @@ nothing is lost or doubled. The world size and partition count must match the ch
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .. import checkpoint
 from ..errors import CheckpointError
 from ..train import checkpoint as trainer_checkpoint
 
+KIND = "sharded-trainer"
 KEEP = 2  # the newest two: a rank one checkpoint ahead of a killed one still holds the common cut
 
 
@@ -36,7 +38,7 @@ def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
         "model": trainer.model.state_dict(),
         "optimizer": trainer.optimizer.state_dict(),
         "metrics": trainer.metrics.state_dict(),
-        "torch_rng": torch.get_rng_state(),
+        "rng": checkpoint.capture_rng(),
         **_tensors("index", trainer.index.state()),
         **_tensors("owned", trainer.owned.state()),
         **_tensors("batcher", trainer.batcher_state()),
@@ -46,27 +48,21 @@ def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
     }
     if trainer.halo is not None:
         state.update(_tensors("halo", trainer.halo.state()))
-    manifest = {
-        "config": trainer.config.to_dict(),
+    values = {
+        **trainer_checkpoint.TrainerState.of(trainer).values(),
         "shard": trainer.shard_config.__dict__,
         "world_size": trainer.dist.world_size,
         "rank": trainer.dist.rank,
-        "steps": trainer.steps,
-        "position": trainer.position,
-        "learned": trainer.learned,
-        "dead_letters": trainer.dead_letter_count,
-        "python_rng": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
-        "store_hash": trainer.store.content_hash(),
     }
     return trainer_checkpoint.save(
-        rank_root(root, trainer.dist.rank), trainer.steps, trainer.store, offsets, state, manifest, KEEP
+        rank_root(root, trainer.dist.rank), trainer.steps, trainer.store, offsets, state, values, KEEP, KIND
     )
 
 
 def common_step(trainer, root: Path) -> int | None:
     """The newest step every rank holds (a collective); None when no rank has a checkpoint."""
-    steps = trainer_checkpoint.step_dirs(rank_root(root, trainer.dist.rank))
-    mine = int(steps[-1].name.split("-")[1]) if steps else -1
+    steps = checkpoint.numbers(rank_root(root, trainer.dist.rank))
+    mine = steps[-1] if steps else -1
     every = [int(g[0][0]) for g in trainer.exchange.all_gather((np.array([mine]),), "checkpoint")]
     if max(every) < 0:
         return None
@@ -77,10 +73,10 @@ def common_step(trainer, root: Path) -> int | None:
 
 def load(trainer, root: Path, step: int) -> dict[str, int]:
     """Restore ``trainer`` from its rank's checkpoint of ``step``; returns the source offsets to resume at."""
-    path = rank_root(root, trainer.dist.rank) / f"step-{step:09d}"
+    path = checkpoint.directory(rank_root(root, trainer.dist.rank), step)
     if not path.is_dir():
         raise CheckpointError(f"{path} is missing: this rank no longer holds the step the others resume from")
-    ckpt = trainer_checkpoint.load(path, trainer.device)
+    ckpt = trainer_checkpoint.load(path, trainer.device, KIND)
     man, state = ckpt.manifest, ckpt.state
     if (
         man["world_size"] != trainer.dist.world_size
@@ -100,7 +96,7 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
     trainer.model.load_state_dict(state["model"])
     trainer.optimizer.load_state_dict(state["optimizer"])
     trainer.metrics.load_state_dict(state["metrics"])
-    torch.set_rng_state(state["torch_rng"])
+    checkpoint.restore_rng(ckpt.rng)
     trainer.index.restore(_arrays("index", state))
     trainer.owned.restore(_arrays("owned", state))
     if trainer.halo is not None:
@@ -113,10 +109,7 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
         src, dst = (trainer.store.external_ids(x).astype(np.int64) for x in (edges.src, edges.dst))
         trainer.negatives.observe(np.zeros(len(pool), np.int64), pool, history=np.zeros(len(pool), bool))
         trainer.negatives.observe(src, dst, history=trainer.index.owned(src))
-    trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
-    trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])
-    py = man["python_rng"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
+    trainer_checkpoint.TrainerState.from_values(man).apply(trainer)
     trainer.rebind_store()
     return dict(ckpt.store.source_offsets)
 
