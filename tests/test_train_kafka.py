@@ -75,5 +75,5 @@ def test_kafka_training_resumes_from_checkpointed_offsets(kafka_bootstrap, make_
     reference = TemporalGraphStore()
     reference.ingest(events)
     assert resumed.learned == n and resumed.store.content_hash() == reference.content_hash()
-    assert read_latest(tmp_path)[0] == f"step-{resumed.steps:09d}"  # the end is checkpointed too
+    assert read_latest(tmp_path)[0] == f"ckpt-{resumed.steps:06d}"  # the end is checkpointed too
     assert node_keys(kafka_bootstrap, embeddings) == set(range(60))

@@ -34,7 +34,14 @@ def rank_root(root: Path, rank: int) -> Path:
 
 def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
     """Write this rank's checkpoint of ``trainer`` at its current step."""
-    state = {
+    rank = rank_root(root, trainer.dist.rank)
+    return trainer_checkpoint.save(rank, trainer.steps, trainer.store, offsets, *state(trainer), KEEP, KIND)
+
+
+def state(trainer) -> tuple[dict, dict]:
+    """``(tensors, values)`` of this rank's part of a sharded run (its store apart: saved beside them): the
+    ``TrainerState`` values and tensors the online trainer writes too, then the shard's own."""
+    tensors = {
         "model": trainer.model.state_dict(),
         "optimizer": trainer.optimizer.state_dict(),
         "metrics": trainer.metrics.state_dict(),
@@ -47,16 +54,14 @@ def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
         ),
     }
     if trainer.halo is not None:
-        state.update(_tensors("halo", trainer.halo.state()))
+        tensors.update(_tensors("halo", trainer.halo.state()))
     values = {
         **trainer_checkpoint.TrainerState.of(trainer).values(),
         "shard": trainer.shard_config.__dict__,
         "world_size": trainer.dist.world_size,
         "rank": trainer.dist.rank,
     }
-    return trainer_checkpoint.save(
-        rank_root(root, trainer.dist.rank), trainer.steps, trainer.store, offsets, state, values, KEEP, KIND
-    )
+    return tensors, values
 
 
 def common_step(trainer, root: Path) -> int | None:
@@ -77,7 +82,7 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
     if not path.is_dir():
         raise CheckpointError(f"{path} is missing: this rank no longer holds the step the others resume from")
     ckpt = trainer_checkpoint.load(path, trainer.device, KIND)
-    man, state = ckpt.manifest, ckpt.state
+    man, tensors = ckpt.manifest, ckpt.state
     if (
         man["world_size"] != trainer.dist.world_size
         or man["shard"]["num_partitions"] != trainer.ownership.num_partitions
@@ -93,16 +98,16 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
             f"{trainer.shard_config.placement!r}: resume with the same ShardConfig.placement"
         )
     trainer.store = ckpt.store
-    trainer.model.load_state_dict(state["model"])
-    trainer.optimizer.load_state_dict(state["optimizer"])
-    trainer.metrics.load_state_dict(state["metrics"])
+    trainer.model.load_state_dict(tensors["model"])
+    trainer.optimizer.load_state_dict(tensors["optimizer"])
+    trainer.metrics.load_state_dict(tensors["metrics"])
     checkpoint.restore_rng(ckpt.rng)
-    trainer.index.restore(_arrays("index", state))
-    trainer.owned.restore(_arrays("owned", state))
+    trainer.index.restore(_arrays("index", tensors))
+    trainer.owned.restore(_arrays("owned", tensors))
     if trainer.halo is not None:
-        trainer.halo.restore(_arrays("halo", state))
-    trainer.restore_batcher(_arrays("batcher", state))
-    pool = state["pool"].numpy()
+        trainer.halo.restore(_arrays("halo", tensors))
+    trainer.restore_batcher(_arrays("batcher", tensors))
+    pool = tensors["pool"].numpy()
     trainer.negatives.sampler = None
     if len(pool):  # the pool as saved; the history of owned sources: exactly the shard's edges from them
         edges = trainer.store.edges()
@@ -115,9 +120,10 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
 
 
 def _tensors(prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    return {f"{prefix}.{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    return checkpoint.prefixed(
+        prefix, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    )
 
 
 def _arrays(prefix: str, state: dict) -> dict[str, np.ndarray]:
-    n = len(prefix) + 1
-    return {k[n:]: v.numpy() for k, v in state.items() if k.startswith(prefix + ".")}
+    return {k: v.numpy() for k, v in checkpoint.unprefix(prefix, state).items()}

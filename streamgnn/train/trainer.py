@@ -466,19 +466,21 @@ class OnlineTrainer:
         if self.dist.is_main:
             path = checkpoint.save(
                 Path(cfg.checkpoint_dir), self.steps, self.store, dict(source_offsets or {}),
-                self._state(), checkpoint.TrainerState.of(self).values(), cfg.checkpoint_keep,
+                *self.state(), cfg.checkpoint_keep,
             )  # fmt: skip
         if self.dist.active:
             torch.distributed.barrier()
         return path
 
-    def _state(self) -> dict:
+    def state(self) -> tuple[dict, dict]:
+        """``(tensors, values)`` a resume continues from bit for bit (the store apart: a checkpoint saves it
+        beside them): the ``TrainerState`` values and the model, metrics, RNG and served rows."""
         state = {**self.link_model.state_dict(), "metrics": self.metrics.state_dict(), "rng": capture_rng()}
         if self.baselines:  # (their memory is the store's edges: ``attach`` rebuilds it)
             state["baseline_metrics"] = {n: r.state_dict() for n, r in self.baseline_metrics.items()}
         if self.table is not None:  # the served rows, so a resume serves what this run served
             state["serving"] = self.serving.state_dict()
-        return state
+        return state, checkpoint.TrainerState.of(self).values()
 
     @classmethod
     def resume(
