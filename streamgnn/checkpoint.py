@@ -205,14 +205,17 @@ def latest(root: Path) -> Path:
     return root / name
 
 
-def load(root: Path, kind: str | tuple[str, ...], number: int | None = None) -> Checkpoint:
+def load(
+    root: Path, kind: str | tuple[str, ...], number: int | None = None, only: tuple[str, ...] | None = None
+) -> Checkpoint:
     """The verified checkpoint of ``kind`` under ``root``: ``number``, else the one ``LATEST`` names (or
-    ``root`` itself when it is a checkpoint directory)."""
+    ``root`` itself when it is a checkpoint directory). ``only``: read just these arrays (each has its own
+    checksum), e.g. a trainer's tensor state without the store beside it."""
     root = Path(root)
     kinds = (kind,) if isinstance(kind, str) else kind
     path = latest(root) if number is None else directory(root, number)  # latest: checked against LATEST
     if _OLD_STEP.match(path.name):
-        return _old_step(path, kinds)
+        return _old_step(path, kinds, only)
     hint = _hint(path.parent)
     manifest = _manifest(path, hint)[0]
     if not isinstance(manifest, dict) or not isinstance(manifest.get("arrays", {}), dict):
@@ -227,7 +230,9 @@ def load(root: Path, kind: str | tuple[str, ...], number: int | None = None) -> 
         raise CheckpointError(
             f"{path} holds a {manifest.get('kind')!r} checkpoint, not a {' or '.join(kinds)}"
         )
-    return Checkpoint(path, int(_DIR.match(path.name).group(1)), manifest, _arrays(path, manifest, hint))
+    return Checkpoint(
+        path, int(_DIR.match(path.name).group(1)), manifest, _arrays(path, manifest, hint, only)
+    )
 
 
 def _hint(root: Path) -> str:
@@ -262,9 +267,11 @@ def _manifest(d: Path, hint: str) -> tuple[dict, str]:
         raise CheckpointError(f"checkpoint {d} has no readable manifest ({exc}).{hint}") from exc
 
 
-def _arrays(d: Path, manifest: dict, hint: str) -> dict[str, np.ndarray]:
+def _arrays(d: Path, manifest: dict, hint: str, only: tuple[str, ...] | None) -> dict[str, np.ndarray]:
     verified = {}
     for key, meta in manifest.get("arrays", {}).items():
+        if only is not None and key not in only:
+            continue
         try:
             data = (d / f"{key}.npy").read_bytes()
         except OSError as exc:
@@ -287,11 +294,11 @@ def _arrays(d: Path, manifest: dict, hint: str) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _old_step(path: Path, kinds: tuple[str, ...]) -> Checkpoint:
+def _old_step(path: Path, kinds: tuple[str, ...], only: tuple[str, ...] | None) -> Checkpoint:
     """A trainer checkpoint in the layout before this container, ``step-N/{store,trainer}`` (two v2
     containers, the trainer's manifest holding the store manifest's digest), read into a new trainer
     checkpoint's shape: the trainer's values with the store's under ``store``, its arrays under ``store.``."""
-    trainer = load(path / "trainer", "trainer")
+    trainer = load(path / "trainer", "trainer", only=only)
     values = dict(trainer.manifest)
     kind = (
         "sharded-trainer"
@@ -304,7 +311,9 @@ def _old_step(path: Path, kinds: tuple[str, ...]) -> Checkpoint:
         raise CheckpointError(f"{path} holds a {kind!r} checkpoint, not a {' or '.join(kinds)}")
     if read_latest(path / "store")[1] != values.get("store_manifest_sha256"):
         raise CheckpointError(f"{path}: the store is not the one the trainer state was saved with")
-    store = load(path / "store", "store")
+    store = load(
+        path / "store", "store", only=None if only is None else tuple(unprefix("store", dict.fromkeys(only)))
+    )
     values.update(kind=kind, store=store.manifest)
     return Checkpoint(path, int(_OLD_STEP.match(path.name).group(1)), values,
                       {**trainer.arrays, **prefixed("store", store.arrays)})  # fmt: skip

@@ -108,7 +108,7 @@ def load(root: Path, map_location: torch.device | str = "cpu", kind: str = "trai
 def load_state(root: Path, map_location: torch.device | str = "cpu") -> tuple[Path, dict, dict]:
     """``(checkpoint directory, manifest, state)`` of the checkpoint ``load`` would read, without rebuilding
     its store (e.g. the link predictor's weights for a service that holds only embeddings)."""
-    ckpt = checkpoint.load(Path(root), "trainer")
+    ckpt = checkpoint.load(Path(root), "trainer", only=("state",))
     if "state" not in ckpt.arrays:
         raise CheckpointError(f"{ckpt.path} is not a trainer checkpoint: it has no tensor state")
     return ckpt.path, ckpt.manifest, checkpoint.tensors(ckpt.arrays["state"], ckpt.path, map_location)
