@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from streamgnn.store.checkpoint import write_latest
+from streamgnn.checkpoint import write_latest
 
 
 def reseal(d, manifest):

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from forgery import forge, reseal
 
+from streamgnn.checkpoint import numbers, read_latest
 from streamgnn.errors import CheckpointError
 from streamgnn.events import EventBatch
 from streamgnn.store import StoreConfig, TemporalGraphStore
-from streamgnn.store.checkpoint import read_latest, versions
 
 
 def stream(n=3000, seed=0, strings=False):
@@ -51,7 +51,7 @@ def test_versions_are_kept_and_latest_wins(tmp_path):
     for i, part in enumerate(b.split(1000)):
         s.ingest(part)
         s.save(tmp_path, source_offsets={"p": i}, keep=2)
-    assert versions(tmp_path) == [2, 3]
+    assert numbers(tmp_path) == [2, 3]
     assert TemporalGraphStore.load(tmp_path).source_offsets == {"p": 2}
     assert TemporalGraphStore.load(tmp_path, version=2).source_offsets == {"p": 1}
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from streamgnn.checkpoint import read_latest, write_latest
 from streamgnn.errors import CheckpointError
 from streamgnn.events import EventBatch
 from streamgnn.store import StoreConfig, TemporalGraphStore
-from streamgnn.store.checkpoint import read_latest, write_latest
 
 NPY_HEADER = 128  # numpy's .npy header (magic, version, dtype, shape) is padded to 128 bytes here
 
@@ -101,7 +101,8 @@ def test_a_flipped_bit_in_a_trainer_checkpoint_is_refused_or_harmless(tmp_path):
     files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
     meta = [p for p in files if p.suffix != ".npy"]
     arrays = [p for p in files if p.suffix == ".npy"]
-    assert {p.name for p in meta} == {"LATEST", "manifest.json", "manifest.sha256"} and len(meta) == 7
+    # one container: one LATEST, one manifest and its checksum (the store's arrays beside the trainer's)
+    assert sorted(p.name for p in meta) == ["LATEST", "manifest.json", "manifest.sha256"]
     for path in meta:
         flip_each(path, range(path.stat().st_size), lambda: checkpoint.load(tmp_path), same)
     for path in arrays:
@@ -157,8 +158,22 @@ def test_a_trainer_latest_naming_an_older_step_is_refused(tmp_path):
             tmp_path, step, store, {}, {"step": step}, {"store_hash": store.content_hash()}, keep=2
         )
     name, digest = read_latest(tmp_path)
-    write_latest(tmp_path, "step-000000003", digest)
+    write_latest(tmp_path, "ckpt-000003", digest)
     with pytest.raises(CheckpointError, match="written for another checkpoint"):
         checkpoint.load(tmp_path)
-    assert checkpoint.load(tmp_path / "step-000000003").state == {"step": 3}
+    assert checkpoint.load(tmp_path / "ckpt-000003").state == {"step": 3}
     assert OnlineTrainer is not None
+
+
+def test_a_trainer_state_is_read_without_reading_the_store_beside_it(tmp_path):
+    """``load_state`` (the service's reload of the link predictor) verifies and parses only the tensor state:
+    a store array it does not read may be damaged; a full ``load`` refuses the same checkpoint."""
+    from streamgnn.train import checkpoint
+
+    store = TemporalGraphStore()
+    store.ingest(small_stream())
+    path = checkpoint.save(tmp_path, 4, store, {}, {"step": 4}, {}, keep=2)
+    (path / "store.edge_t.npy").write_bytes(b"damaged")
+    assert checkpoint.load_state(tmp_path)[2] == {"step": 4}
+    with pytest.raises(CheckpointError, match="store.edge_t"):
+        checkpoint.load(tmp_path)

@@ -222,7 +222,7 @@ def test_held_events_without_weights_join_weighted_ones_and_survive_a_checkpoint
     state = RoutingState(BUFFERED, 4)
     first, _ = state.route(plain)
     assert len(state.held) and state.held.weight is None
-    arrays, meta = state.checkpoint()
+    arrays, meta = state.state()
     restored = RoutingState(BUFFERED, 4)
     restored.restore(arrays, meta)
     outs = [s.route(heavy)[0] for s in (state, restored)]
@@ -242,13 +242,13 @@ def test_held_events_without_weights_join_weighted_ones_and_survive_a_checkpoint
 def test_routing_refuses_another_schema_before_changing_anything():
     state = RoutingState(BUFFERED, 4)
     state.route(stream(n=50, seed=3))
-    before, letters_before = state.checkpoint()[0], state.counts["dead_letters"]
+    before, letters_before = state.state()[0], state.counts["dead_letters"]
     strings = EventBatch.from_columns(src=["a"], dst=["b"], t=[99.0], eid=[999])
     featured = EventBatch.from_columns(src=[1], dst=[2], t=[99.0], eid=[998], features=np.ones((1, 2)))
     for bad, why in ((strings, "str node ids"), (featured, "feature width changed from None to 2")):
         out, letters = state.route(bad)
         assert not out and [d.eid for d in letters] == bad.eid.tolist() and why in letters[0].reason
-    after = state.checkpoint()[0]
+    after = state.state()[0]
     assert after.keys() == before.keys() and all(np.array_equal(after[k], v) for k, v in before.items())
     assert state.counts["dead_letters"] == letters_before + 2
 

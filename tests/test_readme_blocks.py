@@ -268,8 +268,8 @@ def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> tuple[dict[
 @pytest.mark.timeout(5700)
 def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
     """Each block succeeds, and leaves what the README says it does."""
+    from streamgnn.checkpoint import read_latest
     from streamgnn.store import TemporalGraphStore
-    from streamgnn.store.checkpoint import read_latest
 
     blocks = [b for b in readme_blocks() if not b.skip]
     work, numbered = tmp_path / "clone", tmp_path / "blocks"
@@ -323,8 +323,8 @@ def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
         assert json.loads((work / folder / "summary.json").read_text())["events"] == events
         for rank in range(2):  # partitions go round-robin over the ranks
             root = work / folder / f"checkpoints/rank-{rank:05d}"
-            store = root / read_latest(root)[0] / "store"
-            read = json.loads(next(store.glob("ckpt-*/manifest.json")).read_text())["source_offsets"]
+            manifest = json.loads((root / read_latest(root)[0] / "manifest.json").read_text())
+            read = manifest["store"]["source_offsets"]  # the rank's store, in its trainer checkpoint
             assert set(read) == {f"{topic}:{p}" for p in range(rank, partitions, 2)}, (folder, rank, read)
     # Partitioning: the plot
     assert (work / "partition.png").exists()

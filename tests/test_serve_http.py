@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
+from streamgnn.checkpoint import read_latest
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.serve import EmbeddingService, ServeConfig
-from streamgnn.store.checkpoint import read_latest
 
 torch.set_num_threads(1)
 

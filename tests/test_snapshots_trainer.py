@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch_geometric_temporal.nn import recurrent as R
 
+from streamgnn.checkpoint import read_latest
 from streamgnn.codec import encode_json_lines
 from streamgnn.connectors.files import JsonLinesSource
 from streamgnn.datasets import pgt
@@ -21,7 +22,6 @@ from streamgnn.snapshots import (
 )
 from streamgnn.snapshots.baselines import SnapshotEdgeBank, SnapshotPreferentialAttachment, evaluate_links
 from streamgnn.store import StoreConfig, TemporalGraphStore
-from streamgnn.store.checkpoint import read_latest
 
 torch.set_num_threads(1)
 
@@ -146,7 +146,7 @@ def test_online_link_prediction_over_a_live_file_source_resumes_bit_for_bit(tmp_
     for a, b in zip(resumed.model.parameters(), full.model.parameters(), strict=True):
         assert torch.equal(a, b)
     assert resumed.stream.store.content_hash() == full.stream.store.content_hash()
-    assert read_latest(tmp_path / "ckpt")[0] == "step-000000029"  # the end of the stream is kept too
+    assert read_latest(tmp_path / "ckpt")[0] == "ckpt-000029"  # the end of the stream is kept too
     assert cut.plot(tmp_path / "metrics.png").stat().st_size > 0
 
     memory = build_signal(full.stream.store, SPEC, target=TARGET)  # the same snapshots, offline

@@ -8,12 +8,12 @@ import time
 import numpy as np
 import torch
 
+from streamgnn.checkpoint import read_latest
 from streamgnn.connectors.kafka import EventProducer, KafkaSource
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
-from streamgnn.store.checkpoint import read_latest
 from streamgnn.train import OnlineTrainer, TrainConfig
 
 torch.set_num_threads(1)
@@ -75,5 +75,5 @@ def test_kafka_training_resumes_from_checkpointed_offsets(kafka_bootstrap, make_
     reference = TemporalGraphStore()
     reference.ingest(events)
     assert resumed.learned == n and resumed.store.content_hash() == reference.content_hash()
-    assert read_latest(tmp_path)[0] == f"step-{resumed.steps:09d}"  # the end is checkpointed too
+    assert read_latest(tmp_path)[0] == f"ckpt-{resumed.steps:06d}"  # the end is checkpointed too
     assert node_keys(kafka_bootstrap, embeddings) == set(range(60))

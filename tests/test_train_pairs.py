@@ -74,7 +74,7 @@ def test_checkpoint_resume_with_pair_features_is_bit_for_bit(tmp_path):
     run.fit(events.split(100), progress=False)
     want = trained_state(run)
     again = replace(cfg, checkpoint_dir=str(tmp_path / "again"))
-    resumed = OnlineTrainer.resume(tmp_path / "run" / "step-000000008", config=again)
+    resumed = OnlineTrainer.resume(tmp_path / "run" / "ckpt-000008", config=again)
     resumed.fit(events.split(100), progress=False)
     assert resumed.steps == run.steps == 12
     assert_same(trained_state(resumed), want)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from streamgnn.checkpoint import read_latest
 from streamgnn.errors import CheckpointError
-from streamgnn.store.checkpoint import read_latest
 
 BATCHES, BATCH = 36, 40
 
@@ -127,12 +127,12 @@ def test_sigkill_at_a_random_batch_then_resume_matches_an_uninterrupted_run(tmp_
 
     from streamgnn.train import OnlineTrainer
 
-    blob = next((tmp_path / "ckpt").glob("step-*/trainer/ckpt-*/state.npy"))
+    blob = next((tmp_path / "ckpt").glob("ckpt-*/state.npy"))
     data = bytearray(blob.read_bytes())
     data[-10] ^= 0xFF
     blob.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="altered"):
-        OnlineTrainer.resume(blob.parents[2])
+        OnlineTrainer.resume(blob.parent)
 
 
 if __name__ == "__main__":
@@ -154,7 +154,7 @@ def test_a_rerun_into_the_same_folder_never_loses_its_latest_checkpoint(tmp_path
             tmp_path, step, store, {}, {"step": step}, {"store_hash": store.content_hash()}, keep=2
         )
         assert (tmp_path / read_latest(tmp_path)[0]).is_dir()
-    assert [p.name for p in checkpoint.step_dirs(tmp_path)] == ["step-000000001", "step-000000002"]
+    assert [p.name for p in checkpoint.step_dirs(tmp_path)] == ["ckpt-000001", "ckpt-000002"]
     assert checkpoint.load(tmp_path).state == {"step": 2}
 
 
@@ -195,7 +195,7 @@ def test_resume_at_the_readme_settings_is_bit_for_bit(tmp_path: Path):
         assert run.steps == 7
         want = trained_state(run)
         resumed = OnlineTrainer.resume(
-            tmp_path / "run" / "step-000000004", config=replace(cfg, checkpoint_dir=str(tmp_path / "again"))
+            tmp_path / "run" / "ckpt-000004", config=replace(cfg, checkpoint_dir=str(tmp_path / "again"))
         )
         resumed.fit(DatasetSource("jodie_wikipedia", batch_size=10_000), max_events=600, progress=False)
         assert_same(trained_state(resumed), want)

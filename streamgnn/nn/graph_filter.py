@@ -35,10 +35,13 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from .. import checkpoint
 from ..configs import Config
 from ..errors import CheckpointError, ConfigError
 from .exchange import Exchange
 from .robust import Aggregation
+
+KIND = "graph-nn"  # what its checkpoints are, in the container's manifest
 
 
 def local_linear(z: Tensor, weight: Tensor, exact: bool = True) -> Tensor:
@@ -130,15 +133,24 @@ class GraphNN(nn.Module):
         other.config = GraphNNConfig(self.config.features, self.config.taps, aggregation, self.config.bias)
         return other
 
-    def save(self, path: str | Path) -> None:
-        torch.save({"config": self.config.to_dict(), "state": self.state_dict()}, path)
+    def save(self, path: str | Path) -> Path:
+        """Checkpoint the network (config and weights) as a ``streamgnn.checkpoint`` container at ``path``."""
+        arrays = {"state": checkpoint.tensor_blob(self.state_dict())}
+        return checkpoint.save(Path(path), KIND, arrays, {"config": self.config.to_dict()}, keep=1)
 
     @classmethod
     def load(cls, path: str | Path) -> GraphNN:
+        """The network ``save`` wrote at ``path`` (or, a file, the bare ``torch.save`` of older versions)."""
+        path = Path(path)
         try:
-            blob = torch.load(path, weights_only=True)
-            model = cls(GraphNNConfig.from_dict(blob["config"]))
-            model.load_state_dict(blob["state"])
+            if path.is_dir():
+                ckpt = checkpoint.load(path, KIND)
+                config, state = ckpt.manifest["config"], checkpoint.tensors(ckpt.arrays["state"], ckpt.path)
+            else:
+                blob = torch.load(path, weights_only=True)
+                config, state = blob["config"], blob["state"]
+            model = cls(GraphNNConfig.from_dict(config))
+            model.load_state_dict(state)
         except (OSError, KeyError, RuntimeError, TypeError, ValueError, pickle.UnpicklingError) as exc:
             raise CheckpointError(f"{path}: not a GraphNN checkpoint ({exc})") from exc
         return model

@@ -32,17 +32,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import checkpoint
 from ..codec import CONTENT_BINARY, CONTENT_JSON, decode, encode_binary, encode_json_lines
 from ..connectors.kafka import CONTENT_TYPE_HEADER, KafkaSource, Producer, create_topic
 from ..connectors.kafka.decoding import Schema
 from ..errors import CheckpointError, ConfigError, ConnectorError
 from ..events import EventBatch
-from ..store.checkpoint import read_checkpoint, versions, write_checkpoint
 from .config import PartitionerConfig
 from .metrics import PartitionReport, PartitionTimeline
 from .routing import RoutingState
 
 FORMATS = ("binary", "json")
+KIND = "partition-router"  # what its checkpoints are, in the container's manifest
 
 
 @dataclass(frozen=True)
@@ -211,9 +212,8 @@ class PartitionRouter:
         if self.checkpoint_dir is None:
             self._record()
             return
-        arrays, state = self.state.checkpoint()
+        arrays, state = self.state.state()
         manifest = {
-            "kind": "partition-router",
             "in_topic": self.in_topic,
             "out_topic": self.out_topic,
             "num_partitions": self.k,
@@ -223,7 +223,7 @@ class PartitionRouter:
             "source_offsets": self.positions,
             "output_offsets": {str(p): o for p, o in self.out_offsets.items()},
         }
-        write_checkpoint(self.checkpoint_dir, arrays, manifest, keep=2)
+        checkpoint.save(self.checkpoint_dir, KIND, arrays, manifest, keep=2)
         self._checkpoints += 1
         self._record()
 
@@ -231,12 +231,11 @@ class PartitionRouter:
         self.timeline.rows.append({"stream_time": None, **self.state.report().to_dict()})
 
     def _restore(self) -> None:
-        if self.checkpoint_dir is None or not versions(self.checkpoint_dir):
+        if self.checkpoint_dir is None or not checkpoint.numbers(self.checkpoint_dir):
             return
-        manifest, a = read_checkpoint(self.checkpoint_dir)
+        ckpt = checkpoint.load(self.checkpoint_dir, KIND)
+        manifest, a = ckpt.manifest, ckpt.arrays
         try:
-            if manifest.get("kind") != "partition-router":
-                raise CheckpointError(f"{self.checkpoint_dir} holds a {manifest.get('kind')!r} checkpoint")
             want = (self.in_topic, self.out_topic, self.k, self.state.partitioner.config)
             have = (manifest["in_topic"], manifest["out_topic"], manifest["num_partitions"],
                     PartitionerConfig.from_dict(manifest["state"]["partitioner"]))  # fmt: skip

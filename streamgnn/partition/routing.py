@@ -180,8 +180,8 @@ class RoutingState:
         return self._emit(EventBatch.empty(), empty, empty, routes)
 
     # ------------------------------------------------------------------ checkpoints
-    def checkpoint(self) -> tuple[dict[str, np.ndarray], dict]:
-        """The state as plain arrays and a JSON-safe dict (for ``write_checkpoint``)."""
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The state as plain arrays and a JSON-safe dict (for a ``streamgnn.checkpoint`` container)."""
         arrays = {f"partitioner_{k}": v for k, v in self.partitioner.state_arrays().items()}
         arrays.update(self.ids.to_arrays())
         arrays["labels"] = self.labels[: self.ids.size]
@@ -200,7 +200,7 @@ class RoutingState:
         return arrays, meta
 
     def restore(self, a: dict[str, np.ndarray], meta: dict) -> None:
-        """Load ``checkpoint()`` output; raises ValueError (or KeyError) where it is inconsistent."""
+        """Load ``state()`` output; raises ValueError (or KeyError) where it is inconsistent."""
         self.ids = NodeIdMap.from_arrays(meta["id_kind"], a)
         self.labels = a["labels"].astype(np.int32).copy()
         self.seen = SeenIds.from_arrays(a["seen_bits"], a["seen_outliers"])

@@ -1,6 +1,7 @@
 """Per-rank checkpoints of a sharded run, cut at the same global batch on every rank.
 
-Each rank writes its own trainer checkpoint (``streamgnn.train.checkpoint``: atomic, verified) under
+Each rank writes its own trainer checkpoint (``streamgnn.train.checkpoint``: one atomic, verified container
+of kind ``sharded-trainer``, with the ``TrainerState`` values the online trainer writes too) under
 ``ROOT/rank-RRRRR/``: model and optimizer, its shard of the store with its source offsets, its owned memory
 rows and pending messages, its share of the negative history, the global index, and the global batcher's
 buffer (rows read but not yet batched: an offset covers rows handed out, not rows learned). Every rank saves
@@ -14,15 +15,16 @@ nothing is lost or doubled. The world size and partition count must match the ch
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from .. import checkpoint
 from ..errors import CheckpointError
 from ..train import checkpoint as trainer_checkpoint
 
+KIND = "sharded-trainer"
 KEEP = 2  # the newest two: a rank one checkpoint ahead of a killed one still holds the common cut
 
 
@@ -32,11 +34,18 @@ def rank_root(root: Path, rank: int) -> Path:
 
 def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
     """Write this rank's checkpoint of ``trainer`` at its current step."""
-    state = {
+    rank = rank_root(root, trainer.dist.rank)
+    return trainer_checkpoint.save(rank, trainer.steps, trainer.store, offsets, *state(trainer), KEEP, KIND)
+
+
+def state(trainer) -> tuple[dict, dict]:
+    """``(tensors, values)`` of this rank's part of a sharded run (its store apart: saved beside them): the
+    ``TrainerState`` values and tensors the online trainer writes too, then the shard's own."""
+    tensors = {
         "model": trainer.model.state_dict(),
         "optimizer": trainer.optimizer.state_dict(),
         "metrics": trainer.metrics.state_dict(),
-        "torch_rng": torch.get_rng_state(),
+        "rng": checkpoint.capture_rng(),
         **_tensors("index", trainer.index.state()),
         **_tensors("owned", trainer.owned.state()),
         **_tensors("batcher", trainer.batcher_state()),
@@ -45,28 +54,20 @@ def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
         ),
     }
     if trainer.halo is not None:
-        state.update(_tensors("halo", trainer.halo.state()))
-    manifest = {
-        "config": trainer.config.to_dict(),
+        tensors.update(_tensors("halo", trainer.halo.state()))
+    values = {
+        **trainer_checkpoint.TrainerState.of(trainer).values(),
         "shard": trainer.shard_config.__dict__,
         "world_size": trainer.dist.world_size,
         "rank": trainer.dist.rank,
-        "steps": trainer.steps,
-        "position": trainer.position,
-        "learned": trainer.learned,
-        "dead_letters": trainer.dead_letter_count,
-        "python_rng": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
-        "store_hash": trainer.store.content_hash(),
     }
-    return trainer_checkpoint.save(
-        rank_root(root, trainer.dist.rank), trainer.steps, trainer.store, offsets, state, manifest, KEEP
-    )
+    return tensors, values
 
 
 def common_step(trainer, root: Path) -> int | None:
     """The newest step every rank holds (a collective); None when no rank has a checkpoint."""
-    steps = trainer_checkpoint.step_dirs(rank_root(root, trainer.dist.rank))
-    mine = int(steps[-1].name.split("-")[1]) if steps else -1
+    steps = checkpoint.numbers(rank_root(root, trainer.dist.rank))
+    mine = steps[-1] if steps else -1
     every = [int(g[0][0]) for g in trainer.exchange.all_gather((np.array([mine]),), "checkpoint")]
     if max(every) < 0:
         return None
@@ -77,11 +78,11 @@ def common_step(trainer, root: Path) -> int | None:
 
 def load(trainer, root: Path, step: int) -> dict[str, int]:
     """Restore ``trainer`` from its rank's checkpoint of ``step``; returns the source offsets to resume at."""
-    path = rank_root(root, trainer.dist.rank) / f"step-{step:09d}"
+    path = checkpoint.directory(rank_root(root, trainer.dist.rank), step)
     if not path.is_dir():
         raise CheckpointError(f"{path} is missing: this rank no longer holds the step the others resume from")
-    ckpt = trainer_checkpoint.load(path, trainer.device)
-    man, state = ckpt.manifest, ckpt.state
+    ckpt = trainer_checkpoint.load(path, trainer.device, KIND)
+    man, tensors = ckpt.manifest, ckpt.state
     if (
         man["world_size"] != trainer.dist.world_size
         or man["shard"]["num_partitions"] != trainer.ownership.num_partitions
@@ -97,34 +98,32 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
             f"{trainer.shard_config.placement!r}: resume with the same ShardConfig.placement"
         )
     trainer.store = ckpt.store
-    trainer.model.load_state_dict(state["model"])
-    trainer.optimizer.load_state_dict(state["optimizer"])
-    trainer.metrics.load_state_dict(state["metrics"])
-    torch.set_rng_state(state["torch_rng"])
-    trainer.index.restore(_arrays("index", state))
-    trainer.owned.restore(_arrays("owned", state))
+    trainer.model.load_state_dict(tensors["model"])
+    trainer.optimizer.load_state_dict(tensors["optimizer"])
+    trainer.metrics.load_state_dict(tensors["metrics"])
+    checkpoint.restore_rng(ckpt.rng)
+    trainer.index.restore(_arrays("index", tensors))
+    trainer.owned.restore(_arrays("owned", tensors))
     if trainer.halo is not None:
-        trainer.halo.restore(_arrays("halo", state))
-    trainer.restore_batcher(_arrays("batcher", state))
-    pool = state["pool"].numpy()
+        trainer.halo.restore(_arrays("halo", tensors))
+    trainer.restore_batcher(_arrays("batcher", tensors))
+    pool = tensors["pool"].numpy()
     trainer.negatives.sampler = None
     if len(pool):  # the pool as saved; the history of owned sources: exactly the shard's edges from them
         edges = trainer.store.edges()
         src, dst = (trainer.store.external_ids(x).astype(np.int64) for x in (edges.src, edges.dst))
         trainer.negatives.observe(np.zeros(len(pool), np.int64), pool, history=np.zeros(len(pool), bool))
         trainer.negatives.observe(src, dst, history=trainer.index.owned(src))
-    trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
-    trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])
-    py = man["python_rng"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
+    trainer_checkpoint.TrainerState.from_values(man).apply(trainer)
     trainer.rebind_store()
     return dict(ckpt.store.source_offsets)
 
 
 def _tensors(prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    return {f"{prefix}.{k}": torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    return checkpoint.prefixed(
+        prefix, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    )
 
 
 def _arrays(prefix: str, state: dict) -> dict[str, np.ndarray]:
-    n = len(prefix) + 1
-    return {k[n:]: v.numpy() for k, v in state.items() if k.startswith(prefix + ".")}
+    return {k: v.numpy() for k, v in checkpoint.unprefix(prefix, state).items()}

@@ -135,17 +135,17 @@ class SnapshotStream:
         from ..train import checkpoint
 
         tensors, values = self.tensor_state()
-        manifest = {"stream": values, "store_hash": self.store.content_hash()}
         return checkpoint.save(
-            Path(root), self.next, self.store, dict(source_offsets or {}), tensors, manifest, keep
-        )
+            Path(root), self.next, self.store, dict(source_offsets or {}), tensors, {"stream": values}, keep,
+            "snapshot-stream",
+        )  # fmt: skip
 
     @classmethod
     def load(cls, root: str | Path, *, target: NodeTarget | NextLinks | None = None) -> SnapshotStream:
         """The stream and its store as the newest checkpoint under ``root`` holds them."""
         from ..train import checkpoint
 
-        ckpt = checkpoint.load(Path(root))
+        ckpt = checkpoint.load(Path(root), kind="snapshot-stream")
         return cls.from_tensor_state(ckpt.store, ckpt.state, ckpt.manifest["stream"], target=target)
 
     def tensor_state(self) -> tuple[dict, dict]:

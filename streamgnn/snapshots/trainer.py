@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint import capture_rng, restore_rng
 from ..configs import Config
 from ..errors import ConfigError
 from ..progress import progress_bar
@@ -45,6 +45,7 @@ from .stream import SnapshotStream, live_snapshots
 from .targets import NextLinks, NodeTarget
 
 TASKS = ("regression", "classification", "link")
+KIND = "snapshot-trainer"  # what its checkpoints are, in the container's manifest
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ class SnapshotTrainer:
         self.heads = _Heads(config.task, self.cell.hidden, config.outputs)
         self.model = torch.nn.ModuleDict({"cell": cell, "heads": self.heads})
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
-        self.state = None
+        self.hidden = None  # the recurrent state carried from snapshot to snapshot
         self.steps = 0  # snapshots learned from
         self.metrics: list[SnapshotMetrics] = []
         self.stream: SnapshotStream | None = None
@@ -125,10 +126,10 @@ class SnapshotTrainer:
             raise ConfigError(
                 "a snapshot has no target: attach NodeTarget or NextLinks (or train on PGT signals)"
             )
-        state = self.state if cfg.carry_state else None
+        state = self.hidden if cfg.carry_state else None
         if not cfg.carry_state:
             self.cell.reset()
-        h, self.state = self.cell(data.x.float(), data.edge_index, _weight(data), state)
+        h, self.hidden = self.cell(data.x.float(), data.edge_index, _weight(data), state)
         h = F.relu(h)
         t = float(getattr(data, "t", math.nan))
         head = self.heads.head
@@ -162,7 +163,7 @@ class SnapshotTrainer:
             self.optimizer.zero_grad()
             torch.stack(losses).mean().backward()
             self.optimizer.step()
-        self.state = self.cell.detach(self.state)
+        self.hidden = self.cell.detach(self.hidden)
 
     # ------------------------------------------------------------------ offline
     def fit(self, snapshots, *, progress: bool = True) -> SnapshotTrainResult:
@@ -179,7 +180,7 @@ class SnapshotTrainer:
         started = time.perf_counter()
         bar = progress_bar(iterable=range(cfg.epochs), unit="epoch", disable=not progress)
         for epoch in bar:
-            self.state, window, last = None, [], epoch == cfg.epochs - 1
+            self.hidden, window, last = None, [], epoch == cfg.epochs - 1
             self.cell.reset()
             self.model.train()
             for i, data in enumerate(snaps[:cut]):
@@ -264,30 +265,32 @@ class SnapshotTrainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
+        """Checkpoint model, optimizer, hidden state, the snapshot stream and its store (with the source's
+        positions) under ``config.checkpoint_dir``, numbered by the snapshots learned from."""
         cfg = self.config
         if not cfg.checkpoint_dir or self.stream is None:
             raise ConfigError("checkpoints need config.checkpoint_dir and a live run (run_live)")
-        tensors, values = self.stream.tensor_state()
         positions = getattr(self._source, "positions", None)
+        offsets = positions() if callable(positions) else {}
+        return checkpoint.save(
+            Path(cfg.checkpoint_dir), self.steps, self.stream.store, offsets, *self.state(),
+            cfg.checkpoint_keep, KIND,
+        )  # fmt: skip
+
+    def state(self) -> tuple[dict, dict]:
+        """``(tensors, values)`` a resume continues from bit for bit (the store apart: the stream has it)."""
+        tensors, values = self.stream.tensor_state()
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "hidden": None if self.state is None else list(self.state),
+            "hidden": None if self.hidden is None else list(self.hidden),
             "inner": self.cell.inner_state(),
             "stream": tensors,
-            "torch_rng": torch.get_rng_state(),
+            "rng": capture_rng(),
         }
-        py = random.getstate()
-        manifest = {
-            "config": cfg.to_dict(), "steps": self.steps, "stream": values,
-            "metrics": [dataclasses.asdict(m) for m in self.metrics],
-            "python_rng": [py[0], list(py[1]), py[2]], "store_hash": self.stream.store.content_hash(),
-        }  # fmt: skip
-        offsets = positions() if callable(positions) else {}
-        store = self.stream.store
-        return checkpoint.save(
-            Path(cfg.checkpoint_dir), self.steps, store, offsets, state, manifest, cfg.checkpoint_keep
-        )
+        values = {"config": self.config.to_dict(), "steps": self.steps, "stream": values,
+                  "metrics": [dataclasses.asdict(m) for m in self.metrics]}  # fmt: skip
+        return state, values
 
     @classmethod
     def resume(
@@ -302,7 +305,7 @@ class SnapshotTrainer:
         left it; ``cell`` is a layer of the same shape, ``target`` the one the run used. Continue with
         ``run_live(source)``: a file source is replayed and skips what was consumed; build a KafkaSource with
         ``store=trainer.stream.store`` so it seeks to the offsets the checkpoint holds."""
-        ckpt = checkpoint.load(Path(checkpoint_dir))
+        ckpt = checkpoint.load(Path(checkpoint_dir), kind=KIND)
         man = ckpt.manifest
         config = dataclasses.replace(
             SnapshotTrainConfig.from_dict(man["config"], f"{checkpoint_dir}: config"),
@@ -312,16 +315,14 @@ class SnapshotTrainer:
         trainer.model.load_state_dict(ckpt.state["model"])
         trainer.optimizer.load_state_dict(ckpt.state["optimizer"])
         hidden_state = ckpt.state["hidden"]
-        trainer.state = None if hidden_state is None else tuple(hidden_state)
+        trainer.hidden = None if hidden_state is None else tuple(hidden_state)
         trainer.cell.load_inner_state(ckpt.state["inner"])
         trainer.stream = SnapshotStream.from_tensor_state(
             ckpt.store, ckpt.state["stream"], man["stream"], target=target
         )
         trainer.steps = int(man["steps"])
         trainer.metrics = [SnapshotMetrics(**m) for m in man["metrics"]]
-        torch.set_rng_state(ckpt.state["torch_rng"])
-        py = man["python_rng"]
-        random.setstate((py[0], tuple(py[1]), py[2]))
+        restore_rng(ckpt.rng)
         return trainer
 
     # ------------------------------------------------------------------ results

@@ -17,16 +17,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..errors import ConfigError, EventValidationError, UnknownNodeError
+from .. import checkpoint
+from ..errors import CheckpointError, ConfigError, EventValidationError, UnknownNodeError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
 from ..partition import make_partitioner
 from . import kernels as K
 from .admission import NO_LIVE_EDGE, Admission, AdmissionConfig, plain
 from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
-from .checkpoint import load_store, save_store
 from .config import StoreConfig
 from .contract import FeatureView, TCSRView
+from .dedup import SeenIds
+from .denseids import DenseIds
+from .idmap import NodeIdMap
+from .state import blocks, check_structure
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 COMPACT_AT = 0.15  # a compacted pool fuller than this fraction of free rows grows instead
@@ -602,9 +606,74 @@ class TemporalGraphStore:
             h.update(np.ascontiguousarray(arr).tobytes())
         return h.hexdigest()
 
+    # ------------------------------------------------------------------ checkpoints
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The store as plain arrays and JSON values (``from_state`` rebuilds it; ``save`` writes them)."""
+        values = {
+            "config": self.config.to_dict(),
+            "id_kind": self.ids.kind,
+            "watermark": self.watermark,
+            "counts": {
+                "nodes": self.num_nodes,
+                "edges": self.num_edges,
+                "node_updates": self.num_node_updates,
+            },
+            "source_offsets": self.source_offsets,
+            "content_hash": self.content_hash(),
+        }
+        return self.logical_arrays(), values
+
+    @classmethod
+    def from_state(
+        cls, a: dict[str, np.ndarray], values: dict, where: str = "checkpoint"
+    ) -> TemporalGraphStore:
+        """The store ``state()`` gave, every index checked before a kernel reads it and the content hash
+        compared; anything inconsistent is a ``CheckpointError`` naming ``where``."""
+        try:
+            # keys absent from checkpoints written before they existed (partitioner, dense_ids) take defaults
+            config = StoreConfig.from_dict(values["config"], f"{where}: store config")
+            store = cls(config)
+            store.ids = (
+                DenseIds.from_arrays(a) if config.dense_ids else NodeIdMap.from_arrays(values["id_kind"], a)
+            )
+            store.watermark = float(values["watermark"])
+            store.partition = a["partition"].astype(np.int32)
+            store.start, store.deg, store.pool = blocks(a["adj_indptr"], a["adj"])
+            store.cap = store.deg.copy()
+            store.ustart, store.udeg, store.upool = blocks(a["upd_indptr"], a["upd_adj"])
+            store.ucap = store.udeg.copy()
+            store.edge_t, store.edge_del = a["edge_t"].copy(), a["edge_del"].copy()
+            store.del_src, store.del_dst, store.del_t = (a[k].copy() for k in ("del_src", "del_dst", "del_t"))
+            store.upd_t, store.upd_node = a["upd_t"].copy(), a["upd_node"].copy()
+            store.edge_weight = a["edge_weight"].copy() if "edge_weight" in a else None
+            store.edge_feat = a["edge_feat"].copy() if "edge_feat" in a else None
+            store.node_feat = a["node_feat"].copy() if "node_feat" in a else None
+            store.seen = SeenIds.from_arrays(a["seen_bits"], a["seen_outliers"])
+            c = store.counters
+            c[K.USED], c[K.UUSED] = len(store.pool), len(store.upool)
+            c[K.EDGES], c[K.UPDATES], c[K.DELETIONS] = len(store.edge_t), len(store.upd_t), len(store.del_t)
+            store.source_offsets = {str(k): int(v) for k, v in values.get("source_offsets", {}).items()}
+            check_structure(store, a)
+            prefix = "partitioner_"
+            state = {k[len(prefix) :]: v for k, v in a.items() if k.startswith(prefix)}
+            store.partitioner.restore(state, store.partition, store.num_edges)
+        except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
+            raise CheckpointError(f"checkpoint under {where} is inconsistent: {exc!r}") from exc
+        if store.content_hash() != values.get("content_hash"):
+            raise CheckpointError(
+                f"checkpoint under {where} does not reproduce its content hash; refusing it"
+            )
+        return store
+
     def save(self, path: str | Path, source_offsets: dict[str, int] | None = None, keep: int = 2) -> Path:
-        return save_store(self, Path(path), source_offsets, keep)
+        """Checkpoint the store (with ``source_offsets``, the positions a source resumes at) under ``path``
+        as the next version, keeping the newest ``keep`` (``streamgnn.checkpoint``)."""
+        if source_offsets is not None:
+            self.source_offsets = dict(source_offsets)
+        return checkpoint.save(Path(path), "store", *self.state(), keep=keep)
 
     @classmethod
     def load(cls, path: str | Path, version: int | None = None) -> TemporalGraphStore:
-        return load_store(cls, Path(path), version)
+        """The store checkpointed under ``path``: the version ``LATEST`` names, or ``version``."""
+        ckpt = checkpoint.load(Path(path), "store", version)
+        return cls.from_state(ckpt.arrays, ckpt.manifest, str(path))

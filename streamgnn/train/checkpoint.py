@@ -1,36 +1,58 @@
-"""Trainer checkpoints: everything a resumed run needs to continue bit for bit, written atomically.
+"""Trainer checkpoints: everything a resumed run needs to continue bit for bit, as one container.
 
-Layout: ``ROOT/step-NNNNNNNNN/{store/, trainer/}`` plus ``ROOT/LATEST``. ``store/`` is a verified store
-checkpoint (``TemporalGraphStore.save``, which also holds the source offsets); ``trainer/`` one array, the
-``torch.save`` bytes of model, optimizer, memory, metrics, served rows and RNG states (read back with
-``weights_only=True``), checksummed by ``write_checkpoint``, with a JSON manifest of config and counters.
-A step directory is assembled under a temporary name, fsynced and renamed, then ``LATEST`` is replaced, so
-a crash at any instant leaves the previous checkpoint whole.
+A trainer checkpoint is one ``streamgnn.checkpoint`` container numbered by the step it was cut at
+(``ROOT/ckpt-NNNNNN`` and ``ROOT/LATEST``), atomic and verified like every other. It holds the store's
+``state()`` (arrays under ``store.``, values under ``store``, the source offsets among them), the trainer's
+values (``TrainerState``, the schema the online and sharded trainers share, plus what one of them adds) and
+one ``state`` array: the ``torch.save`` bytes of model, optimizer, metrics, RNG states (``capture_rng``) and
+whatever else the trainer carries, read back with ``weights_only=True``.
 
-Every byte is verified before anything is deserialized (see ``streamgnn.store.checkpoint``): ``LATEST``
-holds the step's name and its trainer manifest's SHA-256, the trainer manifest the store manifest's, so a
-``LATEST`` naming another step, also an older kept one, is refused. Resume an older step on purpose by
-passing its directory: ``OnlineTrainer.resume(root / "step-000000100")``.
+Resume an older step on purpose by passing its directory: ``OnlineTrainer.resume(root / "ckpt-000100")``.
+Checkpoints in the layout before this container (``step-N/{store,trainer}``) load the same way.
 """
 
 from __future__ import annotations
 
-import io
-import os
-import random
-import re
-import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from .. import checkpoint
 from ..errors import CheckpointError
 from ..store import TemporalGraphStore
-from ..store.checkpoint import fsync_dir, read_checkpoint, read_latest, write_checkpoint, write_latest
 
-_STEP_DIR = re.compile(r"^step-(\d{9,})$")
+
+@dataclass(frozen=True)
+class TrainerState:
+    """The values every stream trainer checkpoints the same way (the online and the sharded one): its config,
+    global batches done, events consumed (``position``: a resumed replay skips them), events learned from,
+    and dead letters counted so far. Beside them the tensor state holds ``model``, ``optimizer``, ``metrics``
+    and ``rng`` under those names in both."""
+
+    config: dict
+    steps: int
+    position: int
+    learned: int
+    dead_letters: int
+
+    @classmethod
+    def of(cls, trainer) -> TrainerState:
+        return cls(trainer.config.to_dict(), trainer.steps, trainer.position, trainer.learned,
+                   trainer.dead_letter_count)  # fmt: skip
+
+    @classmethod
+    def from_values(cls, values: dict) -> TrainerState:
+        return cls(values["config"], int(values["steps"]), int(values["position"]), int(values["learned"]),
+                   int(values["dead_letters"]))  # fmt: skip
+
+    def values(self) -> dict:
+        return asdict(self)
+
+    def apply(self, trainer) -> None:
+        """Set the trainer's counters to these (its config is the caller's choice)."""
+        trainer.steps, trainer.position = self.steps, self.position
+        trainer.learned, trainer.dead_letter_count = self.learned, self.dead_letters
 
 
 @dataclass(frozen=True)
@@ -42,13 +64,15 @@ class TrainerCheckpoint:
     state: dict
     store: TemporalGraphStore
 
+    @property
+    def rng(self) -> dict:
+        """The RNG states to ``restore_rng`` (also of a checkpoint written before they were kept together)."""
+        return checkpoint.rng_of(self.state, self.manifest)
+
 
 def step_dirs(root: Path) -> list[Path]:
     """Complete checkpoints under ``root``, oldest first."""
-    if not root.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
-    return [p for _, p in sorted(found)]
+    return [checkpoint.directory(root, n) for n in checkpoint.numbers(root)]
 
 
 def save(
@@ -57,112 +81,40 @@ def save(
     store: TemporalGraphStore,
     source_offsets: dict[str, int],
     state: dict,
-    manifest: dict,
+    values: dict,
     keep: int,
+    kind: str = "trainer",
 ) -> Path:
-    """Write checkpoint ``step`` under ``root``, point ``LATEST`` at it and keep the newest ``keep``."""
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{step:09d}"
-    for stale in root.glob(".tmp-step-*"):  # left by a writer killed mid-checkpoint
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = root / f".tmp-{final.name}-{os.getpid()}"
-    tmp.mkdir()
-    store.save(tmp / "store", source_offsets=source_offsets, keep=1)
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    blob = np.frombuffer(buf.getvalue(), np.uint8)
-    store_manifest = read_latest(tmp / "store")[1]
-    manifest = {**manifest, "kind": "trainer", "store_manifest_sha256": store_manifest}
-    write_checkpoint(tmp / "trainer", {"state": blob}, manifest, keep=1)
-    fsync_dir(tmp)
-    if final.exists():  # the same step saved again (e.g. a resumed run re-saving): replace it whole
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    fsync_dir(root)
-    write_latest(root, final.name, read_latest(final / "trainer")[1])
-    steps = step_dirs(root)
-    # Steps after this one belong to an abandoned run (a rerun from scratch into the same folder): drop
-    # them, so the newest ``keep`` are this run's and LATEST always names one that is kept.
-    later = [p for p in steps if int(_STEP_DIR.match(p.name).group(1)) > step]
-    mine = [p for p in steps if p not in later]
-    for old in later + mine[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    """Write checkpoint ``step`` of ``kind`` under ``root``: ``store`` (with ``source_offsets``), the tensor
+    ``state`` and JSON ``values``; point ``LATEST`` at it and keep the newest ``keep``."""
+    store.source_offsets = dict(source_offsets)
+    arrays, store_values = store.state()
+    arrays = {**checkpoint.prefixed("store", arrays), "state": checkpoint.tensor_blob(state)}
+    return checkpoint.save(
+        Path(root), kind, arrays, {**values, "store": store_values}, number=step, keep=keep
+    )
 
 
-def load(root: Path, map_location: torch.device | str = "cpu") -> TrainerCheckpoint:
-    """The checkpoint ``LATEST`` names under ``root`` (or ``root`` itself if it is a step directory)."""
-    path = step_path(Path(root))
-    manifest, blob = _trainer(path)
-    if read_latest(path / "store")[1] != manifest.get("store_manifest_sha256"):
-        raise CheckpointError(f"{path}: the store is not the one the trainer state was saved with")
-    store = TemporalGraphStore.load(path / "store")
-    if store.content_hash() != manifest.get("store_hash"):
-        raise CheckpointError(f"{path}: the store does not match the trainer state it was saved with")
-    return TrainerCheckpoint(path, manifest, _tensors(path, blob, map_location), store)  # parsed last
+def load(root: Path, map_location: torch.device | str = "cpu", kind: str = "trainer") -> TrainerCheckpoint:
+    """The checkpoint of ``kind`` that ``LATEST`` names under ``root`` (or ``root`` itself if it is one)."""
+    ckpt = checkpoint.load(Path(root), kind)
+    if "state" not in ckpt.arrays or not isinstance(ckpt.manifest.get("store"), dict):
+        raise CheckpointError(f"{ckpt.path} is not a trainer checkpoint: it has no tensor state or store")
+    store = TemporalGraphStore.from_state(ckpt.part("store"), ckpt.manifest["store"], str(ckpt.path))
+    state = checkpoint.tensors(ckpt.arrays["state"], ckpt.path, map_location)  # parsed last
+    return TrainerCheckpoint(ckpt.path, ckpt.manifest, state, store)
 
 
 def load_state(root: Path, map_location: torch.device | str = "cpu") -> tuple[Path, dict, dict]:
-    """``(step directory, manifest, state)`` of the checkpoint ``load`` would read, without its store
-    (e.g. the link predictor's weights for a service that holds only embeddings)."""
-    path = step_path(Path(root))
-    manifest, blob = _trainer(path)
-    return path, manifest, _tensors(path, blob, map_location)
+    """``(checkpoint directory, manifest, state)`` of the checkpoint ``load`` would read, without rebuilding
+    its store (e.g. the link predictor's weights for a service that holds only embeddings)."""
+    ckpt = checkpoint.load(Path(root), "trainer", only=("state",))
+    if "state" not in ckpt.arrays:
+        raise CheckpointError(f"{ckpt.path} is not a trainer checkpoint: it has no tensor state")
+    return ckpt.path, ckpt.manifest, checkpoint.tensors(ckpt.arrays["state"], ckpt.path, map_location)
 
 
 def step_path(root: Path) -> Path:
-    """The step directory ``root`` is, or the one its ``LATEST`` names (checked to be the one it was
+    """The checkpoint directory ``root`` is, or the one its ``LATEST`` names (checked to be the one it was
     written for)."""
-    if _STEP_DIR.match(root.name):
-        return root
-    hint = f" Checkpoints present: {[p.name for p in step_dirs(root)]}."
-    name, digest = read_latest(root, hint)
-    if not _STEP_DIR.match(name):
-        raise CheckpointError(f"{root}/LATEST names {name!r}, not a trainer checkpoint step.{hint}")
-    if read_latest(root / name / "trainer")[1] != digest:
-        raise CheckpointError(
-            f"{root}/LATEST names {name} but was written for another checkpoint (or is altered); resume "
-            f"an older step by passing its directory.{hint}"
-        )
-    return root / name
-
-
-def _trainer(path: Path) -> tuple[dict, np.ndarray]:
-    """The verified manifest and state bytes of step directory ``path``."""
-    manifest, arrays = read_checkpoint(path / "trainer")
-    if manifest.get("kind") != "trainer" or "state" not in arrays:
-        raise CheckpointError(f"{path / 'trainer'} is not a trainer checkpoint")
-    return manifest, arrays["state"]
-
-
-def _tensors(path: Path, blob: np.ndarray, map_location) -> dict:
-    try:
-        return torch.load(io.BytesIO(blob.tobytes()), map_location=map_location, weights_only=True)
-    except Exception as exc:  # torch raises a variety of unpickling errors for foreign content
-        raise CheckpointError(f"{path}: the trainer state does not load as plain tensors ({exc})") from exc
-
-
-def rngs() -> dict:
-    """Every RNG state a resumed run continues from (torch, CUDA, Python, numpy), for the state blob: the
-    Mersenne Twister states are 624 words each, which would bloat the manifest."""
-    py = random.getstate()
-    np_state = np.random.get_state(legacy=True)
-    state = {
-        "torch_rng": torch.get_rng_state(),
-        "python_rng": [py[0], list(py[1]), py[2]],
-        "numpy_rng": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-    }
-    if torch.cuda.is_available():
-        state["cuda_rng"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def restore_rngs(state: dict) -> None:
-    """Set every RNG ``rngs`` captured."""
-    torch.set_rng_state(state["torch_rng"])
-    if "cuda_rng" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
-    py = state["python_rng"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    nps = state["numpy_rng"]
-    np.random.set_state((nps[0], np.asarray(nps[1], np.uint32), *nps[2:]))
+    return checkpoint.latest(Path(root))

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..checkpoint import capture_rng, restore_rng
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..serve import EmbeddingSink, EmbeddingTable, LatencyTracker
@@ -447,29 +448,21 @@ class OnlineTrainer:
         if self.dist.is_main:
             path = checkpoint.save(
                 Path(cfg.checkpoint_dir), self.steps, self.store, dict(source_offsets or {}),
-                self._state(), self._manifest(), cfg.checkpoint_keep,
+                *self.state(), cfg.checkpoint_keep,
             )  # fmt: skip
         if self.dist.active:
             torch.distributed.barrier()
         return path
 
-    def _state(self) -> dict:
-        state = {**self.link_model.state_dict(), "metrics": self.metrics.state_dict(), **checkpoint.rngs()}
+    def state(self) -> tuple[dict, dict]:
+        """``(tensors, values)`` a resume continues from bit for bit (the store apart: a checkpoint saves it
+        beside them): the ``TrainerState`` values and the model, metrics, RNG and served rows."""
+        state = {**self.link_model.state_dict(), "metrics": self.metrics.state_dict(), "rng": capture_rng()}
         if self.baselines:  # (their memory is the store's edges: ``attach`` rebuilds it)
             state["baseline_metrics"] = {n: r.state_dict() for n, r in self.baseline_metrics.items()}
         if self.table is not None:  # the served rows, so a resume serves what this run served
             state["serving"] = self.serving.state_dict()
-        return state
-
-    def _manifest(self) -> dict:
-        return {
-            "config": self.config.to_dict(),
-            "steps": self.steps,
-            "position": self.position,
-            "learned": self.learned,
-            "dead_letters": self.dead_letter_count,
-            "store_hash": self.store.content_hash(),
-        }
+        return state, checkpoint.TrainerState.of(self).values()
 
     @classmethod
     def resume(
@@ -503,10 +496,9 @@ class OnlineTrainer:
         for name, state in ckpt.state.get("baseline_metrics", {}).items():
             if name in trainer.baseline_metrics:
                 trainer.baseline_metrics[name].load_state_dict(state)
-        trainer.steps, trainer.position = int(man["steps"]), int(man["position"])
+        checkpoint.TrainerState.from_values(man).apply(trainer)
         trainer._replayed = trainer.position
-        trainer.learned, trainer.dead_letter_count = int(man["learned"]), int(man["dead_letters"])
-        checkpoint.restore_rngs(ckpt.state)
+        restore_rng(ckpt.rng)
         if trainer.table is not None and "serving" in ckpt.state:
             trainer.serving.load_state_dict(ckpt.state["serving"])
         elif trainer.table is not None:  # the run served nothing (serve_every=0): embed every node now
