@@ -34,6 +34,11 @@ def brute_history(ref, u: int, v: int, tq: float) -> list[float]:
     return [n_uv, n_vu, tq - last_uv, tq - last_vu, *decayed]
 
 
+def brute_endpoints(ref, u: int, v: int, tq: float) -> list[float]:
+    """Time since each endpoint's latest visible event with anyone (inf: none)."""
+    return [tq - max((c[0] for c in ref.candidates(w, tq)), default=-math.inf) for w in (u, v)]
+
+
 def brute_cooccurrence(ref, u: int, v: int, tq: float, k: int) -> np.ndarray:
     seqs = [[] if w < 0 else [c[3] for c in ref.candidates(w, tq)][::-1][:k] for w in (u, v)]
     out = np.zeros((2, k, 2), np.float32)
@@ -69,11 +74,14 @@ def test_matches_brute_force(raw, splits, qs, k):
     src = np.array([u for u, _, _ in qs], np.int64)
     dst = np.array([v for _, v, _ in qs], np.int64)
     t = np.array([tq / 2 for *_, tq in qs])
-    pairs = PairFeatures(store, neighbors=k, decays=TAUS)
+    pairs = PairFeatures(store, neighbors=k, decays=TAUS, endpoints=True)
     hist, cooc = pairs.history(src, dst, t), pairs.cooccurrence(src, dst, t)
+    plain = PairFeatures(store, neighbors=k, decays=TAUS).history(src, dst, t)
+    np.testing.assert_array_equal(plain, hist[:, :-2])  # the endpoint columns only add to the history
     for i, (u, v, tq) in enumerate(zip(src.tolist(), dst.tolist(), t.tolist(), strict=True)):
         u, v = (x if x < n else -1 for x in (u, v))  # ids past the store's are unknown
-        np.testing.assert_allclose(hist[i], brute_history(ref, u, v, tq), rtol=1e-12)
+        want = brute_history(ref, u, v, tq) + brute_endpoints(ref, u, v, tq)
+        np.testing.assert_allclose(hist[i], want, rtol=1e-12)
         np.testing.assert_array_equal(cooc[i], brute_cooccurrence(ref, u, v, tq, k))
 
 
@@ -89,7 +97,7 @@ def test_batch_boundary_invariant(raw, splits, qs):
     src = np.array([u for u, _, _ in qs], np.int64)
     dst = np.array([v for _, v, _ in qs], np.int64)
     t = np.array([tq / 2 if tq < 31 else math.inf for *_, tq in qs])
-    a, b = PairFeatures(whole, 3, TAUS), PairFeatures(cut, 3, TAUS)
+    a, b = PairFeatures(whole, 3, TAUS, endpoints=True), PairFeatures(cut, 3, TAUS, endpoints=True)
     np.testing.assert_array_equal(a.history(src, dst, t), b.history(src, dst, t))
     np.testing.assert_array_equal(a.cooccurrence(src, dst, t), b.cooccurrence(src, dst, t))
 

@@ -217,7 +217,7 @@ def test_link_scores_read_pair_features_from_the_trainers_store_and_say_so_witho
     pairs = [[0, 25], [3, 21]]
     z = trainer.table.embeddings(np.array([0, 3, 25, 21]))
     t = float(np.nextafter(store.watermark, math.inf))
-    features = PairFeatures(store, model.pair_neighbors, model.pair_decays)
+    features = PairFeatures.of(store, model)
     s, d = store.node_index(np.array([0, 3])), store.node_index(np.array([25, 21]))
     assert features.history(s, d, t)[0, 0] > 0  # 0 -> 25 did happen
     tgn.eval()

@@ -33,10 +33,10 @@ def drifting(n: int = 3000, users: int = 40, items: int = 400, seed: int = 0) ->
     return EventBatch.from_columns(src=src, dst=dst + users, t=t, eid=np.arange(n))
 
 
-def config(pairs: bool = True, **kw) -> TrainConfig:
+def config(pairs: bool = True, endpoints: bool = False, **kw) -> TrainConfig:
     model = TGNConfig(
         memory_dim=16, time_dim=8, embedding_dim=16, num_neighbors=5, dropout=0.0, pair_features=pairs,
-        pair_neighbors=5, pair_decays=(5.0, 50.0), pair_dim=8,
+        pair_neighbors=5, pair_decays=(5.0, 50.0), pair_dim=8, pair_endpoints=endpoints,
     )  # fmt: skip
     base = dict(model=model, batch_size=100, lr=3e-3, eval_negatives=10, window_events=1000)
     return TrainConfig(**{**base, **kw})
@@ -67,9 +67,12 @@ def test_offline_trains_until_validation_stops_improving():
         fit_offline(events, config(), patience=0, split=split)
 
 
-def test_checkpoint_resume_with_pair_features_is_bit_for_bit(tmp_path):
+@pytest.mark.parametrize("model", [{}, dict(endpoints=True)])
+def test_checkpoint_resume_with_pair_features_is_bit_for_bit(tmp_path, model):
     events = drifting(1200)
-    cfg = config(checkpoint_dir=str(tmp_path / "run"), checkpoint_every=4, train_negatives="historical")
+    cfg = config(
+        **model, checkpoint_dir=str(tmp_path / "run"), checkpoint_every=4, train_negatives="historical"
+    )
     run = OnlineTrainer(cfg)
     run.fit(events.split(100), progress=False)
     want = trained_state(run)
@@ -95,8 +98,8 @@ def test_sharded_training_refuses_pair_features_when_configured():
 def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():
     import json
 
-    cfg = config()
-    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    for cfg in (config(), config(endpoints=True)):
+        assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     for bad in (
         dict(pair_neighbors=0),
         dict(pair_dim=0),
@@ -118,3 +121,56 @@ def test_ranking_with_pair_vectors_equals_scoring_each_pair():
     torch.testing.assert_close(head.candidates(z_src, z, index, pair), each)
     with pytest.raises(ConfigError, match="pair vectors"):
         head.candidates(z_src, z, index)
+
+
+def test_endpoint_gaps_read_the_store_the_same_however_the_stream_was_batched():
+    from streamgnn.nn.pairs import PairEncoder
+    from streamgnn.sampling.pairs import PairFeatures
+    from streamgnn.store import TemporalGraphStore
+
+    events = drifting(600, users=10, items=30)
+    model = TGNConfig(pair_neighbors=5, pair_decays=(5.0, 50.0), pair_dim=8, pair_endpoints=True)
+    torch.manual_seed(0)
+    encoder = PairEncoder.of(model)
+    src, dst, t = events.src[-50:], events.dst[-50:], events.t[-50:]
+    vectors = []
+    for parts in (1, 7):
+        store = TemporalGraphStore()
+        for chunk in events.split(-(-len(events) // parts)):
+            store.ingest(chunk)
+        pairs = PairFeatures.of(store, model)
+        u, v = store.node_index(src), store.node_index(dst)
+        raw = (pairs.history(u, v, t), pairs.cooccurrence(u, v, t))
+        vectors.append(encoder(*(torch.from_numpy(x) for x in raw)))
+    torch.testing.assert_close(vectors[0], vectors[1], rtol=0, atol=0)
+
+
+def test_endpoint_gaps_reach_the_logits():
+    """With ``pair_endpoints``, how long each endpoint has been quiet (with anyone) is an input: two pairs
+    alike but for it score differently, and a node never seen is told apart by its flag."""
+    from streamgnn.nn import LinkPredictor
+    from streamgnn.nn.pairs import PairEncoder
+
+    torch.manual_seed(0)
+    encoder = PairEncoder.of(TGNConfig(pair_decays=(5.0,), pair_neighbors=4, pair_dim=8, pair_endpoints=True))
+    pair = [0.0, 0.0, np.inf, np.inf, 0.0]
+    history = torch.tensor([pair + [1.0, 2.0], pair + [1.0, 5e4], pair + [1.0, np.inf]], dtype=torch.float64)
+    vectors = encoder(history, torch.zeros(3, 2, 4, 2))
+    assert torch.isfinite(vectors).all()
+    logits = LinkPredictor(6, pair_dim=encoder.out_dim)(torch.ones(3, 6), torch.ones(3, 6), vectors)
+    assert len(set(logits.tolist())) == 3, logits
+
+
+def test_a_checkpoint_from_before_endpoint_gaps_loads_as_it_was_written():
+    """Checkpoints written before ``pair_endpoints`` existed name no such key: they load without the two
+    columns (their encoder's weights fit), where a new config takes the default and reads them."""
+    from streamgnn.nn import TGN
+
+    saved = config(endpoints=False).to_dict()
+    del saved["model"]["pair_endpoints"]
+    old = TrainConfig.from_checkpoint(saved)
+    assert old.model.pair_endpoints is False and TGNConfig().pair_endpoints is True
+    written = TGN(config(endpoints=False).model).state_dict()
+    TGN(old.model).load_state_dict(written)  # strict: every shape as written
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        TGN(config(endpoints=True).model).load_state_dict(written)

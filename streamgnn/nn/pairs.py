@@ -1,13 +1,14 @@
 """Pair encoder: the store's pair features of ``(u, v, t)`` queries as one vector for the link predictor.
 
 Inputs are ``sampling.PairFeatures``' raw arrays. History (counts, time since the latest u->v and v->u
-event, decayed counts) is log-scaled, since counts and gaps span orders of magnitude, with a flag for
-"never", and goes through a small MLP. Co-occurrence follows DyGFormer (Yu et al. 2023): each count ``c``
-of a neighbor (in its own sequence, in the other endpoint's) is encoded as ``f(c)`` by a two-layer MLP and
-a neighbor's encoding is ``f(c_own) + f(c_other)``; we mean-pool those over each endpoint's neighbors (the
-predictor here reads one vector, not a sequence). Counts are integers ``0..k``, so ``f`` is evaluated once
-per value and the pooled encoding is a histogram of counts times that table: no ``[pairs, k, dim]`` tensor
-is ever built, which keeps ranking 100 candidates per positive cheap.
+event, decayed counts, and with ``endpoints`` the time since each endpoint's latest event) is log-scaled,
+since counts and gaps span orders of magnitude, with a flag for "never", and goes through a small MLP.
+Co-occurrence follows DyGFormer (Yu et al. 2023): each count ``c`` of a neighbor (in its own sequence, in the
+other endpoint's) is encoded as ``f(c)`` by a two-layer MLP and a neighbor's encoding is ``f(c_own) +
+f(c_other)``; we mean-pool those over each endpoint's neighbors (the predictor here reads one vector, not a
+sequence). Counts are integers ``0..k``, so ``f`` is evaluated once per value and the pooled encoding is a
+histogram of counts times that table: no ``[pairs, k, dim]`` tensor is ever built, which keeps ranking 100
+candidates per positive cheap.
 
 >>> import numpy as np
 >>> enc = PairEncoder(history_dim=5, neighbors=3, dim=4)
@@ -26,33 +27,42 @@ from ..sampling.pair_kernels import HISTORY_FIXED, N_UV, N_VU, SINCE_UV, SINCE_V
 
 class PairEncoder(nn.Module):
     """``(history [n, history_dim] float64, cooc [n, 2, neighbors, 2])`` -> ``[n, out_dim]``, ``out_dim =
-    3 * dim`` (history, u's neighbors, v's neighbors)."""
+    3 * dim`` (history, u's neighbors, v's neighbors). ``endpoints``: the history's last two columns are
+    the time since each endpoint's latest event with anyone, encoded as the pair's gaps are."""
 
-    def __init__(self, history_dim: int, neighbors: int, dim: int) -> None:
+    def __init__(self, history_dim: int, neighbors: int, dim: int, endpoints: bool = False) -> None:
         super().__init__()
-        self.neighbors = neighbors
+        self.neighbors, self.endpoints = neighbors, endpoints
         n_in = 2 + 2 + 2 + (history_dim - HISTORY_FIXED)  # log counts, seen flags, log gaps, log decayed
+        n_in += 2 * endpoints  # the endpoints' gaps (counted in history_dim) also have seen flags
         self.history = nn.Sequential(nn.Linear(n_in, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.count = nn.Sequential(nn.Linear(1, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.out_dim = 3 * dim
 
     @classmethod
     def of(cls, config) -> PairEncoder:
-        """The encoder a model config's ``pair_neighbors``, ``pair_decays`` and ``pair_dim`` call for (the
-        model builds it, and a scorer that loads its weights from a checkpoint)."""
-        return cls(HISTORY_FIXED + len(config.pair_decays), config.pair_neighbors, config.pair_dim)
+        """The encoder a model config's ``pair_neighbors``, ``pair_decays``, ``pair_dim`` and
+        ``pair_endpoints`` call for (the model builds it, and a scorer that loads its weights from a
+        checkpoint)."""
+        history_dim = HISTORY_FIXED + len(config.pair_decays) + 2 * config.pair_endpoints
+        return cls(history_dim, config.pair_neighbors, config.pair_dim, config.pair_endpoints)
 
     def forward(self, history: Tensor, cooc: Tensor) -> Tensor:
         dev = self.count[0].weight.device
         history = history.to(dev)
-        since = history[:, [SINCE_UV, SINCE_VU]]
+        gap_cols = [SINCE_UV, SINCE_VU]
+        end = history.shape[1]
+        if self.endpoints:
+            end -= 2
+            gap_cols += [end, end + 1]
+        since = history[:, gap_cols]
         seen = torch.isfinite(since)
         h = torch.cat(
             [
                 torch.log1p(history[:, [N_UV, N_VU]]),
                 seen.to(history.dtype),
                 torch.where(seen, torch.log1p(since.clamp_min(0)), 0.0),
-                torch.log1p(history[:, HISTORY_FIXED:]),
+                torch.log1p(history[:, HISTORY_FIXED:end]),
             ],
             dim=1,
         ).float()

@@ -60,6 +60,10 @@ class TGNConfig(Config):
     serves) do not change. On by default: it beat the TGN alone and both EdgeBanks on every stream measured
     (benchmarks/RESULTS.md, "Pair features and converged training"); ``pair_features=False`` is TGN as
     published (and what sharded training runs, which does not read pair features yet).
+    ``pair_endpoints``: the pair features also hold the time since each endpoint's latest event with anyone.
+    A TGN embedding cannot see it (with ``neighbor_time="last_update"`` every age it reads is relative to a
+    memory update, never to the query time), and a node quiet for months rarely starts talking now: on
+    by default, it lifted test AP on CollegeMsg and on Enron (benchmarks/RESULTS.md, "Endpoint recency").
     """
 
     memory_dim: int = 100
@@ -82,6 +86,7 @@ class TGNConfig(Config):
     pair_neighbors: int = 20
     pair_decays: tuple[float, ...] = (3600.0, 86400.0, 604800.0)
     pair_dim: int = 32
+    pair_endpoints: bool = True
 
     @classmethod
     def upgrade(cls, data: dict) -> dict:

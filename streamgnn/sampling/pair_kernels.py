@@ -89,6 +89,25 @@ def pair_history(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, ta
 
 
 @njit(cache=True)
+def endpoint_since(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, out):
+    """``out[i]`` = time since ``src[i]``'s and since ``dst[i]``'s latest visible event before ``ts[i]``,
+    with any partner (inf: none, or an unknown node): O(1) per query but for deleted entries skipped."""
+    for i in range(len(src)):
+        t = ts[i]
+        for side in range(2):
+            w = src[i] if side == 0 else dst[i]
+            out[i, side] = np.inf
+            if w < 0 or w >= num_nodes:
+                continue
+            s = start[w]
+            j = _prefix(start, deg, pool, edge_t, w, t) - 1
+            while j >= 0 and not _visible(pool[s + j, 1], edge_del, t):
+                j -= 1
+            if j >= 0:
+                out[i, side] = t - edge_t[decode(pool[s + j, 1])]
+
+
+@njit(cache=True)
 def _latest(start, deg, pool, edge_t, edge_del, v, t, k, seq):
     """The latest ``k`` visible neighbors of ``v`` before ``t`` into ``seq`` (newest first); how many."""
     s = start[v]

@@ -32,10 +32,15 @@ class PairFeatures:
 
     ``neighbors``: the latest ``k`` neighbors of each endpoint that co-occurrence compares. ``decays``: time
     constants (in the stream's time unit) of the exponentially decayed pair counts, one column each.
+    ``endpoints``: two more history columns, the time since each endpoint's latest event with anyone.
     """
 
     def __init__(
-        self, store: GraphStore, neighbors: int = 20, decays: tuple[float, ...] = (86400.0,)
+        self,
+        store: GraphStore,
+        neighbors: int = 20,
+        decays: tuple[float, ...] = (86400.0,),
+        endpoints: bool = False,
     ) -> None:
         if not isinstance(neighbors, int) or neighbors < 1:
             raise ConfigError(f"pair neighbors must be an int >= 1, got {neighbors!r}")
@@ -45,10 +50,16 @@ class PairFeatures:
         self.store = store
         self.neighbors = neighbors
         self.decays = np.asarray(decays, np.float64)
+        self.endpoints = endpoints
+
+    @classmethod
+    def of(cls, store: GraphStore, config) -> PairFeatures:
+        """The features a model config (``TGNConfig``) reads over ``store`` (the trainer and the scorer)."""
+        return cls(store, config.pair_neighbors, config.pair_decays, config.pair_endpoints)
 
     @property
     def history_dim(self) -> int:
-        return K.HISTORY_FIXED + len(self.decays)
+        return K.HISTORY_FIXED + len(self.decays) + 2 * self.endpoints
 
     def history(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
         """``float64 [n, history_dim]``: u->v and v->u event counts before ``t``, time since the latest of
@@ -60,6 +71,13 @@ class PairFeatures:
             view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes, src, dst, t,
             self.decays, out,
         )  # fmt: skip
+        if self.endpoints:
+            since = np.empty((len(src), 2))
+            K.endpoint_since(
+                view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes, src, dst, t,
+                since,
+            )  # fmt: skip
+            out[:, -2:] = since
         return out
 
     def cooccurrence(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -96,7 +96,7 @@ class LinkScorer:
         predictor.eval()
         pairs = None
         if encoder is not None and self.store is not None:
-            pairs = PairFeatures(self.store, model.pair_neighbors, model.pair_decays)
+            pairs = PairFeatures.of(self.store, model)
         self._loaded = _Loaded(latest, predictor, encoder, pairs)
 
     def score(self, z_src: np.ndarray, z_dst: np.ndarray, src=None, dst=None) -> tuple[np.ndarray, dict]:

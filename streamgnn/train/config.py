@@ -188,7 +188,10 @@ class TrainConfig(Config):
         # negatives the seen pool's, all from one strategy, and a run resumes as it was.
         model = dict(data.get("model", {}))
         if model.get("variant") != "dygformer":
-            model = {"neighbor_time": "query", "time_init": "geometric", "pair_features": False, **model}
+            model = {
+                "neighbor_time": "query", "time_init": "geometric", "pair_features": False,
+                "pair_endpoints": False, **model,
+            }  # fmt: skip
         data["model"] = model
         data.setdefault("train_negative_pool", "seen")
         data.setdefault("train_negative_fraction", 1.0)

@@ -122,7 +122,7 @@ class TGNLinkModel:
         self.name = mcfg.variant.upper()  # how run summaries call it
         self.pairs = None
         if mcfg.pair_features:
-            self.pairs = PairFeatures(TemporalGraphStore(), mcfg.pair_neighbors, mcfg.pair_decays)
+            self.pairs = PairFeatures.of(TemporalGraphStore(), mcfg)
         self.sampler = TemporalSampler(
             TemporalGraphStore(),
             SamplerConfig(
