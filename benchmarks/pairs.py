@@ -4,8 +4,10 @@ python benchmarks/pairs.py [--quick] [--json] [--threads 1] [--events N]   (also
 
 Query cost: the store holds the first ``--events`` events of JODIE Wikipedia (default all, ``--quick``
 20%); the queries are what scoring a batch asks: each of the last 2,000 events' sources against its
-destination and 100 random destinations, at the event's time (202,000 pairs). Reported per query, median
-over ``--repeats``: pair history (``history_us_per_query``), co-occurrence of the 20 latest neighbors
+destination and 100 random destinations, at the event's time (202,000 pairs), with the default model's
+settings (``PairFeatures.of(store, TGNConfig())``). Reported per query, median over ``--repeats``: pair
+history (``history_us_per_query``: counts, gaps and decayed counts of the pair, and each endpoint's time
+since its latest event), co-occurrence of the 20 latest neighbors
 (``cooccurrence_us_per_query``), and the sampler's recent-10 hop per root for the same sources
 (``sampler_us_per_root``: the neighborhood TGN embeds); ``pair_vs_sampler_cost`` is the pair features'
 cost per query over the sampler's per root.
@@ -36,7 +38,7 @@ from streamgnn.sampling.pairs import PairFeatures
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import ChronologicalSplit, TrainConfig, fit_offline
 
-QUERY_EVENTS, CANDIDATES, NEIGHBORS = 2_000, 100, 20
+QUERY_EVENTS, CANDIDATES = 2_000, 100
 
 
 HEADLINE = {
@@ -58,7 +60,7 @@ def query_cost(events, repeats: int, seed: int = 0) -> dict:
         [store.node_index(last.dst), rng.choice(store.node_index(events.dst), (len(last), CANDIDATES))]
     )
     q_src, q_dst, q_t = np.repeat(src, cand.shape[1]), cand.reshape(-1), np.repeat(last.t, cand.shape[1])
-    pairs = PairFeatures(store, neighbors=NEIGHBORS)
+    pairs = PairFeatures.of(store, TGNConfig())  # what the default model reads
     sampler = TemporalSampler(store, SamplerConfig(fanouts=(10,)))
     for fn in (
         lambda: pairs.history(q_src[:10], q_dst[:10], q_t[:10]),
