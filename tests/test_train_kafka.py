@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from streamgnn.checkpoint import read_latest
@@ -35,7 +36,11 @@ def node_keys(bootstrap: str, topic: str) -> set[int]:
     return keys
 
 
-def test_kafka_training_resumes_from_checkpointed_offsets(kafka_bootstrap, make_topic, tmp_path):
+# source batches of whole messages (100 events each), or of 70 events: checkpoints then fall inside messages
+@pytest.mark.parametrize("source_batch", [100, 70])
+def test_kafka_training_resumes_from_checkpointed_offsets(
+    kafka_bootstrap, make_topic, tmp_path, source_batch
+):
     rng = np.random.default_rng(2)
     n = 800
     events = EventBatch.from_columns(
@@ -50,7 +55,7 @@ def test_kafka_training_resumes_from_checkpointed_offsets(kafka_bootstrap, make_
 
     def train(trainer: OnlineTrainer, max_events: int | None = None):
         with KafkaSource(
-            topic, bootstrap_servers=kafka_bootstrap, store=trainer.store, max_batch_events=100
+            topic, bootstrap_servers=kafka_bootstrap, store=trainer.store, max_batch_events=source_batch
         ) as src:
             stream = src.stream(idle_timeout_s=2.0)
             return trainer.fit(stream, positions=src.positions, max_events=max_events, progress=False)
@@ -71,7 +76,12 @@ def test_kafka_training_resumes_from_checkpointed_offsets(kafka_bootstrap, make_
     with KafkaSink(kafka_bootstrap, embeddings_topic=embeddings) as sink:
         resumed = OnlineTrainer.resume(tmp_path, sink=sink)
         result = train(resumed)
-    assert result.events == n - saved.learned  # exactly what the checkpoint lacked, nothing before it
+    # what the checkpoint lacked, and the head of the message it stopped inside: a source batch that ended
+    # inside a message (its size follows the loop's pace: linger_s) leaves that message's offset in the
+    # checkpoint, so the message (100 events) is read again and the store skips the rows it holds (nothing
+    # is learned twice: see below)
+    replayed = result.events - (n - saved.learned)
+    assert replayed == saved.learned % 100, (result.events, saved.learned)
     reference = TemporalGraphStore()
     reference.ingest(events)
     assert resumed.learned == n and resumed.store.content_hash() == reference.content_hash()
