@@ -107,6 +107,7 @@ def test_a_query_scans_on_its_own_thread_count_and_says_what_it_reads():
     assert table.scan_size("cosine") == 999 * 16  # no index yet
     table.update(np.arange(999, 2000), clustered(1001, seed=1), t=1.0)
     assert table.scan_size("cosine") == 0 and table.scan_size("dot") == 2000 * 16
+    before = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(2)
     seen = []
 
@@ -114,9 +115,12 @@ def test_a_query_scans_on_its_own_thread_count_and_says_what_it_reads():
         table.top_k(table.embeddings([5]), 10, exclude=[5])
         seen.append(faiss.omp_get_max_threads())
 
-    worker = threading.Thread(target=query)
-    worker.start(), worker.join()
-    assert seen == [1] and faiss.omp_get_max_threads() == 2  # the caller's alone
+    try:
+        worker = threading.Thread(target=query)
+        worker.start(), worker.join()
+        assert seen == [1] and faiss.omp_get_max_threads() == 2  # the caller's alone
+    finally:
+        faiss.omp_set_num_threads(before)  # leave the process's other tests as they were
 
 
 @pytest.mark.parametrize("topk", ["approximate", "exact"])
