@@ -36,7 +36,10 @@ def main() -> None:
     )
     ap.add_argument("--negatives", type=int, default=20)
     ap.add_argument(
-        "--max-snapshots", type=int, default=None, help="stop after this many (a checkpoint is kept)"
+        "--max-snapshots",
+        type=int,
+        default=None,
+        help="stop once this many are learned in all, resumes included (a checkpoint is kept there)",
     )
     ap.add_argument("--out", default="out/snapshots")
     args = ap.parse_args()
@@ -52,7 +55,8 @@ def main() -> None:
     if (ckpt / "LATEST").exists():
         trainer = SnapshotTrainer.resume(ckpt, GConvGRU(2, 32, 2), target=target)
         print(f"resumed after {trainer.steps} snapshots")
-        result = trainer.run_live(source, max_snapshots=args.max_snapshots)
+        left = None if args.max_snapshots is None else max(0, args.max_snapshots - trainer.steps)
+        result = trainer.run_live(source, max_snapshots=left)
     else:
         torch.manual_seed(0)
         config = SnapshotTrainConfig(

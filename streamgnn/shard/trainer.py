@@ -151,7 +151,10 @@ class ShardedTrainer:
         if self._batcher_state is not None:
             self.batcher.restore(self._batcher_state, self.index.seen.contains)
             self._batcher_state = None
-        drive = Drive(self, max_events=max_events, progress=progress, total=total)
+        show = progress and self.dist.is_main
+        drive = Drive(
+            self, every=self.config.checkpoint_interval, limit=max_events, progress=show, total=total
+        )
         saved, events = drive.run(
             self._global_batches(drive.room), lambda: self.save_checkpoint(source.positions())
         )

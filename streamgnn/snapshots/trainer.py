@@ -12,6 +12,8 @@ the pair's concatenated states (links), as in PGT's examples.
 - ``fit(signal)``: offline, a chronological split (``train_ratio``), ``epochs`` passes over the training
   part, then the test part scored with the state carried on from training.
 - ``run(snapshots)``: online test-then-train; each snapshot is scored by the model before it learns from it.
+  The loop is the online trainers' (``train.driver.Drive``: progress, checkpoint cadence, ``max_snapshots``);
+  a checkpoint only follows a snapshot that closes a window of ``bptt`` losses.
   ``run_live(source, store, spec, target)`` does that over a running source (``live_snapshots``) and
   checkpoints model, optimizer, hidden state, the snapshot stream's position and the store together;
   ``SnapshotTrainer.resume`` continues from the newest checkpoint, bit for bit.
@@ -37,6 +39,7 @@ from ..configs import Config
 from ..errors import ConfigError
 from ..progress import progress_bar
 from ..train import checkpoint
+from ..train.driver import Batches, Drive
 from .cells import RecurrentCell
 from .metrics import SnapshotMetrics, SnapshotTrainResult, link_snapshot_metrics, plot_metrics
 from .snapshot import Snapshot
@@ -109,7 +112,8 @@ class SnapshotTrainer:
         self.model = torch.nn.ModuleDict({"cell": cell, "heads": self.heads})
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr)
         self.hidden = None  # the recurrent state carried from snapshot to snapshot
-        self.steps = 0  # snapshots learned from
+        self.position = 0  # snapshots consumed online (each is one step: ``steps``)
+        self._window: list[torch.Tensor] = []  # losses of the open bptt window (online)
         self.metrics: list[SnapshotMetrics] = []
         self.stream: SnapshotStream | None = None
         self._source = None  # the live source, whose positions go into checkpoints
@@ -153,12 +157,17 @@ class SnapshotTrainer:
         value = float(loss.detach())
         return loss, pred, SnapshotMetrics(-1, t, "", value, mse=value)
 
+    @property
+    def steps(self) -> int:
+        """Snapshots learned from online (checkpoints are numbered by it)."""
+        return self.position
+
     def _record(self, m: SnapshotMetrics, index: int, phase: str) -> SnapshotMetrics:
         m = dataclasses.replace(m, index=index, phase=phase)
         self.metrics.append(m)
         return m
 
-    def _step(self, losses: list[torch.Tensor]) -> None:
+    def _learn(self, losses: list[torch.Tensor]) -> None:
         if losses:
             self.optimizer.zero_grad()
             torch.stack(losses).mean().backward()
@@ -189,9 +198,9 @@ class SnapshotTrainer:
                 if last:
                     self._record(m, i, "train")
                 if cfg.bptt is not None and len(window) == cfg.bptt:
-                    self._step(window)
+                    self._learn(window)
                     window = []
-            self._step(window)
+            self._learn(window)
             bar.set_postfix(loss=f"{float(loss.detach()):.4f}", refresh=False)
         self.model.eval()
         with torch.no_grad():
@@ -203,42 +212,51 @@ class SnapshotTrainer:
     def run(
         self, snapshots: Iterable, *, progress: bool = True, max_snapshots: int | None = None
     ) -> SnapshotTrainResult:
-        """Test-then-train over ``snapshots`` as they come (an iterator may be live). Checkpoints (live runs
-        only) fall every ``checkpoint_every`` snapshots and at the end of the stream."""
+        """Test-then-train over ``snapshots`` as they come (an iterator may be live), at most
+        ``max_snapshots`` more. Checkpoints (live runs only) fall every ``checkpoint_every`` snapshots where
+        a bptt window closes, and at the end of the stream."""
         cfg = self.config
         if cfg.checkpoint_every and self.stream is None:
             raise ConfigError(
                 "checkpoints hold the snapshot stream's position: use run_live, or checkpoint_every=0"
             )
-        bptt = cfg.bptt or 1
-        started, window, saved, ended = time.perf_counter(), [], None, False
-        bar = progress_bar(unit="snapshot", initial=self.steps, disable=not progress)
         self.model.train()
-        try:
-            for snap in snapshots:
-                loss, _, m = self._forward(_data(snap))
-                m = self._record(m, self.steps, "online")
-                window.append(loss)
-                self.steps += 1
-                closed = len(window) == bptt
-                if closed:
-                    self._step(window)
-                    window = []
-                bar.update(1)
-                bar.set_postfix(**_postfix(m), refresh=False)
-                if closed and cfg.checkpoint_every and self.steps % cfg.checkpoint_every == 0:
-                    saved = self.save_checkpoint()
-                if max_snapshots is not None and self.steps >= max_snapshots:
-                    break
-            else:
-                ended = True
-        finally:
-            bar.close()
-        if window:
-            self._step(window)
-        if ended and cfg.checkpoint_every and (saved is None or self.steps % cfg.checkpoint_every):
-            saved = self.save_checkpoint()  # the stream's end (a cut-short run keeps its last regular one)
-        return self._result(started, saved)
+        drive = Drive(
+            self, every=cfg.checkpoint_every, limit=max_snapshots, progress=progress, unit="snapshot",
+            size=lambda _: 1, postfix=lambda: _postfix(self.metrics[-1]),
+        )  # fmt: skip
+        ended: list[bool] = []
+        saved, _ = drive.run(self._online(snapshots, drive.room, ended), self.save_checkpoint)
+        if ended and ended[0] and cfg.checkpoint_every:
+            # the stream ended inside a window: it has learned from it (``_online``), so the end is kept too
+            saved = self.save_checkpoint()
+        return self._result(drive.started, saved)
+
+    def step(self, snapshot, *, arrival: float | None = None) -> SnapshotMetrics:
+        """Score ``snapshot``, record its metrics and add its loss to the open window, which learns once it
+        holds ``bptt`` snapshots. (``arrival`` is the driver's; snapshots are not timed.)"""
+        loss, _, m = self._forward(_data(snapshot))
+        m = self._record(m, self.steps, "online")
+        self._window.append(loss)
+        if len(self._window) == (self.config.bptt or 1):
+            self._learn(self._window)
+            self._window = []
+        return m
+
+    def _online(self, snapshots: Iterable, room, ended: list[bool]) -> Batches:
+        """``snapshots`` for ``Drive``, each with whether it closes a window; stops (without waiting for
+        another) once ``room()`` is 0. At its end the open window learns; ``ended`` gets whether the stream
+        itself ended inside a window."""
+        bptt = self.config.bptt or 1
+        for snap in snapshots:
+            yield snap, time.perf_counter(), len(self._window) + 1 == bptt
+            if room() == 0:
+                break
+        else:
+            ended.append(bool(self._window))
+        if self._window:
+            self._learn(self._window)
+            self._window = []
 
     def run_live(
         self,
@@ -320,7 +338,7 @@ class SnapshotTrainer:
         trainer.stream = SnapshotStream.from_tensor_state(
             ckpt.store, ckpt.state["stream"], man["stream"], target=target
         )
-        trainer.steps = int(man["steps"])
+        trainer.position = int(man["steps"])
         trainer.metrics = [SnapshotMetrics(**m) for m in man["metrics"]]
         restore_rng(ckpt.rng)
         return trainer

@@ -1,63 +1,73 @@
-"""The stream loop both online trainers run (``OnlineTrainer.fit``, ``shard.ShardedTrainer.fit``): step each
-global batch, count the events consumed, show progress with the latest window's AP and MRR, checkpoint every
-``checkpoint_interval`` batches and at the end, and stop after ``max_events``.
+"""The stream loop every online trainer runs (``OnlineTrainer.fit``, ``shard.ShardedTrainer.fit``,
+``snapshots.SnapshotTrainer.run``): step each item (a global batch of events, or a snapshot), count what was
+consumed, show progress with the latest figures, checkpoint every ``every`` steps and at the end, and stop
+after ``limit`` more events (snapshots).
 
-What differs between the trainers is where global batches come from, so each ``fit`` hands ``drive`` a
-generator of ``(batch, arrival, boundary)``: the replicated trainer cuts its source's batches to
-``batch_size`` (skipping what a resumed checkpoint replayed), the sharded one agrees on them with the other
-ranks (``GlobalBatcher``). ``boundary`` says whether a checkpoint may follow the batch: a source read by
-offsets is checkpointed only between its own batches, so that the saved offsets name exactly the events the
-state holds. The generator reads ``room()``, the events left before ``max_events``, to cut its last batch.
+What differs between the trainers is where items come from, so each hands ``drive`` a generator of
+``(item, arrival, boundary)``: the replicated trainer cuts its source's batches to ``batch_size`` (skipping
+what a resumed checkpoint replayed), the sharded one agrees on them with the other ranks (``GlobalBatcher``),
+the snapshot trainer cuts snapshots from its live stream. ``boundary`` says whether a checkpoint may follow
+the item: a source read by offsets is checkpointed only between its own batches, so that the saved offsets
+name exactly the events the state holds; a snapshot trainer only after a snapshot that closes its window of
+``bptt`` losses. The generator reads ``room()``, what is left before ``limit``, to stop (cut its last batch).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sized
 from pathlib import Path
 
 from ..events import EventBatch
 from ..progress import progress_bar
 
-# (global batch, arrival time, whether a checkpoint may follow it)
+# (global batch or snapshot, arrival time, whether a checkpoint may follow it)
 Batches = Generator[tuple[EventBatch, float, bool], None, None]
 
 
 class Drive:
-    """One ``fit``'s loop over ``trainer`` (any trainer with ``step``, ``steps``, ``position``, ``metrics``,
-    ``config`` and ``dist``); ``room`` is for the batch generator, ``run`` drives it."""
+    """One run's loop over ``trainer`` (anything with ``step(item, arrival=...)``, ``steps`` and ``position``,
+    the events or snapshots consumed); ``room`` is for the item generator, ``run`` drives it.
 
-    def __init__(self, trainer, *, max_events: int | None, progress: bool, total: int | None) -> None:
-        self.trainer, self.max_events = trainer, max_events
-        self.start_events = trainer.position
-        if max_events is not None:
-            total = min(total or math.inf, trainer.position + max_events)
-        self._bar = dict(total=total, initial=trainer.position, unit="ev",
-                         disable=not (progress and trainer.dist.is_main))  # fmt: skip
+    ``size`` counts an item (events in a batch: ``len``); ``postfix`` gives the progress bar's figures after
+    a step (None: unchanged), by default the latest closed window of ``trainer.metrics``' AP and MRR.
+    ``progress`` is whether this process shows a bar (only the main rank of a distributed run should)."""
+
+    def __init__(
+        self, trainer, *, every: int, limit: int | None, progress: bool, total: int | None = None,
+        unit: str = "ev", size: Callable[[Sized], int] = len,
+        postfix: Callable[[], dict[str, str] | None] | None = None,
+    ) -> None:  # fmt: skip
+        self.trainer, self.every, self.limit, self.size = trainer, every, limit, size
+        self.postfix = postfix or self._window_postfix
+        self.start = trainer.position
+        self._closed = None  # windows closed when the bar last showed one
+        if limit is not None:
+            total = min(total or math.inf, trainer.position + limit)
+        self._bar = dict(total=total, initial=trainer.position, unit=unit, disable=not progress)
 
     def room(self) -> int | None:
-        """Events left before ``max_events`` (None: no limit)."""
-        if self.max_events is None:
+        """Events (snapshots) left before ``limit`` (None: no limit)."""
+        if self.limit is None:
             return None
-        return max(0, self.max_events - (self.trainer.position - self.start_events))
+        return max(0, self.limit - (self.trainer.position - self.start))
 
     def run(self, batches: Batches, save: Callable[[], Path | None]) -> tuple[Path | None, int]:
-        """Step every batch of ``batches``; ``save()`` writes a checkpoint (every rank calls it). Returns the
-        newest checkpoint written (None: none) and the events consumed; ``elapsed()`` times the fit."""
-        tr = self.trainer
-        every = tr.config.checkpoint_interval
+        """Step every item of ``batches``; ``save()`` writes a checkpoint (every rank calls it). Returns the
+        newest checkpoint written (None: none) and what was consumed; ``elapsed()`` times the run."""
+        tr, every = self.trainer, self.every
         self.started = time.perf_counter()
         last, saved, boundary = tr.steps, None, True
         bar = progress_bar(**self._bar)
         try:
-            for batch, arrival, boundary in batches:
-                closed = tr.metrics.closed
-                tr.step(batch, arrival=arrival)
-                tr.position += len(batch)
-                bar.update(len(batch))
-                if tr.metrics.closed > closed:
-                    bar.set_postfix(**self._postfix(), refresh=False)
+            for item, arrival, boundary in batches:
+                tr.step(item, arrival=arrival)
+                n = self.size(item)
+                tr.position += n
+                bar.update(n)
+                if (shown := self.postfix()) is not None:
+                    bar.set_postfix(**shown, refresh=False)
                 if boundary and every and tr.steps - last >= every:
                     saved, last = save(), tr.steps
         finally:
@@ -65,14 +75,20 @@ class Drive:
             batches.close()  # the generator's own end (its dead-letter count) runs now
         if every and tr.steps > last and boundary:  # not after a batch cut short of its source's
             saved = save()
-        return saved, tr.position - self.start_events
+        return saved, tr.position - self.start
 
     def elapsed(self) -> float:
-        """Seconds since ``run`` started (a fit's time, its end of stream work included)."""
+        """Seconds since ``run`` started (a run's time, its end of stream work included)."""
         return time.perf_counter() - self.started
 
-    def _postfix(self) -> dict[str, str]:
+    def _window_postfix(self) -> dict[str, str] | None:
+        """The AP and MRR of the window closed since the bar last showed one (None: no new window), with the
+        best baseline's MRR beside them."""
         tr = self.trainer
+        closed = tr.metrics.closed
+        if closed == self._closed or not tr.metrics.windows:
+            return None
+        self._closed = closed
         w = tr.metrics.windows[-1]
         best = {n: r.windows[-1].mrr for n, r in getattr(tr, "baseline_metrics", {}).items() if r.windows}
         beside = {"best_baseline_mrr": f"{max(best.values()):.4f}"} if best else {}

@@ -370,7 +370,10 @@ class OnlineTrainer:
         positions = positions or getattr(source, "positions", None)
         skip = 0 if positions is not None else self._replayed
         self._replayed = 0
-        drive = Drive(self, max_events=max_events, progress=progress, total=total)
+        show = progress and self.dist.is_main
+        drive = Drive(
+            self, every=self.config.checkpoint_interval, limit=max_events, progress=show, total=total
+        )
         batches = self._global_batches(source, skip, drive.room, by_offsets=positions is not None)
         saved, events = drive.run(
             batches, lambda: self.save_checkpoint(None if positions is None else positions())
