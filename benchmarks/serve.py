@@ -37,8 +37,8 @@ except ImportError:  # run as a script
     from common import report, set_threads
 
 from streamgnn.connectors.broker import free_port
+from streamgnn.embeddings.ann import ApproximateTopK
 from streamgnn.serve import EmbeddingTable, ServeConfig
-from streamgnn.serve.ann import ApproximateTopK
 
 DIM = 100
 LATENT = 16  # the synthetic embeddings' intrinsic dimension

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from streamgnn.embeddings.latency import RELATIVE_ACCURACY
 from streamgnn.errors import ConfigError, UnknownNodeError
 from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
 from streamgnn.serve import EmbeddingTable, LatencyTracker
-from streamgnn.serve.latency import RELATIVE_ACCURACY
 from streamgnn.train import OnlineTrainer, TrainConfig
 
 torch.set_num_threads(1)

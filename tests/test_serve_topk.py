@@ -14,9 +14,9 @@ from test_serve_http import call, wait_for  # noqa: E402  (the same HTTP client 
 from streamgnn.cli import build_parser
 from streamgnn.cli._config import config_from_args
 from streamgnn.connectors.sink import KafkaSink
+from streamgnn.embeddings.ann import ApproximateTopK
 from streamgnn.errors import ConfigError
 from streamgnn.serve import EmbeddingService, EmbeddingTable, ServeConfig
-from streamgnn.serve.ann import ApproximateTopK
 
 torch.set_num_threads(1)
 

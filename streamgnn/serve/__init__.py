@@ -1,13 +1,12 @@
-"""Serving while training: the latest node embeddings, arrival-to-queryable latency, publishing sinks, and
-the HTTP embeddings service (``streamgnn serve``) with its Prometheus metrics.
+"""Serving while training: the HTTP embeddings service (``streamgnn serve``) with its Prometheus metrics,
+over the table, sinks and latency tracker of ``streamgnn.embeddings`` (re-exported here).
 
 The service's parts (Starlette, uvicorn, a Kafka client) load on first use, so the trainer, which only needs
 the table, does not import them.
 """
 
+from ..embeddings import EmbeddingSink, EmbeddingTable, LatencyTracker
 from .config import ServeConfig
-from .latency import LatencyTracker
-from .table import EmbeddingSink, EmbeddingTable
 
 _LAZY = {
     "EmbeddingService": "service",

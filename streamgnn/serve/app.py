@@ -39,13 +39,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..embeddings.table import METRICS, EmbeddingTable
 from ..errors import UnknownNodeError
 from .config import INT64, ServeConfig
 from .guard import RequestGuard
 from .metrics import ServiceMetrics
 from .reader import EmbeddingsReader
 from .scoring import LinkScorer
-from .table import METRICS, EmbeddingTable
 
 log = logging.getLogger(__name__)
 

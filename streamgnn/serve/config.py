@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..embeddings.ann import TOPK, ApproximateTopK
+from ..embeddings.table import METRICS
 from ..errors import ConfigError
-from .ann import TOPK, ApproximateTopK
-from .table import METRICS
 
 NODE_IDS = ("int", "str")
 INT64 = (-(1 << 63), (1 << 63) - 1)  # the range of "int" node ids (the table keys them as int64)
@@ -34,7 +34,7 @@ class ServeConfig:
 
     ``topk``: how ``/topk`` finds cosine neighbors: "approximate" (once the table holds
     ``topk_exact_below`` rows, a scan of 4-bit product-quantized codes kept as rows change picks
-    ``topk_candidates`` rows per neighbor asked, and those are re-scored exactly: ``serve/ann.py``)
+    ``topk_candidates`` rows per neighbor asked, and those are re-scored exactly: ``embeddings/ann.py``)
     or "exact" (every row scanned: 0.1-0.4 s a query at 1M 100-d rows on our 2-core host). "dot" queries
     always scan. Recall and latency at 1M rows: ``benchmarks/RESULTS.md`` (serve).
     """

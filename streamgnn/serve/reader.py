@@ -19,11 +19,11 @@ import time
 
 import numpy as np
 
+from ..embeddings.ann import ApproximateTopK
+from ..embeddings.table import EmbeddingTable
 from ..errors import ConfigError
-from .ann import ApproximateTopK
 from .config import INT64
 from .metrics import ServiceMetrics
-from .table import EmbeddingTable
 
 log = logging.getLogger(__name__)
 

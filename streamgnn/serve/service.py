@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from ..embeddings.table import EmbeddingTable
 from ..errors import ConfigError, ConnectorError
 from ..progress import IntervalLog, IntervalRate
 from .app import create_app
@@ -28,7 +29,6 @@ from .config import ServeConfig
 from .metrics import ServiceMetrics
 from .reader import EmbeddingsReader
 from .scoring import LinkScorer
-from .table import EmbeddingTable
 
 if TYPE_CHECKING:
     from ..store import TemporalGraphStore

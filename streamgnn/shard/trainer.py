@@ -32,11 +32,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..embeddings import EmbeddingSink, EmbeddingTable
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
 from ..nn import TGN
 from ..sampling import SamplerConfig
-from ..serve import EmbeddingSink, EmbeddingTable
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device

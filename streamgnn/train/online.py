@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..embeddings import EmbeddingSink
 from ..errors import ConfigError
 from ..events import EventBatch
-from ..serve import EmbeddingSink
 from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .job import TrainJob

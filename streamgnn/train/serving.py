@@ -6,7 +6,7 @@ and every ``publish_every`` refreshes the table goes to the sink. A batch's embe
 arrival to the refresh that serves it (to the end of its step when nothing is served).
 
 >>> import numpy as np
->>> from streamgnn.serve import EmbeddingTable
+>>> from streamgnn.embeddings import EmbeddingTable
 >>> from streamgnn.store import TemporalGraphStore
 >>> from streamgnn.events import EventBatch
 >>> store = TemporalGraphStore()
@@ -26,7 +26,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ..serve import EmbeddingSink, EmbeddingTable, LatencyTracker
+from ..embeddings import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..store import TemporalGraphStore
 
 Embed = Callable[[np.ndarray, float], np.ndarray]  # (internal ids, query time) -> float32 [n, dim]

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 
 from ..checkpoint import capture_rng, restore_rng
+from ..embeddings import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
-from ..serve import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..store import TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig

@@ -11,7 +11,7 @@ while it ingests).
 
 Top-k scans every row, or, given ``approximate`` (``ServeConfig.topk="approximate"``), once the table is
 large enough for a scan to be slow, re-scores exactly the candidates of a compressed index kept with the
-rows (``serve.ann``).
+rows (``embeddings.ann``).
 """
 
 from __future__ import annotations
