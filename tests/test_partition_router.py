@@ -347,3 +347,12 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
         "events carry 2 features but this stream carries no features; use one feature width per stream"
     ) == 1
     assert all("np." not in r for _, _, r in letters)
+
+
+def test_routing_docstring_runs():
+    import doctest
+
+    import streamgnn.router.routing
+
+    result = doctest.testmod(streamgnn.router.routing)
+    assert result.attempted > 0 and result.failed == 0
