@@ -47,7 +47,7 @@ def test_an_old_store_container_loads_every_version(old):
 
 def test_an_old_router_container_restores_its_routing_state(old):
     from streamgnn.partition import PartitionerConfig
-    from streamgnn.router import RoutingState
+    from streamgnn.partition.routing import RoutingState
 
     ckpt = checkpoint.load(old / "router", "partition-router")
     state = RoutingState(PartitionerConfig.from_dict(ckpt.manifest["state"]["partitioner"]), 2)

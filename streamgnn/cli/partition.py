@@ -23,8 +23,8 @@ placed differently."""
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..errors import ConfigError
+    from ..partition.router import PartitionRouter
     from ..progress import IntervalLog, IntervalRate
-    from ..router import PartitionRouter
 
     cfg = config_from_args(args)
     k, r = cfg.kafka, cfg.partition

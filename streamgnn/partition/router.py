@@ -38,7 +38,8 @@ from ..connectors.kafka import CONTENT_TYPE_HEADER, KafkaSource, Producer, creat
 from ..connectors.kafka.decoding import Schema
 from ..errors import CheckpointError, ConfigError, ConnectorError
 from ..events import EventBatch
-from ..partition import PartitionerConfig, PartitionReport, PartitionTimeline
+from .config import PartitionerConfig
+from .metrics import PartitionReport, PartitionTimeline
 from .routing import RoutingState
 
 FORMATS = ("binary", "json")
