@@ -147,7 +147,9 @@ class ShardedTrainer:
         or ``max_events`` more global events; checkpoints every ``checkpoint_every`` global batches (at the
         same batch on every rank) and at the end."""
         cfg = self.config
-        self.batcher = GlobalBatcher(source, self.ownership, self.exchange, cfg.batch_size)
+        self.batcher = GlobalBatcher(  # while the stream is idle, the last refreshed rows go out
+            source, self.ownership, self.exchange, cfg.batch_size, on_idle=self.serving.publish
+        )
         if self._batcher_state is not None:
             self.batcher.restore(self._batcher_state, self.index.seen.contains)
             self._batcher_state = None
@@ -321,9 +323,12 @@ class ShardedTrainer:
 
     def _ingest(self, batch: EventBatch, adm) -> list:
         """Events with an owned endpoint into the shard (global ids). Returns the dead letters this rank
-        reports, so that each is reported once: the index's (the same on every rank) by rank 0, a shard's
-        by the owner of the event's source."""
-        letters = list(adm.dead_letters) if self.dist.is_main else []
+        reports, so that each is reported once, by the rank that read its row (the owner of the event's
+        source partition), which knows the row's message: the index's (the same on every rank) and its
+        shard's."""
+        refused = batch.take(np.array([letter.index for letter in adm.dead_letters], np.int64))
+        reader = self.ownership.rank_of(self.ownership.source_partitions(refused))
+        letters = [letter for letter, r in zip(adm.dead_letters, reader, strict=True) if r == self.dist.rank]
         kind = batch.kind[adm.rows]
         owned_src = self.index.owned(adm.src)
         mine = owned_src | (self.index.owned(adm.dst) & (kind != UPDATE))
