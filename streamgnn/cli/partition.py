@@ -42,6 +42,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         fmt=k.format,
         batch_size=r.batch_size,
         dead_letter_topic=k.dead_letter_topic,
+        allowed_lateness=r.allowed_lateness,
     )
     counts, speed = router.state.counts, IntervalRate()
     log = IntervalLog(
@@ -144,6 +145,10 @@ def register(sub) -> None:
     override(
         p, "--dead-letter-topic", key="kafka.dead_letter_topic", type=topic_name,
         help="where undecodable or invalid events go",
+    )  # fmt: skip
+    override(
+        p, "--allowed-lateness", key="partition.allowed_lateness", type=_non_negative, metavar="T",
+        help="stream time an event may lag the newest routed one; a later one is a dead letter, e.g. 60",
     )  # fmt: skip
     override(
         p, "--log-every", key="partition.log_every_s", type=seconds, metavar="S",
