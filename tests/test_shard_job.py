@@ -38,8 +38,8 @@ def stream():
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
+    from streamgnn.jobs import TrainJob
     from streamgnn.shard import ShardConfig
-    from streamgnn.train.job import TrainJob
 
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -117,8 +117,8 @@ def test_a_sharded_job_resumes_reports_and_serves_every_vertex(
 def one_job(rank: int, world: int, port: int, out: str) -> None:
     """One sharded job over the topic to ``JOB_EVENTS`` events, with a dead-letter topic and, if given, an
     embeddings topic to which the cadence alone would publish nothing before the end (``publish_every``)."""
+    from streamgnn.jobs import TrainJob
     from streamgnn.shard import ShardConfig
-    from streamgnn.train.job import TrainJob
 
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -32,12 +32,12 @@ from ..serve.metrics import WorkerMetrics
 from ..shard.run import local_source
 from ..shard.source import KafkaPartitions
 from ..shard.trainer import ShardedTrainer
-from . import checkpoint
-from .broadcast import BroadcastSource
-from .config import TrainConfig
-from .distributed import init_distributed
-from .report import write_report
-from .trainer import OnlineResult, OnlineTrainer
+from ..train import checkpoint
+from ..train.broadcast import BroadcastSource
+from ..train.config import TrainConfig
+from ..train.distributed import init_distributed
+from ..train.report import write_report
+from ..train.trainer import OnlineResult, OnlineTrainer
 
 
 class Monitored:
