@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import streamgnn.store.admission
 from streamgnn.events import EventBatch
-from streamgnn.partition.routing import RoutingState
+from streamgnn.jobs.routing import RoutingState
 from streamgnn.shard.ownership import GlobalIndex, Ownership
 from streamgnn.store import StoreConfig, TemporalGraphStore
 from streamgnn.store.admission import REASONS, TOO_LATE, UNKNOWN_NODE

@@ -46,8 +46,8 @@ def test_an_old_store_container_loads_every_version(old):
 
 
 def test_an_old_router_container_restores_its_routing_state(old):
+    from streamgnn.jobs.routing import RoutingState
     from streamgnn.partition import PartitionerConfig
-    from streamgnn.partition.routing import RoutingState
 
     ckpt = checkpoint.load(old / "router", "partition-router")
     state = RoutingState(PartitionerConfig.from_dict(ckpt.manifest["state"]["partitioner"]), 2)

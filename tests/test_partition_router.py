@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from streamgnn.codec import decode
 from streamgnn.events import EventBatch
-from streamgnn.partition.routing import RoutingState
+from streamgnn.jobs.routing import RoutingState
 
 BUFFERED = {"name": "fennel", "buffer_edges": 3, "max_pending": 5}
 
@@ -115,7 +115,7 @@ def _read(bootstrap, topic, k):
 
 def test_killed_router_resumes_without_loss_duplicates_or_moves(kafka_bootstrap, make_topic, tmp_path):
     from streamgnn.connectors.kafka import EventProducer
-    from streamgnn.partition.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter
 
     events = stream(n=2000, nodes=300, seed=1)
     raw = make_topic(1)
@@ -170,7 +170,7 @@ def _latest(root):
 
 def test_router_refuses_rebalancing_and_bad_settings():
     from streamgnn.errors import ConfigError
-    from streamgnn.partition.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter
 
     with pytest.raises(ConfigError, match="rebalance"):
         PartitionRouter("x:1", "a", "b", 2, partitioner={"name": "ldg", "rebalance": {"every_edges": 5}})
@@ -295,7 +295,7 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
     from kafka import KafkaProducer
 
     from streamgnn.codec import encode_binary
-    from streamgnn.partition.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter
 
     events = stream(n=600, nodes=150, seed=4)
     k, spec = 4, {"name": "fennel", "buffer_edges": 3}
@@ -377,3 +377,11 @@ def test_the_partition_command_dead_letters_events_beyond_its_allowed_lateness(
     assert "9 behind the stream (newest t=199.0), beyond allowed_lateness=5" in letters[10_000]
     routed = {eid for rows in _read(kafka_bootstrap, out, 4).values() for eid, *_ in rows}
     assert 10_001 in routed and 10_000 not in routed
+
+
+def test_the_routing_module_example_runs():
+    import doctest
+
+    import streamgnn.jobs.routing as module
+
+    assert doctest.testmod(module).failed == 0

@@ -23,7 +23,7 @@ placed differently."""
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..errors import ConfigError
-    from ..partition.router import PartitionRouter
+    from ..jobs.router import PartitionRouter
     from ..progress import IntervalLog, IntervalRate
 
     cfg = config_from_args(args)

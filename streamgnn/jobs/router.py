@@ -39,8 +39,8 @@ from ..connectors.kafka import CONTENT_TYPE_HEADER, KafkaSource, Producer, creat
 from ..connectors.kafka.decoding import Schema
 from ..errors import CheckpointError, ConfigError, ConnectorError
 from ..events import EventBatch
-from .config import PartitionerConfig
-from .metrics import PartitionReport, PartitionTimeline
+from ..partition.config import PartitionerConfig
+from ..partition.metrics import PartitionReport, PartitionTimeline
 from .routing import RoutingState
 
 FORMATS = ("binary", "json")

@@ -31,12 +31,12 @@ from ..codec import CONTENT_BINARY, decode, encode_binary
 from ..connectors.kafka.merge import join_rows
 from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
+from ..partition import make_partitioner
+from ..partition.base import PENDING, Routes
+from ..partition.metrics import PartitionReport, _balance
 from ..store.admission import NO_PARTITION_HOLDS, Admission, AdmissionConfig, plain
 from ..store.dedup import SeenIds
 from ..store.idmap import NodeIdMap
-from . import make_partitioner
-from .base import PENDING, Routes
-from .metrics import PartitionReport, _balance
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 ALL_KINDS = (ADD, DELETE, UPDATE)
