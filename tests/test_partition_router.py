@@ -223,8 +223,7 @@ def test_held_events_without_weights_join_weighted_ones_and_survive_a_checkpoint
     first, _ = state.route(plain)
     assert len(state.held) and state.held.weight is None
     arrays, meta = state.state()
-    restored = RoutingState(BUFFERED, 4)
-    restored.restore(arrays, meta)
+    restored = RoutingState.from_state(arrays, meta, 4)
     outs = [s.route(heavy)[0] for s in (state, restored)]
     outs += [s.flush() for s in (state, restored)]
     for p in range(4):

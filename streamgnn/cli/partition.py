@@ -44,17 +44,18 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         dead_letter_topic=k.dead_letter_topic,
         allowed_lateness=r.allowed_lateness,
     )
-    counts, speed = router.state.counts, IntervalRate()
-    log = IntervalLog(
-        "partition",
-        lambda: (
+    speed = IntervalRate()
+
+    def status() -> str:
+        counts = router.state.counts  # (a resumed router's state is the checkpoint's)
+        return (
             f"{counts['events']:,} events routed ({speed(counts['events']):,.0f} events/s), "
             f"{counts['published']:,} published, {len(router.state.held):,} held, edge cut "
             f"{counts['cut_edges'] / max(counts['placed_edges'], 1):.3f}, "
             f"{counts['dead_letters'] + router.decode_dead_letters:,} dead letters"
-        ),
-        r.log_every_s,
-    )
+        )
+
+    log = IntervalLog("partition", status, r.log_every_s)
     try:
         report = router.run(max_events=args.max_events, idle_timeout_s=args.idle_timeout, flush=args.flush)
     finally:

@@ -247,7 +247,8 @@ class PartitionRouter:
                     f"the checkpoint in {self.checkpoint_dir} is of a router with other settings {have}; "
                     "use another checkpoint folder or the same settings"
                 )
-            self.state.restore(a, manifest["state"])
+            lateness = self.state.admission.config.allowed_lateness  # (a setting of this run, not saved)
+            self.state = RoutingState.from_state(a, manifest["state"], self.k, lateness)
             self.positions = {str(k): int(v) for k, v in manifest["source_offsets"].items()}
             self.out_offsets = {int(p): int(o) for p, o in manifest["output_offsets"].items()}
             ids, held = manifest["state"]["id_kind"], self.state.held  # older checkpoints: what they tell
