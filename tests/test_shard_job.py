@@ -219,8 +219,7 @@ def test_a_sharded_job_sends_each_refused_event_to_the_dead_letter_topic_once(
     # the global batches hold the head, the two deletes and the redelivery; the batchers drop the bad fields
     ranks = run_job(monkeypatch, spawn_ranks, tmp_path, topic=topic, bootstrap=kafka_bootstrap, dlq=dlq,
                     events=HALF + 3)  # fmt: skip
-    # the two deletes, counted over the ranks once each (the decoders' two count in their sources' stats)
-    assert [got["result"]["dead_letters"] for got in ranks] == [2, 2]
+    assert [got["result"]["dead_letters"] for got in ranks] == [4, 4]  # summed over the ranks, once each
     letters = read_records(kafka_bootstrap, dlq)
     headers = [{k: v.decode() for k, v in r.headers} for r in letters]
     assert sorted(int(h["eid"]) for h in headers) == sorted(why)  # each once; the redelivered id 5 not at all
@@ -232,6 +231,27 @@ def test_a_sharded_job_sends_each_refused_event_to_the_dead_letter_topic_once(
         assert h["source-topic"] == topic and part == hash_partition(np.array([src]), PARTITIONS)[0]
         message = read_records_at(kafka_bootstrap, topic, part, int(h["source-offset"]))
         assert eid in decode_binary(message).eid.tolist()  # the offset names the message that held it
+
+
+def test_the_replicated_job_counts_each_dead_letter_once(kafka_bootstrap, make_topic):
+    """The replicated job (one process) sends the store's refusals through its Kafka source, whose counter
+    then holds them too: the job's count is still one per letter on the dead-letter topic, also when the
+    source is polled again after the letters went out."""
+    from streamgnn.connectors.kafka import produce_dataset
+    from streamgnn.events import EventBatch, concat
+    from streamgnn.jobs import TrainJob
+
+    events, tail = head_and_tail(2 * HALF)  # more than one poll of the source (10 batches)
+    bad = EventBatch.from_columns(
+        kind=[1, 7], src=[9001, 3], dst=[9002, 4], t=[events.t[100], events.t[150]], eid=[20_000, 20_001],
+        features=np.zeros((2, 4), np.float32),
+    )  # fmt: skip
+    topic, dlq = make_topic(1), make_topic(1)
+    produce_dataset(kafka_bootstrap, topic, concat([events, bad, tail]), None, fmt="binary", batch_size=50)
+    config = dataclasses.replace(one.make_config(), serve_every=0)
+    job = TrainJob(config, topic=topic, bootstrap=kafka_bootstrap, dead_letter_topic=dlq, log_every_s=0)
+    result = job.run(max_events=2 * HALF + 1, progress=False)  # the head and the delete (the kind 7 is
+    assert result.dead_letters == len(read_records(kafka_bootstrap, dlq)) == 2  # no row: decoding refused it)
 
 
 def read_records_at(bootstrap: str, topic: str, partition: int, offset: int) -> bytes:

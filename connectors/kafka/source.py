@@ -39,6 +39,7 @@ class SourceStats:
     messages: int = 0  # messages decoded
     events: int = 0  # events handed to the caller
     dead_letters: int = 0  # dead letters produced (or logged, without a dead-letter topic)
+    reported_dead_letters: int = 0  # of those, the ones callers reported (``report_dead_letters``)
     pauses: int = 0  # times backpressure paused fetching
     max_buffered_events: int = 0  # high-water mark of the decoded-but-undelivered buffer
     assignments: int = 0  # partition assignments received (1 without rebalances)
@@ -228,6 +229,7 @@ class KafkaSource:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._last_origin = Origin()
+        self._reported = 0  # dead letters callers sent through report_dead_letters
         self._closed = False
 
     @property
@@ -243,6 +245,7 @@ class KafkaSource:
         """Counters so far (messages decoded, events handed out, dead letters, pauses, ...)."""
         self._stats.messages = self._decoder.messages
         self._stats.dead_letters = self._letters.count
+        self._stats.reported_dead_letters = self._reported
         return self._stats
 
     # ------------------------------------------------------------------ lifecycle
@@ -417,6 +420,7 @@ class KafkaSource:
         """Send dead letters about rows of the last delivered batch (e.g. ``store.ingest(...).dead_letters``)
         to the dead-letter topic, tagged with the source partition and offset of each row; or, with
         ``origins``, one ``(topic, partition, offset)`` per letter (rows of earlier batches)."""
+        self._reported += len(letters)
         if origins is not None:
             for letter, (topic, part, offset) in zip(letters, origins, strict=True):
                 self._letters.send(letter, topic, int(part), int(offset))

@@ -123,6 +123,11 @@ class KafkaPartitions:
     def positions(self) -> dict[str, int]:
         return self.source.positions()
 
+    @property
+    def stats(self):
+        """The Kafka source's counters (``SourceStats``)."""
+        return self.source.stats
+
     def origins(self) -> np.ndarray:
         """``[n, 2]``: the topic partition and offset of each row of the last ``pull``."""
         origin = self.source.origin()

@@ -40,7 +40,7 @@ from ..serve import EmbeddingSink, EmbeddingTable
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
-from ..train.driver import Batches, Drive
+from ..train.driver import Batches, Drive, source_dead_letters
 from ..train.metrics import RunningMetrics, reciprocal_ranks
 from ..train.negatives import EVAL, TRAIN, StreamNegatives, counted
 from ..train.tgn_model import link_loss
@@ -169,17 +169,22 @@ class ShardedTrainer:
 
     def _global_batches(self, room) -> Batches:
         """The global batches the ranks agree on (``drive``'s generator), the last cut at ``room()``. Counts
-        the rows this rank's source could not take as they come, so checkpoints hold them."""
+        the rows this rank's source could not take (undecodable, invalid) as they come, so checkpoints hold
+        them."""
+        seen = source_dead_letters(self.batcher.source)
         try:
             while (batch := self.batcher.next_batch(room())) is not None:
-                self._count_source_letters()
+                seen = self._count_source_letters(seen)
                 yield batch, time.perf_counter(), True
         finally:
-            self._count_source_letters()
+            self._count_source_letters(seen)
 
-    def _count_source_letters(self) -> None:
-        self.dead_letter_count += len(self.batcher.dead_letters)
+    def _count_source_letters(self, seen: int) -> int:
+        """Add the letters the batcher and the source made since the source's count was ``seen``."""
+        now = source_dead_letters(self.batcher.source)
+        self.dead_letter_count += len(self.batcher.dead_letters) + now - seen
         self.batcher.dead_letters.clear()
+        return now
 
     def save_checkpoint(self, offsets: dict[str, int]) -> Path:
         """This rank's checkpoint at the current step (every rank calls it after the same step)."""
