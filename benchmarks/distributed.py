@@ -113,7 +113,7 @@ def fennel_placed(events):
     """``events`` as a Fennel partition router publishes them (its ``RoutingState``), in stream order, with
     the endpoints' partitions; and the edge cut."""
     from streamgnn.events import concat
-    from streamgnn.partition.routing import RoutingState
+    from streamgnn.jobs.routing import RoutingState
 
     state = RoutingState("fennel", PARTITIONS)
     out, _ = state.route(events)

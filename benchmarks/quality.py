@@ -53,7 +53,8 @@ from streamgnn.datasets import load
 from streamgnn.demo import demo_config, demo_store
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
-from streamgnn.train import TrainConfig, run_online
+from streamgnn.jobs import run_online
+from streamgnn.train import TrainConfig
 from streamgnn.train.config import model_config
 
 STREAMS = ("jodie_wikipedia", "collegemsg", "bitcoin_otc", "bitcoin_alpha", "digg_reply", "enron")

@@ -21,9 +21,10 @@ import torch
 
 from streamgnn.connectors.files import CsvSource, DatasetSource
 from streamgnn.datasets import info
+from streamgnn.jobs import run_online
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
-from streamgnn.train import TrainConfig, run_online
+from streamgnn.train import TrainConfig
 from streamgnn.train.report import latency_text, scores_text
 
 

@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 
 from streamgnn.connectors.kafka import create_topic, produce_dataset
+from streamgnn.jobs import TrainJob
 from streamgnn.nn import TGNConfig
 from streamgnn.shard import ShardConfig
 from streamgnn.train import TrainConfig, init_distributed
-from streamgnn.train.job import TrainJob
 
 
 def main() -> None:

@@ -19,6 +19,15 @@ together with its manifest's digest, so a flipped bit, a truncated file, or a ``
 checkpoint (also an older kept one) is refused with ``CheckpointError``. An older checkpoint is loaded on
 purpose by its number, or by passing its directory.
 
+Names, one per direction: a component gives ``state()`` and is built back by the classmethod
+``from_state(...)`` (``TemporalGraphStore``, ``RoutingState``, ``RebalanceState``, ``SnapshotBuilder``,
+``SnapshotStream``, its queue and pair table); a trainer continues from a checkpoint folder with ``resume``
+(``OnlineTrainer``, ``ShardedTrainer``, ``SnapshotTrainer``); a file or folder is read with ``load(path)``
+(this module's, a store's, ``GraphNN``'s, ``EvalNegatives``'). Not yet converted: parts restored in place
+into an object first built from its config (``restore``: a sharded rank's index, memory, halo and batcher,
+the partitioners; ``load_state``: the snapshot labelers). torch modules keep ``state_dict`` and
+``load_state_dict``.
+
 Checkpoints written before this container still load: the ``streamgnn-store`` v2 container (stores and
 routers: the same files under another tag) reads as is, and the trainers' old ``step-N/{store,trainer}``
 layout (also a sharded rank's ``rank-R/step-N``) is read into the same shape a new trainer checkpoint has.

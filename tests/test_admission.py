@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import streamgnn.store.admission
 from streamgnn.events import EventBatch
-from streamgnn.partition.routing import RoutingState
+from streamgnn.jobs.routing import RoutingState
 from streamgnn.shard.ownership import GlobalIndex, Ownership
 from streamgnn.store import StoreConfig, TemporalGraphStore
 from streamgnn.store.admission import REASONS, TOO_LATE, UNKNOWN_NODE
@@ -135,8 +135,7 @@ def test_admission_state_round_trips_through_the_router_and_index_checkpoints_bi
     index.admit(head)
     arrays, meta = router.state()
     assert np.isfinite(arrays["watermark"]).all()
-    back = RoutingState("ldg", 4, allowed_lateness=2.0)
-    back.restore(arrays, meta)
+    back = RoutingState.from_state(arrays, meta, 4, allowed_lateness=2.0)
     again, _ = back.state()
     assert again.keys() == arrays.keys() and all(np.array_equal(again[k], arrays[k]) for k in arrays)
     index_back = GlobalIndex(Ownership(4), 2.0)
@@ -157,8 +156,7 @@ def test_a_router_checkpoint_from_before_the_watermark_still_loads():
     router.route(events[:100])
     arrays, meta = router.state()
     del arrays["watermark"]
-    old = RoutingState("hash", 4)
-    old.restore(arrays, meta)
+    old = RoutingState.from_state(arrays, meta, 4)
     assert old.watermark == -math.inf
     assert [d.index for d in old.route(events[100:])[1]] == [d.index for d in router.route(events[100:])[1]]
 

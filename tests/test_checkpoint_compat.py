@@ -46,12 +46,10 @@ def test_an_old_store_container_loads_every_version(old):
 
 
 def test_an_old_router_container_restores_its_routing_state(old):
-    from streamgnn.partition import PartitionerConfig
-    from streamgnn.partition.routing import RoutingState
+    from streamgnn.jobs.routing import RoutingState
 
     ckpt = checkpoint.load(old / "router", "partition-router")
-    state = RoutingState(PartitionerConfig.from_dict(ckpt.manifest["state"]["partitioner"]), 2)
-    state.restore(ckpt.arrays, ckpt.manifest["state"])
+    state = RoutingState.from_state(ckpt.arrays, ckpt.manifest["state"], 2)
     assert state.counts["events"] == state.counts["published"] == 120 and state.ids.size == 30
     with pytest.raises(CheckpointError, match="holds a 'partition-router' checkpoint, not a store"):
         TemporalGraphStore.load(old / "router")

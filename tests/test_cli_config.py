@@ -115,6 +115,7 @@ SECTIONS = [
     (["train", "--kafka"], "train: {model: {variant: jodie}}", lambda c: c.train.model.variant == "jodie"),
     (["serve"], "serve: {port: 8123}", lambda c: c.serve.port == 8123),
     (["topics"], "kafka: {dead_letter_topic: dlq}", lambda c: c.kafka.dead_letter_topic == "dlq"),
+    (["partition"], "partition: {allowed_lateness: 60}", lambda c: c.partition.allowed_lateness == 60.0),
 ]  # fmt: skip
 
 

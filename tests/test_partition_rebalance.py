@@ -143,3 +143,15 @@ def test_a_timeline_past_its_row_cap_thins_older_rows_and_keeps_the_first_and_ne
     assert timeline.rows[-1] == {"stream_time": 39.0, **partition_report(store).to_dict()}
     with pytest.raises(ConfigError):
         PartitionTimeline(max_rows=1)
+
+
+def test_the_rebalancing_counters_come_back_from_their_state():
+    from streamgnn.partition.rebalance import REASONS, RebalanceState
+
+    state = RebalanceState()
+    state.by_reason[REASONS[0]], state.checks, state.last_cut = 7, 3, 0.25
+    back = RebalanceState.from_state(state.state())
+    assert (back.by_reason, back.checks, back.last_cut) == (state.by_reason, 3, 0.25)
+    assert RebalanceState.from_state({}).checks == 0  # a partitioner saved without rebalancing
+    with pytest.raises(ValueError, match="wrong shape or are negative"):
+        RebalanceState.from_state({**state.state(), "rebalance_counts": -np.ones(len(REASONS) + 1, np.int64)})

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from streamgnn.codec import decode
 from streamgnn.events import EventBatch
-from streamgnn.partition.routing import RoutingState
+from streamgnn.jobs.routing import RoutingState
 
 BUFFERED = {"name": "fennel", "buffer_edges": 3, "max_pending": 5}
 
@@ -115,7 +115,7 @@ def _read(bootstrap, topic, k):
 
 def test_killed_router_resumes_without_loss_duplicates_or_moves(kafka_bootstrap, make_topic, tmp_path):
     from streamgnn.connectors.kafka import EventProducer
-    from streamgnn.partition.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter
 
     events = stream(n=2000, nodes=300, seed=1)
     raw = make_topic(1)
@@ -170,7 +170,7 @@ def _latest(root):
 
 def test_router_refuses_rebalancing_and_bad_settings():
     from streamgnn.errors import ConfigError
-    from streamgnn.partition.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter
 
     with pytest.raises(ConfigError, match="rebalance"):
         PartitionRouter("x:1", "a", "b", 2, partitioner={"name": "ldg", "rebalance": {"every_edges": 5}})
@@ -223,8 +223,7 @@ def test_held_events_without_weights_join_weighted_ones_and_survive_a_checkpoint
     first, _ = state.route(plain)
     assert len(state.held) and state.held.weight is None
     arrays, meta = state.state()
-    restored = RoutingState(BUFFERED, 4)
-    restored.restore(arrays, meta)
+    restored = RoutingState.from_state(arrays, meta, 4)
     outs = [s.route(heavy)[0] for s in (state, restored)]
     outs += [s.flush() for s in (state, restored)]
     for p in range(4):
@@ -295,7 +294,7 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
     from kafka import KafkaProducer
 
     from streamgnn.codec import encode_binary
-    from streamgnn.partition.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter
 
     events = stream(n=600, nodes=150, seed=4)
     k, spec = 4, {"name": "fennel", "buffer_edges": 3}
@@ -347,3 +346,41 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
         "events carry 2 features but this stream carries no features; use one feature width per stream"
     ) == 1
     assert all("np." not in r for _, _, r in letters)
+
+
+def test_the_partition_command_dead_letters_events_beyond_its_allowed_lateness(
+    kafka_bootstrap, make_topic, tmp_path
+):
+    """``streamgnn partition --allowed-lateness 5``, run again from its checkpoint once more events came: an
+    event 9 behind the newest routed one is a dead letter with the lateness reason, one 2 behind is routed;
+    the stream's other dead letters are those of a router without the flag."""
+    from kafka import KafkaProducer
+
+    from streamgnn.cli import main
+    from streamgnn.codec import encode_binary
+
+    events = stream(n=200, nodes=50, seed=5)  # t == eid: in order, nothing late
+    late = EventBatch.from_columns(src=[1, 3], dst=[2, 4], t=[190.0, 197.0], eid=[10_000, 10_001])
+    raw, out, dlq = make_topic(1), make_topic(4), make_topic(1)
+    argv = ["partition", "--bootstrap", kafka_bootstrap, "--in-topic", raw, "--out-topic", out,
+            "--partitions", "4", "--partitioner", "hash", "--allowed-lateness", "5", "--checkpoint",
+            str(tmp_path / "ckpt"), "--dead-letter-topic", dlq, "--log-every", "0"]  # fmt: skip
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    for batch, until in ((events, 200), (late, 202)):  # the source sorts what it delivers together by time
+        producer.send(raw, encode_binary(batch), partition=0)
+        producer.flush()
+        assert main([*argv, "--max-events", str(until)]) == 0
+    producer.close()
+    letters = {int(eid): reason for _, eid, reason in _dead_letters(kafka_bootstrap, dlq)}
+    assert set(letters) == set(_dead("hash", events)) | {10_000}
+    assert "9 behind the stream (newest t=199.0), beyond allowed_lateness=5" in letters[10_000]
+    routed = {eid for rows in _read(kafka_bootstrap, out, 4).values() for eid, *_ in rows}
+    assert 10_001 in routed and 10_000 not in routed
+
+
+def test_the_routing_module_example_runs():
+    import doctest
+
+    import streamgnn.jobs.routing as module
+
+    assert doctest.testmod(module).failed == 0

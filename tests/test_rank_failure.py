@@ -41,9 +41,10 @@ def torch_worker(mode: str) -> None:
     import torch
 
     from streamgnn.events import EventBatch
+    from streamgnn.jobs import run_online
     from streamgnn.nn import TGNConfig
     from streamgnn.shard import ShardConfig, ShardedTrainer
-    from streamgnn.train import OnlineTrainer, TrainConfig, run_online
+    from streamgnn.train import OnlineTrainer, TrainConfig
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])

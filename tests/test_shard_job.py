@@ -38,8 +38,8 @@ def stream():
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
+    from streamgnn.jobs import TrainJob
     from streamgnn.shard import ShardConfig
-    from streamgnn.train.job import TrainJob
 
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -114,8 +114,160 @@ def test_a_sharded_job_resumes_reports_and_serves_every_vertex(
             assert len(json.loads(reply.read())["neighbors"]) == 5
 
 
+def one_job(rank: int, world: int, port: int, out: str) -> None:
+    """One sharded job over the topic to ``JOB_EVENTS`` events, with a dead-letter topic and, if given, an
+    embeddings topic to which the cadence alone would publish nothing before the end (``publish_every``)."""
+    from streamgnn.jobs import TrainJob
+    from streamgnn.shard import ShardConfig
+
+    torch.set_num_threads(1)
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    config = dataclasses.replace(
+        one.make_config(),
+        serve_every=1,
+        publish_every=10_000,
+        sharding=ShardConfig(num_partitions=PARTITIONS),
+    )
+    job = TrainJob(
+        config, topic=os.environ["JOB_TOPIC"], bootstrap=os.environ["JOB_BOOTSTRAP"], log_every_s=0,
+        embeddings_topic=os.environ.get("JOB_EMBEDDINGS") or None, dead_letter_topic=os.environ["JOB_DLQ"],
+    )  # fmt: skip
+    result = job.run(max_events=int(os.environ["JOB_EVENTS"]), progress=False)
+    torch.save({"result": result.as_dict(), "learned": job.trainer.learned}, out)
+
+
 if __name__ == "__main__":
-    worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    case = one_job if os.environ.get("JOB_CASE") == "one_job" else worker
+    case(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+
+
+def head_and_tail(head: int):
+    """The first ``head`` events of ``make_events`` and a later tail with one event per source vertex (as in
+    ``stream``), apart: the job ends at ``head`` events once every rank has read past them."""
+    from streamgnn.events import EventBatch
+
+    events = one.make_events()[:head]
+    sources = np.unique(events.src)
+    tail = EventBatch.from_columns(
+        src=sources, dst=np.full(len(sources), 60), t=events.t[-1] + 1.0 + np.arange(len(sources)),
+        eid=10_000 + np.arange(len(sources)), features=np.zeros((len(sources), 4), np.float32),
+    )  # fmt: skip
+    return events, tail
+
+
+def read_records(bootstrap: str, topic: str) -> list:
+    """Every record of ``topic`` now (all partitions)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+        ends = c.end_offsets(parts)
+        c.assign(parts)
+        c.seek_to_beginning()
+        out = []
+        while any(c.position(tp) < ends[tp] for tp in parts):
+            for records in c.poll(timeout_ms=1000).values():
+                out += records
+        return out
+    finally:
+        c.close()
+
+
+def run_job(monkeypatch, spawn_ranks, tmp_path, **env) -> list:
+    """What each rank of ``one_job`` saved, ``env`` its ``JOB_*`` variables."""
+    monkeypatch.setenv("JOB_CASE", "one_job")
+    for key, value in env.items():
+        monkeypatch.setenv(f"JOB_{key.upper()}", str(value))
+    return spawn_ranks(__file__, 2, tmp_path)
+
+
+def test_a_sharded_job_sends_each_refused_event_to_the_dead_letter_topic_once(
+    kafka_bootstrap, make_topic, tmp_path, spawn_ranks, monkeypatch
+):
+    """Refused events of a sharded job's topic go to the dead-letter topic once each, with the reason and the
+    topic, partition and offset of their message, as the replicated job's do: a bad field on each rank
+    (its source's decoder), a delete of an unknown vertex (refused by the index every rank holds, sent by
+    rank 1, which read it), a delete of an edge that never was (refused by the shards of both endpoints,
+    sent by the source's owner). A redelivered event id is skipped, not a dead letter."""
+    from streamgnn.codec import decode_binary
+    from streamgnn.connectors.kafka import produce_dataset
+    from streamgnn.events import BAD_KIND, NEGATIVE_TIME, EventBatch, concat
+    from streamgnn.partition import hash_partition
+
+    events, tail = head_and_tail(HALF)
+    on_rank = {
+        r: [v for v in range(60) if hash_partition(np.array([v]), PARTITIONS)[0] % 2 == r] for r in (0, 1)
+    }
+    s0, s1 = on_rank[0][0], on_rank[1][0]
+    unknown = next(v for v in range(9000, 9100) if hash_partition(np.array([v]), PARTITIONS)[0] % 2 == 1)
+    before = events.t < events.t[400]  # a pair of known vertices that never had an edge, for a delete
+    assert s0 in events.src[before]
+    paired = set(events.dst[before & (events.src == s0)].tolist())
+    never = next(d for d in np.unique(events.dst[before]).tolist() if d not in paired)
+    bad = EventBatch.from_columns(
+        kind=[0, 7, 1, 1, 0], src=[s0, s1, unknown, s0, s1], dst=[61, 62, unknown + 1, never, 63],
+        t=[-1.0, events.t[200], events.t[300], events.t[400], events.t[350]],
+        eid=[20_000, 20_001, 20_002, 20_003, 5], features=np.zeros((5, 4), np.float32),
+    )  # fmt: skip
+    why = {20_000: NEGATIVE_TIME, 20_001: BAD_KIND, 20_002: f"delete names an unknown node ({unknown} ->",
+           20_003: "delete matched no live edge"}  # fmt: skip
+    topic, dlq = f"sharded-dlq-{os.getpid()}-{tmp_path.name[-8:]}", make_topic(1)
+    produce_dataset(
+        kafka_bootstrap, topic, concat([events, bad, tail]), PARTITIONS, fmt="binary", batch_size=50
+    )
+    # the global batches hold the head, the two deletes and the redelivery; the batchers drop the bad fields
+    ranks = run_job(monkeypatch, spawn_ranks, tmp_path, topic=topic, bootstrap=kafka_bootstrap, dlq=dlq,
+                    events=HALF + 3)  # fmt: skip
+    assert [got["result"]["dead_letters"] for got in ranks] == [4, 4]  # summed over the ranks, once each
+    letters = read_records(kafka_bootstrap, dlq)
+    headers = [{k: v.decode() for k, v in r.headers} for r in letters]
+    assert sorted(int(h["eid"]) for h in headers) == sorted(why)  # each once; the redelivered id 5 not at all
+    for h in headers:
+        eid = int(h["eid"])
+        assert why[eid] in h["reason"], h
+        src = bad.src[bad.eid == eid][0]
+        part = int(h["source-partition"])
+        assert h["source-topic"] == topic and part == hash_partition(np.array([src]), PARTITIONS)[0]
+        message = read_records_at(kafka_bootstrap, topic, part, int(h["source-offset"]))
+        assert eid in decode_binary(message).eid.tolist()  # the offset names the message that held it
+
+
+def test_the_replicated_job_counts_each_dead_letter_once(kafka_bootstrap, make_topic):
+    """The replicated job (one process) sends the store's refusals through its Kafka source, whose counter
+    then holds them too: the job's count is still one per letter on the dead-letter topic, also when the
+    source is polled again after the letters went out."""
+    from streamgnn.connectors.kafka import produce_dataset
+    from streamgnn.events import EventBatch, concat
+    from streamgnn.jobs import TrainJob
+
+    events, tail = head_and_tail(2 * HALF)  # more than one poll of the source (10 batches)
+    bad = EventBatch.from_columns(
+        kind=[1, 7], src=[9001, 3], dst=[9002, 4], t=[events.t[100], events.t[150]], eid=[20_000, 20_001],
+        features=np.zeros((2, 4), np.float32),
+    )  # fmt: skip
+    topic, dlq = make_topic(1), make_topic(1)
+    produce_dataset(kafka_bootstrap, topic, concat([events, bad, tail]), None, fmt="binary", batch_size=50)
+    config = dataclasses.replace(one.make_config(), serve_every=0)
+    job = TrainJob(config, topic=topic, bootstrap=kafka_bootstrap, dead_letter_topic=dlq, log_every_s=0)
+    result = job.run(max_events=2 * HALF + 1, progress=False)  # the head and the delete (the kind 7 is
+    assert result.dead_letters == len(read_records(kafka_bootstrap, dlq)) == 2  # no row: decoding refused it)
+
+
+def read_records_at(bootstrap: str, topic: str, partition: int, offset: int) -> bytes:
+    """The value of the record at ``offset`` of ``topic``'s ``partition``."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        tp = TopicPartition(topic, partition)
+        c.assign([tp])
+        c.seek(tp, offset)
+        while True:
+            for records in c.poll(timeout_ms=1000).values():
+                return records[0].value
+    finally:
+        c.close()
 
 
 def test_streamgnn_train_runs_a_sharded_config_on_a_dataset(tmp_path, capsys):
@@ -139,3 +291,32 @@ def test_streamgnn_train_runs_a_sharded_config_on_a_dataset(tmp_path, capsys):
     assert "resumed from" in printed and "300 events already learned" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["events"] == 200 and summary["learned"] == 500 and summary["batches"] == 5
+
+
+def test_a_sharded_job_publishes_while_its_topic_is_idle(
+    kafka_bootstrap, make_topic, tmp_path, spawn_ranks, monkeypatch
+):
+    """With the topic quiet, the ranks publish the rows they refreshed (the cadence, ``publish_every``, would
+    publish nothing before the end): the records come while the job still waits for the events that end it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from streamgnn.connectors.kafka import produce_dataset
+
+    events, tail = head_and_tail(HALF)
+    topic, embeddings = f"sharded-idle-{os.getpid()}-{tmp_path.name[-8:]}", make_topic(1, compacted=True)
+    produce_dataset(kafka_bootstrap, topic, events, PARTITIONS, fmt="binary", batch_size=50)
+    env = dict(topic=topic, bootstrap=kafka_bootstrap, embeddings=embeddings, dlq=make_topic(1), events=HALF)
+    with ThreadPoolExecutor(1) as pool:
+        ranks = pool.submit(run_job, monkeypatch, spawn_ranks, tmp_path, **env)
+        published = []
+        while not published:  # the job cannot end before the tail: what comes now came while it was idle
+            assert not ranks.done(), ranks.result()  # (a rank that failed raises here)
+            published = read_records(kafka_bootstrap, embeddings)
+        produce_dataset(kafka_bootstrap, topic, tail, None, fmt="binary")
+        assert [got["result"]["events"] for got in ranks.result()] == [HALF, HALF]
+    from streamgnn.partition import hash_partition
+
+    ids = {int(r.key) for r in published}
+    assert ids <= set(np.r_[events.src, events.dst].tolist())  # vertices of the head
+    owners = hash_partition(np.array(sorted(ids)), PARTITIONS) % 2
+    assert set(owners.tolist()) == {0, 1}  # each rank published its own

@@ -52,8 +52,8 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
 def test_router_placement_is_the_sharded_ownership(kafka_bootstrap, make_topic, tmp_path, spawn_ranks,
                                                    monkeypatch):  # fmt: skip
     from streamgnn.connectors.kafka import EventProducer
+    from streamgnn.jobs.router import PartitionRouter
     from streamgnn.partition import hash_partition
-    from streamgnn.partition.router import PartitionRouter
 
     events = one.make_events()
     raw, routed = make_topic(1), f"routed-{uuid.uuid4().hex[:10]}"
@@ -92,7 +92,7 @@ def test_placement_travels_and_is_checked():
     from streamgnn.connectors.kafka.merge import join_rows
     from streamgnn.errors import PlacementError
     from streamgnn.events import EventBatch, concat
-    from streamgnn.partition.routing import RoutingState
+    from streamgnn.jobs.routing import RoutingState
     from streamgnn.shard import (
         Collectives,
         GlobalBatcher,

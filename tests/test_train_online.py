@@ -11,9 +11,10 @@ import torch
 
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
+from streamgnn.jobs import run_online
 from streamgnn.nn import TGNConfig
 from streamgnn.store import TemporalGraphStore
-from streamgnn.train import OnlineTrainer, TrainConfig, run_online
+from streamgnn.train import OnlineTrainer, TrainConfig
 from streamgnn.train.config import DEFAULT_CHECKPOINT_EVERY
 
 torch.set_num_threads(1)

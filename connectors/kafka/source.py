@@ -39,6 +39,7 @@ class SourceStats:
     messages: int = 0  # messages decoded
     events: int = 0  # events handed to the caller
     dead_letters: int = 0  # dead letters produced (or logged, without a dead-letter topic)
+    reported_dead_letters: int = 0  # of those, the ones callers reported (``report_dead_letters``)
     pauses: int = 0  # times backpressure paused fetching
     max_buffered_events: int = 0  # high-water mark of the decoded-but-undelivered buffer
     assignments: int = 0  # partition assignments received (1 without rebalances)
@@ -46,8 +47,9 @@ class SourceStats:
 
 
 @dataclass
-class _Origin:
-    """Where each row of the last delivered batch came from."""
+class Origin:
+    """Where each row of a delivered batch came from: ``keys[part[i]]`` (``"topic:partition"``) at
+    ``offset[i]``."""
 
     keys: list[str] = field(default_factory=list)
     part: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
@@ -226,7 +228,8 @@ class KafkaSource:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._last_origin = _Origin()
+        self._last_origin = Origin()
+        self._reported = 0  # dead letters callers sent through report_dead_letters
         self._closed = False
 
     @property
@@ -242,6 +245,7 @@ class KafkaSource:
         """Counters so far (messages decoded, events handed out, dead letters, pauses, ...)."""
         self._stats.messages = self._decoder.messages
         self._stats.dead_letters = self._letters.count
+        self._stats.reported_dead_letters = self._reported
         return self._stats
 
     # ------------------------------------------------------------------ lifecycle
@@ -365,7 +369,7 @@ class KafkaSource:
                 # (time, partition, offset) order, the same whatever batch boundaries the fetches made
                 order = np.argsort(t, kind="stable")
                 batch, part, offsets = batch.take(order), part[order], offsets[order]
-            self._last_origin = _Origin(keys, part, offsets)
+            self._last_origin = Origin(keys, part, offsets)
             self._stats.events += len(batch)
             self._handed_at, self._handed_n = time.monotonic(), len(batch)
             return batch
@@ -405,9 +409,22 @@ class KafkaSource:
         with self._lock:
             return set(self._merge.owned)
 
-    def report_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+    def origin(self) -> Origin:
+        """Where each row of the last delivered batch came from, for a caller that keeps rows past the next
+        poll and reports about them later (``report_dead_letters(origins=)``)."""
+        return self._last_origin
+
+    def report_dead_letters(
+        self, letters: Sequence[DeadLetter], origins: Sequence[tuple[str, int, int]] | None = None
+    ) -> None:
         """Send dead letters about rows of the last delivered batch (e.g. ``store.ingest(...).dead_letters``)
-        to the dead-letter topic, tagged with the source partition and offset of each row."""
+        to the dead-letter topic, tagged with the source partition and offset of each row; or, with
+        ``origins``, one ``(topic, partition, offset)`` per letter (rows of earlier batches)."""
+        self._reported += len(letters)
+        if origins is not None:
+            for letter, (topic, part, offset) in zip(letters, origins, strict=True):
+                self._letters.send(letter, topic, int(part), int(offset))
+            return
         origin = self._last_origin
         for letter in letters:
             if 0 <= letter.index < len(origin.offset):

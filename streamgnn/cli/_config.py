@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -121,17 +122,21 @@ class RouterConfig:
     """``streamgnn partition`` (``PartitionRouter``'s arguments): it reads ``kafka.raw_topic`` and writes the
     ``kafka`` section's events topic with ``kafka.partitions`` partitions in ``kafka.format``, placing each
     vertex with ``partitioner`` (a ``PartitionerConfig``); ``checkpoint_dir``/``checkpoint_every`` (input
-    events) make a restart resume; ``log_every_s`` seconds between status lines (0: none)."""
+    events) make a restart resume; an event more than ``allowed_lateness`` (stream time) behind the newest
+    routed one is a dead letter (inf: none is); ``log_every_s`` seconds between status lines (0: none)."""
 
     partitioner: PartitionerConfig = field(default_factory=lambda: PartitionerConfig("fennel"))
     checkpoint_dir: str | None = None
     checkpoint_every: int = 100_000
     batch_size: int = 1000
+    allowed_lateness: float = math.inf
     log_every_s: float = 10.0
 
     def __post_init__(self) -> None:
         if min(self.checkpoint_every, self.batch_size) < 1:
             raise ConfigError("partition.checkpoint_every and partition.batch_size must be >= 1")
+        if not self.allowed_lateness >= 0:
+            raise ConfigError(f"partition.allowed_lateness must be >= 0, got {self.allowed_lateness}")
         if self.log_every_s < 0:
             raise ConfigError(f"partition.log_every_s must be >= 0, got {self.log_every_s}")
 

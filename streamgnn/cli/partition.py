@@ -23,7 +23,7 @@ placed differently."""
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..errors import ConfigError
-    from ..partition.router import PartitionRouter
+    from ..jobs.router import PartitionRouter
     from ..progress import IntervalLog, IntervalRate
 
     cfg = config_from_args(args)
@@ -42,18 +42,20 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         fmt=k.format,
         batch_size=r.batch_size,
         dead_letter_topic=k.dead_letter_topic,
+        allowed_lateness=r.allowed_lateness,
     )
-    counts, speed = router.state.counts, IntervalRate()
-    log = IntervalLog(
-        "partition",
-        lambda: (
+    speed = IntervalRate()
+
+    def status() -> str:
+        counts = router.state.counts  # (a resumed router's state is the checkpoint's)
+        return (
             f"{counts['events']:,} events routed ({speed(counts['events']):,.0f} events/s), "
             f"{counts['published']:,} published, {len(router.state.held):,} held, edge cut "
             f"{counts['cut_edges'] / max(counts['placed_edges'], 1):.3f}, "
             f"{counts['dead_letters'] + router.decode_dead_letters:,} dead letters"
-        ),
-        r.log_every_s,
-    )
+        )
+
+    log = IntervalLog("partition", status, r.log_every_s)
     try:
         report = router.run(max_events=args.max_events, idle_timeout_s=args.idle_timeout, flush=args.flush)
     finally:
@@ -144,6 +146,10 @@ def register(sub) -> None:
     override(
         p, "--dead-letter-topic", key="kafka.dead_letter_topic", type=topic_name,
         help="where undecodable or invalid events go",
+    )  # fmt: skip
+    override(
+        p, "--allowed-lateness", key="partition.allowed_lateness", type=_non_negative, metavar="T",
+        help="stream time an event may lag the newest routed one; a later one is a dead letter, e.g. 60",
     )  # fmt: skip
     override(
         p, "--log-every", key="partition.log_every_s", type=seconds, metavar="S",

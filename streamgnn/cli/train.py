@@ -60,7 +60,7 @@ def add_source_options(p: argparse.ArgumentParser) -> None:
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     import torch
 
-    from ..train.job import TrainJob
+    from ..jobs import TrainJob
     from ..train.report import latency_text, scores_text
 
     cfg = config_from_args(args)

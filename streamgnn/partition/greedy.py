@@ -139,7 +139,7 @@ class GreedyPartitioner(Partitioner):
         live = np.arange(self.st[G.HEAD], self.st[G.TAIL])
         live = live[self.qv[live] >= 0]
         out = super().state_arrays()
-        out.update(self.rebalance_state.arrays())
+        out.update(self.rebalance_state.state())
         out.update(
             counts=np.r_[self.st[[G.N_SEEN, G.M_SEEN]], self.sizes],
             watermark=self.fs.copy(),
@@ -153,7 +153,7 @@ class GreedyPartitioner(Partitioner):
 
     def restore(self, arrays, labels, num_edges) -> None:
         super().restore(arrays, labels, num_edges)
-        self.rebalance_state.load(arrays)
+        self.rebalance_state = rebalance.RebalanceState.from_state(arrays)
         k, n = self.num_partitions, len(labels)
         counts = arrays["counts"]
         if counts.shape != (2 + k,):

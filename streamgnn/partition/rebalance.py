@@ -50,21 +50,25 @@ class RebalanceState:
         self.checks = 0
         self.last_cut = 0.0  # the window's cut right after the last refinement
 
-    def arrays(self) -> dict[str, np.ndarray]:
+    def state(self) -> dict[str, np.ndarray]:
         counts = [self.by_reason[r] for r in REASONS] + [self.checks]
         return {
             "rebalance_counts": np.array(counts, np.int64),
             "rebalance_cut": np.array([self.last_cut]),
         }
 
-    def load(self, arrays: dict[str, np.ndarray]) -> None:
+    @classmethod
+    def from_state(cls, arrays: dict[str, np.ndarray]) -> RebalanceState:
+        """The counters ``state()`` saved (none saved: zero); ValueError where they are malformed."""
         counts = arrays.get("rebalance_counts", np.zeros(len(REASONS) + 1, np.int64))
         cut = arrays.get("rebalance_cut", np.zeros(1))
         if counts.shape != (len(REASONS) + 1,) or cut.shape != (1,) or (counts < 0).any():
             raise ValueError("the rebalancing counters have the wrong shape or are negative")
-        self.by_reason = dict(zip(REASONS, counts[:-1].tolist(), strict=True))
-        self.checks = int(counts[-1])
-        self.last_cut = float(cut[0])
+        state = cls()
+        state.by_reason = dict(zip(REASONS, counts[:-1].tolist(), strict=True))
+        state.checks = int(counts[-1])
+        state.last_cut = float(cut[0])
+        return state
 
 
 def window_cut(labels: np.ndarray, recent: np.ndarray) -> float:

@@ -12,7 +12,12 @@ ranks holding the watermark back read more and the round repeats. The cut rows g
 owners of both endpoints anyway.
 
 A rank's buffer (rows read but not yet in a global batch) is part of its checkpoint: a Kafka position
-covers rows handed out, not rows processed.
+covers rows handed out, not rows processed. With each buffered row the batcher keeps where its source read it
+(``origins``: topic partition and offset), so that a dead letter about a row of a global batch goes out from
+the rank that read it, pointing at its message (``report_dead_letters``), as the replicated job's do.
+
+While the batch waits on a rank whose source has nothing new (the stream is idle), every rank calls
+``on_idle`` each round (the sharded trainer publishes the rows it refreshed last).
 """
 
 from __future__ import annotations
@@ -37,12 +42,16 @@ class GlobalBatcher:
     identical on every rank, or None once every rank's source is done and every buffer empty."""
 
     def __init__(
-        self, source: LocalSource, ownership: Ownership, exchange: Collectives, batch_size: int
-    ) -> None:
+        self, source: LocalSource, ownership: Ownership, exchange: Collectives, batch_size: int,
+        on_idle: Callable[[], None] | None = None,
+    ) -> None:  # fmt: skip
         self.source, self.ownership, self.exchange = source, ownership, exchange
-        self.batch_size = batch_size
+        self.batch_size, self.on_idle = batch_size, on_idle
         self.buffer = EventBatch.empty()
         self.keys = np.zeros(0, np.int64)  # partition << _SEQ_BITS | seq, per buffered row
+        self.origins = _no_origins(0)  # (topic partition, offset) per buffered row, -1: not known
+        self._cut_origins = _no_origins(0)  # per row of the last global batch: this rank's rows' origins
+        self._starved = False  # this rank's last read found nothing new
         self.seq = np.zeros(ownership.num_partitions, np.int64)  # rows read per partition
         self.frontier = -math.inf
         self.dead_letters: list[DeadLetter] = []  # rows of this rank's source that failed validation
@@ -57,13 +66,14 @@ class GlobalBatcher:
         while True:
             done = self.source.done
             n_head = min(b, len(self.buffer))
-            state = np.array([math.inf if done else self.frontier, float(done), n_head])
+            state = np.array([math.inf if done else self.frontier, float(done), n_head, float(self._starved)])
             t_head, k_head = np.full(b, math.inf), np.zeros(b, np.int64)  # fixed size: no size exchange
             t_head[:n_head], k_head[:n_head] = self.buffer.t[:n_head], self.keys[:n_head]
             w = self.exchange.world_size
-            gathered = self.exchange.all_to_all([(state, t_head, k_head)] * w, "batch_keys", [[3, b, b]] * w)
+            gathered = self.exchange.all_to_all([(state, t_head, k_head)] * w, "batch_keys", [[4, b, b]] * w)
             watermark = min(g[0][0] for g in gathered)
             all_done = all(g[0][1] for g in gathered)
+            idle, self._starved = any(g[0][3] for g in gathered), False
             heads = [int(g[0][2]) for g in gathered]
             t = np.concatenate([g[1][:h] for g, h in zip(gathered, heads, strict=True)])
             k = np.concatenate([g[2][:h] for g, h in zip(gathered, heads, strict=True)])
@@ -75,14 +85,21 @@ class GlobalBatcher:
                 return self._cut(rank[complete][order], t[complete][order], k[complete][order])
             if all_done:
                 return None
+            if idle and self.on_idle is not None:
+                self.on_idle()
             if not done and self.frontier <= watermark:
-                self._read()
+                self._starved = not self._read()
 
     def _cut(self, rank: np.ndarray, t: np.ndarray, k: np.ndarray) -> EventBatch:
         """Hand the chosen rows (global order ``rank``/``t``/``k``) to every rank."""
-        take = int((rank == self.exchange.rank).sum())  # my chosen rows are the first ``take`` of my buffer
+        me = rank == self.exchange.rank
+        take = int(me.sum())  # my chosen rows are the first ``take`` of my buffer, in the global order
         mine = self.buffer.take(slice(0, take))
-        self.buffer, self.keys = self.buffer.take(slice(take, None)), self.keys[take:]
+        self._cut_origins = _no_origins(len(rank))
+        self._cut_origins[me] = self.origins[:take]
+        self.buffer, self.keys, self.origins = (
+            self.buffer.take(slice(take, None)), self.keys[take:], self.origins[take:]
+        )  # fmt: skip
         payloads = self.exchange.all_gather_bytes(encode_binary(mine) if take else b"", "batch_events")
         parts = [decode_binary(p) if p else None for p in payloads]
         parts = [p for p in parts if p is not None]
@@ -93,12 +110,23 @@ class GlobalBatcher:
         position[by_rank] = np.arange(len(rank))
         return merged.take(position)
 
-    def _read(self) -> None:
+    def report_dead_letters(self, letters: list[DeadLetter]) -> None:
+        """Send dead letters about rows of the last global batch that this rank read (``letter.index``: the
+        row in the batch) to its source's dead-letter topic, each pointing at its row's message."""
+        report = getattr(self.source, "report_dead_letters", None)
+        if report is not None and letters:
+            report(letters, self._cut_origins[[letter.index for letter in letters]])
+
+    def _read(self) -> bool:
+        """Pull from the source into the buffer; False if it had nothing new."""
         got = self.source.pull()
         if got is None or not len(got):
-            return
+            return False
+        origins = self.source.origins() if hasattr(self.source, "origins") else _no_origins(len(got))
+        # (a Kafka source's decoder has sent its invalid rows to the dead letters already: none come here)
         valid, letters = got.validate("local source")
         self.dead_letters += letters
+        origins = np.delete(origins, [letter.index for letter in letters], axis=0)
         self.frontier = max(self.frontier, float(valid.t.max())) if len(valid) else self.frontier
         part = self.ownership.source_partitions(valid)
         mine = self.ownership.partitions()
@@ -110,7 +138,7 @@ class GlobalBatcher:
                 f"with {self.ownership.num_partitions} partitions"
             )
         keep = self._not_replayed(valid.eid, part)
-        valid, part = valid.take(keep), part[keep]
+        valid, part, origins = valid.take(keep), part[keep], origins[keep]
         seq = np.empty(len(part), np.int64)
         for p in np.unique(part).tolist():
             at = part == p
@@ -121,6 +149,8 @@ class GlobalBatcher:
         keys = np.concatenate([self.keys, keys])
         order = np.lexsort((keys, buffer.t))
         self.buffer, self.keys = buffer.take(order), keys[order]
+        self.origins = np.concatenate([self.origins, origins])[order]
+        return True
 
     def _not_replayed(self, eids: np.ndarray, part: np.ndarray) -> np.ndarray:
         """Rows a resumed source delivers again (the head of a partition, already in the checkpoint) are
@@ -143,6 +173,7 @@ class GlobalBatcher:
         return {
             "buffer": np.frombuffer(bytearray(raw), np.uint8),  # writable: checkpoints become tensors
             "keys": self.keys,
+            "origins": self.origins,
             "seq": self.seq,
             "frontier": np.array([self.frontier]),
         }
@@ -154,7 +185,14 @@ class GlobalBatcher:
         raw = arrays["buffer"]
         self.buffer = decode_binary(raw.tobytes()) if len(raw) else EventBatch.empty()
         self.keys, self.seq = arrays["keys"].astype(np.int64), arrays["seq"].astype(np.int64)
+        origins = arrays.get("origins")  # (checkpoints before origins were kept: not known)
+        self.origins = _no_origins(len(self.keys)) if origins is None else origins.astype(np.int64)
         self.frontier = float(arrays["frontier"][0])
         buffered = np.sort(self.buffer.eid)
         self._known = lambda eids: processed(eids) | np.isin(eids, buffered)
         self._replaying = set(self.ownership.partitions())
+
+
+def _no_origins(n: int) -> np.ndarray:
+    """``[n, 2]`` origins of rows whose source does not say where they came from."""
+    return np.full((n, 2), -1, np.int64)

@@ -3,7 +3,7 @@
 The source can be a ``LocalSource`` factory ``(ownership, start_offsets) -> LocalSource`` (what a Kafka
 consumer of this rank's topic partitions needs: ``KafkaPartitions``), a ready ``LocalSource``, or any stream
 of ``EventBatch`` es held whole by every rank (a dataset or file replay), of which each rank keeps its own
-partitions (``PartitionedReplay``). The job itself is ``train.job.TrainJob``'s (``run_online`` and
+partitions (``PartitionedReplay``). The job itself is ``jobs.TrainJob``'s (``run_online`` and
 ``streamgnn train`` run it when ``TrainConfig.sharding`` is set).
 """
 

@@ -2,7 +2,9 @@
 
 A local source hands out this rank's events in time order, chunk by chunk (``pull``), says when it has no
 more (``done``) and where it stands (``positions``, saved in the rank's checkpoint and given back as
-``start_offsets`` on restart). ``GlobalBatcher`` merges the ranks' local streams into global batches.
+``start_offsets`` on restart). ``GlobalBatcher`` merges the ranks' local streams into global batches. A source
+with a dead-letter topic also says where each row of its last pull came from (``origins``) and takes dead
+letters about rows it delivered earlier (``report_dead_letters``).
 
 - ``KafkaPartitions``: a ``KafkaSource`` over exactly this rank's topic partitions (``partitions=``; the topic
   has one partition per graph partition, as ``EventProducer``/``produce_dataset`` write it).
@@ -25,7 +27,7 @@ from typing import Protocol
 import numpy as np
 
 from ..errors import ConfigError
-from ..events import EventBatch
+from ..events import DeadLetter, EventBatch
 from .ownership import Ownership
 
 
@@ -97,6 +99,7 @@ class KafkaPartitions:
         from ..connectors.kafka import KafkaSource
 
         keys = [f"{topic}:{p}" for p in ownership.partitions()]
+        self.topic = topic
         self.source = KafkaSource(partitions=keys, **source_options)
         self.idle_timeout_s, self.poll_timeout_s = idle_timeout_s, poll_timeout_s
         self._quiet_since: float | None = None
@@ -119,6 +122,23 @@ class KafkaPartitions:
 
     def positions(self) -> dict[str, int]:
         return self.source.positions()
+
+    @property
+    def stats(self):
+        """The Kafka source's counters (``SourceStats``)."""
+        return self.source.stats
+
+    def origins(self) -> np.ndarray:
+        """``[n, 2]``: the topic partition and offset of each row of the last ``pull``."""
+        origin = self.source.origin()
+        parts = np.array([int(key.rsplit(":", 1)[1]) for key in origin.keys], np.int64)
+        return np.c_[parts[origin.part] if len(parts) else np.zeros(0, np.int64), origin.offset]
+
+    def report_dead_letters(self, letters: list[DeadLetter], origins: np.ndarray) -> None:
+        """Send ``letters`` to the dead-letter topic, each about the row at ``origins[i]`` (an ``origins``
+        row kept since; partition -1: not known)."""
+        where = [(self.topic if p >= 0 else "", p, o) for p, o in origins.tolist()]
+        self.source.report_dead_letters(letters, where)
 
     def close(self) -> None:
         self.source.close()

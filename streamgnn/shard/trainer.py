@@ -40,7 +40,7 @@ from ..sampling import SamplerConfig
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
-from ..train.driver import Batches, Drive
+from ..train.driver import Batches, Drive, source_dead_letters
 from ..train.metrics import RunningMetrics, reciprocal_ranks
 from ..train.negatives import EVAL, TRAIN, StreamNegatives, counted
 from ..train.tgn_model import link_loss
@@ -147,7 +147,9 @@ class ShardedTrainer:
         or ``max_events`` more global events; checkpoints every ``checkpoint_every`` global batches (at the
         same batch on every rank) and at the end."""
         cfg = self.config
-        self.batcher = GlobalBatcher(source, self.ownership, self.exchange, cfg.batch_size)
+        self.batcher = GlobalBatcher(  # while the stream is idle, the last refreshed rows go out
+            source, self.ownership, self.exchange, cfg.batch_size, on_idle=self.serving.publish
+        )
         if self._batcher_state is not None:
             self.batcher.restore(self._batcher_state, self.index.seen.contains)
             self._batcher_state = None
@@ -170,17 +172,22 @@ class ShardedTrainer:
 
     def _global_batches(self, room) -> Batches:
         """The global batches the ranks agree on (``drive``'s generator), the last cut at ``room()``. Counts
-        the rows this rank's source could not take as they come, so checkpoints hold them."""
+        the rows this rank's source could not take (undecodable, invalid) as they come, so checkpoints hold
+        them."""
+        seen = source_dead_letters(self.batcher.source)
         try:
             while (batch := self.batcher.next_batch(room())) is not None:
-                self._count_source_letters()
+                seen = self._count_source_letters(seen)
                 yield batch, time.perf_counter(), True
         finally:
-            self._count_source_letters()
+            self._count_source_letters(seen)
 
-    def _count_source_letters(self) -> None:
-        self.dead_letter_count += len(self.batcher.dead_letters)
+    def _count_source_letters(self, seen: int) -> int:
+        """Add the letters the batcher and the source made since the source's count was ``seen``."""
+        now = source_dead_letters(self.batcher.source)
+        self.dead_letter_count += len(self.batcher.dead_letters) + now - seen
         self.batcher.dead_letters.clear()
+        return now
 
     def save_checkpoint(self, offsets: dict[str, int]) -> Path:
         """This rank's checkpoint at the current step (every rank calls it after the same step)."""
@@ -324,9 +331,12 @@ class ShardedTrainer:
 
     def _ingest(self, batch: EventBatch, adm) -> list:
         """Events with an owned endpoint into the shard (global ids). Returns the dead letters this rank
-        reports, so that each is reported once: the index's (the same on every rank) by rank 0, a shard's
-        by the owner of the event's source."""
-        letters = list(adm.dead_letters) if self.dist.is_main else []
+        reports, so that each is reported once, by the rank that read its row (the owner of the event's
+        source partition), which knows the row's message: the index's (the same on every rank) and its
+        shard's."""
+        refused = batch.take(np.array([letter.index for letter in adm.dead_letters], np.int64))
+        reader = self.ownership.rank_of(self.ownership.source_partitions(refused))
+        letters = [letter for letter, r in zip(adm.dead_letters, reader, strict=True) if r == self.dist.rank]
         kind = batch.kind[adm.rows]
         owned_src = self.index.owned(adm.src)
         mine = owned_src | (self.index.owned(adm.dst) & (kind != UPDATE))

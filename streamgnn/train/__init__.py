@@ -1,5 +1,5 @@
 """Online (prequential) and offline training of link models (TGN, DyGFormer), metrics, checkpoints, data
-parallelism."""
+parallelism. The jobs that run it on a stream (``TrainJob``, ``run_online``) are ``streamgnn.jobs``."""
 
 from .config import TrainConfig
 from .distributed import DistContext, init_distributed
@@ -14,7 +14,6 @@ from .metrics import (
     roc_auc,
 )
 from .offline import ChronologicalSplit, OfflineResult, fit_offline
-from .online import run_online
 from .protocol import Candidates, LinkModel, StepInput
 from .report import plot_windows, write_summary
 from .tgn_model import TGNLinkModel
@@ -43,6 +42,5 @@ __all__ = [
     "plot_windows",
     "reciprocal_ranks",
     "roc_auc",
-    "run_online",
     "write_summary",
 ]

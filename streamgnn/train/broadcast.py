@@ -26,12 +26,13 @@ from ..codec import decode_binary, encode_binary
 from ..errors import ConfigError
 from ..events import EventBatch
 from .distributed import DistContext
+from .driver import source_dead_letters
 
 _END, _IDLE = -1, 0
 
 
 class _Stats:
-    """The source's dead-letter count as rank 0 last broadcast it (what ``fit`` counts on every rank)."""
+    """The source's own dead-letter count as rank 0 last broadcast it (what ``fit`` counts on every rank)."""
 
     def __init__(self) -> None:
         self.dead_letters = 0
@@ -88,7 +89,7 @@ class BroadcastSource:
         """Rank 0 sends ``(size, source dead letters)``; the others receive it."""
         head = torch.zeros(2, dtype=torch.int64)
         if size is not None:
-            head[0], head[1] = size, int(getattr(getattr(self.source, "stats", None), "dead_letters", 0))
+            head[0], head[1] = size, source_dead_letters(self.source)
         tdist.broadcast(head, 0)
         self.stats.dead_letters = int(head[1])
         return int(head[0])
@@ -98,7 +99,7 @@ class BroadcastSource:
         quiet_since = time.monotonic()
         while True:
             batch = self.source.poll(self.heartbeat_s)
-            self.stats.dead_letters = int(getattr(getattr(self.source, "stats", None), "dead_letters", 0))
+            self.stats.dead_letters = source_dead_letters(self.source)
             if batch is not None and len(batch):
                 quiet_since = time.monotonic()
                 yield batch

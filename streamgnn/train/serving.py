@@ -101,6 +101,14 @@ class Serving:
                 part = nodes[lo : lo + CHUNK]
                 self.table.update(store.external_ids(part), embed(part, t_q), t_q)
 
+    def publish(self) -> None:
+        """Send the rows refreshed since the last publish, now, and flush the sink: while the stream is quiet
+        they would wait for the next batch's publish (the jobs call this when their source is idle)."""
+        if self.sink is None or self.table is None:
+            return
+        if self.table.publish(self.sink) and callable(getattr(self.sink, "flush", None)):
+            self.sink.flush()
+
     def finish(self, store: TemporalGraphStore, embed: Embed) -> None:
         """End of a fit: serve what waits, publish the table and flush the sink."""
         if self.pending:

@@ -36,7 +36,7 @@ from ..store import TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
 from .distributed import DistContext, init_distributed, local_device
-from .driver import Batches, Drive
+from .driver import Batches, Drive, source_dead_letters
 from .edgebank import make_baseline
 from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
 from .models import make_link_model
@@ -398,13 +398,13 @@ class OnlineTrainer:
         source batch. Counts the source's own dead letters as they come, so checkpoints hold them (but not
         again for batches a resumed run replays)."""
         batches = iter(source)  # (a file source starts its pass's dead-letter list here)
-        letters_seen = _source_dead_letters(source)
+        letters_seen = source_dead_letters(source)
         try:
             for raw in batches:
                 arrival = time.perf_counter()
                 cut = min(skip, len(raw))
                 skip -= cut
-                letters = _source_dead_letters(source)
+                letters = source_dead_letters(source)
                 if cut < len(raw) or not len(raw):
                     self.dead_letter_count += letters - letters_seen
                 letters_seen = letters
@@ -420,7 +420,7 @@ class OnlineTrainer:
                     return
         finally:
             if not skip:
-                self.dead_letter_count += _source_dead_letters(source) - letters_seen
+                self.dead_letter_count += source_dead_letters(source) - letters_seen
 
     def _flags(self, metrics: LinkMetrics, baselines: dict[str, LinkMetrics]) -> list[str]:
         """Where the learned model scores below a baseline (empty when the model learns nothing)."""
@@ -507,12 +507,3 @@ class OnlineTrainer:
         elif trainer.table is not None:  # the run served nothing (serve_every=0): embed every node now
             trainer.refresh(np.arange(trainer.store.num_nodes))
         return trainer
-
-
-def _source_dead_letters(source) -> int:
-    """Dead letters a source made itself (rows it could not parse or decode): file sources list this
-    pass's, the Kafka source counts them in ``stats``. ``OnlineResult.dead_letters`` adds the store's."""
-    letters = getattr(source, "dead_letters", None)
-    if isinstance(letters, list):
-        return len(letters)
-    return int(getattr(getattr(source, "stats", None), "dead_letters", 0))

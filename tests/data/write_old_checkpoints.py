@@ -16,10 +16,10 @@ from streamgnn.codec import encode_json_lines
 from streamgnn.connectors.files import JsonLinesSource
 from streamgnn.connectors.kafka.decoding import Schema
 from streamgnn.events import EventBatch
+from streamgnn.jobs.routing import RoutingState
 from streamgnn.nn import TGNConfig
 from streamgnn.nn.graph_filter import GraphNN, GraphNNConfig
 from streamgnn.partition.config import PartitionerConfig
-from streamgnn.partition.routing import RoutingState
 from streamgnn.shard import PartitionedReplay, ShardConfig, ShardedTrainer
 from streamgnn.snapshots import NextLinks, SnapshotSpec
 from streamgnn.snapshots.trainer import SnapshotTrainConfig, SnapshotTrainer

@@ -27,6 +27,7 @@ time-ordered merge, as for the store.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,8 +39,8 @@ from ..connectors.kafka import CONTENT_TYPE_HEADER, KafkaSource, Producer, creat
 from ..connectors.kafka.decoding import Schema
 from ..errors import CheckpointError, ConfigError, ConnectorError
 from ..events import EventBatch
-from .config import PartitionerConfig
-from .metrics import PartitionReport, PartitionTimeline
+from ..partition.config import PartitionerConfig
+from ..partition.metrics import PartitionReport, PartitionTimeline
 from .routing import RoutingState
 
 FORMATS = ("binary", "json")
@@ -65,8 +66,9 @@ class PartitionRouter:
     ``partitioner``: a method name, mapping or ``PartitionerConfig`` (rebalancing needs the store's
     adjacency, which a router does not hold, so it is refused here). ``checkpoint_dir``: where state and
     offsets go (None: no resume), every ``checkpoint_every`` input events and at the end. ``fmt``: output
-    messages as binary batches of up to ``batch_size`` events, or JSON lines. Other keyword arguments go
-    to the Kafka clients (kafka-python spelling).
+    messages as binary batches of up to ``batch_size`` events, or JSON lines. ``allowed_lateness``: how far
+    (stream time) an event may lag the newest routed one; a later one is a dead letter. Other keyword
+    arguments go to the Kafka clients (kafka-python spelling).
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class PartitionRouter:
         fmt: str = "binary",
         batch_size: int = 1000,
         dead_letter_topic: str | None = None,
+        allowed_lateness: float = math.inf,
         **client_config,
     ) -> None:
         config = PartitionerConfig.parse(partitioner)
@@ -98,7 +101,7 @@ class PartitionRouter:
         self.dead_letter_topic = dead_letter_topic
         self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
         self.client_config = dict(client_config)
-        self.state = RoutingState(config, num_partitions)
+        self.state = RoutingState(config, num_partitions, allowed_lateness)
         self.k = self.state.k
         self.positions: dict[str, int] = {}
         self.out_offsets: dict[int, int] = {}
@@ -244,7 +247,8 @@ class PartitionRouter:
                     f"the checkpoint in {self.checkpoint_dir} is of a router with other settings {have}; "
                     "use another checkpoint folder or the same settings"
                 )
-            self.state.restore(a, manifest["state"])
+            lateness = self.state.admission.config.allowed_lateness  # (a setting of this run, not saved)
+            self.state = RoutingState.from_state(a, manifest["state"], self.k, lateness)
             self.positions = {str(k): int(v) for k, v in manifest["source_offsets"].items()}
             self.out_offsets = {int(p): int(o) for p, o in manifest["output_offsets"].items()}
             ids, held = manifest["state"]["id_kind"], self.state.held  # older checkpoints: what they tell

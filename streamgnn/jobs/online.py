@@ -9,10 +9,10 @@ from ..embeddings import EmbeddingSink
 from ..errors import ConfigError
 from ..events import EventBatch
 from ..store import TemporalGraphStore
-from .config import TrainConfig
-from .job import TrainJob
-from .report import write_report
-from .trainer import OnlineResult, OnlineTrainer
+from ..train.config import TrainConfig
+from ..train.report import write_report
+from ..train.trainer import OnlineResult, OnlineTrainer
+from .train import TrainJob
 
 
 def run_online(

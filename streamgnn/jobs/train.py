@@ -32,12 +32,12 @@ from ..serve.metrics import WorkerMetrics
 from ..shard.run import local_source
 from ..shard.source import KafkaPartitions
 from ..shard.trainer import ShardedTrainer
-from . import checkpoint
-from .broadcast import BroadcastSource
-from .config import TrainConfig
-from .distributed import init_distributed
-from .report import write_report
-from .trainer import OnlineResult, OnlineTrainer
+from ..train import checkpoint
+from ..train.broadcast import BroadcastSource
+from ..train.config import TrainConfig
+from ..train.distributed import init_distributed
+from ..train.report import write_report
+from ..train.trainer import OnlineResult, OnlineTrainer
 
 
 class Monitored:
@@ -107,7 +107,7 @@ class TrainJob:
             print(f"resumed from {ckpt / latest}: {trainer.position:,} events already learned", flush=True)
         return trainer
 
-    def _stream(self, trainer: MonitoredTrainer, sink, idle_timeout_s: float | None):
+    def _stream(self, trainer: MonitoredTrainer, idle_timeout_s: float | None):
         if self.topic is None:
             return self.source, None
         from ..connectors.kafka import KafkaSource
@@ -118,12 +118,8 @@ class TrainJob:
                 self.topic, bootstrap_servers=self.bootstrap, store=trainer.store,
                 dead_letter_topic=self.dead_letter_topic, max_batch_events=10 * self.config.batch_size,
             ).start()  # fmt: skip
-
-        def publish() -> None:
-            if sink is not None and trainer.table is not None and trainer.table.publish(sink):
-                sink.flush()
-
-        return BroadcastSource(source, self.dist, idle_timeout_s=idle_timeout_s, on_idle=publish), source
+        idle = trainer.serving.publish  # the last refreshed rows go out while the topic is quiet
+        return BroadcastSource(source, self.dist, idle_timeout_s=idle_timeout_s, on_idle=idle), source
 
     def _sharded(self, sink, idle_timeout_s: float | None):
         """This rank's trainer (resumed where every rank checkpointed) and its partitions of the stream."""
@@ -147,10 +143,9 @@ class TrainJob:
         m.ingested.inc(len(batch))
         for letter in result.dead_letters:
             m.dead_letter(letter.reason)
-        if self._source is not None and result.dead_letters and not self.sharded:
-            # (a sharded step's letters index the global batch, not the rows this rank's source delivered:
-            # they are counted, not forwarded)
-            self._source.report_dead_letters(result.dead_letters)
+        if self._source is not None and result.dead_letters:
+            # sharded: the letters about the rows this rank read, which its batcher traces to their messages
+            (trainer.batcher if self.sharded else self._source).report_dead_letters(result.dead_letters)
         if trainer.table is not None:
             m.freshness.observe(time.perf_counter() - arrival)
         if trainer.metrics.windows:
@@ -231,7 +226,7 @@ class TrainJob:
                     stack.callback(stream.close)  # a source made here (a Kafka consumer) is closed here
             else:
                 trainer = self._trainer(sink)
-                stream, self._source = self._stream(trainer, sink, idle_timeout_s)
+                stream, self._source = self._stream(trainer, idle_timeout_s)
                 if self._source is not None:
                     stack.callback(self._source.close)
             self.trainer = trainer

@@ -31,12 +31,12 @@ from ..codec import CONTENT_BINARY, decode, encode_binary
 from ..connectors.kafka.merge import join_rows
 from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
+from ..partition import PartitionerConfig, make_partitioner
+from ..partition.base import PENDING, Routes
+from ..partition.metrics import PartitionReport, _balance
 from ..store.admission import NO_PARTITION_HOLDS, Admission, AdmissionConfig, plain
 from ..store.dedup import SeenIds
 from ..store.idmap import NodeIdMap
-from . import make_partitioner
-from .base import PENDING, Routes
-from .metrics import PartitionReport, _balance
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 ALL_KINDS = (ADD, DELETE, UPDATE)
@@ -199,8 +199,13 @@ class RoutingState:
         }
         return arrays, meta
 
-    def restore(self, a: dict[str, np.ndarray], meta: dict) -> None:
-        """Load ``state()`` output; raises ValueError (or KeyError) where it is inconsistent."""
+    @classmethod
+    def from_state(
+        cls, a: dict[str, np.ndarray], meta: dict, num_partitions: int, allowed_lateness: float = math.inf
+    ) -> RoutingState:
+        """The state ``state()`` saved, its partitioner as ``meta`` names it; raises ValueError (or KeyError)
+        where it is inconsistent."""
+        self = cls(PartitionerConfig.from_dict(meta["partitioner"]), num_partitions, allowed_lateness)
         self.ids = NodeIdMap.from_arrays(meta["id_kind"], a)
         self.labels = a["labels"].astype(np.int32).copy()
         self.seen = SeenIds.from_arrays(a["seen_bits"], a["seen_outliers"])
@@ -217,6 +222,7 @@ class RoutingState:
             raise ValueError("per-partition counters have the wrong shape")
         if len(self.labels) != self.ids.size or len(self.held) != len(self.held_vertex):
             raise ValueError("labels or held events do not match the id map")
+        return self
 
     # ------------------------------------------------------------------ metrics
     def report(self) -> PartitionReport:
