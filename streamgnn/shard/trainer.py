@@ -34,7 +34,6 @@ import torch
 
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
-from ..nn import TGN
 from ..sampling import SamplerConfig
 from ..serve import EmbeddingSink, EmbeddingTable
 from ..store import StoreConfig, TemporalGraphStore
@@ -42,8 +41,8 @@ from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
 from ..train.driver import Batches, Drive
 from ..train.metrics import RunningMetrics, reciprocal_ranks
+from ..train.models import make_link_model
 from ..train.negatives import EVAL, TRAIN, StreamNegatives, counted
-from ..train.tgn_model import link_loss
 from ..train.trainer import OnlineResult, StepResult
 from . import checkpoint
 from .batches import GlobalBatcher
@@ -51,6 +50,7 @@ from .comm import Collectives
 from .compute import Embedder, Queries
 from .memory import HaloCache, OwnedMemory, lend_state
 from .ownership import GlobalIndex, Ownership
+from .pairs import ShardPairs
 from .sampling import LocalSampler, RoutedSampler
 from .serving import ShardServing, owned_vertices
 from .source import LocalSource
@@ -65,7 +65,7 @@ class ShardedTrainer:
     >>> from streamgnn.datasets import load
     >>> from streamgnn.nn import TGNConfig
     >>> from streamgnn.shard import PartitionedReplay, ShardConfig
-    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8, pair_features=False)  # (not sharded yet)
+    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8)  # pair features included
     >>> trainer = ShardedTrainer(TrainConfig(model=model, sharding=ShardConfig()))  # alone: owns everything
     >>> events = load("jodie_wikipedia")[:600]
     >>> trainer.fit(PartitionedReplay(events, trainer.ownership), progress=False).events
@@ -77,15 +77,11 @@ class ShardedTrainer:
     ):
         self.config, self.shard_config = config, config.sharding or ShardConfig()
         mcfg = config.model
+        dataclasses.replace(config, sharding=self.shard_config)  # what a sharded config refuses (DyGFormer)
         if mcfg.node_feature_dim:
             raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
         if not mcfg.uses_memory:
             raise ConfigError("sharded training shards TGN memory: the tgat variant (no memory) needs none")
-        if mcfg.pair_features:
-            raise ConfigError(
-                "sharded training does not yet read pair features (a pair's history spans two shards): "
-                "set TGNConfig.pair_features=False"
-            )
         if config.train_negative_pool == "id_range":
             raise ConfigError(
                 "sharded training draws negatives from the replicated pool of seen destinations: use "
@@ -102,9 +98,11 @@ class ShardedTrainer:
         self.exact = self.shard_config.mode == "exact"
         self.halo = None if self.exact else HaloCache(mcfg.memory_dim)
         torch.manual_seed(config.seed)
-        self.model = TGN(mcfg).to(self.device)
-        d.broadcast_module(self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
+        # the model, its optimizer, scoring and loss are the online trainer's ``TGNLinkModel``; the shards
+        # hand it their distributed parts: ``Embedder`` embeds (sampler and memory over owners), pair
+        # features come from ``ShardPairs`` (its own sampler and store stay unused)
+        self.link_model = make_link_model(config, device=self.device, dist=d)
+        self.model, self.optimizer = self.link_model.model, self.link_model.optimizer
         self.rebind_store()
         self.embedder = Embedder(self)
         # pool replicated, history of owned sources only
@@ -126,7 +124,7 @@ class ShardedTrainer:
         return self.serving.table
 
     def rebind_store(self) -> None:
-        """(Re)build the sampler over ``self.store`` (after a checkpoint replaced it)."""
+        """(Re)build the sampler and the pair reader over ``self.store`` (after a checkpoint replaced it)."""
         mcfg, config = self.config.model, self.config
         sampling = SamplerConfig(
             fanouts=(mcfg.num_neighbors,) * max(mcfg.num_layers, 1), strategy=config.sampling,
@@ -137,6 +135,9 @@ class ShardedTrainer:
             self.sampler = RoutedSampler(self.store, self.index, self.exchange, sampling, edge_dim)
         else:
             self.sampler = LocalSampler(self.store, sampling, edge_dim)
+        if mcfg.pair_features:
+            exchange = self.exchange if self.exact else None
+            self.link_model.pairs = ShardPairs(self.store, mcfg, self.index, exchange)
 
     # ------------------------------------------------------------------ the stream
     def fit(
@@ -275,14 +276,16 @@ class ShardedTrainer:
                     Queries.of(np.r_[pre_src[s], pre_dst[s], train_neg[s]], np.tile(t_query[s], 3))
                 )
         sets = plans[me]
+        pairs = self._read_pairs(pre_src, pre_dst, t_query, mine, neg_all if scoring else None,
+                                 train_neg if training else None)  # fmt: skip
         self.embedder.last_working_set = None
         z = self.embedder.embed(plans, [False] * scoring + [True] * training, 3 * self.steps) if sets else []
 
         letters = self._ingest(batch, adm)
         local = np.full((len(mine), 3), math.nan)
         if scoring:
-            local = self._score(z[0], sets[0].rows, rank, neg_ids >= 0, mine)
-        loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m) if training else math.nan
+            local = self._score(z[0], sets[0].rows, rank, neg_ids >= 0, mine, pairs)
+        loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m, pairs) if training else math.nan
         pos = neg = rr = np.zeros(0)
         if scoring or training:  # one exchange for the scores and the loss
             full, loss = self._gather_rows(local, loss, rows_of, m)
@@ -362,20 +365,39 @@ class ShardedTrainer:
         o.mark_synced()
 
     # ------------------------------------------------------------------ score, train, observe
-    @torch.no_grad()
-    def _score(self, z, rows, rank: bool, neg_ok: np.ndarray, mine: np.ndarray) -> np.ndarray:
+    def _read_pairs(self, src, dst, t_query, mine, neg, train_neg) -> dict[str, tuple | None]:
+        """Raw pair features of this rank's events ``mine`` as ``TGNLinkModel.prepare`` reads them
+        (``eval``: destination and every evaluation candidate, ``train``: destination and training
+        negative), in one ``ShardPairs`` read: one exchange round per batch (a collective)."""
+        if self.link_model.pairs is None or (neg is None and train_neg is None):
+            return {}
+        cols, split = [], {}
+        for name, c in (("eval", neg), ("train", train_neg)):
+            if c is not None:
+                c = c[mine] if c.ndim == 2 else c[mine, None]
+                if name == "eval" and self.config.eval_negatives == 0:
+                    c = c[:, :1]
+                cols.append(np.column_stack([dst[mine], c]))
+                split[name] = sum(x.shape[1] for x in cols)
+        raw = self.link_model.read_pairs(src[mine], np.concatenate(cols, 1), t_query[mine])
+        out, lo = {}, 0
+        for name, hi in split.items():
+            out[name] = tuple(x[:, lo:hi] for x in raw)
+            lo = hi
+        return out
+
+    def _score(self, z, rows, rank: bool, neg_ok: np.ndarray, mine: np.ndarray, pairs: dict) -> np.ndarray:
         """``[pos, neg, rr]`` of this rank's events ``mine``, from the rows ``z`` of its queries."""
         n = len(mine)
         local = np.full((n, 3), math.nan)
         if n:
             rows = torch.from_numpy(rows).to(self.device)
-            predict = self.model.predictor
-            z_src = z[rows[:n]]
-            ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T).double().cpu().numpy()
+            ranked = pairs.get("eval")
+            ap_pairs = None if ranked is None else tuple(x[:, :2] for x in ranked)
+            ap, scores = self.link_model.score_rows(z, rows, n, rank, ap_pairs, ranked if rank else None)
             local[:, 0] = ap[:, 0]
             local[:, 1] = np.where(neg_ok[:, 0], ap[:, 1], np.nan)
             if rank:
-                scores = predict.candidates(z_src, z, rows[3 * n :].view(n, -1)).double().cpu().numpy()
                 local[:, 2] = reciprocal_ranks(scores[:, 0], scores[:, 1:], neg_ok)
         return local
 
@@ -390,7 +412,7 @@ class ShardedTrainer:
             full[rows] = vals
         return full, float(sum(g[1][0] for g in got))
 
-    def _train(self, z, rows, train_neg: np.ndarray, mine: np.ndarray, m: int) -> float:
+    def _train(self, z, rows, train_neg: np.ndarray, mine: np.ndarray, m: int, pairs: dict) -> float:
         """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the one-process
         full-batch gradient of ``mean BCE(pos) + mean BCE(neg)`` (as ``OnlineTrainer._train``)."""
         n = len(mine)
@@ -401,7 +423,9 @@ class ShardedTrainer:
         local = 0.0
         if n:
             rows = torch.from_numpy(rows).to(self.device)
-            loss = link_loss(model.predictor, z, rows, np.ones(n, bool), has_neg[mine], m, n_neg)
+            loss = self.link_model.loss(
+                z, rows, np.ones(n, bool), has_neg[mine], m, n_neg, pairs.get("train")
+            )
             (loss * d.world_size).backward()
             local = loss.item()
         self.embedder.backward()  # the owners finish the backward pass of the rows they embedded

@@ -41,18 +41,6 @@ from .protocol import Candidates, StepInput
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets: every draw is named by (step, purpose)
 
 
-def link_loss(predictor, z, rows, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int, pair=None):
-    """This rank's part of ``mean BCE(positives) + mean BCE(negatives)`` over the global batch: its ``n``
-    rows are ``z[rows[:n]]`` (sources) against ``z[rows[n:2n]]`` (destinations) and ``z[rows[2n:3n]]``
-    (negatives); ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts.
-    ``pair``: ``[n, 2, pair_dim]`` vectors of (source, destination) and (source, negative), if the
-    predictor reads them."""
-    n = len(pos_ok)
-    index = rows[n : 3 * n].view(2, n).T
-    pos, neg = predictor.candidates(gather_rows(z, rows[:n]), z, index, pair).unbind(1)
-    return pos_neg_loss(pos, neg, pos_ok, neg_ok, n_pos, n_neg)
-
-
 def pos_neg_loss(pos, neg, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int) -> torch.Tensor:
     """This rank's part of ``mean BCE(positives) + mean BCE(negatives)`` over the global batch, from its
     rows' logits; ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts."""
@@ -188,7 +176,7 @@ class TGNLinkModel:
         if candidates is not None and self.pairs is not None:
             # ranking's candidates start with the AP pair (destination, column-0 negative): read them once
             cols = candidates.neg[s] if candidates.rank else candidates.neg[s, :1]
-            ranked = self._pairs(src, np.column_stack([batch.dst[s], cols]), t_query)
+            ranked = self.read_pairs(src, np.column_stack([batch.dst[s], cols]), t_query)
             pairs["eval_pairs"] = tuple(x[:, :2] for x in ranked)
             pairs["rank_pairs"] = ranked if candidates.rank else None
         if candidates is not None:
@@ -205,7 +193,7 @@ class TGNLinkModel:
             train_input = self._input(roots, batch.blank, np.tile(batch.t_query[s], 3), batch.step, _TRAIN)
             if self.pairs is not None:
                 cand = np.column_stack([batch.dst[s], train_neg[s]])
-                pairs["train_pairs"] = self._pairs(src, cand, t_query)
+                pairs["train_pairs"] = self.read_pairs(src, cand, t_query)
         return _Prepared(batch, candidates, train_neg, eval_input, train_input, **pairs)
 
     @torch.no_grad()
@@ -217,14 +205,23 @@ class TGNLinkModel:
         inp, rows = prepared.eval_input
         self.model.eval()
         z = self.model(inp)
+        return self.score_rows(z, rows, n, prepared.candidates.rank, prepared.eval_pairs, prepared.rank_pairs)
+
+    @torch.no_grad()
+    def score_rows(
+        self, z: torch.Tensor, rows: torch.Tensor, n: int, rank: bool, eval_pairs=None, rank_pairs=None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``score``'s logits from the embeddings ``z`` of the distinct queries and each root's row in the
+        evaluation layout (module docstring), wherever ``z`` was computed (the sharded trainer's owners);
+        ``eval_pairs``/``rank_pairs``: ``read_pairs`` of (destination, column-0 negative) and of every
+        candidate, when the predictor reads pair features."""
         predict = self.model.predictor
         z_src = z[rows[:n]]
-        ap_pair, rank_pair = self._encode(prepared.eval_pairs), self._encode(prepared.rank_pairs)
+        ap_pair, rank_pair = self._encode(eval_pairs), self._encode(rank_pairs)
         ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T, ap_pair).double().cpu().numpy()
         ranked = None
-        if prepared.candidates.rank:
-            index = rows[3 * n :].view(n, -1)
-            ranked = predict.candidates(z_src, z, index, rank_pair).double().cpu().numpy()
+        if rank:
+            ranked = predict.candidates(z_src, z, rows[3 * n :].view(n, -1), rank_pair).double().cpu().numpy()
         return ap, ranked
 
     def train(self, prepared: _Prepared, keep: np.ndarray) -> float:
@@ -244,8 +241,7 @@ class TGNLinkModel:
         if n:
             inp, rows = prepared.train_input
             z = model(inp)
-            pair = self._encode(prepared.train_pairs)
-            loss = link_loss(model.predictor, z, rows, keep[lo:hi], has_neg[lo:hi], n_pos, n_neg, pair)
+            loss = self.loss(z, rows, keep[lo:hi], has_neg[lo:hi], n_pos, n_neg, prepared.train_pairs)
             (loss * d.world_size).backward()
             local = loss.item()
         d.average_gradients(list(model.parameters()))
@@ -258,13 +254,27 @@ class TGNLinkModel:
         inp, rows = self._input(nodes, blank, np.full(len(nodes), t), step, _SERVE)
         return self.model(inp)[rows].float().cpu().numpy()
 
-    def _pairs(self, src: np.ndarray, cand: np.ndarray, t: np.ndarray) -> tuple[torch.Tensor, ...]:
+    def loss(
+        self, z, rows, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int, pairs=None
+    ) -> torch.Tensor:
+        """This rank's part of ``mean BCE(positives) + mean BCE(negatives)`` over the global batch: its ``n``
+        rows are ``z[rows[:n]]`` (sources) against ``z[rows[n:2n]]`` (destinations) and ``z[rows[2n:3n]]``
+        (negatives); ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts.
+        ``pairs``: ``read_pairs`` of (destination, negative), if the predictor reads them."""
+        n = len(pos_ok)
+        index = rows[n : 3 * n].view(2, n).T
+        pos, neg = self.model.predictor.candidates(
+            gather_rows(z, rows[:n]), z, index, self._encode(pairs)
+        ).unbind(1)
+        return pos_neg_loss(pos, neg, pos_ok, neg_ok, n_pos, n_neg)
+
+    def read_pairs(self, src: np.ndarray, cand: np.ndarray, t: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Raw pair features of each ``(src[i], cand[i, j])`` at ``t[i]`` (-1: unknown, no history), read
-        from the store now (before it holds the batch)."""
+        now (before the store holds the batch) by ``self.pairs``: ``PairFeatures`` over the store, or the
+        sharded trainer's ``ShardPairs`` (a collective there)."""
         q = cand.shape[1]
         src, t = np.repeat(src, q), np.repeat(t, q)
-        history = self.pairs.history(src, cand.reshape(-1), t)
-        cooc = self.pairs.cooccurrence(src, cand.reshape(-1), t)
+        history, cooc = self.pairs.read(src, cand.reshape(-1), t)
         return torch.from_numpy(history).view(-1, q, history.shape[1]), torch.from_numpy(cooc).view(
             -1, q, *cooc.shape[1:]
         )
