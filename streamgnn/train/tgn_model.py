@@ -66,6 +66,21 @@ def distinct_queries(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, 
     return nodes[first], times[first], rows
 
 
+def eval_roots(src, dst, neg, t_query, t_first: float, rank: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The evaluation layout of rows (module docstring): roots ``[src, dst, neg[:, 0]]`` at ``t_query``,
+    then, to rank, every candidate ``[dst, neg]`` row by row at the batch's first time ``t_first``."""
+    roots, times = [src, dst, neg[:, 0]], [t_query] * 3
+    if rank:
+        roots.append(np.column_stack([dst, neg]).reshape(-1))
+        times.append(np.full(len(roots[-1]), t_first))
+    return np.concatenate(roots), np.concatenate(times)
+
+
+def train_roots(src, dst, neg, t_query) -> tuple[np.ndarray, np.ndarray]:
+    """The training layout of rows: roots ``[src, dst, neg]``, all at ``t_query``."""
+    return np.concatenate([src, dst, neg]), np.tile(t_query, 3)
+
+
 def _or_zeros(feat: torch.Tensor | None, shape: torch.Size, dim: int) -> torch.Tensor | None:
     """``feat``, or zeros ``[*shape, dim]`` where the model wants features and none were sampled."""
     return feat if feat is not None or not dim else torch.zeros(*shape, dim)
@@ -171,30 +186,42 @@ class TGNLinkModel:
     ) -> _Prepared:
         s = slice(batch.lo, batch.hi)
         eval_input = train_input = None
-        pairs = {}
-        src, t_query = batch.src[s], batch.t_query[s]
-        if candidates is not None and self.pairs is not None:
-            # ranking's candidates start with the AP pair (destination, column-0 negative): read them once
-            cols = candidates.neg[s] if candidates.rank else candidates.neg[s, :1]
-            ranked = self.read_pairs(src, np.column_stack([batch.dst[s], cols]), t_query)
-            pairs["eval_pairs"] = tuple(x[:, :2] for x in ranked)
-            pairs["rank_pairs"] = ranked if candidates.rank else None
-        if candidates is not None:
-            roots = [batch.src[s], batch.dst[s], candidates.neg[s, 0]]
-            times = [batch.t_query[s]] * 3
-            if candidates.rank:
-                roots.append(np.column_stack([batch.dst[s], candidates.neg[s]]).reshape(-1))
-                times.append(np.full(len(roots[-1]), batch.t.min()))
-            eval_input = self._input(
-                np.concatenate(roots), batch.blank, np.concatenate(times), batch.step, _EVAL
-            )
-        if train_neg is not None:
-            roots = np.concatenate([batch.src[s], batch.dst[s], train_neg[s]])
-            train_input = self._input(roots, batch.blank, np.tile(batch.t_query[s], 3), batch.step, _TRAIN)
-            if self.pairs is not None:
-                cand = np.column_stack([batch.dst[s], train_neg[s]])
-                pairs["train_pairs"] = self.read_pairs(src, cand, t_query)
+        src, dst, t_query = batch.src[s], batch.dst[s], batch.t_query[s]
+        neg = None if candidates is None else candidates.neg[s]
+        rank = candidates is not None and candidates.rank
+        train = None if train_neg is None else train_neg[s]
+        if neg is not None:
+            roots, times = eval_roots(src, dst, neg, t_query, batch.t.min(), rank)
+            eval_input = self._input(roots, batch.blank, times, batch.step, _EVAL)
+        if train is not None:
+            roots, times = train_roots(src, dst, train, t_query)
+            train_input = self._input(roots, batch.blank, times, batch.step, _TRAIN)
+        pairs = self.batch_pairs(src, dst, t_query, neg, rank, train)
         return _Prepared(batch, candidates, train_neg, eval_input, train_input, **pairs)
+
+    def batch_pairs(
+        self, src: np.ndarray, dst: np.ndarray, t_query: np.ndarray, neg: np.ndarray | None, rank: bool,
+        train_neg: np.ndarray | None,
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:  # fmt: skip
+        """``_Prepared``'s raw pair features of a batch's rows: ``eval_pairs`` (destination, column-0
+        negative of ``neg``), ``rank_pairs`` (destination and every column, when ``rank``), ``train_pairs``
+        (destination, ``train_neg``), all in one ``read_pairs`` (a sharded reader: one exchange round).
+        Empty when the model reads no pair features or the batch neither scores nor trains."""
+        if self.pairs is None or (neg is None and train_neg is None):
+            return {}
+        cols, out = [], {}
+        if neg is not None:  # ranking's candidates start with the AP pair: read once
+            cols.append(np.column_stack([dst, neg if rank else neg[:, :1]]))
+        if train_neg is not None:
+            cols.append(np.column_stack([dst, train_neg]))
+        raw = self.read_pairs(src, np.concatenate(cols, 1), t_query)
+        if neg is not None:
+            width = cols[0].shape[1]
+            out["eval_pairs"] = tuple(x[:, :2] for x in raw)
+            out["rank_pairs"] = tuple(x[:, :width] for x in raw) if rank else None
+        if train_neg is not None:
+            out["train_pairs"] = tuple(x[:, -2:] for x in raw)
+        return out
 
     @torch.no_grad()
     def score(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray | None]:
@@ -236,17 +263,28 @@ class TGNLinkModel:
         if not n_pos:
             return math.nan
         model.train()
-        self.optimizer.zero_grad()
-        local = 0.0
+        loss = None
         if n:
             inp, rows = prepared.train_input
             z = model(inp)
             loss = self.loss(z, rows, keep[lo:hi], has_neg[lo:hi], n_pos, n_neg, prepared.train_pairs)
-            (loss * d.world_size).backward()
+        return d.all_sum([self.learn(loss)], self.device)[0]
+
+    def learn(self, loss: torch.Tensor | None, finish=None) -> float:
+        """One optimizer step from this rank's part of the global loss (None: no rows here), scaled so that
+        the averaged gradient equals the single-process gradient; ``finish()`` runs after this rank's
+        backward pass and before the averaging (the sharded trainer's owners finish theirs there). Returns
+        this rank's loss (0.0 with none)."""
+        self.optimizer.zero_grad()
+        local = 0.0
+        if loss is not None:
+            (loss * self.dist.world_size).backward()
             local = loss.item()
-        d.average_gradients(list(model.parameters()))
+        if finish is not None:
+            finish()
+        self.dist.average_gradients(list(self.model.parameters()))
         self.optimizer.step()
-        return d.all_sum([local], self.device)[0]
+        return local
 
     @torch.no_grad()
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
