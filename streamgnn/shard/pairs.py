@@ -47,11 +47,8 @@ class ShardPairs:
     def store(self, shard: TemporalGraphStore) -> None:  # a checkpoint replaced the shard
         self.local.store = shard
 
-    @property
-    def history_dim(self) -> int:
-        return self.local.history_dim
-
     def history(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """``PairFeatures.history``'s columns (``read`` gives both parts with one exchange: prefer it)."""
         return self.read(src, dst, t)[0]
 
     def cooccurrence(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -61,10 +58,11 @@ class ShardPairs:
         """``(history, cooccurrence)`` of global-id queries (-1: unknown), as ``PairFeatures.read`` gives
         them over one store. Exact mode is a collective: every rank calls it, with or without queries."""
         src, dst, t = PairFeatures._queries(src, dst, t)
-        known = src >= 0
-        if self.exchange is not None and not self.index.owned(src[known]).all():
+        foreign = src[(src >= 0) & ~self.index.owned(src)]
+        if self.exchange is not None and len(foreign):
             raise ConfigError(
-                "a sharded pair query is read by its source's owner: this rank does not own some"
+                f"a sharded pair query is read by its source's owner: rank {self.exchange.rank} does not own "
+                f"sources {foreign[:5].tolist()}"
             )
         shard, pairs = self.local.store, self.local
         u, v = self._local(src), self._local(dst)
