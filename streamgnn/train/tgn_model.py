@@ -3,7 +3,10 @@
 Per batch it embeds each distinct query once: roots ``[src, dst, AP negative]`` at their query times, then
 (for MRR) every candidate ``[dst, negatives]`` at the batch's first time, so ranking costs one embedding per
 distinct candidate, not one per pair. Training embeds ``[src, dst, negative]`` at the query times, and each
-rank of a data-parallel job embeds its own slice of the batch (``DistContext``).
+rank of a data-parallel job embeds its own slice of the batch (``DistContext``). The sharded trainer
+(``shard.ShardedTrainer``) holds a ``TGNLinkModel`` too and uses its layout (``eval_roots``, ``train_roots``),
+pair read (``batch_pairs`` over its ``ShardPairs``), scoring (``score_rows``), ``loss`` and ``learn`` with the
+embeddings its owners compute, so the two trainers score and learn alike by construction.
 
 >>> import numpy as np
 >>> from streamgnn.nn import TGNConfig
