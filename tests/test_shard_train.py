@@ -1,6 +1,7 @@
 """Sharded training, exact mode: W = 2 and 4 real gloo ranks, each reading only its own partitions, compute
-what one ``OnlineTrainer`` computes on the same global batches: the same global batches, samples, losses,
-scores, memory rows and (within float tolerance) model. This file is also the worker script."""
+what one ``OnlineTrainer`` computes on the same global batches, with the default model (pair features on):
+the same global batches, samples, pair features (to the bit), losses, scores, memory rows and (within float
+tolerance) model. This file is also the worker script."""
 
 from __future__ import annotations
 
