@@ -5,7 +5,8 @@ python benchmarks/distributed.py [--quick] [--json] [--worlds 1,2,4]      (also:
 
 Two measurements, each W ranks as real processes of one ``torch.distributed`` job on this machine:
 
-- training, JODIE Wikipedia (a prefix with ``--quick``): ``ShardedTrainer`` test-then-train, TGN dims 100,
+- training, JODIE Wikipedia (a prefix with ``--quick``): ``ShardedTrainer`` test-then-train, the default
+  model (TGN reading pair features; ``--tgn-only``: TGN alone, what this benchmark ran before), dims 100,
   batches of 200, 10 recent neighbors, 100 fixed-rule MRR negatives, each rank reading its own partitions of
   8. Train events/s over the batches after a warm-up (median of the ranks' rates; every rank processes every
   global batch), online AP/MRR over the whole run, data bytes each rank sends per batch (sampling, memory
@@ -88,7 +89,7 @@ def _trainer(job: dict, edge_dim: int, batch: int, dist):
 
     # dropout 0: its masks are drawn per tensor shape, which differs with the world size (see README)
     model = TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10,
-                      edge_feature_dim=edge_dim, dropout=0.0, pair_features=False)  # fmt: skip
+                      edge_feature_dim=edge_dim, dropout=0.0, pair_features=job["pairs"])  # fmt: skip
     placement = "stream" if job["placement"] == "fennel" else "hash"
     sharding = ShardConfig(PARTITIONS, job["mode"], placement=placement)
     return ShardedTrainer(
@@ -186,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--repeats", type=int, default=None, help="speed runs per world size (default 3, quick 1)"
     )
+    ap.add_argument(
+        "--tgn-only", action="store_true", help="TGN without pair features (the default model reads them)"
+    )
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -197,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     wiki = args.events or (12_000 if args.quick else 0)
     stream = args.stream_events or (1_000_000 if args.quick else 10_000_000)
     repeats = args.repeats or (1 if args.quick else 3)
-    results: dict = {"load_avg_1m_before": os.getloadavg()[0], "partitions": PARTITIONS, "repeats": repeats}
+    results: dict = {"load_avg_1m_before": os.getloadavg()[0], "partitions": PARTITIONS, "repeats": repeats,
+                     "pair_features": not args.tgn_only}  # fmt: skip
     started = time.perf_counter()
     speed: dict[tuple[int, str], list[float]] = {}
     quality: dict[str, list[tuple[float, float]]] = {}  # (AP, MRR) per repeat (= seed)
@@ -212,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                 "placement": placement,
                 "bytes_events": stream if rep == 0 and mode == "exact" and placement == "hash" else 0,
                 "seed": rep,
+                "pairs": not args.tgn_only,
             }
             ranks = launch(job, world)
             tag = (

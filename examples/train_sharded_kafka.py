@@ -65,10 +65,7 @@ def main() -> None:
         if d.active:
             dist.barrier()  # every rank starts reading once the topic is written
     config = TrainConfig(
-        # sharded training does not read pair features yet (the default model's): TGN alone
-        model=TGNConfig(
-            memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10, pair_features=False
-        ),
+        model=TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10),  # pairs read
         serve_every=1 if args.embeddings_topic else 0,  # 0: no table kept, nothing published
         checkpoint_dir=args.checkpoint_dir or f"{args.out}/checkpoints",
         checkpoint_every=args.checkpoint_every,

@@ -22,6 +22,9 @@ def test_small_run_reports_the_headline_keys(capsys):
     assert 0.3 < res["comm_free_ap"] <= 1.0 and res["events_per_s_w2_vs_w1"] > 0
     assert res["w1.sent_bytes_per_batch"] == 0 and res["w2.sent.memory_rows"] > 0
     assert res["w2.collectives_per_batch"] > res["w2_comm_free.collectives_per_batch"]
+    # the default model: exact mode asks destinations' owners for their half of the pair features
+    assert res["pair_features"] and res["w2.sent.pair_neighbors"] > 0
+    assert "w2_comm_free.sent.pair_neighbors" not in res  # communication-free reads what the rank holds
     # ownership by Fennel's placement (as the partition router publishes it): exact, and fewer cut edges
     assert abs(res["w2_fennel.ap"] - res["ap_w1"]) < 0.02 and res["fennel_bytes_vs_hash"] > 0
     assert res["fennel_edge_cut"] < res["hash_edge_cut"] and res["w2_fennel.sent.memory_rows"] > 0

@@ -162,7 +162,7 @@ def test_the_cluster_config_loads_with_the_compose_environment():
 def test_the_sharded_profile_runs_a_sharded_job_that_publishes():
     """Its two ranks form one torchrun job of ``streamgnn train`` that publishes, with a sharded config
     owning the router's partitions (as many as the events topic has), checkpointing apart from the
-    replicated job, with a config the sharded trainer takes (pair features off)."""
+    replicated job, with the default model (pair features on)."""
     from streamgnn.shard import ShardedTrainer
 
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -174,7 +174,7 @@ def test_the_sharded_profile_runs_a_sharded_job_that_publishes():
     cfg = load_config(ROOT / "config" / "cluster.yaml", env=env)
     sharding = cfg.train.sharding
     assert sharding.placement == "stream" and sharding.num_partitions == cfg.kafka.partitions == 4
-    assert cfg.train.checkpoint_dir == "/checkpoints/sharded" and not cfg.train.model.pair_features
+    assert cfg.train.checkpoint_dir == "/checkpoints/sharded" and cfg.train.model.pair_features
     for service in ranks:
         argv = shlex.split(service["command"])
         assert "--rdzv-endpoint" in argv and argv[argv.index("--rdzv-endpoint") + 1].startswith(

@@ -28,9 +28,7 @@ def worker(out: Path, kill: bool) -> None:
         src=rng.integers(0, 50, EVENTS), dst=rng.integers(50, 80, EVENTS),
         t=np.cumsum(rng.exponential(1.0, EVENTS)), eid=np.arange(EVENTS),
     )  # fmt: skip
-    model = TGNConfig(
-        memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=4, dropout=0.0, pair_features=False
-    )
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=4, dropout=0.0)  # pairs read
     config = TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=4, serve_every=0,
                          checkpoint_dir=str(out / "ckpt"), checkpoint_every=EVERY,
                          sharding=ShardConfig(num_partitions=4))  # fmt: skip

@@ -279,7 +279,7 @@ def test_streamgnn_train_runs_a_sharded_config_on_a_dataset(tmp_path, capsys):
     config.write_text(
         "train:\n  batch_size: 100\n  eval_negatives: 5\n  checkpoint_every: 2\n"
         "  sharding: {num_partitions: 4}\n"
-        "  model: {memory_dim: 8, time_dim: 8, embedding_dim: 8, num_neighbors: 5, pair_features: false}\n"
+        "  model: {memory_dim: 8, time_dim: 8, embedding_dim: 8, num_neighbors: 5}\n"  # pair features on
     )
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     argv = ["train", "--config", str(config), "--dataset", "jodie_wikipedia", "--checkpoint-dir", str(ckpt),

@@ -1,6 +1,7 @@
 """Sharded training, exact mode: W = 2 and 4 real gloo ranks, each reading only its own partitions, compute
-what one ``OnlineTrainer`` computes on the same global batches: the same global batches, samples, losses,
-scores, memory rows and (within float tolerance) model. This file is also the worker script."""
+what one ``OnlineTrainer`` computes on the same global batches, with the default model (pair features on):
+the same global batches, samples, pair features (to the bit), losses, scores, memory rows and (within float
+tolerance) model. This file is also the worker script."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ def make_config():
         edge_feature_dim=4,
         num_neighbors=5,
         num_layers=2,
-        dropout=0.0,
-        pair_features=False,  # sharded training does not read pair features yet
+        dropout=0.0,  # the default model otherwise: pair features (with endpoint recency) included
+        pair_neighbors=6,
     )
     negatives = os.environ.get("SHARD_TEST_NEGATIVES", "random")  # historical: sources' history is sharded
     return TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11, serve_every=0,
@@ -75,8 +76,9 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         sub = trainer.link_model.sampler.sample(roots, np.full(len(roots), events.t[-1] / 2))
         hop = sub.hops[0]
         model = trainer.link_model.model
+        pairs = trainer.link_model.pairs.read(*pair_queries(roots, events))
         torch.save({"steps": steps, "model": model.state_dict(), "memory": memory_rows(trainer),
-                    "sample": (hop.ptr, hop.nbr, hop.t)}, out)  # fmt: skip
+                    "sample": (hop.ptr, hop.nbr, hop.t), "pairs": pairs}, out)  # fmt: skip
         return
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cache = int(os.environ.get("SHARD_TEST_CACHE", "20000"))  # a tiny cache evicts rows within each fetch
@@ -91,10 +93,23 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     roots = np.arange(trainer.index.num_nodes)
     (sub,) = trainer.sampler.sample_sets([(roots, np.full(len(roots), events.t[-1] / 2))], key=0)
     hop = sub.hops[0]
+    src, dst, t = pair_queries(roots, events)
+    mine = trainer.index.owned(src) | (src < 0)  # a pair is read by its source's owner (unknown: by any)
+    pairs = (np.flatnonzero(mine), trainer.link_model.pairs.read(src[mine], dst[mine], t[mine]))
     sizes = stream_bytes(ShardedTrainer(bytes_config(), dist=trainer.dist))
     torch.save({"steps": steps, "model": trainer.model.state_dict(), "memory": memory_rows(trainer),
-                "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "sizes": sizes,
+                "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "sizes": sizes, "pairs": pairs,
                 "cache_hits": trainer.embedder.cache.hits}, out)  # fmt: skip
+
+
+def pair_queries(nodes: np.ndarray, events) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pair queries over every vertex: each against 12 random others, at the stream's middle and after its
+    end; unknown vertices (-1) on both sides included."""
+    rng = np.random.default_rng(4)
+    src = np.repeat(np.r_[nodes, -1], 12)
+    dst = np.where(rng.random(len(src)) < 0.1, -1, rng.choice(nodes, len(src)))
+    t = np.where(rng.random(len(src)) < 0.5, events.t[-1] + 1.0, events.t[len(events.t) // 2])
+    return src, dst, t
 
 
 def sparse_stream():
@@ -143,6 +158,7 @@ def test_w_ranks_compute_what_one_process_computes(
     for r in ranks:  # the same global batches, in the same order, on every rank
         assert [b.tolist() for b in r["batches"]] == [b.eid.tolist() for b in events.split(BATCH)]
     assert_same_as_one_process(reference, ranks)
+    assert_same_pair_features(reference["pairs"], [r["pairs"] for r in ranks])
     assert all(r["cache_hits"] > 0 for r in ranks)  # unchanged remote rows came from the cache, exactly
     check_bytes(ranks, world)
 
@@ -181,6 +197,20 @@ def assert_same_as_one_process(reference: dict, ranks: list[dict]) -> None:
     for r in ranks:
         for a, b in zip(reference["sample"], r["sample"], strict=True):
             np.testing.assert_array_equal(b, a)
+
+
+def assert_same_pair_features(reference: tuple, ranks: list[tuple]) -> None:
+    """The pair features the ranks read from their shards (v's half from v's owner) are one store's, to the
+    bit, for every query (each read by its source's owner, unknown sources by every rank)."""
+    history, cooc = reference
+    seen = np.zeros(len(history), int)
+    for rows, (h, c) in ranks:
+        np.testing.assert_array_equal(h, history[rows])
+        np.testing.assert_array_equal(c, cooc[rows])
+        seen[rows] += 1
+    known = np.isfinite(history[:, 2])  # the queries with a u->v history: the comparison has teeth
+    assert known.sum() > 20 and (cooc[..., 1] > 0).sum() > 50 and np.isfinite(history[:, -1]).sum() > 50
+    assert (seen >= 1).all()
 
 
 def check_bytes(ranks: list[dict], world: int) -> None:

@@ -125,7 +125,7 @@ def test_owned_memory_keeps_rows_messages_and_versions():
 
 
 def test_sharding_is_one_config_switch():
-    tgn = TGNConfig(pair_features=False)  # sharded training does not read pair features yet
+    tgn = TGNConfig()
     config = TrainConfig(model=tgn, sharding=ShardConfig(num_partitions=4, mode="comm_free", staleness=3))
     assert TrainConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ConfigError, match="OnlineTrainer replicates"):

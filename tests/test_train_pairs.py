@@ -83,16 +83,23 @@ def test_checkpoint_resume_with_pair_features_is_bit_for_bit(tmp_path, model):
     assert_same(trained_state(resumed), want)
 
 
-def test_sharded_training_refuses_pair_features_when_configured():
-    """The default model reads pair features, which sharded training cannot yet: the config says so when it
-    is made, before any rank starts (and a ShardedTrainer handed a config without sharding says so too)."""
-    from streamgnn.shard import ShardConfig, ShardedTrainer
+def test_sharded_training_runs_the_default_model_and_its_pair_features_tell_old_favourites_apart():
+    """A default config with ``sharding`` set is taken (the model reads pair features there too), and on a
+    stream where only the pair's recent history tells an old favourite (a historical negative) from the
+    current one, the sharded trainer's pair features lift its AP well above TGN alone's. DyGFormer is
+    refused with the reason."""
+    from streamgnn.nn import DyGFormerConfig
+    from streamgnn.shard import PartitionedReplay, ShardConfig, ShardedTrainer
 
-    with pytest.raises(ConfigError, match="pair_features"):
-        replace(config(), sharding=ShardConfig())
-    with pytest.raises(ConfigError, match="pair_features"):
-        ShardedTrainer(config())
-    assert replace(config(pairs=False), sharding=ShardConfig()).sharding == ShardConfig()
+    assert TrainConfig(sharding=ShardConfig()).model.pair_features
+    with pytest.raises(ConfigError, match="latest-neighbor sequences"):
+        TrainConfig(model=DyGFormerConfig(), sharding=ShardConfig())
+    events, ap = drifting(1500), {}
+    for pairs in (True, False):
+        cfg = config(pairs, endpoints=True, eval_strategy="historical", train_negatives="historical")
+        trainer = ShardedTrainer(replace(cfg, sharding=ShardConfig(num_partitions=2)))
+        ap[pairs] = trainer.fit(PartitionedReplay(events, trainer.ownership), progress=False).windows[-1].ap
+    assert ap[True] > ap[False] + 0.05, ap
 
 
 def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():

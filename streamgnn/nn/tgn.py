@@ -59,7 +59,7 @@ class TGNConfig(Config):
     co-occurrence of both endpoints' latest ``pair_neighbors`` neighbors. Node embeddings (what the service
     serves) do not change. On by default: it beat the TGN alone and both EdgeBanks on every stream measured
     (benchmarks/RESULTS.md, "Pair features and converged training"); ``pair_features=False`` is TGN as
-    published (and what sharded training runs, which does not read pair features yet).
+    published.
     ``pair_endpoints``: the pair features also hold the time since each endpoint's latest event with anyone.
     A TGN embedding cannot see it (with ``neighbor_time="last_update"`` every age it reads is relative to a
     memory update, never to the query time), and a node quiet for months rarely starts talking now: on

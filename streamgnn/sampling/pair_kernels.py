@@ -136,18 +136,45 @@ def cooccurrence(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, k,
             lens[side] = 0
             if w >= 0 and w < num_nodes:
                 lens[side] = _latest(start, deg, pool, edge_t, edge_del, w, ts[i], k, seqs[side])
-        for side in range(2):
-            other = 1 - side
-            for j in range(k):
-                out[i, side, j, 0] = 0.0
-                out[i, side, j, 1] = 0.0
-            for j in range(lens[side]):
-                x = seqs[side, j]
-                own = 0
-                for q in range(lens[side]):
-                    own += seqs[side, q] == x
-                cross = 0
-                for q in range(lens[other]):
-                    cross += seqs[other, q] == x
-                out[i, side, j, 0] = own
-                out[i, side, j, 1] = cross
+        _count(seqs[0], lens[0], seqs[1], lens[1], out[i])
+
+
+@njit(cache=True, inline="always")
+def _count(seq_u, len_u, seq_v, len_v, out):
+    """One pair's co-occurrence ``out [2, k, 2]`` from u's and v's latest neighbors (newest first)."""
+    k = out.shape[1]
+    for side in range(2):
+        seq, n = (seq_u, len_u) if side == 0 else (seq_v, len_v)
+        other, m = (seq_v, len_v) if side == 0 else (seq_u, len_u)
+        for j in range(k):
+            out[side, j, 0] = 0.0
+            out[side, j, 1] = 0.0
+        for j in range(n):
+            x = seq[j]
+            own = 0
+            for q in range(n):
+                own += seq[q] == x
+            cross = 0
+            for q in range(m):
+                cross += other[q] == x
+            out[side, j, 0] = own
+            out[side, j, 1] = cross
+
+
+@njit(cache=True)
+def latest_neighbors(start, deg, pool, edge_t, edge_del, num_nodes, nodes, ts, k, seqs, lens):
+    """``seqs[i, :lens[i]]`` = the latest ``k`` visible neighbors of ``nodes[i]`` before ``ts[i]``, newest
+    first (an unknown node has none): one endpoint's half of co-occurrence, for a reader that holds the
+    other endpoint's half elsewhere (a sharded run)."""
+    for i in range(len(nodes)):
+        w = nodes[i]
+        lens[i] = 0
+        if w >= 0 and w < num_nodes:
+            lens[i] = _latest(start, deg, pool, edge_t, edge_del, w, ts[i], k, seqs[i])
+
+
+@njit(cache=True)
+def cooccurrence_of(seq_u, len_u, seq_v, len_v, out):
+    """``cooccurrence``'s ``out`` from each pair's two neighbor sequences (``latest_neighbors``' arrays)."""
+    for i in range(len(len_u)):
+        _count(seq_u[i], len_u[i], seq_v[i], len_v[i], out[i])

@@ -92,6 +92,11 @@ class PairFeatures:
         )  # fmt: skip
         return out
 
+    def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(history, cooccurrence)`` of the queries: what a model reads, in one call (a sharded reader
+        answers both with one exchange)."""
+        return self.history(src, dst, t), self.cooccurrence(src, dst, t)
+
     @staticmethod
     def _queries(src, dst, t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         src, dst = np.asarray(src, np.int64).reshape(-1), np.asarray(dst, np.int64).reshape(-1)

@@ -7,6 +7,7 @@ from .cache import RowCache
 from .comm import Collectives
 from .memory import OwnedMemory
 from .ownership import GlobalIndex, Ownership
+from .pairs import ShardPairs
 from .run import local_source
 from .source import KafkaPartitions, LocalSource, PartitionedReplay
 from .trainer import ShardedTrainer
@@ -21,6 +22,7 @@ __all__ = [
     "Ownership",
     "PartitionedReplay",
     "RowCache",
+    "ShardPairs",
     "ShardConfig",
     "ShardedTrainer",
     "local_source",

@@ -9,7 +9,8 @@ Per global batch (identical on every rank, see ``GlobalBatcher``), the same prot
 3. the owner of each queried vertex embeds it (``Embedder``): it samples the vertex's neighbors from its
    complete adjacency and gathers the memory rows of the tree (exact: other ranks' rows from their owners,
    pending messages included; communication-free: every rank embeds its own queries from its shard, other
-   ranks' rows from a halo copy at most ``staleness`` batches old);
+   ranks' rows from a halo copy at most ``staleness`` batches old), and each rank reads the pair features of
+   its events (``ShardPairs``: the source's side from its shard, the destination's from its owner);
 4. the batch goes into each shard (events with an owned endpoint: a cut edge is kept by both owners);
 5. scores are gathered, gradients averaged so that they equal the one-process gradient, and each owner
    commits its vertices' memory updates;
@@ -20,6 +21,13 @@ Per global batch (identical on every rank, see ``GlobalBatcher``), the same prot
 Exact mode therefore computes what one process computes (same samples, memory rows, losses; the model within
 float tolerance): only reduction orders differ. Training dropout draws different masks for different
 tensor shapes, so equality across world sizes holds with ``dropout=0``, as for the replicated mode.
+
+The model is the online trainer's own ``TGNLinkModel`` (``train.models.make_link_model``): its ``nn.TGN``
+and optimizer, its scoring of the evaluation layout, its loss and its optimizer step; this class hands it
+what the shards compute (the owners' embeddings and the pair features) in place of its one-store sampler and
+memory. What stays here is the distribution: admission, ownership, the owners' forward and backward passes,
+memory commits, the halo, the exchanges. DyGFormer is refused (``TrainConfig``): it reads both endpoints'
+neighbor sequences from one store.
 """
 
 from __future__ import annotations
@@ -35,22 +43,22 @@ import torch
 from ..embeddings import EmbeddingSink, EmbeddingTable
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
-from ..nn import TGN
-from ..sampling import SamplerConfig
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
 from ..train.driver import Batches, Drive, source_dead_letters
 from ..train.metrics import RunningMetrics, reciprocal_ranks
+from ..train.models import make_link_model
 from ..train.negatives import EVAL, TRAIN, StreamNegatives, counted
-from ..train.tgn_model import link_loss
-from ..train.trainer import OnlineResult, StepResult
+from ..train.tgn_model import eval_roots, train_roots
+from ..train.trainer import OnlineResult, StepResult, edge_features
 from . import checkpoint
 from .batches import GlobalBatcher
 from .comm import Collectives
 from .compute import Embedder, Queries
 from .memory import HaloCache, OwnedMemory, lend_state
 from .ownership import GlobalIndex, Ownership
+from .pairs import ShardPairs
 from .sampling import LocalSampler, RoutedSampler
 from .serving import ShardServing, owned_vertices
 from .source import LocalSource
@@ -65,7 +73,7 @@ class ShardedTrainer:
     >>> from streamgnn.datasets import load
     >>> from streamgnn.nn import TGNConfig
     >>> from streamgnn.shard import PartitionedReplay, ShardConfig
-    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8, pair_features=False)  # (not sharded yet)
+    >>> model = TGNConfig(memory_dim=8, time_dim=8, embedding_dim=8)  # pair features included
     >>> trainer = ShardedTrainer(TrainConfig(model=model, sharding=ShardConfig()))  # alone: owns everything
     >>> events = load("jodie_wikipedia")[:600]
     >>> trainer.fit(PartitionedReplay(events, trainer.ownership), progress=False).events
@@ -77,15 +85,11 @@ class ShardedTrainer:
     ):
         self.config, self.shard_config = config, config.sharding or ShardConfig()
         mcfg = config.model
+        dataclasses.replace(config, sharding=self.shard_config)  # what a sharded config refuses (DyGFormer)
         if mcfg.node_feature_dim:
             raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
         if not mcfg.uses_memory:
             raise ConfigError("sharded training shards TGN memory: the tgat variant (no memory) needs none")
-        if mcfg.pair_features:
-            raise ConfigError(
-                "sharded training does not yet read pair features (a pair's history spans two shards): "
-                "set TGNConfig.pair_features=False"
-            )
         if config.train_negative_pool == "id_range":
             raise ConfigError(
                 "sharded training draws negatives from the replicated pool of seen destinations: use "
@@ -102,9 +106,11 @@ class ShardedTrainer:
         self.exact = self.shard_config.mode == "exact"
         self.halo = None if self.exact else HaloCache(mcfg.memory_dim)
         torch.manual_seed(config.seed)
-        self.model = TGN(mcfg).to(self.device)
-        d.broadcast_module(self.model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
+        # the model, its optimizer, scoring and loss are the online trainer's ``TGNLinkModel``; the shards
+        # hand it their distributed parts: ``Embedder`` embeds (sampler and memory over owners), pair
+        # features come from ``ShardPairs`` (its own sampler and store stay unused)
+        self.link_model = make_link_model(config, device=self.device, dist=d)
+        self.model, self.optimizer = self.link_model.model, self.link_model.optimizer
         self.rebind_store()
         self.embedder = Embedder(self)
         # pool replicated, history of owned sources only
@@ -126,17 +132,17 @@ class ShardedTrainer:
         return self.serving.table
 
     def rebind_store(self) -> None:
-        """(Re)build the sampler over ``self.store`` (after a checkpoint replaced it)."""
-        mcfg, config = self.config.model, self.config
-        sampling = SamplerConfig(
-            fanouts=(mcfg.num_neighbors,) * max(mcfg.num_layers, 1), strategy=config.sampling,
-            seed=config.seed, edge_features=mcfg.edge_feature_dim > 0,
-        )  # fmt: skip
+        """(Re)build the sampler and the pair reader over ``self.store`` (after a checkpoint replaced it)."""
+        mcfg = self.config.model
+        sampling = self.link_model.sampler.config  # the one-process model's sampling, routed over shards
         edge_dim = mcfg.edge_feature_dim
         if self.exact:
             self.sampler = RoutedSampler(self.store, self.index, self.exchange, sampling, edge_dim)
         else:
             self.sampler = LocalSampler(self.store, sampling, edge_dim)
+        if mcfg.pair_features:
+            exchange = self.exchange if self.exact else None
+            self.link_model.pairs = ShardPairs(self.store, mcfg, self.index, exchange)
 
     # ------------------------------------------------------------------ the stream
     def fit(
@@ -252,7 +258,7 @@ class ShardedTrainer:
         m = len(rows)
         pre_src, pre_dst, post_src, post_dst = adm.pre_src[add], adm.pre_dst[add], adm.src[add], adm.dst[add]
         t = batch.t[rows].copy()
-        feat = self._edge_features(batch, rows)
+        feat = edge_features(batch, rows, cfg.model.edge_feature_dim)
         w, me = self.dist.world_size, self.dist.rank
         rows_of = [np.flatnonzero(r) for r in (self.index.owner(post_src) == np.arange(w)[:, None])]
         mine = rows_of[me]  # the events whose source this rank owns: the ones it read
@@ -273,7 +279,10 @@ class ShardedTrainer:
             )  # fmt: skip
             neg_ids = neg_all[mine]
             for r in plan:
-                plans[r].append(_eval_queries(pre_src, pre_dst, neg_all, t_query, t.min(), rows_of[r], rank))
+                s = rows_of[r]
+                plans[r].append(
+                    Queries.of(*eval_roots(pre_src[s], pre_dst[s], neg_all[s], t_query[s], t.min(), rank))
+                )
         if training:
             train_neg = self.negatives.draw(
                 pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN,
@@ -281,18 +290,20 @@ class ShardedTrainer:
             )[:, 0]  # fmt: skip
             for r in plan:
                 s = rows_of[r]
-                plans[r].append(
-                    Queries.of(np.r_[pre_src[s], pre_dst[s], train_neg[s]], np.tile(t_query[s], 3))
-                )
+                plans[r].append(Queries.of(*train_roots(pre_src[s], pre_dst[s], train_neg[s], t_query[s])))
         sets = plans[me]
+        pairs = self.link_model.batch_pairs(  # this rank's events' pairs, read before the shards hold them
+            pre_src[mine], pre_dst[mine], t_query[mine], neg_ids if scoring else None, rank,
+            train_neg[mine] if training else None,
+        )  # fmt: skip
         self.embedder.last_working_set = None
         z = self.embedder.embed(plans, [False] * scoring + [True] * training, 3 * self.steps) if sets else []
 
         letters = self._ingest(batch, adm)
         local = np.full((len(mine), 3), math.nan)
         if scoring:
-            local = self._score(z[0], sets[0].rows, rank, neg_ids >= 0, mine)
-        loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m) if training else math.nan
+            local = self._score(z[0], sets[0].rows, rank, neg_ids >= 0, mine, pairs)
+        loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m, pairs) if training else math.nan
         pos = neg = rr = np.zeros(0)
         if scoring or training:  # one exchange for the scores and the loss
             full, loss = self._gather_rows(local, loss, rows_of, m)
@@ -318,16 +329,6 @@ class ShardedTrainer:
         queries = Queries.of(gids, np.full(len(gids), t))
         (z,) = self.embedder.embed({self.dist.rank: [queries]}, [False], 3 * self.steps + 2)
         return z[torch.from_numpy(queries.rows)].cpu().numpy()
-
-    def _edge_features(self, batch: EventBatch, rows: np.ndarray) -> np.ndarray | None:
-        dim = self.config.model.edge_feature_dim
-        if not dim:
-            return None
-        if batch.feature_dim != dim and len(rows):
-            raise ConfigError(
-                f"the model expects {dim} edge features per event, the batch has {batch.feature_dim}"
-            )
-        return batch.features[rows] if len(rows) else np.zeros((0, dim), np.float32)
 
     def _ingest(self, batch: EventBatch, adm) -> list:
         """Events with an owned endpoint into the shard (global ids). Returns the dead letters this rank
@@ -375,20 +376,17 @@ class ShardedTrainer:
         o.mark_synced()
 
     # ------------------------------------------------------------------ score, train, observe
-    @torch.no_grad()
-    def _score(self, z, rows, rank: bool, neg_ok: np.ndarray, mine: np.ndarray) -> np.ndarray:
+    def _score(self, z, rows, rank: bool, neg_ok: np.ndarray, mine: np.ndarray, pairs: dict) -> np.ndarray:
         """``[pos, neg, rr]`` of this rank's events ``mine``, from the rows ``z`` of its queries."""
         n = len(mine)
         local = np.full((n, 3), math.nan)
         if n:
             rows = torch.from_numpy(rows).to(self.device)
-            predict = self.model.predictor
-            z_src = z[rows[:n]]
-            ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T).double().cpu().numpy()
+            ap_pairs, rank_pairs = pairs.get("eval_pairs"), pairs.get("rank_pairs")
+            ap, scores = self.link_model.score_rows(z, rows, n, rank, ap_pairs, rank_pairs)
             local[:, 0] = ap[:, 0]
             local[:, 1] = np.where(neg_ok[:, 0], ap[:, 1], np.nan)
             if rank:
-                scores = predict.candidates(z_src, z, rows[3 * n :].view(n, -1)).double().cpu().numpy()
                 local[:, 2] = reciprocal_ranks(scores[:, 0], scores[:, 1:], neg_ok)
         return local
 
@@ -403,24 +401,19 @@ class ShardedTrainer:
             full[rows] = vals
         return full, float(sum(g[1][0] for g in got))
 
-    def _train(self, z, rows, train_neg: np.ndarray, mine: np.ndarray, m: int) -> float:
+    def _train(self, z, rows, train_neg: np.ndarray, mine: np.ndarray, m: int, pairs: dict) -> float:
         """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the one-process
         full-batch gradient of ``mean BCE(pos) + mean BCE(neg)`` (as ``OnlineTrainer._train``)."""
         n = len(mine)
-        model, d = self.model, self.dist
         has_neg = counted(train_neg, self.config.train_negative_pool)
-        n_neg = int(has_neg.sum())
-        self.optimizer.zero_grad()
-        local = 0.0
+        loss = None
         if n:
             rows = torch.from_numpy(rows).to(self.device)
-            loss = link_loss(model.predictor, z, rows, np.ones(n, bool), has_neg[mine], m, n_neg)
-            (loss * d.world_size).backward()
-            local = loss.item()
-        self.embedder.backward()  # the owners finish the backward pass of the rows they embedded
-        d.average_gradients(list(model.parameters()))
-        self.optimizer.step()
-        return local
+            loss = self.link_model.loss(
+                z, rows, np.ones(n, bool), has_neg[mine], m, int(has_neg.sum()), pairs.get("train_pairs")
+            )
+        # the owners finish the backward pass of the rows they embedded before gradients are averaged
+        return self.link_model.learn(loss, finish=self.embedder.backward)
 
     @torch.no_grad()
     def _observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
@@ -447,14 +440,3 @@ class ShardedTrainer:
         keep = self.index.owned(node)
         f = None if feat is None else np.repeat(feat, 2, 0)[keep]
         self.owned.append_messages(node[keep], other[keep], np.repeat(t, 2)[keep], f, side[keep])
-
-
-def _eval_queries(pre_src, pre_dst, neg, t_query, t_min, rows, rank: bool) -> Queries:
-    """The evaluation queries of ``rows``: source, destination and AP negative at the query time, then (to
-    rank) every MRR candidate at the batch's first time, so a candidate is embedded once per batch."""
-    roots = [pre_src[rows], pre_dst[rows], neg[rows, 0]]
-    times = [t_query[rows]] * 3
-    if rank:
-        roots.append(np.column_stack([pre_dst[rows], neg[rows]]).reshape(-1))
-        times.append(np.full(len(roots[-1]), t_min))
-    return Queries.of(np.concatenate(roots), np.concatenate(times))

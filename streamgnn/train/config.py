@@ -122,7 +122,11 @@ class TrainConfig(Config):
                 f"model must be a TGNConfig or DyGFormerConfig, got {type(self.model).__name__}"
             )
         if self.sharding is not None and isinstance(self.model, DyGFormerConfig):
-            raise ConfigError("the sharded trainer runs TGN only: use DyGFormerConfig without sharding")
+            raise ConfigError(
+                "the sharded trainer runs TGN only (its shards hold TGN's memory rows; DyGFormer reads both "
+                "endpoints' latest-neighbor sequences from one store, which no sharded reader provides): use "
+                "DyGFormerConfig without sharding"
+            )
         for name in ("batch_size", "window_events", "checkpoint_keep", "publish_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -165,11 +169,6 @@ class TrainConfig(Config):
             raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
         if self.sharding is not None and not isinstance(self.sharding, ShardConfig):
             raise ConfigError(f"sharding must be a ShardConfig or None, got {type(self.sharding).__name__}")
-        if self.sharding is not None and self.model.pair_features:
-            raise ConfigError(
-                "sharded training does not yet read pair features (a pair's history spans two shards), which "
-                "the default model uses: give sharding a model with TGNConfig(pair_features=False)"
-            )
 
     @property
     def checkpoint_interval(self) -> int:

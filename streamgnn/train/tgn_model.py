@@ -3,7 +3,10 @@
 Per batch it embeds each distinct query once: roots ``[src, dst, AP negative]`` at their query times, then
 (for MRR) every candidate ``[dst, negatives]`` at the batch's first time, so ranking costs one embedding per
 distinct candidate, not one per pair. Training embeds ``[src, dst, negative]`` at the query times, and each
-rank of a data-parallel job embeds its own slice of the batch (``DistContext``).
+rank of a data-parallel job embeds its own slice of the batch (``DistContext``). The sharded trainer
+(``shard.ShardedTrainer``) holds a ``TGNLinkModel`` too and uses its layout (``eval_roots``, ``train_roots``),
+pair read (``batch_pairs`` over its ``ShardPairs``), scoring (``score_rows``), ``loss`` and ``learn`` with the
+embeddings its owners compute, so the two trainers score and learn alike by construction.
 
 >>> import numpy as np
 >>> from streamgnn.nn import TGNConfig
@@ -41,18 +44,6 @@ from .protocol import Candidates, StepInput
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets: every draw is named by (step, purpose)
 
 
-def link_loss(predictor, z, rows, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int, pair=None):
-    """This rank's part of ``mean BCE(positives) + mean BCE(negatives)`` over the global batch: its ``n``
-    rows are ``z[rows[:n]]`` (sources) against ``z[rows[n:2n]]`` (destinations) and ``z[rows[2n:3n]]``
-    (negatives); ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts.
-    ``pair``: ``[n, 2, pair_dim]`` vectors of (source, destination) and (source, negative), if the
-    predictor reads them."""
-    n = len(pos_ok)
-    index = rows[n : 3 * n].view(2, n).T
-    pos, neg = predictor.candidates(gather_rows(z, rows[:n]), z, index, pair).unbind(1)
-    return pos_neg_loss(pos, neg, pos_ok, neg_ok, n_pos, n_neg)
-
-
 def pos_neg_loss(pos, neg, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int) -> torch.Tensor:
     """This rank's part of ``mean BCE(positives) + mean BCE(negatives)`` over the global batch, from its
     rows' logits; ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts."""
@@ -76,6 +67,21 @@ def distinct_queries(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, 
     rows = np.empty(len(order), np.int64)
     rows[order] = np.cumsum(first) - 1
     return nodes[first], times[first], rows
+
+
+def eval_roots(src, dst, neg, t_query, t_first: float, rank: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The evaluation layout of rows (module docstring): roots ``[src, dst, neg[:, 0]]`` at ``t_query``,
+    then, to rank, every candidate ``[dst, neg]`` row by row at the batch's first time ``t_first``."""
+    roots, times = [src, dst, neg[:, 0]], [t_query] * 3
+    if rank:
+        roots.append(np.column_stack([dst, neg]).reshape(-1))
+        times.append(np.full(len(roots[-1]), t_first))
+    return np.concatenate(roots), np.concatenate(times)
+
+
+def train_roots(src, dst, neg, t_query) -> tuple[np.ndarray, np.ndarray]:
+    """The training layout of rows: roots ``[src, dst, neg]``, all at ``t_query``."""
+    return np.concatenate([src, dst, neg]), np.tile(t_query, 3)
 
 
 def _or_zeros(feat: torch.Tensor | None, shape: torch.Size, dim: int) -> torch.Tensor | None:
@@ -183,30 +189,42 @@ class TGNLinkModel:
     ) -> _Prepared:
         s = slice(batch.lo, batch.hi)
         eval_input = train_input = None
-        pairs = {}
-        src, t_query = batch.src[s], batch.t_query[s]
-        if candidates is not None and self.pairs is not None:
-            # ranking's candidates start with the AP pair (destination, column-0 negative): read them once
-            cols = candidates.neg[s] if candidates.rank else candidates.neg[s, :1]
-            ranked = self._pairs(src, np.column_stack([batch.dst[s], cols]), t_query)
-            pairs["eval_pairs"] = tuple(x[:, :2] for x in ranked)
-            pairs["rank_pairs"] = ranked if candidates.rank else None
-        if candidates is not None:
-            roots = [batch.src[s], batch.dst[s], candidates.neg[s, 0]]
-            times = [batch.t_query[s]] * 3
-            if candidates.rank:
-                roots.append(np.column_stack([batch.dst[s], candidates.neg[s]]).reshape(-1))
-                times.append(np.full(len(roots[-1]), batch.t.min()))
-            eval_input = self._input(
-                np.concatenate(roots), batch.blank, np.concatenate(times), batch.step, _EVAL
-            )
-        if train_neg is not None:
-            roots = np.concatenate([batch.src[s], batch.dst[s], train_neg[s]])
-            train_input = self._input(roots, batch.blank, np.tile(batch.t_query[s], 3), batch.step, _TRAIN)
-            if self.pairs is not None:
-                cand = np.column_stack([batch.dst[s], train_neg[s]])
-                pairs["train_pairs"] = self._pairs(src, cand, t_query)
+        src, dst, t_query = batch.src[s], batch.dst[s], batch.t_query[s]
+        neg = None if candidates is None else candidates.neg[s]
+        rank = candidates is not None and candidates.rank
+        train = None if train_neg is None else train_neg[s]
+        if neg is not None:
+            roots, times = eval_roots(src, dst, neg, t_query, batch.t.min(), rank)
+            eval_input = self._input(roots, batch.blank, times, batch.step, _EVAL)
+        if train is not None:
+            roots, times = train_roots(src, dst, train, t_query)
+            train_input = self._input(roots, batch.blank, times, batch.step, _TRAIN)
+        pairs = self.batch_pairs(src, dst, t_query, neg, rank, train)
         return _Prepared(batch, candidates, train_neg, eval_input, train_input, **pairs)
+
+    def batch_pairs(
+        self, src: np.ndarray, dst: np.ndarray, t_query: np.ndarray, neg: np.ndarray | None, rank: bool,
+        train_neg: np.ndarray | None,
+    ) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:  # fmt: skip
+        """``_Prepared``'s raw pair features of a batch's rows: ``eval_pairs`` (destination, column-0
+        negative of ``neg``), ``rank_pairs`` (destination and every column, when ``rank``), ``train_pairs``
+        (destination, ``train_neg``), all in one ``read_pairs`` (a sharded reader: one exchange round).
+        Empty when the model reads no pair features or the batch neither scores nor trains."""
+        if self.pairs is None or (neg is None and train_neg is None):
+            return {}
+        cols, out = [], {}
+        if neg is not None:  # ranking's candidates start with the AP pair: read once
+            cols.append(np.column_stack([dst, neg if rank else neg[:, :1]]))
+        if train_neg is not None:
+            cols.append(np.column_stack([dst, train_neg]))
+        raw = self.read_pairs(src, np.concatenate(cols, 1), t_query)
+        if neg is not None:
+            width = cols[0].shape[1]
+            out["eval_pairs"] = tuple(x[:, :2] for x in raw)
+            out["rank_pairs"] = tuple(x[:, :width] for x in raw) if rank else None
+        if train_neg is not None:
+            out["train_pairs"] = tuple(x[:, -2:] for x in raw)
+        return out
 
     @torch.no_grad()
     def score(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray | None]:
@@ -217,14 +235,23 @@ class TGNLinkModel:
         inp, rows = prepared.eval_input
         self.model.eval()
         z = self.model(inp)
+        return self.score_rows(z, rows, n, prepared.candidates.rank, prepared.eval_pairs, prepared.rank_pairs)
+
+    @torch.no_grad()
+    def score_rows(
+        self, z: torch.Tensor, rows: torch.Tensor, n: int, rank: bool, eval_pairs=None, rank_pairs=None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``score``'s logits from the embeddings ``z`` of the distinct queries and each root's row in the
+        evaluation layout (module docstring), wherever ``z`` was computed (the sharded trainer's owners);
+        ``eval_pairs``/``rank_pairs``: ``read_pairs`` of (destination, column-0 negative) and of every
+        candidate, when the predictor reads pair features."""
         predict = self.model.predictor
         z_src = z[rows[:n]]
-        ap_pair, rank_pair = self._encode(prepared.eval_pairs), self._encode(prepared.rank_pairs)
+        ap_pair, rank_pair = self._encode(eval_pairs), self._encode(rank_pairs)
         ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T, ap_pair).double().cpu().numpy()
         ranked = None
-        if prepared.candidates.rank:
-            index = rows[3 * n :].view(n, -1)
-            ranked = predict.candidates(z_src, z, index, rank_pair).double().cpu().numpy()
+        if rank:
+            ranked = predict.candidates(z_src, z, rows[3 * n :].view(n, -1), rank_pair).double().cpu().numpy()
         return ap, ranked
 
     def train(self, prepared: _Prepared, keep: np.ndarray) -> float:
@@ -239,18 +266,28 @@ class TGNLinkModel:
         if not n_pos:
             return math.nan
         model.train()
-        self.optimizer.zero_grad()
-        local = 0.0
+        loss = None
         if n:
             inp, rows = prepared.train_input
             z = model(inp)
-            pair = self._encode(prepared.train_pairs)
-            loss = link_loss(model.predictor, z, rows, keep[lo:hi], has_neg[lo:hi], n_pos, n_neg, pair)
-            (loss * d.world_size).backward()
+            loss = self.loss(z, rows, keep[lo:hi], has_neg[lo:hi], n_pos, n_neg, prepared.train_pairs)
+        return d.all_sum([self.learn(loss)], self.device)[0]
+
+    def learn(self, loss: torch.Tensor | None, finish=None) -> float:
+        """One optimizer step from this rank's part of the global loss (None: no rows here), scaled so that
+        the averaged gradient equals the single-process gradient; ``finish()`` runs after this rank's
+        backward pass and before the averaging (the sharded trainer's owners finish theirs there). Returns
+        this rank's loss (0.0 with none)."""
+        self.optimizer.zero_grad()
+        local = 0.0
+        if loss is not None:
+            (loss * self.dist.world_size).backward()
             local = loss.item()
-        d.average_gradients(list(model.parameters()))
+        if finish is not None:
+            finish()
+        self.dist.average_gradients(list(self.model.parameters()))
         self.optimizer.step()
-        return d.all_sum([local], self.device)[0]
+        return local
 
     @torch.no_grad()
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
@@ -258,13 +295,27 @@ class TGNLinkModel:
         inp, rows = self._input(nodes, blank, np.full(len(nodes), t), step, _SERVE)
         return self.model(inp)[rows].float().cpu().numpy()
 
-    def _pairs(self, src: np.ndarray, cand: np.ndarray, t: np.ndarray) -> tuple[torch.Tensor, ...]:
+    def loss(
+        self, z, rows, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int, pairs=None
+    ) -> torch.Tensor:
+        """This rank's part of ``mean BCE(positives) + mean BCE(negatives)`` over the global batch: its ``n``
+        rows are ``z[rows[:n]]`` (sources) against ``z[rows[n:2n]]`` (destinations) and ``z[rows[2n:3n]]``
+        (negatives); ``pos_ok``/``neg_ok`` mark the rows that count, ``n_pos``/``n_neg`` the global counts.
+        ``pairs``: ``read_pairs`` of (destination, negative), if the predictor reads them."""
+        n = len(pos_ok)
+        index = rows[n : 3 * n].view(2, n).T
+        pos, neg = self.model.predictor.candidates(
+            gather_rows(z, rows[:n]), z, index, self._encode(pairs)
+        ).unbind(1)
+        return pos_neg_loss(pos, neg, pos_ok, neg_ok, n_pos, n_neg)
+
+    def read_pairs(self, src: np.ndarray, cand: np.ndarray, t: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Raw pair features of each ``(src[i], cand[i, j])`` at ``t[i]`` (-1: unknown, no history), read
-        from the store now (before it holds the batch)."""
+        now (before the store holds the batch) by ``self.pairs``: ``PairFeatures`` over the store, or the
+        sharded trainer's ``ShardPairs`` (a collective there)."""
         q = cand.shape[1]
         src, t = np.repeat(src, q), np.repeat(t, q)
-        history = self.pairs.history(src, cand.reshape(-1), t)
-        cooc = self.pairs.cooccurrence(src, cand.reshape(-1), t)
+        history, cooc = self.pairs.read(src, cand.reshape(-1), t)
         return torch.from_numpy(history).view(-1, q, history.shape[1]), torch.from_numpy(cooc).view(
             -1, q, *cooc.shape[1:]
         )

@@ -195,7 +195,7 @@ class OnlineTrainer:
         rows = self._fresh_rows(batch) if ingest else self._edge_rows(batch)
         m = len(rows)
         t = batch.t[rows].copy()
-        feat = self._edge_features(batch, rows)
+        feat = edge_features(batch, rows, cfg.model.edge_feature_dim)
         pre_src, pre_dst = self._known(batch.src[rows]), self._known(batch.dst[rows])
         scoring = score and m > 0 and (negatives is not None or self.negatives.ready)
         training = train and m > 0 and self.negatives.ready and lm.trainable
@@ -319,18 +319,6 @@ class OnlineTrainer:
         ok = batch.kind == EventKind.EDGE_ADD
         ok[[letter.index for letter in letters]] = False
         return np.flatnonzero(ok)
-
-    def _edge_features(self, batch: EventBatch, rows: np.ndarray) -> np.ndarray | None:
-        dim = self.config.model.edge_feature_dim
-        if not dim:
-            return None
-        if not len(rows):
-            return np.zeros((0, dim), np.float32)
-        if batch.feature_dim != dim:
-            raise ConfigError(
-                f"the model expects {dim} edge features per event, the batch has {batch.feature_dim or 0}"
-            )
-        return batch.features[rows]
 
     def _known(self, ext: np.ndarray) -> np.ndarray:
         """Internal ids, -1 where unknown (an empty store knows nothing, whatever the id type)."""
@@ -507,3 +495,17 @@ class OnlineTrainer:
         elif trainer.table is not None:  # the run served nothing (serve_every=0): embed every node now
             trainer.refresh(np.arange(trainer.store.num_nodes))
         return trainer
+
+
+def edge_features(batch: EventBatch, rows: np.ndarray, dim: int) -> np.ndarray | None:
+    """The ``dim`` edge features of ``batch``'s ``rows`` the model reads (None: it reads none); a batch with
+    another width is refused (the online and the sharded trainer)."""
+    if not dim:
+        return None
+    if not len(rows):
+        return np.zeros((0, dim), np.float32)
+    if batch.feature_dim != dim:
+        raise ConfigError(
+            f"the model expects {dim} edge features per event, the batch has {batch.feature_dim or 0}"
+        )
+    return batch.features[rows]

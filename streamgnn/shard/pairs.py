@@ -1,0 +1,131 @@
+"""Pair features of queries ``(u, v, t)`` over shards, in global ids: ``sampling.PairFeatures``' interface.
+
+A query is read by the owner of its source ``u``, which holds every event of ``u`` (an edge is kept by the
+owners of both endpoints): the pair's history (u->v and v->u counts, times, decayed counts: every u-v event
+is in u's block), the time since u's latest event and u's latest neighbors are read from this rank's shard,
+in the same time order one store holds them, so the values are one store's to the bit.
+
+Exact (``exchange`` given): v's half, the time since v's latest event and v's latest ``k`` neighbors (the
+co-occurrence encoding compares them with u's), lives with v's owner. Each ``read`` sends the distinct
+``(v, t)`` queries to their owners and gets both back in one ``all_to_all`` round (the replies' sizes are
+known, so it costs three ``torch.distributed`` calls), through the trainer's ``Collectives`` as the
+sampler's queries go; co-occurrence is then counted here.
+
+Communication-free (no ``exchange``): v's half is read from this rank's shard too, which holds only v's
+events with this rank's vertices when another rank owns v. So "v's latest event" is v's latest event with
+a vertex of this rank, and "v's latest neighbors" are its latest neighbors among this rank's vertices and
+their partners; u's half and the pair's history stay exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..sampling import pair_kernels as K
+from ..sampling.pairs import PairFeatures
+from ..store import TemporalGraphStore
+from ..train.tgn_model import distinct_queries
+from .comm import Collectives
+from .ownership import GlobalIndex
+
+
+class ShardPairs:
+    """Pair features of queries whose sources this rank owns (``read``, ``history``, ``cooccurrence``)."""
+
+    def __init__(
+        self, shard: TemporalGraphStore, config, index: GlobalIndex, exchange: Collectives | None
+    ) -> None:
+        self.local = PairFeatures.of(shard, config)
+        self.index, self.exchange = index, exchange
+
+    @property
+    def store(self) -> TemporalGraphStore:
+        return self.local.store
+
+    @store.setter
+    def store(self, shard: TemporalGraphStore) -> None:  # a checkpoint replaced the shard
+        self.local.store = shard
+
+    def history(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """``PairFeatures.history``'s columns (``read`` gives both parts with one exchange: prefer it)."""
+        return self.read(src, dst, t)[0]
+
+    def cooccurrence(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
+        return self.read(src, dst, t)[1]
+
+    def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(history, cooccurrence)`` of global-id queries (-1: unknown), as ``PairFeatures.read`` gives
+        them over one store. Exact mode is a collective: every rank calls it, with or without queries."""
+        src, dst, t = PairFeatures._queries(src, dst, t)
+        foreign = src[(src >= 0) & ~self.index.owned(src)]
+        if self.exchange is not None and len(foreign):
+            raise ConfigError(
+                f"a sharded pair query is read by its source's owner: rank {self.exchange.rank} does not own "
+                f"sources {foreign[:5].tolist()}"
+            )
+        shard, pairs = self.local.store, self.local
+        u, v = self._local(src), self._local(dst)
+        history = pairs.history(u, v, t)
+        if self.exchange is None:
+            return history, pairs.cooccurrence(u, v, t)
+        since_v, seq_v, len_v = self._remote(dst, t)
+        if pairs.endpoints:
+            history[:, -1] = since_v
+        seq_u, len_u = self._latest(u, t)
+        seq_u = shard.external_ids(seq_u.reshape(-1)).reshape(seq_u.shape) if seq_u.size else seq_u
+        cooc = np.empty((len(src), 2, pairs.neighbors, 2), np.float32)
+        K.cooccurrence_of(seq_u, len_u, seq_v, len_v, cooc)
+        return history, cooc
+
+    def _local(self, gids: np.ndarray) -> np.ndarray:
+        """Shard ids of ``gids`` (-1: unknown here)."""
+        shard = self.local.store
+        if not shard.num_nodes or not len(gids):
+            return np.full(len(gids), -1, np.int64)
+        return shard.node_index(gids, strict=False).astype(np.int64)
+
+    def _latest(self, nodes: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shard ids of each shard vertex's latest neighbors before ``t`` (``[n, k]``) and how many."""
+        k, view = self.local.neighbors, self.local.store.view()
+        seqs, lens = np.full((len(nodes), k), -1, np.int64), np.zeros(len(nodes), np.int64)
+        K.latest_neighbors(
+            view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes, nodes, t, k, seqs,
+            lens,
+        )  # fmt: skip
+        return seqs, lens
+
+    def _remote(self, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """From v's owner: the time since v's latest event before ``t``, v's latest neighbors (global ids)
+        and how many; the distinct ``(v, t)`` queries travel, in one round."""
+        ex, w = self.exchange, self.exchange.world_size
+        nodes, times, rows = distinct_queries(dst, t)
+        owner = np.full(len(nodes), self.exchange.rank, np.int64)  # unknown vertices: answered here
+        owner[nodes >= 0] = self.index.owner(nodes[nodes >= 0])
+        sel = [np.flatnonzero(owner == d) for d in range(w)]
+        asks = ex.all_to_all([(nodes[s], times[s]) for s in sel], "pair_queries")
+        replies = [self._answer(q, q_t) for q, q_t in asks]
+        got = ex.all_to_all(replies, "pair_neighbors", [[len(s)] * 3 for s in sel])
+        k = self.local.neighbors
+        since, seqs, lens = (
+            np.empty(len(nodes)),
+            np.empty((len(nodes), k), np.int64),
+            np.empty(len(nodes), np.int64),
+        )
+        for s, (g_since, g_seqs, g_lens) in zip(sel, got, strict=True):
+            since[s], seqs[s], lens[s] = g_since, g_seqs, g_lens
+        return since[rows], seqs[rows], lens[rows]
+
+    def _answer(self, gids: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As v's owner: ``(since, latest neighbors in global ids, counts)`` of each asked ``(v, t)``."""
+        shard, local = self.local.store, self._local(gids)
+        since = np.empty((len(gids), 2))
+        view = shard.view()
+        K.endpoint_since(
+            view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes, local, local,
+            np.ascontiguousarray(t), since,
+        )  # fmt: skip
+        seqs, lens = self._latest(local, np.ascontiguousarray(t))
+        if seqs.size:
+            seqs = shard.external_ids(seqs.reshape(-1)).astype(np.int64).reshape(seqs.shape)
+        return since[:, 0], seqs, lens
