@@ -64,6 +64,10 @@ class TGNConfig(Config):
     A TGN embedding cannot see it (with ``neighbor_time="last_update"`` every age it reads is relative to a
     memory update, never to the query time), and a node quiet for months rarely starts talking now: on
     by default, it lifted test AP on CollegeMsg and on Enron (benchmarks/RESULTS.md, "Endpoint recency").
+    ``pair_walks``: the pair features also hold TPNet's temporal walk encoding (``sampling.WalkFeatures``):
+    inner products of both endpoints' random-projected counts of walks of up to ``walk_hops`` events, in
+    ``walk_dim`` dimensions, one channel per per-event decay rate in ``walk_decays`` (0: plain counts).
+    Off until measured (benchmarks/RESULTS.md, "Temporal walk features").
     """
 
     memory_dim: int = 100
@@ -87,6 +91,10 @@ class TGNConfig(Config):
     pair_decays: tuple[float, ...] = (3600.0, 86400.0, 604800.0)
     pair_dim: int = 32
     pair_endpoints: bool = True
+    pair_walks: bool = False
+    walk_hops: int = 2
+    walk_dim: int = 64
+    walk_decays: tuple[float, ...] = (0.0,)
 
     @classmethod
     def upgrade(cls, data: dict) -> dict:
@@ -101,11 +109,18 @@ class TGNConfig(Config):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pair_decays", tuple(self.pair_decays))  # (lists from JSON)
-        for name in ("pair_neighbors", "pair_dim"):
+        object.__setattr__(self, "walk_decays", tuple(self.walk_decays))
+        for name in ("pair_neighbors", "pair_dim", "walk_hops", "walk_dim"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
         if not all(isinstance(x, int | float) and 0 < x < float("inf") for x in self.pair_decays):
             raise ConfigError(f"pair_decays must be finite time constants > 0, got {list(self.pair_decays)}")
+        if not self.walk_decays or not all(
+            isinstance(x, int | float) and 0 <= x < float("inf") for x in self.walk_decays
+        ):
+            raise ConfigError(f"walk_decays must be one or more finite rates >= 0, got {list(self.walk_decays)}")
+        if self.pair_walks and not self.pair_features:
+            raise ConfigError("pair_walks are part of the pair features: set pair_features=True as well")
         if self.variant not in VARIANTS:
             raise ConfigError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.message not in MESSAGE_FUNCTIONS:

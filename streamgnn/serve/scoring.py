@@ -128,10 +128,9 @@ class LinkScorer:
         store = self.store
         s, d = (store.node_index(np.asarray(ids), strict=False) for ids in (src, dst))
         t = float(np.nextafter(store.watermark, math.inf)) if math.isfinite(store.watermark) else 0.0
-        history = torch.from_numpy(loaded.pairs.history(s, d, t))
-        cooc = torch.from_numpy(loaded.pairs.cooccurrence(s, d, t))
+        raw = (torch.from_numpy(x) for x in loaded.pairs.raw(s, d, t))
         with torch.no_grad():
-            return loaded.encoder(history, cooc), t
+            return loaded.encoder(*raw), t
 
 
 def _part(weights: dict, prefix: str) -> dict:
