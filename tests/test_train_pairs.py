@@ -33,10 +33,11 @@ def drifting(n: int = 3000, users: int = 40, items: int = 400, seed: int = 0) ->
     return EventBatch.from_columns(src=src, dst=dst + users, t=t, eid=np.arange(n))
 
 
-def config(pairs: bool = True, endpoints: bool = False, **kw) -> TrainConfig:
+def config(pairs: bool = True, endpoints: bool = False, walks: bool = False, **kw) -> TrainConfig:
     model = TGNConfig(
         memory_dim=16, time_dim=8, embedding_dim=16, num_neighbors=5, dropout=0.0, pair_features=pairs,
-        pair_neighbors=5, pair_decays=(5.0, 50.0), pair_dim=8, pair_endpoints=endpoints,
+        pair_neighbors=5, pair_decays=(5.0, 50.0), pair_dim=8, pair_endpoints=endpoints, pair_walks=walks,
+        walk_dim=8, walk_decays=(0.0, 0.1),
     )  # fmt: skip
     base = dict(model=model, batch_size=100, lr=3e-3, eval_negatives=10, window_events=1000)
     return TrainConfig(**{**base, **kw})
@@ -67,8 +68,10 @@ def test_offline_trains_until_validation_stops_improving():
         fit_offline(events, config(), patience=0, split=split)
 
 
-@pytest.mark.parametrize("model", [{}, dict(endpoints=True)])
+@pytest.mark.parametrize("model", [{}, dict(endpoints=True), dict(walks=True)])
 def test_checkpoint_resume_with_pair_features_is_bit_for_bit(tmp_path, model):
+    """Walk features are a cache over the store: the resumed run rebuilds them from the restored store
+    and goes on bit for bit."""
     events = drifting(1200)
     cfg = config(
         **model, checkpoint_dir=str(tmp_path / "run"), checkpoint_every=4, train_negatives="historical"
@@ -98,15 +101,19 @@ def test_sharded_training_refuses_pair_features_when_configured():
 def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():
     import json
 
-    for cfg in (config(), config(endpoints=True)):
+    for cfg in (config(), config(endpoints=True), config(walks=True)):
         assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     for bad in (
         dict(pair_neighbors=0),
         dict(pair_dim=0),
         dict(pair_decays=(0.0,)),
         dict(pair_decays=(np.inf,)),
+        dict(pair_walks=True, pair_features=False),
     ):
         with pytest.raises(ConfigError, match="pair_"):
+            TGNConfig(**bad)
+    for bad in (dict(walk_dim=0), dict(walk_hops=0), dict(walk_decays=()), dict(walk_decays=(-0.1,))):
+        with pytest.raises(ConfigError, match="walk_"):
             TGNConfig(**bad)
 
 
@@ -174,3 +181,53 @@ def test_a_checkpoint_from_before_endpoint_gaps_loads_as_it_was_written():
     TGN(old.model).load_state_dict(written)  # strict: every shape as written
     with pytest.raises(RuntimeError, match="size mismatch"):
         TGN(config(endpoints=True).model).load_state_dict(written)
+
+
+def test_walk_products_reach_the_logits():
+    """With ``pair_walks``, the walk products are an input: two pairs alike but for them score
+    differently (and a sign flip is not lost to the scaling)."""
+    from streamgnn.nn import LinkPredictor
+    from streamgnn.nn.pairs import PairEncoder
+
+    torch.manual_seed(0)
+    model = config(walks=True).model
+    encoder = PairEncoder.of(model)
+    history = torch.tensor([[1.0, 0.0, 3.0, np.inf, 0.5, 0.5]] * 3, dtype=torch.float64)
+    walk = torch.zeros(3, len(model.walk_decays), 3, 3, dtype=torch.float64)
+    walk[1, :, 1, 1], walk[2, :, 1, 1] = 40.0, -40.0
+    vectors = encoder(history, torch.zeros(3, 2, 5, 2), walk)
+    logits = LinkPredictor(6, pair_dim=encoder.out_dim)(torch.ones(3, 6), torch.ones(3, 6), vectors)
+    assert len(set(logits.tolist())) == 3, logits
+
+
+def test_a_new_pass_over_the_stream_forgets_the_walks():
+    """``reset_state`` (each offline epoch) drops the walk state: a model that read a long stream and is
+    then attached to a store holding its first part reads the features a fresh model reads there."""
+    from streamgnn.store import TemporalGraphStore
+    from streamgnn.train.tgn_model import TGNLinkModel
+
+    events = drifting(400, users=10, items=30)
+    full, part = TemporalGraphStore(), TemporalGraphStore()
+    full.ingest(events)
+    part.ingest(events.take(np.arange(200)))
+    used, fresh = TGNLinkModel(config(walks=True)), TGNLinkModel(config(walks=True))
+    u, v, t = full.node_index(events.src[:50]), full.node_index(events.dst[:50]), np.full(50, 1e9)
+    used.attach(full)
+    before = used.pairs.walk(u, v, t)
+    used.reset_state()
+    used.attach(part)
+    fresh.attach(part)
+    after = used.pairs.walk(u, v, t)
+    np.testing.assert_array_equal(after, fresh.pairs.walk(u, v, t))
+    assert np.abs(before - after).max() > 1.0  # the longer stream's walks are gone
+
+
+def test_a_checkpoint_from_before_walk_features_loads_with_them_off():
+    from streamgnn.nn import TGN
+
+    saved = config().to_dict()
+    for key in ("pair_walks", "walk_hops", "walk_dim", "walk_decays"):
+        del saved["model"][key]
+    old = TrainConfig.from_checkpoint(saved)
+    assert old.model.pair_walks is False
+    TGN(old.model).load_state_dict(TGN(config().model).state_dict())  # strict: every shape as written

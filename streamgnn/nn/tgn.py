@@ -118,7 +118,9 @@ class TGNConfig(Config):
         if not self.walk_decays or not all(
             isinstance(x, int | float) and 0 <= x < float("inf") for x in self.walk_decays
         ):
-            raise ConfigError(f"walk_decays must be one or more finite rates >= 0, got {list(self.walk_decays)}")
+            raise ConfigError(
+                f"walk_decays must be one or more finite rates >= 0, got {list(self.walk_decays)}"
+            )
         if self.pair_walks and not self.pair_features:
             raise ConfigError("pair_walks are part of the pair features: set pair_features=True as well")
         if self.variant not in VARIANTS:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..store.kernels import decode
 from .rng import mix
 
 _TWO_PI = 2.0 * np.pi
