@@ -193,8 +193,8 @@ def test_walk_products_reach_the_logits():
     model = config(walks=True).model
     encoder = PairEncoder.of(model)
     history = torch.tensor([[1.0, 0.0, 3.0, np.inf, 0.5, 0.5]] * 3, dtype=torch.float64)
-    walk = torch.zeros(3, len(model.walk_decays), 3, 3, dtype=torch.float64)
-    walk[1, :, 1, 1], walk[2, :, 1, 1] = 40.0, -40.0
+    walk = torch.zeros(3, len(model.walk_decays), 6, 6, dtype=torch.float64)
+    walk[1, :, 1, 4], walk[2, :, 1, 4] = 40.0, -40.0
     vectors = encoder(history, torch.zeros(3, 2, 5, 2), walk)
     logits = LinkPredictor(6, pair_dim=encoder.out_dim)(torch.ones(3, 6), torch.ones(3, 6), vectors)
     assert len(set(logits.tolist())) == 3, logits

@@ -20,9 +20,11 @@ HOPS = 2
 def brute_products(P: np.ndarray, edges, u: int, v: int, tq: float) -> np.ndarray:
     """The walk matrices replayed densely: per time group, ``A_k += M A_{k-1}`` (``A_0 = I``, ``M`` the
     group's symmetric adjacency, every ``A_k`` decayed by ``exp(-rate * events)`` between groups); the
-    features are ``<(A_a P)[u], (A_b P)[v]>``. Deleted edges count (a walk is interactions that happened)."""
+    features are the Gram matrix of ``(A_a P)[u]`` and ``(A_b P)[v]`` over hops ``a``, ``b``. Deleted
+    edges count (a walk is interactions that happened)."""
     n = len(P)
-    out = np.zeros((len(RATES), HOPS + 1, HOPS + 1))
+    m = HOPS + 1
+    out = np.zeros((len(RATES), 2 * m, 2 * m))
     if u < 0 or v < 0:
         return out
     evs = sorted((te, i, s, d) for i, (s, d, te, _) in enumerate(edges) if te < tq)  # ties: arrival order
@@ -43,10 +45,9 @@ def brute_products(P: np.ndarray, edges, u: int, v: int, tq: float) -> np.ndarra
             clock += e - g
             g = e
         A = [A[0]] + [a * math.exp(-rate * (clock - at)) for a in A[1:]]
-        H = [a @ P for a in A]
-        for a in range(HOPS + 1):
-            for b in range(HOPS + 1):
-                out[c, a, b] = H[a][u] @ H[b][v]
+        X = np.array([a @ P for a in A])  # [hop, node, dim]
+        both = np.concatenate([X[:, u], X[:, v]])  # u's hops, then v's
+        out[c] = both @ both.T
     return out
 
 
@@ -117,7 +118,7 @@ def test_a_walk_of_two_events_is_counted_only_in_time_order():
         store = TemporalGraphStore()
         store.ingest(EventBatch.from_columns(src=[1, 2], dst=[2, 3], t=times, eid=[0, 1]))
         u, w = store.node_index([1, 3])
-        got.append(walks.products(store, np.array([u]), np.array([w]), np.array([5.0]))[0, 0, 0, 2])
+        got.append(walks.products(store, np.array([u]), np.array([w]), np.array([5.0]))[0, 0, 0, 5])
     assert got[0] == pytest.approx(1.0, abs=0.2)  # about 1: random projections in 512 dimensions
     assert abs(got[1]) < 0.2 and abs(got[2]) < 0.2
 
@@ -138,11 +139,11 @@ def test_a_decay_channel_weighs_old_walks_down_by_the_events_since():
         store.ingest(EventBatch.from_columns(src=src, dst=dst, t=t, eid=np.arange(later + 1)))
         u, v = store.node_index([1, 2])
         got.append(walks.products(store, np.array([u]), np.array([v]), np.array([t[-1] + unit]))[0])
-    plain = got[0][0, 0, 1]
-    assert [g[0, 0, 1] for g in got] == [plain] * 3  # no decay: the walk's own weight, always
-    assert got[0][1, 0, 1] == pytest.approx(plain * np.exp(-0.05 * 11), rel=1e-12)
-    assert got[1][1, 0, 1] == pytest.approx(plain * np.exp(-0.05 * 41), rel=1e-12)
-    assert got[2][1, 0, 1] == got[0][1, 0, 1]  # hours or seconds: the same
+    plain = got[0][0, 0, 3]
+    assert [g[0, 0, 3] for g in got] == [plain] * 3  # no decay: the walk's own weight, always
+    assert got[0][1, 0, 3] == pytest.approx(plain * np.exp(-0.05 * 11), rel=1e-12)
+    assert got[1][1, 0, 3] == pytest.approx(plain * np.exp(-0.05 * 41), rel=1e-12)
+    assert got[2][1, 0, 3] == got[0][1, 0, 3]  # hours or seconds: the same
 
 
 def test_refuses_bad_settings():

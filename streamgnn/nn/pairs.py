@@ -51,7 +51,7 @@ class PairEncoder(nn.Module):
         ``pair_endpoints`` and walk settings call for (the model builds it, and a scorer that loads its
         weights from a checkpoint)."""
         history_dim = HISTORY_FIXED + len(config.pair_decays) + 2 * config.pair_endpoints
-        walks = len(config.walk_decays) * (config.walk_hops + 1) ** 2 if config.pair_walks else 0
+        walks = len(config.walk_decays) * (2 * config.walk_hops + 2) ** 2 if config.pair_walks else 0
         return cls(history_dim, config.pair_neighbors, config.pair_dim, config.pair_endpoints, walks)
 
     def forward(self, history: Tensor, cooc: Tensor, walk: Tensor | None = None) -> Tensor:

@@ -100,7 +100,7 @@ class PairFeatures:
         return out
 
     def walk(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """``float64 [n, channels, hops + 1, hops + 1]``: ``WalkFeatures.products`` over the store."""
+        """``float64 [n, channels, 2 (hops + 1), 2 (hops + 1)]``: ``WalkFeatures.products`` over the store."""
         src, dst, t = self._queries(src, dst, t)
         return self.walks.products(self.store, src, dst, t)
 

@@ -5,7 +5,8 @@ and hop ``k = 1..K``, a vector ``H[x, c, k-1]``: the sum over temporal walks of 
 of the start node's ``P``, each walk weighted by ``exp(-rate_c * (events since its first event))``. So
 ``<H[u, c, i-1], H[v, c, j-1]>`` approximates (Johnson-Lindenstrauss) the decayed number of walk pairs
 meeting at a common start, and ``<P[u], H[v, c, k-1]>`` the decayed number of ``k``-event walks from ``u``
-to ``v``: counts no fixed neighborhood can hold, at O(K d) per event and O(K^2 d) per query.
+to ``v``: counts no fixed neighborhood can hold, at O(K d) per event and O(K^2 d) per query (a query
+reads the Gram matrix of both endpoints' hops, so each node's own products too).
 
 A walk's events have strictly increasing times: the events of one time stamp (a *group*) all read the
 state from before the group, so neither their order nor the batch they came in changes anything. Time is
@@ -93,21 +94,28 @@ def apply_groups(H, lam, P, rates, rows_s, rows_d, ev_s, ev_d, ev_t, lo, hi, clo
 
 
 @njit(cache=True)
-def _pair(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, out, i):
-    """``out[i, c, a, b]`` = <u's hop ``a``, v's hop ``b``> in channel ``c``, both decayed to ``clock``
-    (u's vectors are row ``ru`` of ``Hu``/``lu``, v's row ``rv`` of ``Hv``/``lv``; hop 0 is ``P``)."""
+def _gram(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, X, out, i):
+    """``out[i, c]``: the Gram matrix, in channel ``c``, of u's hops 0..K then v's hops 0..K, each decayed
+    to ``clock`` (u's vectors are row ``ru`` of ``Hu``/``lu``, v's row ``rv`` of ``Hv``/``lv``; hop 0 is
+    ``P``). ``X``: scratch ``[2 (K + 1), d]``."""
     C, K, d = Hu.shape[1], Hu.shape[2], Hu.shape[3]
+    m = 2 * (K + 1)
     for c in range(C):
         fu = np.exp(-rates[c] * (clock - lu[ru]))
         fv = np.exp(-rates[c] * (clock - lv[rv]))
-        for a in range(K + 1):
-            for b in range(K + 1):
+        for j in range(d):
+            X[0, j] = P[u, j]
+            X[K + 1, j] = P[v, j]
+            for k in range(K):
+                X[1 + k, j] = Hu[ru, c, k, j] * fu
+                X[K + 2 + k, j] = Hv[rv, c, k, j] * fv
+        for a in range(m):
+            for b in range(a, m):
                 s = 0.0
                 for j in range(d):
-                    x = P[u, j] if a == 0 else Hu[ru, c, a - 1, j] * fu
-                    y = P[v, j] if b == 0 else Hv[rv, c, b - 1, j] * fv
-                    s += x * y
+                    s += X[a, j] * X[b, j]
                 out[i, c, a, b] = s
+                out[i, c, b, a] = s
 
 
 @njit(cache=True)
@@ -123,6 +131,7 @@ def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, or
     slam = np.zeros(2 * n_ev + 1, np.int64)
     rows_s = np.empty(n_ev, np.int64)
     rows_d = np.empty(n_ev, np.int64)
+    X = np.empty((2 * (K + 1), d))
     used = 0
     done = 0
     for q in range(len(order)):
@@ -146,13 +155,13 @@ def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, or
             continue
         if slot[u] < 0:
             if slot[v] < 0:
-                _pair(H, lam, u, H, lam, v, P, rates, u, v, clock, out, i)
+                _gram(H, lam, u, H, lam, v, P, rates, u, v, clock, X, out, i)
             else:
-                _pair(H, lam, u, sH, slam, slot[v], P, rates, u, v, clock, out, i)
+                _gram(H, lam, u, sH, slam, slot[v], P, rates, u, v, clock, X, out, i)
         elif slot[v] < 0:
-            _pair(sH, slam, slot[u], H, lam, v, P, rates, u, v, clock, out, i)
+            _gram(sH, slam, slot[u], H, lam, v, P, rates, u, v, clock, X, out, i)
         else:
-            _pair(sH, slam, slot[u], sH, slam, slot[v], P, rates, u, v, clock, out, i)
+            _gram(sH, slam, slot[u], sH, slam, slot[v], P, rates, u, v, clock, X, out, i)
     for j in range(n_ev):
         slot[ev_s[j]] = -1
         slot[ev_d[j]] = -1

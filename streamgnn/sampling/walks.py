@@ -2,7 +2,8 @@
 
 TPNet (Lu et al., NeurIPS 2024) encodes a pair by the temporal walks between its endpoints: each node
 carries random-projected counts of the walks of 1..K events that end at it (``walk_kernels``), updated in
-O(K d) per event, and a pair's feature is the inner products of the two endpoints' vectors over hop pairs.
+O(K d) per event, and a pair's feature is the Gram matrix of the two endpoints' vectors over all hops
+(u with v: walks between them; each with itself: how much walking ends there, a decayed activity).
 That reaches what co-occurrence of the latest neighbors cannot: common neighbors and 2- and 3-step paths
 over the whole history, with older walks decayed.
 
@@ -22,9 +23,9 @@ bit for bit. Deleted edges still count: a walk is a sequence of interactions tha
 >>> walks = WalkFeatures(hops=2, dim=256)
 >>> u, w = store.node_index([1, 3])
 >>> x = walks.products(store, np.array([u]), np.array([w]), np.array([3.0]))[0, 0]
->>> bool(abs(x[0, 2] - 1.0) < 0.25)  # <P[1], 2-event walks ending at 3>: the walk 1 -> 2 -> 3, about 1
+>>> bool(abs(x[0, 5] - 1.0) < 0.25)  # <P[1], 2-event walks ending at 3>: the walk 1 -> 2 -> 3, about 1
 True
->>> bool(abs(x[1, 1] - 1.0) < 0.25)  # <1's 1-event walks, 3's>: both met node 2 (one common neighbor)
+>>> bool(abs(x[1, 4] - 1.0) < 0.25)  # <1's 1-event walks, 3's>: both met node 2 (one common neighbor)
 True
 """
 
@@ -40,7 +41,8 @@ from . import walk_kernels as W
 
 
 class WalkFeatures:
-    """Inner products of two nodes' walk vectors (``products``), over ``hops`` hops (plus hop 0, the
+    """Inner products of two nodes' walk vectors (``products``: each with the other and with itself), over
+    ``hops`` hops (plus hop 0, the
     node's random vector) in ``dim`` random dimensions, one channel per decay rate in ``decays`` (per
     event: a walk's weight is ``exp(-rate * events since its first event)``; 0 keeps plain counts).
     ``seed`` fixes the nodes' random vectors (the trainer and a scorer must agree)."""
@@ -57,8 +59,8 @@ class WalkFeatures:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        """One query's products: ``(channels, hops + 1, hops + 1)``."""
-        return len(self.rates), self.hops + 1, self.hops + 1
+        """One query's products: ``(channels, 2 (hops + 1), 2 (hops + 1))``."""
+        return len(self.rates), 2 * (self.hops + 1), 2 * (self.hops + 1)
 
     def vectors(self, num_nodes: int) -> np.ndarray:
         """``float64 [num_nodes, dim]``: nodes ``0..num_nodes-1``'s fixed random vectors (hop 0)."""
@@ -80,8 +82,9 @@ class WalkFeatures:
         self._pending = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def products(self, store: GraphStore, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """``float64 [n, channels, hops + 1, hops + 1]``: ``[i, c, a, b]`` = <``src[i]``'s hop ``a``,
-        ``dst[i]``'s hop ``b``> over the events before ``t[i]``, channel ``c``. -1: unknown node (zeros)."""
+        """``float64 [n, channels, 2 (hops + 1), 2 (hops + 1)]``: per channel the Gram matrix of
+        ``src[i]``'s hops 0..hops then ``dst[i]``'s over the events before ``t[i]`` (``[i, c, a, hops + 1
+        + b]`` = <src's hop ``a``, dst's hop ``b``>). -1: unknown node (zeros)."""
         src, dst = np.asarray(src, np.int64).reshape(-1), np.asarray(dst, np.int64).reshape(-1)
         t = np.ascontiguousarray(np.broadcast_to(np.asarray(t, np.float64), src.shape).reshape(-1))
         if len(dst) != len(src):
