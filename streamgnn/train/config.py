@@ -190,7 +190,7 @@ class TrainConfig(Config):
         if model.get("variant") != "dygformer":
             model = {
                 "neighbor_time": "query", "time_init": "geometric", "pair_features": False,
-                "pair_endpoints": False, **model,
+                "pair_endpoints": False, "pair_walks": False, **model,
             }  # fmt: skip
         data["model"] = model
         data.setdefault("train_negative_pool", "seen")
