@@ -108,7 +108,6 @@ def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():
         dict(pair_dim=0),
         dict(pair_decays=(0.0,)),
         dict(pair_decays=(np.inf,)),
-        dict(pair_walks=True, pair_features=False),
     ):
         with pytest.raises(ConfigError, match="pair_"):
             TGNConfig(**bad)
@@ -147,8 +146,7 @@ def test_endpoint_gaps_read_the_store_the_same_however_the_stream_was_batched():
             store.ingest(chunk)
         pairs = PairFeatures.of(store, model)
         u, v = store.node_index(src), store.node_index(dst)
-        raw = (pairs.history(u, v, t), pairs.cooccurrence(u, v, t))
-        vectors.append(encoder(*(torch.from_numpy(x) for x in raw)))
+        vectors.append(encoder(*(torch.from_numpy(x) for x in pairs.raw(u, v, t))))
     torch.testing.assert_close(vectors[0], vectors[1], rtol=0, atol=0)
 
 
@@ -159,7 +157,8 @@ def test_endpoint_gaps_reach_the_logits():
     from streamgnn.nn.pairs import PairEncoder
 
     torch.manual_seed(0)
-    encoder = PairEncoder.of(TGNConfig(pair_decays=(5.0,), pair_neighbors=4, pair_dim=8, pair_endpoints=True))
+    model = TGNConfig(pair_decays=(5.0,), pair_neighbors=4, pair_dim=8, pair_endpoints=True, pair_walks=False)
+    encoder = PairEncoder.of(model)
     pair = [0.0, 0.0, np.inf, np.inf, 0.0]
     history = torch.tensor([pair + [1.0, 2.0], pair + [1.0, 5e4], pair + [1.0, np.inf]], dtype=torch.float64)
     vectors = encoder(history, torch.zeros(3, 2, 4, 2))

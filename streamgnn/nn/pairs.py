@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..errors import ConfigError
 from ..sampling.pair_kernels import HISTORY_FIXED, N_UV, N_VU, SINCE_UV, SINCE_VU
 
 
@@ -85,6 +86,8 @@ class PairEncoder(nn.Module):
         pooled = (hist @ table) / valid.sum(2, keepdim=True).clamp_min(1)  # mean of f(own) + f(other)
         parts = [self.history(h), pooled.reshape(n, -1)]
         if self.walk is not None:
+            if walk is None:
+                raise ConfigError("this pair encoder reads walk products (pair_walks): pass walk=")
             w = walk.to(dev).reshape(n, -1)
             parts.append(self.walk((torch.sign(w) * torch.log1p(w.abs())).float()))
         return torch.cat(parts, dim=1)
