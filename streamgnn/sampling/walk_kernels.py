@@ -93,7 +93,7 @@ def apply_groups(H, lam, P, rates, rows_s, rows_d, ev_s, ev_d, ev_t, lo, hi, clo
     return clock
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath={"reassoc"})  # sums in vector lanes: one fixed order, 4-8x faster than serial
 def _gram(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, X, out, i):
     """``out[i, c]``: the Gram matrix, in channel ``c``, of u's hops 0..K then v's hops 0..K, each decayed
     to ``clock`` (u's vectors are row ``ru`` of ``Hu``/``lu``, v's row ``rv`` of ``Hv``/``lv``; hop 0 is
