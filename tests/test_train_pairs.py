@@ -230,3 +230,36 @@ def test_a_checkpoint_from_before_walk_features_loads_with_them_off():
     old = TrainConfig.from_checkpoint(saved)
     assert old.model.pair_walks is False
     TGN(old.model).load_state_dict(TGN(config().model).state_dict())  # strict: every shape as written
+
+
+def test_a_scorer_keeps_its_walk_state_across_checkpoints_and_scores_as_the_model(tmp_path):
+    """``/score``'s scorer computes walk features at query time over the trainer's store; a new checkpoint
+    changes the weights, not the walk state, so it is kept (no replay of the store) and the scores still
+    equal the checkpointed model's on fresh features."""
+    import math
+
+    from streamgnn.sampling.pairs import PairFeatures
+    from streamgnn.serve.scoring import LinkScorer
+
+    events = drifting(600, users=10, items=30)
+    cfg = config(walks=True, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    trainer = OnlineTrainer(cfg)
+    trainer.fit(events.take(np.arange(300)).split(100), progress=False)
+    scorer = LinkScorer(tmp_path, trainer.store)
+    z = np.random.default_rng(0).standard_normal((2, trainer.model.out_dim)).astype(np.float32)
+    src, dst = events.src[:2], events.dst[:2]
+    scorer.score(z[:1], z[1:], src[:1], dst[:1])
+    walks, first = scorer._loaded.pairs.walks, scorer._loaded.step
+    trainer.fit(events.take(np.arange(300, 600)).split(100), progress=False)
+    flipped = z[::-1].copy()
+    got, info = scorer.score(z, flipped, src, dst)
+    assert info["checkpoint"] == scorer._loaded.step != first  # a new checkpoint, the same walk state
+    assert scorer._loaded.pairs.walks is walks
+    store, tgn = trainer.store, trainer.model
+    t = float(np.nextafter(store.watermark, math.inf))
+    raw = PairFeatures.of(store, cfg.model).raw(store.node_index(src), store.node_index(dst), t)
+    tgn.eval()
+    with torch.no_grad():
+        pair = tgn.pair_encoder(*(torch.from_numpy(x) for x in raw))
+        want = torch.sigmoid(tgn.predictor(torch.from_numpy(z), torch.from_numpy(flipped), pair))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5)

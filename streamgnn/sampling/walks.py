@@ -58,6 +58,11 @@ class WalkFeatures:
         self.reset()
 
     @property
+    def settings(self) -> tuple:
+        """What the features depend on besides the store: two objects alike here give the same values."""
+        return self.hops, self.dim, tuple(self.rates.tolist()), self.seed
+
+    @property
     def shape(self) -> tuple[int, int, int]:
         """One query's products: ``(channels, 2 (hops + 1), 2 (hops + 1))``."""
         return len(self.rates), 2 * (self.hops + 1), 2 * (self.hops + 1)

@@ -97,6 +97,10 @@ class LinkScorer:
         pairs = None
         if encoder is not None and self.store is not None:
             pairs = PairFeatures.of(self.store, model)
+            # The walk state is the store's, not the weights': a new checkpoint keeps it (no replay).
+            before = self._loaded.pairs.walks if self._loaded is not None and self._loaded.pairs else None
+            if before is not None and pairs.walks is not None and before.settings == pairs.walks.settings:
+                pairs.walks = before
         self._loaded = _Loaded(latest, predictor, encoder, pairs)
 
     def score(self, z_src: np.ndarray, z_dst: np.ndarray, src=None, dst=None) -> tuple[np.ndarray, dict]:
