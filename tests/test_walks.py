@@ -52,10 +52,19 @@ def brute_products(P: np.ndarray, edges, u: int, v: int, tq: float) -> np.ndarra
 
 
 queries = st.lists(st.tuples(st.integers(-1, 11), st.integers(-1, 11), st.integers(0, 33)), max_size=8)
+# rows of candidates: one source at one time against a few destinations, as ranking asks
+rows = st.lists(
+    st.tuples(st.integers(-1, 11), st.lists(st.integers(-1, 11), min_size=1, max_size=4), st.integers(0, 33)),
+    max_size=3,
+).map(lambda rs: [(u, v, tq) for u, vs, tq in rs for v in vs])
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(event, max_size=30), st.lists(st.integers(1, 29), max_size=3), st.lists(queries, max_size=4))
+@given(
+    st.lists(event, max_size=30),
+    st.lists(st.integers(1, 29), max_size=3),
+    st.lists(queries | rows, max_size=4),
+)
 def test_matches_brute_force_however_queries_and_batches_interleave(raw, splits, asked):
     """After each batch some queries, at any times (before, inside and after the stream so far, going
     back and forth): each sees exactly the stored events before its time. Times repeat (events of one time
@@ -86,7 +95,12 @@ def test_matches_brute_force_however_queries_and_batches_interleave(raw, splits,
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(event, min_size=1, max_size=30), st.lists(st.integers(1, 29), max_size=4), queries, queries)
+@given(
+    st.lists(event, min_size=1, max_size=30),
+    st.lists(st.integers(1, 29), max_size=4),
+    queries,
+    queries | rows,
+)
 def test_the_same_bits_however_the_stream_was_cut_and_when_it_was_asked(raw, splits, between, final):
     """One store ingested whole and asked once; another ingested in pieces and asked ``between`` each
     (which advances its state and leaves events pending): the final answers are bit-identical."""

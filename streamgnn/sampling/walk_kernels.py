@@ -94,26 +94,33 @@ def apply_groups(H, lam, P, rates, rows_s, rows_d, ev_s, ev_d, ev_t, lo, hi, clo
 
 
 @njit(cache=True, fastmath={"reassoc"})  # sums in vector lanes: one fixed order, 4-8x faster than serial
-def _gram(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, X, out, i):
+def _gram(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, X, out, i, prev):
     """``out[i, c]``: the Gram matrix, in channel ``c``, of u's hops 0..K then v's hops 0..K, each decayed
     to ``clock`` (u's vectors are row ``ru`` of ``Hu``/``lu``, v's row ``rv`` of ``Hv``/``lv``; hop 0 is
-    ``P``). ``X``: scratch ``[2 (K + 1), d]``."""
+    ``P``). ``X``: scratch ``[C, 2 (K + 1), d]``; ``prev`` >= 0: query ``prev`` was the last one, with the
+    same ``u`` and ``clock`` (a row of candidates), so u's rows of ``X`` and u's own products stand."""
     C, K, d = Hu.shape[1], Hu.shape[2], Hu.shape[3]
     m = 2 * (K + 1)
     for c in range(C):
-        fu = np.exp(-rates[c] * (clock - lu[ru]))
         fv = np.exp(-rates[c] * (clock - lv[rv]))
         for j in range(d):
-            X[0, j] = P[u, j]
-            X[K + 1, j] = P[v, j]
+            X[c, K + 1, j] = P[v, j]
             for k in range(K):
-                X[1 + k, j] = Hu[ru, c, k, j] * fu
-                X[K + 2 + k, j] = Hv[rv, c, k, j] * fv
+                X[c, K + 2 + k, j] = Hv[rv, c, k, j] * fv
+        if prev < 0:
+            fu = np.exp(-rates[c] * (clock - lu[ru]))
+            for j in range(d):
+                X[c, 0, j] = P[u, j]
+                for k in range(K):
+                    X[c, 1 + k, j] = Hu[ru, c, k, j] * fu
         for a in range(m):
             for b in range(a, m):
-                s = 0.0
-                for j in range(d):
-                    s += X[a, j] * X[b, j]
+                if prev >= 0 and b <= K:
+                    s = out[prev, c, a, b]
+                else:
+                    s = 0.0
+                    for j in range(d):
+                        s += X[c, a, j] * X[c, b, j]
                 out[i, c, a, b] = s
                 out[i, c, b, a] = s
 
@@ -131,7 +138,8 @@ def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, or
     slam = np.zeros(2 * n_ev + 1, np.int64)
     rows_s = np.empty(n_ev, np.int64)
     rows_d = np.empty(n_ev, np.int64)
-    X = np.empty((2 * (K + 1), d))
+    X = np.empty((C, 2 * (K + 1), d))
+    last_u, last_clock, last_i = -1, -1, -1
     used = 0
     done = 0
     for q in range(len(order)):
@@ -153,15 +161,17 @@ def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, or
         if u < 0 or v < 0 or u >= len(P) or v >= len(P):
             out[i] = 0.0
             continue
+        prev = last_i if u == last_u and clock == last_clock else -1
         if slot[u] < 0:
             if slot[v] < 0:
-                _gram(H, lam, u, H, lam, v, P, rates, u, v, clock, X, out, i)
+                _gram(H, lam, u, H, lam, v, P, rates, u, v, clock, X, out, i, prev)
             else:
-                _gram(H, lam, u, sH, slam, slot[v], P, rates, u, v, clock, X, out, i)
+                _gram(H, lam, u, sH, slam, slot[v], P, rates, u, v, clock, X, out, i, prev)
         elif slot[v] < 0:
-            _gram(sH, slam, slot[u], H, lam, v, P, rates, u, v, clock, X, out, i)
+            _gram(sH, slam, slot[u], H, lam, v, P, rates, u, v, clock, X, out, i, prev)
         else:
-            _gram(sH, slam, slot[u], sH, slam, slot[v], P, rates, u, v, clock, X, out, i)
+            _gram(sH, slam, slot[u], sH, slam, slot[v], P, rates, u, v, clock, X, out, i, prev)
+        last_u, last_clock, last_i = u, clock, i
     for j in range(n_ev):
         slot[ev_s[j]] = -1
         slot[ev_d[j]] = -1
