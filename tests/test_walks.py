@@ -126,7 +126,7 @@ def test_a_walk_of_two_events_is_counted_only_in_time_order():
     from streamgnn import EventBatch
     from streamgnn.store import TemporalGraphStore
 
-    walks = WalkFeatures(hops=2, dim=512)
+    walks = WalkFeatures(hops=2, dim=512, decays=(0.0,))
     got = []
     for times in ([1.0, 2.0], [1.0, 1.0], [2.0, 1.0]):
         store = TemporalGraphStore()
@@ -163,10 +163,10 @@ def test_a_decay_channel_weighs_old_walks_down_by_the_events_since():
 def test_refuses_bad_settings():
     for bad in (dict(hops=0), dict(dim=0), dict(decays=()), dict(decays=(-1.0,)), dict(decays=(np.inf,))):
         with pytest.raises(ConfigError, match="walk"):
-            WalkFeatures(**bad)
+            WalkFeatures(**{"hops": 2, "dim": 8, "decays": (0.0,), **bad})
     store, _ = build([])
     with pytest.raises(ConfigError, match="destinations"):
-        WalkFeatures().products(store, np.zeros(2, np.int64), np.zeros(1, np.int64), np.zeros(2))
+        WalkFeatures(2, 8, (0.0,)).products(store, np.zeros(2, np.int64), np.zeros(1, np.int64), np.zeros(2))
 
 
 def test_docstring_example_runs():

@@ -20,7 +20,7 @@ bit for bit. Deleted edges still count: a walk is a sequence of interactions tha
 >>> from streamgnn.store import TemporalGraphStore
 >>> store = TemporalGraphStore()
 >>> _ = store.ingest(EventBatch.from_columns(src=[1, 2], dst=[2, 3], t=[1.0, 2.0], eid=[0, 1]))
->>> walks = WalkFeatures(hops=2, dim=256)
+>>> walks = WalkFeatures(hops=2, dim=256, decays=(0.0,))
 >>> u, w = store.node_index([1, 3])
 >>> x = walks.products(store, np.array([u]), np.array([w]), np.array([3.0]))[0, 0]
 >>> bool(abs(x[0, 5] - 1.0) < 0.25)  # <P[1], 2-event walks ending at 3>: the walk 1 -> 2 -> 3, about 1
@@ -42,12 +42,12 @@ from . import walk_kernels as W
 
 class WalkFeatures:
     """Inner products of two nodes' walk vectors (``products``: each with the other and with itself), over
-    ``hops`` hops (plus hop 0, the
-    node's random vector) in ``dim`` random dimensions, one channel per decay rate in ``decays`` (per
-    event: a walk's weight is ``exp(-rate * events since its first event)``; 0 keeps plain counts).
-    ``seed`` fixes the nodes' random vectors (the trainer and a scorer must agree)."""
+    ``hops`` hops (plus hop 0, the node's random vector) in ``dim`` random dimensions, one channel per
+    decay rate in ``decays`` (per event: a walk's weight is ``exp(-rate * events since its first event)``;
+    0 keeps plain counts). ``seed`` fixes the nodes' random vectors (the trainer and a scorer must agree).
+    A model's settings are ``TGNConfig``'s ``walk_*`` fields (``PairFeatures.of``)."""
 
-    def __init__(self, hops: int = 2, dim: int = 64, decays: tuple[float, ...] = (0.0,), seed: int = 0):
+    def __init__(self, hops: int, dim: int, decays: tuple[float, ...], seed: int = 0):
         if not isinstance(hops, int) or hops < 1 or not isinstance(dim, int) or dim < 1:
             raise ConfigError(f"walk hops and dim must be ints >= 1, got {hops!r} and {dim!r}")
         rates = np.asarray(tuple(float(x) for x in decays), np.float64)
