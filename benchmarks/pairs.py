@@ -12,10 +12,16 @@ since its latest event), co-occurrence of the 20 latest neighbors
 (``sampler_us_per_root``: the neighborhood TGN embeds); ``pair_vs_sampler_cost`` is the pair features'
 cost per query over the sampler's per root.
 
+Walk features (``TGNConfig.pair_walks``, TPNet's, part of the default's pair features): the store holds
+all but the last 2,000 events and the same 202,000 queries come at those events' times, after
+every stored event, as in training; ``walk_us_per_event`` is the first query's replay of the store per
+stored event, ``walk_us_per_query`` a query's cost once the state is current (median over ``--repeats``).
+
 Training speed: ``fit_offline`` on the first ``--train-events`` events (default 30,000, ``--quick``
 6,000), chronological split by row, the default ``TrainConfig`` (batch 200, dims 100), two epochs each
-with ``pair_features`` off and on; events/s is the median over epochs, and ``pair_vs_tgn_speed`` their
-ratio (the issue's target: at least 0.7).
+with ``pair_features`` off, on without walk features (``pair_walks=False``) and as the default model
+has them; events/s is the median over epochs, ``pair_vs_tgn_speed`` the default's over TGN alone's (the
+issue's target: at least 0.7) and ``walks_vs_no_walks_speed`` the default's over the one without walks.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from streamgnn.datasets import load
 from streamgnn.nn import TGNConfig
 from streamgnn.sampling import SamplerConfig, TemporalSampler
 from streamgnn.sampling.pairs import PairFeatures
+from streamgnn.sampling.walks import WalkFeatures
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import ChronologicalSplit, TrainConfig, fit_offline
 
@@ -47,6 +54,8 @@ HEADLINE = {
     "sampler_us_per_root": "the sampler's recent neighbors, us per root (same store, the baseline)",
     "pair_vs_sampler_cost": "a pair's features / a root's neighborhood (cost ratio)",
     "pair_vs_tgn_speed": "training events/s with pair features / TGN alone (first {train_events:,} events)",
+    "walk_us_per_query": "walk features, us per query (state current, same queries)",
+    "walks_vs_no_walks_speed": "training events/s with walk features / the pair features without them",
 }
 
 
@@ -76,18 +85,46 @@ def query_cost(events, repeats: int, seed: int = 0) -> dict:
         "cooccurrence_us_per_query": 1e6 * cooc,
         "sampler_us_per_root": 1e6 * sample,
         "pair_vs_sampler_cost": (history + cooc) / sample,
+        **walk_cost(events, store.node_index(events.src), store.node_index(events.dst), repeats),
     }
+
+
+def walk_cost(events, src: np.ndarray, dst: np.ndarray, repeats: int) -> dict:
+    """``src``/``dst``: the events' internal ids in a store that holds them all (the same ids here)."""
+    store = TemporalGraphStore()
+    store.ingest(events.take(slice(0, len(events) - QUERY_EVENTS)))
+    q = slice(len(events) - QUERY_EVENTS, len(events))
+    q_src, q_t = np.repeat(src[q], 1 + CANDIDATES), np.repeat(events.t[q], 1 + CANDIDATES)
+    rng = np.random.default_rng(1)
+    q_dst = np.column_stack([dst[q], rng.choice(dst[: q.start], (QUERY_EVENTS, CANDIDATES))]).reshape(-1)
+    q_dst = np.where(q_dst < store.num_nodes, q_dst, -1)
+    q_src = np.where(q_src < store.num_nodes, q_src, -1)
+    config = TGNConfig()
+    WalkFeatures(config.walk_hops, config.walk_dim, config.walk_decays).products(
+        store, q_src[:1], q_dst[:1], q_t[:1]
+    )
+    walks = WalkFeatures(config.walk_hops, config.walk_dim, config.walk_decays)
+    replay = median_time(
+        lambda: (walks.reset(), walks.products(store, q_src[:1], q_dst[:1], q_t[:1])), repeats
+    )
+    per_query = median_time(lambda: walks.products(store, q_src, q_dst, q_t), repeats) / len(q_src)
+    return {"walk_us_per_event": 1e6 * replay / store.num_edges, "walk_us_per_query": 1e6 * per_query}
 
 
 def train_speed(events) -> dict:
     split = ChronologicalSplit.make(events, by_time=False, new_node_fraction=0.0)
     out = {}
-    for name, pairs in (("tgn", False), ("pairs", True)):
-        config = TrainConfig(model=TGNConfig(pair_features=pairs), eval_negatives=0, baselines=())
+    for name, model in (
+        ("tgn", dict(pair_features=False)),
+        ("no_walks", dict(pair_walks=False)),
+        ("pairs", {}),
+    ):
+        config = TrainConfig(model=TGNConfig(**model), eval_negatives=0, baselines=())
         result = fit_offline(events, config, epochs=2, split=split, score_val=False)
         out[f"train_events_per_s_{name}"] = statistics.median(result.train_events_per_s)
         out[f"test_ap_{name}"] = result.test.ap
     out["pair_vs_tgn_speed"] = out["train_events_per_s_pairs"] / out["train_events_per_s_tgn"]
+    out["walks_vs_no_walks_speed"] = out["train_events_per_s_pairs"] / out["train_events_per_s_no_walks"]
     return out
 
 

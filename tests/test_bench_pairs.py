@@ -23,6 +23,9 @@ def test_tiny_run_prints_costs_and_the_speed_ratio(capsys):
     assert np.isclose(result["pair_vs_sampler_cost"], cost)
     speed = result["train_events_per_s_pairs"] / result["train_events_per_s_tgn"]
     assert np.isclose(result["pair_vs_tgn_speed"], speed) and result["queries"] == 2000 * 101
+    assert result["walk_us_per_query"] > 0 and result["walk_us_per_event"] > 0
+    speed = result["train_events_per_s_pairs"] / result["train_events_per_s_no_walks"]
+    assert np.isclose(result["walks_vs_no_walks_speed"], speed)
 
 
 def test_historical_negatives_are_destinations_the_source_met_before():

@@ -187,12 +187,14 @@ def test_link_scores_come_from_the_trained_predictor(kafka_bootstrap, make_topic
     assert got["scores"][0]["score"] == pytest.approx(float(expected), rel=1e-5)
 
 
+@pytest.mark.parametrize("walks", [False, True])
 def test_link_scores_read_pair_features_from_the_trainers_store_and_say_so_without_it(
-    kafka_bootstrap, make_topic, tmp_path
+    kafka_bootstrap, make_topic, tmp_path, walks
 ):
     """A model with pair features scores through its pair encoder when the service holds the trainer's
-    store (features as of just after its newest event, as the embeddings are); a service that reads only the
-    topic answers by cosine and names why, never by the predictor with the pair part missing."""
+    store (features as of just after its newest event, as the embeddings are; walk features too, kept by
+    the service over that store); a service that reads only the topic answers by cosine and names why,
+    never by the predictor with the pair part missing."""
     import math
 
     from streamgnn.events import EventBatch
@@ -204,11 +206,17 @@ def test_link_scores_read_pair_features_from_the_trainers_store_and_say_so_witho
     events = EventBatch.from_columns(
         src=rng.integers(0, 20, 600), dst=rng.integers(20, 30, 600), t=np.arange(600.0), eid=np.arange(600)
     )
-    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, pair_features=True)
+    model = TGNConfig(
+        memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, pair_features=True, pair_walks=walks
+    )
     config = TrainConfig(
-        model=model, batch_size=100, lr=1e-2, eval_negatives=2, checkpoint_dir=str(tmp_path),
+        model=model,
+        batch_size=100,
+        lr=1e-3 if walks else 1e-2,
+        eval_negatives=2,
+        checkpoint_dir=str(tmp_path),
         checkpoint_every=1,
-    )  # fmt: skip
+    )  # fmt: skip  (at 1e-2 the walk products' wide inputs can leave this run's predictor constant)
     topic = make_topic(1, compacted=True)
     with KafkaSink(kafka_bootstrap, embeddings_topic=topic, fmt="binary") as sink:
         trainer = OnlineTrainer(config, sink=sink)
@@ -222,13 +230,16 @@ def test_link_scores_read_pair_features_from_the_trainers_store_and_say_so_witho
     assert features.history(s, d, t)[0, 0] > 0  # 0 -> 25 did happen
     tgn.eval()
     with torch.no_grad():
-        pair = tgn.pair_encoder(torch.from_numpy(features.history(s, d, t)), torch.from_numpy(
-            features.cooccurrence(s, d, t)
-        ))  # fmt: skip
+        raw = [torch.from_numpy(x) for x in features.raw(s, d, t)]
+        pair = tgn.pair_encoder(*raw)
         z_src, z_dst = torch.from_numpy(z[:2]), torch.from_numpy(z[2:])
         expected = torch.sigmoid(tgn.predictor(z_src, z_dst, pair)).numpy()
-        blind = torch.sigmoid(tgn.predictor(z_src, z_dst, torch.zeros_like(pair))).numpy()
-    assert np.abs(blind - expected).max() > 1e-3  # the pair part matters to these scores
+        blinds = [torch.zeros_like(pair)] + (
+            [tgn.pair_encoder(*raw[:2], torch.zeros_like(raw[2]))] if walks else []
+        )
+        for blind in blinds:  # the pair part (and the walk part of it) matters to these scores, far beyond
+            blind = torch.sigmoid(tgn.predictor(z_src, z_dst, blind)).numpy()  # the tolerance below
+            assert np.abs(blind - expected).max() > 1e-4
     served = ServeConfig(port=0, log_every_s=0, checkpoint_dir=str(tmp_path))
     with EmbeddingService(served, kafka_bootstrap, topic, store=store) as service:
         wait_for(lambda: call(f"{service.url}/health")[1]["nodes"] == 30, "all 30 nodes")

@@ -33,10 +33,11 @@ def drifting(n: int = 3000, users: int = 40, items: int = 400, seed: int = 0) ->
     return EventBatch.from_columns(src=src, dst=dst + users, t=t, eid=np.arange(n))
 
 
-def config(pairs: bool = True, endpoints: bool = False, **kw) -> TrainConfig:
+def config(pairs: bool = True, endpoints: bool = False, walks: bool = False, **kw) -> TrainConfig:
     model = TGNConfig(
         memory_dim=16, time_dim=8, embedding_dim=16, num_neighbors=5, dropout=0.0, pair_features=pairs,
-        pair_neighbors=5, pair_decays=(5.0, 50.0), pair_dim=8, pair_endpoints=endpoints,
+        pair_neighbors=5, pair_decays=(5.0, 50.0), pair_dim=8, pair_endpoints=endpoints, pair_walks=walks,
+        walk_dim=8, walk_decays=(0.0, 0.1),
     )  # fmt: skip
     base = dict(model=model, batch_size=100, lr=3e-3, eval_negatives=10, window_events=1000)
     return TrainConfig(**{**base, **kw})
@@ -67,8 +68,10 @@ def test_offline_trains_until_validation_stops_improving():
         fit_offline(events, config(), patience=0, split=split)
 
 
-@pytest.mark.parametrize("model", [{}, dict(endpoints=True)])
+@pytest.mark.parametrize("model", [{}, dict(endpoints=True), dict(walks=True)])
 def test_checkpoint_resume_with_pair_features_is_bit_for_bit(tmp_path, model):
+    """Walk features are a cache over the store: the resumed run rebuilds them from the restored store
+    and goes on bit for bit."""
     events = drifting(1200)
     cfg = config(
         **model, checkpoint_dir=str(tmp_path / "run"), checkpoint_every=4, train_negatives="historical"
@@ -83,15 +86,19 @@ def test_checkpoint_resume_with_pair_features_is_bit_for_bit(tmp_path, model):
     assert_same(trained_state(resumed), want)
 
 
-def test_sharded_training_runs_the_default_model_and_its_pair_features_tell_old_favourites_apart():
-    """A default config with ``sharding`` set is taken (the model reads pair features there too), and on a
+def test_sharded_training_runs_the_default_model_and_its_pair_features_tell_old_favourites_apart(caplog):
+    """A default config with ``sharding`` set is taken (the model reads pair features there too, all but the
+    walk features, turned off with a warning that says why), and on a
     stream where only the pair's recent history tells an old favourite (a historical negative) from the
     current one, the sharded trainer's pair features lift its AP well above TGN alone's. DyGFormer is
     refused with the reason."""
     from streamgnn.nn import DyGFormerConfig
     from streamgnn.shard import PartitionedReplay, ShardConfig, ShardedTrainer
 
-    assert TrainConfig(sharding=ShardConfig()).model.pair_features
+    assert TrainConfig().model.pair_walks
+    with caplog.at_level("WARNING", logger="streamgnn.train.config"):
+        sharded = TrainConfig(sharding=ShardConfig()).model
+    assert sharded.pair_features and not sharded.pair_walks and "walk features" in caplog.text
     with pytest.raises(ConfigError, match="latest-neighbor sequences"):
         TrainConfig(model=DyGFormerConfig(), sharding=ShardConfig())
     events, ap = drifting(1500), {}
@@ -105,7 +112,7 @@ def test_sharded_training_runs_the_default_model_and_its_pair_features_tell_old_
 def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():
     import json
 
-    for cfg in (config(), config(endpoints=True)):
+    for cfg in (config(), config(endpoints=True), config(walks=True)):
         assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     for bad in (
         dict(pair_neighbors=0),
@@ -114,6 +121,9 @@ def test_pair_settings_round_trip_through_json_and_bad_ones_are_refused():
         dict(pair_decays=(np.inf,)),
     ):
         with pytest.raises(ConfigError, match="pair_"):
+            TGNConfig(**bad)
+    for bad in (dict(walk_dim=0), dict(walk_hops=0), dict(walk_decays=()), dict(walk_decays=(-0.1,))):
+        with pytest.raises(ConfigError, match="walk_"):
             TGNConfig(**bad)
 
 
@@ -147,8 +157,7 @@ def test_endpoint_gaps_read_the_store_the_same_however_the_stream_was_batched():
             store.ingest(chunk)
         pairs = PairFeatures.of(store, model)
         u, v = store.node_index(src), store.node_index(dst)
-        raw = (pairs.history(u, v, t), pairs.cooccurrence(u, v, t))
-        vectors.append(encoder(*(torch.from_numpy(x) for x in raw)))
+        vectors.append(encoder(*(torch.from_numpy(x) for x in pairs.read(u, v, t))))
     torch.testing.assert_close(vectors[0], vectors[1], rtol=0, atol=0)
 
 
@@ -159,7 +168,8 @@ def test_endpoint_gaps_reach_the_logits():
     from streamgnn.nn.pairs import PairEncoder
 
     torch.manual_seed(0)
-    encoder = PairEncoder.of(TGNConfig(pair_decays=(5.0,), pair_neighbors=4, pair_dim=8, pair_endpoints=True))
+    model = TGNConfig(pair_decays=(5.0,), pair_neighbors=4, pair_dim=8, pair_endpoints=True, pair_walks=False)
+    encoder = PairEncoder.of(model)
     pair = [0.0, 0.0, np.inf, np.inf, 0.0]
     history = torch.tensor([pair + [1.0, 2.0], pair + [1.0, 5e4], pair + [1.0, np.inf]], dtype=torch.float64)
     vectors = encoder(history, torch.zeros(3, 2, 4, 2))
@@ -181,3 +191,86 @@ def test_a_checkpoint_from_before_endpoint_gaps_loads_as_it_was_written():
     TGN(old.model).load_state_dict(written)  # strict: every shape as written
     with pytest.raises(RuntimeError, match="size mismatch"):
         TGN(config(endpoints=True).model).load_state_dict(written)
+
+
+def test_walk_products_reach_the_logits():
+    """With ``pair_walks``, the walk products are an input: two pairs alike but for them score
+    differently (and a sign flip is not lost to the scaling)."""
+    from streamgnn.nn import LinkPredictor
+    from streamgnn.nn.pairs import PairEncoder
+
+    torch.manual_seed(0)
+    model = config(walks=True).model
+    encoder = PairEncoder.of(model)
+    history = torch.tensor([[1.0, 0.0, 3.0, np.inf, 0.5, 0.5]] * 3, dtype=torch.float64)
+    walk = torch.zeros(3, len(model.walk_decays), 6, 6, dtype=torch.float64)
+    walk[1, :, 1, 4], walk[2, :, 1, 4] = 40.0, -40.0
+    vectors = encoder(history, torch.zeros(3, 2, 5, 2), walk)
+    logits = LinkPredictor(6, pair_dim=encoder.out_dim)(torch.ones(3, 6), torch.ones(3, 6), vectors)
+    assert len(set(logits.tolist())) == 3, logits
+
+
+def test_a_new_pass_over_the_stream_forgets_the_walks():
+    """``reset_state`` (each offline epoch) drops the walk state: a model that read a long stream and is
+    then attached to a store holding its first part reads the features a fresh model reads there."""
+    from streamgnn.store import TemporalGraphStore
+    from streamgnn.train.tgn_model import TGNLinkModel
+
+    events = drifting(400, users=10, items=30)
+    full, part = TemporalGraphStore(), TemporalGraphStore()
+    full.ingest(events)
+    part.ingest(events.take(np.arange(200)))
+    used, fresh = TGNLinkModel(config(walks=True)), TGNLinkModel(config(walks=True))
+    u, v, t = full.node_index(events.src[:50]), full.node_index(events.dst[:50]), np.full(50, 1e9)
+    used.attach(full)
+    before = used.pairs.walk(u, v, t)
+    used.reset_state()
+    used.attach(part)
+    fresh.attach(part)
+    after = used.pairs.walk(u, v, t)
+    np.testing.assert_array_equal(after, fresh.pairs.walk(u, v, t))
+    assert np.abs(before - after).max() > 1.0  # the longer stream's walks are gone
+
+
+def test_a_checkpoint_from_before_walk_features_loads_with_them_off():
+    from streamgnn.nn import TGN
+
+    saved = config().to_dict()
+    for key in ("pair_walks", "walk_hops", "walk_dim", "walk_decays"):
+        del saved["model"][key]
+    old = TrainConfig.from_checkpoint(saved)
+    assert old.model.pair_walks is False
+    TGN(old.model).load_state_dict(TGN(config().model).state_dict())  # strict: every shape as written
+
+
+def test_a_scorer_keeps_its_walk_state_across_checkpoints_and_scores_as_the_model(tmp_path):
+    """``/score``'s scorer computes walk features at query time over the trainer's store; a new checkpoint
+    changes the weights, not the walk state, so it is kept (no replay of the store) and the scores still
+    equal the checkpointed model's on fresh features."""
+    import math
+
+    from streamgnn.sampling.pairs import PairFeatures
+    from streamgnn.serve.scoring import LinkScorer
+
+    events = drifting(600, users=10, items=30)
+    cfg = config(walks=True, checkpoint_dir=str(tmp_path), checkpoint_every=1)
+    trainer = OnlineTrainer(cfg)
+    trainer.fit(events.take(np.arange(300)).split(100), progress=False)
+    scorer = LinkScorer(tmp_path, trainer.store)
+    z = np.random.default_rng(0).standard_normal((2, trainer.model.out_dim)).astype(np.float32)
+    src, dst = events.src[:2], events.dst[:2]
+    scorer.score(z[:1], z[1:], src[:1], dst[:1])
+    walks, first = scorer._loaded.pairs.walks, scorer._loaded.step
+    trainer.fit(events.take(np.arange(300, 600)).split(100), progress=False)
+    flipped = z[::-1].copy()
+    got, info = scorer.score(z, flipped, src, dst)
+    assert info["checkpoint"] == scorer._loaded.step != first  # a new checkpoint, the same walk state
+    assert scorer._loaded.pairs.walks is walks
+    store, tgn = trainer.store, trainer.model
+    t = float(np.nextafter(store.watermark, math.inf))
+    raw = PairFeatures.of(store, cfg.model).read(store.node_index(src), store.node_index(dst), t)
+    tgn.eval()
+    with torch.no_grad():
+        pair = tgn.pair_encoder(*(torch.from_numpy(x) for x in raw))
+        want = torch.sigmoid(tgn.predictor(torch.from_numpy(z), torch.from_numpy(flipped), pair))
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-5)

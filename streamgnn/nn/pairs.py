@@ -8,7 +8,9 @@ other endpoint's) is encoded as ``f(c)`` by a two-layer MLP and a neighbor's enc
 f(c_other)``; we mean-pool those over each endpoint's neighbors (the predictor here reads one vector, not a
 sequence). Counts are integers ``0..k``, so ``f`` is evaluated once per value and the pooled encoding is a
 histogram of counts times that table: no ``[pairs, k, dim]`` tensor is ever built, which keeps ranking 100
-candidates per positive cheap.
+candidates per positive cheap. Walk products (``sampling.WalkFeatures``, with ``walks``), inner products
+of random-projected walk counts that span orders of magnitude and may be negative, go in as
+``sign(x) log(1 + |x|)`` through a third MLP, as TPNet scales them.
 
 >>> import numpy as np
 >>> enc = PairEncoder(history_dim=5, neighbors=3, dim=4)
@@ -22,32 +24,38 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from ..errors import ConfigError
 from ..sampling.pair_kernels import HISTORY_FIXED, N_UV, N_VU, SINCE_UV, SINCE_VU
 
 
 class PairEncoder(nn.Module):
     """``(history [n, history_dim] float64, cooc [n, 2, neighbors, 2])`` -> ``[n, out_dim]``, ``out_dim =
     3 * dim`` (history, u's neighbors, v's neighbors). ``endpoints``: the history's last two columns are
-    the time since each endpoint's latest event with anyone, encoded as the pair's gaps are."""
+    the time since each endpoint's latest event with anyone, encoded as the pair's gaps are. ``walks``:
+    how many walk products a pair has (0: none); then ``out_dim = 4 * dim``."""
 
-    def __init__(self, history_dim: int, neighbors: int, dim: int, endpoints: bool = False) -> None:
+    def __init__(
+        self, history_dim: int, neighbors: int, dim: int, endpoints: bool = False, walks: int = 0
+    ) -> None:
         super().__init__()
         self.neighbors, self.endpoints = neighbors, endpoints
         n_in = 2 + 2 + 2 + (history_dim - HISTORY_FIXED)  # log counts, seen flags, log gaps, log decayed
         n_in += 2 * endpoints  # the endpoints' gaps (counted in history_dim) also have seen flags
         self.history = nn.Sequential(nn.Linear(n_in, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.count = nn.Sequential(nn.Linear(1, dim), nn.ReLU(), nn.Linear(dim, dim))
-        self.out_dim = 3 * dim
+        self.walk = nn.Sequential(nn.Linear(walks, dim), nn.ReLU(), nn.Linear(dim, dim)) if walks else None
+        self.out_dim = (4 if walks else 3) * dim
 
     @classmethod
     def of(cls, config) -> PairEncoder:
-        """The encoder a model config's ``pair_neighbors``, ``pair_decays``, ``pair_dim`` and
-        ``pair_endpoints`` call for (the model builds it, and a scorer that loads its weights from a
-        checkpoint)."""
+        """The encoder a model config's ``pair_neighbors``, ``pair_decays``, ``pair_dim``,
+        ``pair_endpoints`` and walk settings call for (the model builds it, and a scorer that loads its
+        weights from a checkpoint)."""
         history_dim = HISTORY_FIXED + len(config.pair_decays) + 2 * config.pair_endpoints
-        return cls(history_dim, config.pair_neighbors, config.pair_dim, config.pair_endpoints)
+        walks = len(config.walk_decays) * (2 * config.walk_hops + 2) ** 2 if config.pair_walks else 0
+        return cls(history_dim, config.pair_neighbors, config.pair_dim, config.pair_endpoints, walks)
 
-    def forward(self, history: Tensor, cooc: Tensor) -> Tensor:
+    def forward(self, history: Tensor, cooc: Tensor, walk: Tensor | None = None) -> Tensor:
         dev = self.count[0].weight.device
         history = history.to(dev)
         gap_cols = [SINCE_UV, SINCE_VU]
@@ -76,4 +84,10 @@ class PairEncoder(nn.Module):
         hist.scatter_add_(2, counts.reshape(n, 2, 2 * k), weight)
         table = self.count(torch.arange(k + 1, device=dev, dtype=torch.float32).unsqueeze(1))  # [k+1, dim]
         pooled = (hist @ table) / valid.sum(2, keepdim=True).clamp_min(1)  # mean of f(own) + f(other)
-        return torch.cat([self.history(h), pooled.reshape(n, -1)], dim=1)
+        parts = [self.history(h), pooled.reshape(n, -1)]
+        if self.walk is not None:
+            if walk is None:
+                raise ConfigError("this pair encoder reads walk products (pair_walks): pass walk=")
+            w = walk.to(dev).reshape(n, -1)
+            parts.append(self.walk((torch.sign(w) * torch.log1p(w.abs())).float()))
+        return torch.cat(parts, dim=1)

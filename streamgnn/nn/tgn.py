@@ -53,17 +53,25 @@ class TGNConfig(Config):
     merge. Configs written before still load: ``merge="mlp"`` (what the model does) is ignored,
     ``"linear_skip"`` is refused.
     ``pair_features``: the link predictor also reads the pair's features from the store at query time
-    (``sampling.PairFeatures``, encoded by ``PairEncoder`` into ``3 * pair_dim`` values): u->v and v->u
-    counts, time since the latest of each, decayed counts with time constants ``pair_decays`` (in the
-    stream's time unit; the defaults, an hour, a day and a week, assume seconds), and DyGFormer's
-    co-occurrence of both endpoints' latest ``pair_neighbors`` neighbors. Node embeddings (what the service
-    serves) do not change. On by default: it beat the TGN alone and both EdgeBanks on every stream measured
-    (benchmarks/RESULTS.md, "Pair features and converged training"); ``pair_features=False`` is TGN as
-    published.
+    (``sampling.PairFeatures``, encoded by ``PairEncoder`` into ``4 * pair_dim`` values, 3 without
+    walks): u->v and v->u counts, time since the latest of each, decayed counts with time constants
+    ``pair_decays`` (in the stream's time unit; the defaults, an hour, a day and a week, assume seconds),
+    and DyGFormer's co-occurrence of both endpoints' latest ``pair_neighbors`` neighbors. Node embeddings
+    (what the service serves) do not change. On by default: it beat the TGN alone and both EdgeBanks on
+    every stream measured (benchmarks/RESULTS.md, "Pair features and converged training");
+    ``pair_features=False`` is TGN as published.
     ``pair_endpoints``: the pair features also hold the time since each endpoint's latest event with anyone.
     A TGN embedding cannot see it (with ``neighbor_time="last_update"`` every age it reads is relative to a
     memory update, never to the query time), and a node quiet for months rarely starts talking now: on
     by default, it lifted test AP on CollegeMsg and on Enron (benchmarks/RESULTS.md, "Endpoint recency").
+    ``pair_walks``: the pair features (when on) also hold TPNet's temporal walk encoding
+    (``sampling.WalkFeatures``): the Gram matrix of both endpoints' random-projected counts of walks of up
+    to ``walk_hops`` events, in ``walk_dim`` dimensions, one channel per decay rate in ``walk_decays`` (per
+    event, so independent of the stream's time unit: the defaults weigh a walk down by e after 10,000,
+    1,000 and 100 events since its first; 0 keeps plain counts). It sees common neighbors and 2- to 4-step
+    paths over the whole history, which the latest ``pair_neighbors`` cannot: on by default, it lifted
+    test AP on CollegeMsg above 0.95 on two seeds, and Enron's with it (benchmarks/RESULTS.md, "Temporal
+    walk features").
     """
 
     memory_dim: int = 100
@@ -87,6 +95,10 @@ class TGNConfig(Config):
     pair_decays: tuple[float, ...] = (3600.0, 86400.0, 604800.0)
     pair_dim: int = 32
     pair_endpoints: bool = True
+    pair_walks: bool = True
+    walk_hops: int = 2
+    walk_dim: int = 64
+    walk_decays: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
 
     @classmethod
     def upgrade(cls, data: dict) -> dict:
@@ -101,11 +113,18 @@ class TGNConfig(Config):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pair_decays", tuple(self.pair_decays))  # (lists from JSON)
-        for name in ("pair_neighbors", "pair_dim"):
+        object.__setattr__(self, "walk_decays", tuple(self.walk_decays))
+        for name in ("pair_neighbors", "pair_dim", "walk_hops", "walk_dim"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
         if not all(isinstance(x, int | float) and 0 < x < float("inf") for x in self.pair_decays):
             raise ConfigError(f"pair_decays must be finite time constants > 0, got {list(self.pair_decays)}")
+        if not self.walk_decays or not all(
+            isinstance(x, int | float) and 0 <= x < float("inf") for x in self.walk_decays
+        ):
+            raise ConfigError(
+                f"walk_decays must be one or more finite rates >= 0, got {list(self.walk_decays)}"
+            )
         if self.variant not in VARIANTS:
             raise ConfigError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
         if self.message not in MESSAGE_FUNCTIONS:

@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..store import GraphStore
 from . import pair_kernels as K
+from .walks import WalkFeatures
 
 
 class PairFeatures:
@@ -33,6 +34,7 @@ class PairFeatures:
     ``neighbors``: the latest ``k`` neighbors of each endpoint that co-occurrence compares. ``decays``: time
     constants (in the stream's time unit) of the exponentially decayed pair counts, one column each.
     ``endpoints``: two more history columns, the time since each endpoint's latest event with anyone.
+    ``walks``: TPNet's temporal walk features too (``walk``), a cache over the store (``reset`` forgets it).
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class PairFeatures:
         neighbors: int = 20,
         decays: tuple[float, ...] = (86400.0,),
         endpoints: bool = False,
+        walks: WalkFeatures | None = None,
     ) -> None:
         if not isinstance(neighbors, int) or neighbors < 1:
             raise ConfigError(f"pair neighbors must be an int >= 1, got {neighbors!r}")
@@ -51,11 +54,15 @@ class PairFeatures:
         self.neighbors = neighbors
         self.decays = np.asarray(decays, np.float64)
         self.endpoints = endpoints
+        self.walks = walks
 
     @classmethod
     def of(cls, store: GraphStore, config) -> PairFeatures:
         """The features a model config (``TGNConfig``) reads over ``store`` (the trainer and the scorer)."""
-        return cls(store, config.pair_neighbors, config.pair_decays, config.pair_endpoints)
+        walks = None
+        if config.pair_walks:
+            walks = WalkFeatures(config.walk_hops, config.walk_dim, config.walk_decays)
+        return cls(store, config.pair_neighbors, config.pair_decays, config.pair_endpoints, walks)
 
     @property
     def history_dim(self) -> int:
@@ -92,10 +99,21 @@ class PairFeatures:
         )  # fmt: skip
         return out
 
-    def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(history, cooccurrence)`` of the queries: what a model reads, in one call (a sharded reader
-        answers both with one exchange)."""
-        return self.history(src, dst, t), self.cooccurrence(src, dst, t)
+    def walk(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """``float64 [n, channels, 2 (hops + 1), 2 (hops + 1)]``: ``WalkFeatures.products`` over the store."""
+        src, dst, t = self._queries(src, dst, t)
+        return self.walks.products(self.store, src, dst, t)
+
+    def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Every raw feature ``PairEncoder`` reads, in one call (a sharded reader answers with one exchange):
+        history, co-occurrence (and the walk products)."""
+        parts = (self.history(src, dst, t), self.cooccurrence(src, dst, t))
+        return parts if self.walks is None else (*parts, self.walk(src, dst, t))
+
+    def reset(self) -> None:
+        """Forget what is cached of the stream (the walk state); the next query reads the store afresh."""
+        if self.walks is not None:
+            self.walks.reset()
 
     @staticmethod
     def _queries(src, dst, t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -97,6 +97,10 @@ class LinkScorer:
         pairs = None
         if encoder is not None and self.store is not None:
             pairs = PairFeatures.of(self.store, model)
+            # The walk state is the store's, not the weights': a new checkpoint keeps it (no replay).
+            before = self._loaded.pairs.walks if self._loaded is not None and self._loaded.pairs else None
+            if before is not None and pairs.walks is not None and before.settings == pairs.walks.settings:
+                pairs.walks = before
         self._loaded = _Loaded(latest, predictor, encoder, pairs)
 
     def score(self, z_src: np.ndarray, z_dst: np.ndarray, src=None, dst=None) -> tuple[np.ndarray, dict]:
@@ -128,10 +132,9 @@ class LinkScorer:
         store = self.store
         s, d = (store.node_index(np.asarray(ids), strict=False) for ids in (src, dst))
         t = float(np.nextafter(store.watermark, math.inf)) if math.isfinite(store.watermark) else 0.0
-        history = torch.from_numpy(loaded.pairs.history(s, d, t))
-        cooc = torch.from_numpy(loaded.pairs.cooccurrence(s, d, t))
+        raw = (torch.from_numpy(x) for x in loaded.pairs.read(s, d, t))
         with torch.no_grad():
-            return loaded.encoder(history, cooc), t
+            return loaded.encoder(*raw), t
 
 
 def _part(weights: dict, prefix: str) -> dict:

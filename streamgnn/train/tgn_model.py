@@ -98,10 +98,10 @@ class _Prepared:
     train_neg: np.ndarray | None
     eval_input: tuple[EmbeddingInput, torch.Tensor] | None
     train_input: tuple[EmbeddingInput, torch.Tensor] | None
-    # raw pair features (history, co-occurrence) of each row's (source, candidate) pairs, or None
-    eval_pairs: tuple[torch.Tensor, torch.Tensor] | None = None
-    rank_pairs: tuple[torch.Tensor, torch.Tensor] | None = None
-    train_pairs: tuple[torch.Tensor, torch.Tensor] | None = None
+    # raw pair features (history, co-occurrence, walks) of each row's (source, candidate) pairs, or None
+    eval_pairs: tuple[torch.Tensor, ...] | None = None
+    rank_pairs: tuple[torch.Tensor, ...] | None = None
+    train_pairs: tuple[torch.Tensor, ...] | None = None
 
 
 class TGNLinkModel:
@@ -167,6 +167,8 @@ class TGNLinkModel:
 
     def reset_state(self) -> None:
         self.model.reset_state()
+        if self.pairs is not None:
+            self.pairs.reset()
 
     def stream_state(self) -> dict[str, torch.Tensor] | None:
         memory = self.model.memory
@@ -315,18 +317,15 @@ class TGNLinkModel:
         sharded trainer's ``ShardPairs`` (a collective there)."""
         q = cand.shape[1]
         src, t = np.repeat(src, q), np.repeat(t, q)
-        history, cooc = self.pairs.read(src, cand.reshape(-1), t)
-        return torch.from_numpy(history).view(-1, q, history.shape[1]), torch.from_numpy(cooc).view(
-            -1, q, *cooc.shape[1:]
-        )
+        raw = self.pairs.read(src, cand.reshape(-1), t)
+        return tuple(torch.from_numpy(x).view(-1, q, *x.shape[1:]) for x in raw)
 
     def _encode(self, raw: tuple[torch.Tensor, ...] | None) -> torch.Tensor | None:
         """``[n, q, pair_dim]`` pair vectors of raw ``[n, q, ...]`` features (None: none)."""
         if raw is None:
             return None
-        history, cooc = raw
-        n, q = history.shape[:2]
-        return self.model.pair_encoder(history.flatten(0, 1), cooc.flatten(0, 1)).view(n, q, -1)
+        n, q = raw[0].shape[:2]
+        return self.model.pair_encoder(*(x.flatten(0, 1) for x in raw)).view(n, q, -1)
 
     def _input(
         self, roots: np.ndarray, blank: int, times: np.ndarray, step: int, purpose: int

@@ -1,0 +1,177 @@
+"""Numba kernels of temporal walk features (TPNet's random feature propagation, Lu et al. 2024).
+
+Each node ``x`` has a fixed random vector ``P[x]`` (hop 0, entries N(0, 1/d)) and, per decay channel ``c``
+and hop ``k = 1..K``, a vector ``H[x, c, k-1]``: the sum over temporal walks of ``k`` events ending at ``x``
+of the start node's ``P``, each walk weighted by ``exp(-rate_c * (events since its first event))``. So
+``<H[u, c, i-1], H[v, c, j-1]>`` approximates (Johnson-Lindenstrauss) the decayed number of walk pairs
+meeting at a common start, and ``<P[u], H[v, c, k-1]>`` the decayed number of ``k``-event walks from ``u``
+to ``v``: counts no fixed neighborhood can hold, at O(K d) per event and O(K^2 d) per query (a query
+reads the Gram matrix of both endpoints' hops, so each node's own products too).
+
+A walk's events have strictly increasing times: the events of one time stamp (a *group*) all read the
+state from before the group, so neither their order nor the batch they came in changes anything. Time is
+counted in events (the clock is the number of events before a group), which makes the decay independent
+of the stream's time unit and rate. A node's vectors are kept as of its last group (``lam[x]``, the clock
+then) and decayed when read, so the stored values depend only on the events applied, not on when they
+were asked for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .rng import mix
+
+_TWO_PI = 2.0 * np.pi
+
+
+@njit(cache=True)
+def random_vectors(seed, lo, hi, out):
+    """``out[x]`` for nodes ``lo..hi-1``: Gaussian N(0, 1/d) entries, a function of ``(seed, x)`` only
+    (Box-Muller over counter-based uniforms), so any two processes agree on a node's vector."""
+    d = out.shape[1]
+    scale = 1.0 / np.sqrt(d)
+    for x in range(lo, hi):
+        for i in range(d):
+            z1 = mix(np.uint64(seed), np.uint64(x * d + i))
+            z2 = mix(np.uint64(seed) ^ np.uint64(0x5851F42D4C957F2D), np.uint64(x * d + i))
+            u1 = ((z1 >> np.uint64(11)) + np.uint64(1)) * (1.0 / 9007199254740993.0)  # (0, 1]
+            u2 = (z2 >> np.uint64(11)) * (1.0 / 9007199254740992.0)  # [0, 1)
+            out[x, i] = np.sqrt(-2.0 * np.log(u1)) * np.cos(_TWO_PI * u2) * scale
+
+
+@njit(cache=True)
+def new_edges(start, deg, pool, num_nodes, first, src, dst):
+    """Endpoints of edges ``first..first+len(src)-1`` from their out-entries (edges keep no endpoints)."""
+    n = len(src)
+    for v in range(num_nodes):
+        s = start[v]
+        for j in range(deg[v]):
+            c = pool[s + j, 1]
+            if c >= first and c < first + n:
+                src[c - first] = v
+                dst[c - first] = pool[s + j, 0]
+
+
+@njit(cache=True)
+def apply_groups(H, lam, P, rates, rows_s, rows_d, ev_s, ev_d, ev_t, lo, hi, clock):
+    """Apply events ``lo..hi-1`` (sorted by time) group by group; ``clock``: events before ``lo``.
+
+    ``ev_s``/``ev_d`` are node ids (they index ``P``); ``rows_s``/``rows_d`` their rows in ``H`` and
+    ``lam`` (the node ids themselves, or slots of a scratch copy). Returns the clock after ``hi``."""
+    C, K, d = H.shape[1], H.shape[2], H.shape[3]
+    g = lo
+    while g < hi:
+        e = g
+        while e < hi and ev_t[e] == ev_t[g]:
+            e += 1
+        for i in range(g, e):  # bring both endpoints to the group's clock
+            for side in range(2):
+                r = rows_s[i] if side == 0 else rows_d[i]
+                if lam[r] != clock:
+                    for c in range(C):
+                        if rates[c] != 0.0:
+                            f = np.exp(-rates[c] * (clock - lam[r]))
+                            for k in range(K):
+                                for j in range(d):
+                                    H[r, c, k, j] *= f
+                    lam[r] = clock
+        for k in range(K - 1, -1, -1):  # top down: hop k reads hop k-1 as it was before the group
+            for i in range(g, e):
+                a, b = rows_s[i], rows_d[i]
+                for c in range(C):
+                    for j in range(d):
+                        if k == 0:
+                            H[a, c, 0, j] += P[ev_d[i], j]
+                            H[b, c, 0, j] += P[ev_s[i], j]
+                        else:
+                            H[a, c, k, j] += H[b, c, k - 1, j]
+                            H[b, c, k, j] += H[a, c, k - 1, j]
+        clock += e - g
+        g = e
+    return clock
+
+
+@njit(cache=True, fastmath={"reassoc"})  # sums in vector lanes: one fixed order, 4-8x faster than serial
+def _gram(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, X, out, i, prev):
+    """``out[i, c]``: the Gram matrix, in channel ``c``, of u's hops 0..K then v's hops 0..K, each decayed
+    to ``clock`` (u's vectors are row ``ru`` of ``Hu``/``lu``, v's row ``rv`` of ``Hv``/``lv``; hop 0 is
+    ``P``). ``X``: scratch ``[C, 2 (K + 1), d]``; ``prev`` >= 0: query ``prev`` was the last one, with the
+    same ``u`` and ``clock`` (a row of candidates), so u's rows of ``X`` and u's own products stand."""
+    C, K, d = Hu.shape[1], Hu.shape[2], Hu.shape[3]
+    m = 2 * (K + 1)
+    for c in range(C):
+        fv = np.exp(-rates[c] * (clock - lv[rv]))
+        for j in range(d):
+            X[c, K + 1, j] = P[v, j]
+            for k in range(K):
+                X[c, K + 2 + k, j] = Hv[rv, c, k, j] * fv
+        if prev < 0:
+            fu = np.exp(-rates[c] * (clock - lu[ru]))
+            for j in range(d):
+                X[c, 0, j] = P[u, j]
+                for k in range(K):
+                    X[c, 1 + k, j] = Hu[ru, c, k, j] * fu
+        for a in range(m):
+            for b in range(a, m):
+                if prev >= 0 and b <= K:
+                    s = out[prev, c, a, b]
+                else:
+                    s = 0.0
+                    for j in range(d):
+                        s += X[c, a, j] * X[c, b, j]
+                out[i, c, a, b] = s
+                out[i, c, b, a] = s
+
+
+@njit(cache=True)
+def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, order, out):
+    """Queries in ``order`` (non-decreasing ``prefix``): query ``i`` sees the state plus the first
+    ``prefix[i]`` pending events ``ev_*`` (the events before its time that the state does not hold). They
+    go to a scratch copy of the rows they touch (``slot[x]``: x's scratch row, -1: none; all -1 again on
+    return), so the state itself never holds an event that a later arrival could have to precede.
+    ``clock``: the events the state holds. Unknown nodes (-1, or beyond ``P``) read zeros."""
+    n_ev = len(ev_s)
+    C, K, d = H.shape[1], H.shape[2], H.shape[3]
+    sH = np.zeros((2 * n_ev + 1, C, K, d))
+    slam = np.zeros(2 * n_ev + 1, np.int64)
+    rows_s = np.empty(n_ev, np.int64)
+    rows_d = np.empty(n_ev, np.int64)
+    X = np.empty((C, 2 * (K + 1), d))
+    last_u, last_clock, last_i = -1, -1, -1
+    used = 0
+    done = 0
+    for q in range(len(order)):
+        i = order[q]
+        p = prefix[i]
+        if done < p:
+            for j in range(done, p):
+                for side in range(2):
+                    x = ev_s[j] if side == 0 else ev_d[j]
+                    if slot[x] < 0:
+                        slot[x] = used
+                        sH[used] = H[x]
+                        slam[used] = lam[x]
+                        used += 1
+                rows_s[j], rows_d[j] = slot[ev_s[j]], slot[ev_d[j]]
+            clock = apply_groups(sH, slam, P, rates, rows_s, rows_d, ev_s, ev_d, ev_t, done, p, clock)
+            done = p
+        u, v = src[i], dst[i]
+        if u < 0 or v < 0 or u >= len(P) or v >= len(P):
+            out[i] = 0.0
+            continue
+        prev = last_i if u == last_u and clock == last_clock else -1
+        if slot[u] < 0:
+            if slot[v] < 0:
+                _gram(H, lam, u, H, lam, v, P, rates, u, v, clock, X, out, i, prev)
+            else:
+                _gram(H, lam, u, sH, slam, slot[v], P, rates, u, v, clock, X, out, i, prev)
+        elif slot[v] < 0:
+            _gram(sH, slam, slot[u], H, lam, v, P, rates, u, v, clock, X, out, i, prev)
+        else:
+            _gram(sH, slam, slot[u], sH, slam, slot[v], P, rates, u, v, clock, X, out, i, prev)
+        last_u, last_clock, last_i = u, clock, i
+    for j in range(n_ev):
+        slot[ev_s[j]] = -1
+        slot[ev_d[j]] = -1

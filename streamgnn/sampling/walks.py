@@ -1,0 +1,164 @@
+"""Temporal walk features of query pairs, kept per event (TPNet's random feature propagation).
+
+TPNet (Lu et al., NeurIPS 2024) encodes a pair by the temporal walks between its endpoints: each node
+carries random-projected counts of the walks of 1..K events that end at it (``walk_kernels``), updated in
+O(K d) per event, and a pair's feature is the Gram matrix of the two endpoints' vectors over all hops
+(u with v: walks between them; each with itself: how much walking ends there, a decayed activity).
+That reaches what co-occurrence of the latest neighbors cannot: common neighbors and 2- and 3-step paths
+over the whole history, with older walks decayed.
+
+The state is a cache over the store, not a second source of truth: it advances through the store's events
+in time order, and a query at ``t`` sees exactly the events with time ``< t`` (those not yet folded into
+the state are applied to a scratch copy of the rows they touch). So the features depend only on the
+store's content, never on how the stream was cut into batches or when queries came; an event that
+arrives older than the state's horizon, a different store, or a query earlier than the horizon makes
+the state replay the store from the start (O(events)). A restored store therefore restores the features
+bit for bit. Deleted edges still count: a walk is a sequence of interactions that happened.
+
+>>> import numpy as np
+>>> from streamgnn import EventBatch
+>>> from streamgnn.store import TemporalGraphStore
+>>> store = TemporalGraphStore()
+>>> _ = store.ingest(EventBatch.from_columns(src=[1, 2], dst=[2, 3], t=[1.0, 2.0], eid=[0, 1]))
+>>> walks = WalkFeatures(hops=2, dim=256, decays=(0.0,))
+>>> u, w = store.node_index([1, 3])
+>>> x = walks.products(store, np.array([u]), np.array([w]), np.array([3.0]))[0, 0]
+>>> bool(abs(x[0, 5] - 1.0) < 0.25)  # <P[1], 2-event walks ending at 3>: the walk 1 -> 2 -> 3, about 1
+True
+>>> bool(abs(x[1, 4] - 1.0) < 0.25)  # <1's 1-event walks, 3's>: both met node 2 (one common neighbor)
+True
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..store import GraphStore
+from . import walk_kernels as W
+
+
+class WalkFeatures:
+    """Inner products of two nodes' walk vectors (``products``: each with the other and with itself), over
+    ``hops`` hops (plus hop 0, the node's random vector) in ``dim`` random dimensions, one channel per
+    decay rate in ``decays`` (per event: a walk's weight is ``exp(-rate * events since its first event)``;
+    0 keeps plain counts). ``seed`` fixes the nodes' random vectors (the trainer and a scorer must agree).
+    A model's settings are ``TGNConfig``'s ``walk_*`` fields (``PairFeatures.of``)."""
+
+    def __init__(self, hops: int, dim: int, decays: tuple[float, ...], seed: int = 0):
+        if not isinstance(hops, int) or hops < 1 or not isinstance(dim, int) or dim < 1:
+            raise ConfigError(f"walk hops and dim must be ints >= 1, got {hops!r} and {dim!r}")
+        rates = np.asarray(tuple(float(x) for x in decays), np.float64)
+        if not len(rates) or not (np.isfinite(rates) & (rates >= 0)).all():
+            raise ConfigError(f"walk decays must be one or more finite rates >= 0, got {list(decays)}")
+        self.hops, self.dim, self.rates, self.seed = hops, dim, rates, int(seed)
+        self._lock = threading.Lock()  # queries advance the state: a service's request threads take turns
+        self.reset()
+
+    @property
+    def settings(self) -> tuple:
+        """What the features depend on besides the store: two objects alike here give the same values."""
+        return self.hops, self.dim, tuple(self.rates.tolist()), self.seed
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """One query's products: ``(channels, 2 (hops + 1), 2 (hops + 1))``."""
+        return len(self.rates), 2 * (self.hops + 1), 2 * (self.hops + 1)
+
+    def vectors(self, num_nodes: int) -> np.ndarray:
+        """``float64 [num_nodes, dim]``: nodes ``0..num_nodes-1``'s fixed random vectors (hop 0)."""
+        out = np.zeros((num_nodes, self.dim))
+        W.random_vectors(self.seed, 0, num_nodes, out)
+        return out
+
+    def reset(self) -> None:
+        """Forget every event (the next query replays the store)."""
+        self._store = None
+        self._seen = 0  # edge ids examined
+        self._horizon = -np.inf  # the state holds exactly the events with time < horizon
+        self._clock = 0  # how many events that is
+        self._newest = -np.inf
+        self._P = np.zeros((0, self.dim))
+        self._H = np.zeros((0, len(self.rates), self.hops, self.dim))
+        self._lam = np.zeros(0, np.int64)
+        self._slot = np.zeros(0, np.int64)
+        self._pending = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+    def products(self, store: GraphStore, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """``float64 [n, channels, 2 (hops + 1), 2 (hops + 1)]``: per channel the Gram matrix of
+        ``src[i]``'s hops 0..hops then ``dst[i]``'s over the events before ``t[i]`` (``[i, c, a, hops + 1
+        + b]`` = <src's hop ``a``, dst's hop ``b``>). -1: unknown node (zeros)."""
+        src, dst = np.asarray(src, np.int64).reshape(-1), np.asarray(dst, np.int64).reshape(-1)
+        t = np.ascontiguousarray(np.broadcast_to(np.asarray(t, np.float64), src.shape).reshape(-1))
+        if len(dst) != len(src):
+            raise ConfigError(f"walk queries need as many destinations as sources: {len(src)} != {len(dst)}")
+        out = np.zeros((len(src), *self.shape))
+        if len(src):
+            with self._lock:
+                self._answer(store, src, dst, t, out)
+        return out
+
+    def _answer(self, store: GraphStore, src: np.ndarray, dst: np.ndarray, t: np.ndarray, out) -> None:
+        self._sync(store, float(t.min()))
+        known = self._store.view().num_nodes
+        src, dst = np.where(src < known, src, -1), np.where(dst < known, dst, -1)
+        pt, ps, pd, _ = self._pending
+        prefix = np.searchsorted(pt, t, side="left")
+        order = np.argsort(prefix, kind="stable")
+        m = int(prefix.max())
+        W.answer(
+            self._H, self._lam, self._P, self.rates, self._slot, ps[:m], pd[:m], pt[:m], self._clock,
+            src, dst, prefix, order, out,
+        )  # fmt: skip
+
+    def _sync(self, store: GraphStore, t_min: float) -> None:
+        """Take in the store's new edges and fold the pending ones before ``min(t_min, newest)`` into the
+        state, replaying from the start where the state already passed an edge's or the query's time."""
+        view = store.view()
+        if store is not self._store or view.num_edges < self._seen or t_min < self._horizon:
+            self.reset()
+            self._store = store
+        self._grow(view.num_nodes)
+        first, n = self._seen, view.num_edges - self._seen
+        if n:
+            s, d = np.empty(n, np.int64), np.empty(n, np.int64)
+            W.new_edges(view.start, view.deg, view.pool, view.num_nodes, first, s, d)
+            et = np.asarray(view.edge_t[first : first + n], np.float64)
+            if (et < self._horizon).any():  # older than events the state holds: start over
+                self.reset()
+                self._store = store
+                self._grow(view.num_nodes)
+                return self._sync(store, t_min)
+            pt, ps, pd, pe = self._pending
+            pt, ps, pd = np.concatenate([pt, et]), np.concatenate([ps, s]), np.concatenate([pd, d])
+            pe = np.concatenate([pe, np.arange(first, first + n)])
+            order = np.lexsort((pe, pt))
+            self._pending = (pt[order], ps[order], pd[order], pe[order])
+            self._seen = view.num_edges
+            self._newest = max(self._newest, float(et.max()))
+        # The newest time stays pending: an edge arriving later at that same time must join its group.
+        horizon = max(self._horizon, min(t_min, self._newest))
+        pt, ps, pd, pe = self._pending
+        m = int(np.searchsorted(pt, horizon, side="left"))
+        if m:
+            self._clock = W.apply_groups(
+                self._H, self._lam, self._P, self.rates, ps, pd, ps, pd, pt, 0, m, self._clock
+            )
+            self._pending = (pt[m:], ps[m:], pd[m:], pe[m:])
+        self._horizon = horizon
+
+    def _grow(self, num_nodes: int) -> None:
+        have = len(self._P)
+        if num_nodes <= have:
+            return
+        cap = max(num_nodes, 2 * have)
+        P = np.zeros((cap, self.dim))
+        P[:have] = self._P
+        W.random_vectors(self.seed, have, cap, P)
+        H = np.zeros((cap, *self._H.shape[1:]))
+        H[:have] = self._H
+        self._P, self._H = P, H
+        self._lam = np.concatenate([self._lam, np.zeros(cap - have, np.int64)])
+        self._slot = np.concatenate([self._slot, np.full(cap - have, -1, np.int64)])
