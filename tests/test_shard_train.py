@@ -44,8 +44,9 @@ def make_config():
         edge_feature_dim=4,
         num_neighbors=5,
         num_layers=2,
-        dropout=0.0,  # the default model otherwise: pair features (with endpoint recency) included
+        dropout=0.0,  # the default model otherwise: pair features (with endpoint recency) included,
         pair_neighbors=6,
+        pair_walks=False,  # but the walk features, which a sharded config turns off (TrainConfig)
     )
     negatives = os.environ.get("SHARD_TEST_NEGATIVES", "random")  # historical: sources' history is sharded
     return TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11, serve_every=0,
