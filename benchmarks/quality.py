@@ -104,7 +104,8 @@ def run_stream(
     patience: int | None = None,
 ) -> list[dict]:
     """One run per seed of both models on ``events``: test AP/MRR with random and historical negatives,
-    epochs trained, training events/s, EdgeBank's scores.
+    epochs trained and the best (whose weights were scored), our validation AP per epoch, training events/s,
+    EdgeBank's scores.
 
     ``ours``: ``TrainConfig`` fields to change (``model``: a dict of ``TGNConfig`` fields, or of
     ``DyGFormerConfig`` fields with ``variant="dygformer"``); ``recipe``: PyG's;
@@ -142,6 +143,9 @@ def run_stream(
             "mrr_historical_pyg": pyg_h.mrr,
             "epochs": ours_result.epochs,
             "epochs_pyg": pyg.epochs,
+            "best_epoch": ours_result.best_epoch,
+            "best_epoch_pyg": pyg.best_epoch,
+            "val_ap_per_epoch": list(ours_result.val_ap_per_epoch),
         }
         for base in BASELINES:
             for m in ("ap", "mrr"):

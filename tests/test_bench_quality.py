@@ -62,6 +62,10 @@ def test_converged_training_stops_on_validation_on_both_sides(capsys):
     assert result["patience"] == 1 and result["epochs"] == 3
     for side in ("", "_pyg"):
         assert 2 <= result[f"epochs{side}_collegemsg"] <= 3  # at least the best and one past it, or all
+    (run,) = result["runs"]
+    aps = run["val_ap_per_epoch"]
+    assert len(aps) == run["epochs"] and run["best_epoch"] == int(np.argmax(aps)) + 1  # the one scored
+    assert 1 <= run["best_epoch_pyg"] <= run["epochs_pyg"]
 
 
 def test_streams_are_time_sorted_from_zero_without_features():
