@@ -230,7 +230,7 @@ def test_link_scores_read_pair_features_from_the_trainers_store_and_say_so_witho
     assert features.history(s, d, t)[0, 0] > 0  # 0 -> 25 did happen
     tgn.eval()
     with torch.no_grad():
-        raw = [torch.from_numpy(x) for x in features.raw(s, d, t)]
+        raw = [torch.from_numpy(x) for x in features.read(s, d, t)]
         pair = tgn.pair_encoder(*raw)
         z_src, z_dst = torch.from_numpy(z[:2]), torch.from_numpy(z[2:])
         expected = torch.sigmoid(tgn.predictor(z_src, z_dst, pair)).numpy()
