@@ -17,9 +17,9 @@ import torch
 from streamgnn.agents.dsgd import DecentralizedConfig, DecentralizedTrainer
 from streamgnn.agents.runtime import LocalAgents, MPIAgents
 from streamgnn.agents.source_loc import SourceLocalization, SourceLocConfig
-from streamgnn.nn.failures import Bernoulli
-from streamgnn.nn.graph_filter import GraphNN, GraphNNConfig
-from streamgnn.nn.robust import Aggregation
+from streamgnn.filters.failures import Bernoulli
+from streamgnn.filters.graph_filter import GraphNN, GraphNNConfig
+from streamgnn.filters.robust import Aggregation
 
 
 def main(steps: int) -> None:

@@ -15,10 +15,10 @@ import torch
 from streamgnn.agents.experiments import node_cross_entropy, source_loc_batches
 from streamgnn.agents.fit import FitConfig, fit
 from streamgnn.agents.source_loc import SourceLocalization, SourceLocConfig, correct_counts
-from streamgnn.nn.exchange import LocalExchange
-from streamgnn.nn.failures import Bernoulli
-from streamgnn.nn.graph_filter import GraphNN, GraphNNConfig
-from streamgnn.nn.robust import Aggregation
+from streamgnn.filters.exchange import LocalExchange
+from streamgnn.filters.failures import Bernoulli
+from streamgnn.filters.graph_filter import GraphNN, GraphNNConfig
+from streamgnn.filters.robust import Aggregation
 
 
 def main(steps: int) -> None:

@@ -10,18 +10,18 @@ import pytest
 import torch
 
 from streamgnn.errors import CheckpointError, ConfigError
-from streamgnn.nn.exchange import LocalExchange
-from streamgnn.nn.failures import AdversarialDegree, Bernoulli, GilbertElliott, NoFailures, make_failures
-from streamgnn.nn.graph_filter import GraphFilter, GraphNN, GraphNNConfig, local_linear
-from streamgnn.nn.robust import Aggregation
-from streamgnn.nn.shift import ShiftOperator
+from streamgnn.filters.exchange import LocalExchange
+from streamgnn.filters.failures import AdversarialDegree, Bernoulli, GilbertElliott, NoFailures, make_failures
+from streamgnn.filters.graph_filter import GraphFilter, GraphNN, GraphNNConfig, local_linear
+from streamgnn.filters.robust import Aggregation
+from streamgnn.filters.shift import ShiftOperator
 
 MODULES = ["shift", "failures", "exchange", "robust", "graph_filter"]
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_docstring_examples_run(name):
-    result = doctest.testmod(importlib.import_module(f"streamgnn.nn.{name}"))
+    result = doctest.testmod(importlib.import_module(f"streamgnn.filters.{name}"))
     assert result.attempted > 0 and result.failed == 0
 
 
@@ -172,7 +172,7 @@ def test_exact_local_maps_agree_with_matrix_products():
 
 
 def received(values, fresh, weights):
-    from streamgnn.nn.exchange import Received
+    from streamgnn.filters.exchange import Received
 
     values = tuple(torch.tensor(v).view(1, 1, 1) for v in values)
     fresh = torch.tensor([[fresh]])

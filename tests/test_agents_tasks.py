@@ -17,11 +17,11 @@ from streamgnn.agents.flocking import Flocking, FlockingConfig, imitation_batche
 from streamgnn.agents.source_loc import SourceLocalization, SourceLocConfig
 from streamgnn.cli import main
 from streamgnn.errors import ConfigError
-from streamgnn.nn.exchange import LocalExchange
-from streamgnn.nn.failures import Bernoulli, NoFailures
-from streamgnn.nn.graph_filter import GraphNN, GraphNNConfig
-from streamgnn.nn.robust import Aggregation
-from streamgnn.nn.shift import ShiftOperator
+from streamgnn.filters.exchange import LocalExchange
+from streamgnn.filters.failures import Bernoulli, NoFailures
+from streamgnn.filters.graph_filter import GraphNN, GraphNNConfig
+from streamgnn.filters.robust import Aggregation
+from streamgnn.filters.shift import ShiftOperator
 
 
 @pytest.mark.parametrize("name", ["fit", "source_loc", "flocking", "compress"])

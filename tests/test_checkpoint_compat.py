@@ -100,7 +100,7 @@ def test_an_old_snapshot_trainer_resumes(old):
 
 
 def test_an_old_graph_nn_file_loads_and_a_new_one_is_a_container(old, tmp_path):
-    from streamgnn.nn.graph_filter import GraphNN
+    from streamgnn.filters.graph_filter import GraphNN
 
     model = GraphNN.load(old / "graphnn.pt")
     assert model.config.features == (2, 3)

@@ -15,8 +15,8 @@ from streamgnn.cli import build_parser
 from streamgnn.cli._config import JobConfig
 from streamgnn.configs import field_default, from_dict, to_dict
 from streamgnn.errors import ConfigError
+from streamgnn.filters.graph_filter import GraphNNConfig
 from streamgnn.nn import DyGFormerConfig, TGNConfig
-from streamgnn.nn.graph_filter import GraphNNConfig
 from streamgnn.partition import PartitionerConfig
 from streamgnn.snapshots import SnapshotSpec
 from streamgnn.snapshots.trainer import SnapshotTrainConfig

@@ -31,9 +31,9 @@ from torch.func import functional_call
 
 from ..configs import Config
 from ..errors import ConfigError
-from ..nn.exchange import Exchange
-from ..nn.failures import mix_seed
-from ..nn.graph_filter import GraphNN
+from ..filters.exchange import Exchange
+from ..filters.failures import mix_seed
+from ..filters.graph_filter import GraphNN
 from ..progress import progress_bar
 from .compress import Codec, make_codec
 from .source_loc import SourceLocalization, correct_counts

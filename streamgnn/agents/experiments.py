@@ -25,10 +25,10 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from ..nn.exchange import LocalExchange
-from ..nn.failures import make_failures, mix_seed
-from ..nn.graph_filter import GraphNN, GraphNNConfig
-from ..nn.robust import Aggregation
+from ..filters.exchange import LocalExchange
+from ..filters.failures import make_failures, mix_seed
+from ..filters.graph_filter import GraphNN, GraphNNConfig
+from ..filters.robust import Aggregation
 from ..progress import progress_bar
 from .dsgd import DecentralizedConfig, DecentralizedTrainer
 from .fit import FitConfig, fit

@@ -6,8 +6,8 @@ of Gao, Isufi and Ribeiro's stochastic GNNs, which makes the learned filters hol
 time. ``keep = 1`` is ordinary training. Everything is seeded: the same config gives the same weights.
 
 >>> import numpy as np, torch
->>> from streamgnn.nn.graph_filter import GraphNN, GraphNNConfig
->>> from streamgnn.nn.shift import ShiftOperator
+>>> from streamgnn.filters.graph_filter import GraphNN, GraphNNConfig
+>>> from streamgnn.filters.shift import ShiftOperator
 >>> S = ShiftOperator.from_adjacency(np.ones((4, 4)) - np.eye(4))
 >>> def batch(rng, size):  # learn to output each node's neighbor sum
 ...     x = torch.from_numpy(rng.standard_normal((size, 4, 1))).float()
@@ -29,10 +29,10 @@ from torch import Tensor
 
 from ..configs import Config
 from ..errors import ConfigError
-from ..nn.exchange import LocalExchange
-from ..nn.failures import Bernoulli, mix_seed
-from ..nn.graph_filter import GraphNN
-from ..nn.shift import ShiftOperator
+from ..filters.exchange import LocalExchange
+from ..filters.failures import Bernoulli, mix_seed
+from ..filters.graph_filter import GraphNN
+from ..filters.shift import ShiftOperator
 from ..progress import progress_bar
 
 Batch = Callable[[np.random.Generator, int], tuple[Tensor, ShiftOperator, Tensor]]

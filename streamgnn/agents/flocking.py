@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ..configs import Config
 from ..errors import ConfigError
-from ..nn.shift import ShiftOperator
+from ..filters.shift import ShiftOperator
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..nn.exchange import Exchange, sum_slots
-from ..nn.failures import FailureModel
-from ..nn.shift import ShiftOperator
+from ..filters.exchange import Exchange, sum_slots
+from ..filters.failures import FailureModel
+from ..filters.shift import ShiftOperator
 from .transport import Transport
 
 

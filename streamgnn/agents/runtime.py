@@ -30,8 +30,8 @@ import torch
 from torch import Tensor
 
 from ..errors import RankEndedError
-from ..nn.exchange import Exchange, LocalExchange
-from ..nn.failures import FailureModel
+from ..filters.exchange import Exchange, LocalExchange
+from ..filters.failures import FailureModel
 
 T = TypeVar("T")
 CHILD_ENV = "STREAMGNN_AGENT_CHILD"  # a supervised agent's end of a pipe to report its start-up on

@@ -26,9 +26,9 @@ from torch import Tensor
 
 from ..configs import Config
 from ..errors import ConfigError
-from ..nn.exchange import Exchange
-from ..nn.graph_filter import GraphNN
-from ..nn.shift import ShiftOperator
+from ..filters.exchange import Exchange
+from ..filters.graph_filter import GraphNN
+from ..filters.shift import ShiftOperator
 
 
 @dataclass(frozen=True)

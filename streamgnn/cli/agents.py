@@ -274,7 +274,7 @@ def _train(args, rest) -> int:
 def _common(p: argparse.ArgumentParser, out: str, task: str) -> None:
     """The training, failure-sweep and MPI options; ``task`` is ``sweep`` (source-loc, flocking: the
     config's ``agents.sweep``) or ``decentralized`` (train: ``agents.decentralized``)."""
-    from ..nn.failures import FAILURE_KINDS
+    from ..filters.failures import FAILURE_KINDS
 
     fit = "agents.sweep.fit." if task == "sweep" else "agents.decentralized.train."
     model = f"agents.{task}."

@@ -14,7 +14,7 @@ delivered value per neighbor and its age in steps (``memory=True``), for aggrega
 messages. Memory follows neighbors by id, so it survives graphs that change between steps.
 
 >>> import numpy as np, torch
->>> from streamgnn.nn.shift import ShiftOperator
+>>> from streamgnn.filters.shift import ShiftOperator
 >>> S = ShiftOperator.from_adjacency(np.array([[0, 1], [1, 0]]), normalize="none")
 >>> ex = LocalExchange()
 >>> ex.begin_step(S)

@@ -15,7 +15,7 @@ the centralized one bit for bit. A link is undirected: when ``{i, j}`` fails, ne
 ``lanes=None`` one decision per link serves every lane of a batch.
 
 >>> import numpy as np
->>> from streamgnn.nn.shift import ShiftOperator
+>>> from streamgnn.filters.shift import ShiftOperator
 >>> S = ShiftOperator.from_adjacency(np.ones((4, 4)) - np.eye(4))
 >>> keep = Bernoulli(0.3, seed=1).keep(S, round=0)
 >>> tuple(keep.shape)

@@ -14,8 +14,8 @@ Weights may carry a leading node dimension (``[n, K, F, G]``): each agent its ow
 training needs (``torch.func.functional_call``).
 
 >>> import numpy as np, torch
->>> from streamgnn.nn.exchange import LocalExchange
->>> from streamgnn.nn.shift import ShiftOperator
+>>> from streamgnn.filters.exchange import LocalExchange
+>>> from streamgnn.filters.shift import ShiftOperator
 >>> S = ShiftOperator.from_adjacency(np.ones((5, 5)) - np.eye(5))
 >>> model = GraphNN(GraphNNConfig(features=(1, 8, 3), taps=3))
 >>> ex = LocalExchange()

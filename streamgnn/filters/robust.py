@@ -15,7 +15,7 @@ Sums run slot by slot in neighbor order, so each row's result is the same wherev
 message's zero term may differ in sign between a simulation and a real run: values compare equal).
 
 >>> import torch
->>> from streamgnn.nn.exchange import Received
+>>> from streamgnn.filters.exchange import Received
 >>> got = Received(values=(torch.tensor([[[1.0]]]), torch.tensor([[[0.0]]])),
 ...                fresh=torch.tensor([[[True, False]]]), weights=torch.tensor([[[0.5, 0.5]]]),
 ...                self_weights=torch.zeros(1, 1), valid=torch.tensor([[[True, True]]]))

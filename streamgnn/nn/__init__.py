@@ -1,4 +1,6 @@
-"""TGN building blocks: time encoding, growing node memory, temporal attention, link scoring."""
+"""The temporal link models' parts: TGN's (time encoding, growing node memory, temporal attention, link
+scoring, the pair encoder) and the DyGFormer-style model. The agents' graph filters are
+``streamgnn.filters``."""
 
 from .attention import TemporalAttentionEmbedding, TemporalAttentionLayer
 from .dygformer import DyGFormer, DyGFormerConfig

@@ -16,9 +16,9 @@ from streamgnn.codec import encode_json_lines
 from streamgnn.connectors.files import JsonLinesSource
 from streamgnn.connectors.kafka.decoding import Schema
 from streamgnn.events import EventBatch
+from streamgnn.filters.graph_filter import GraphNN, GraphNNConfig
 from streamgnn.jobs.routing import RoutingState
 from streamgnn.nn import TGNConfig
-from streamgnn.nn.graph_filter import GraphNN, GraphNNConfig
 from streamgnn.partition.config import PartitionerConfig
 from streamgnn.shard import PartitionedReplay, ShardConfig, ShardedTrainer
 from streamgnn.snapshots import NextLinks, SnapshotSpec
