@@ -100,7 +100,7 @@ class ShardedTrainer:
         d = self.dist
         self.ownership = Ownership.of(self.shard_config, d.world_size, d.rank)
         self.exchange = Collectives(d.rank, d.world_size, self.device)
-        self.index = GlobalIndex(self.ownership)
+        self.index = GlobalIndex(self.ownership, config.allowed_lateness)
         self.store = TemporalGraphStore(StoreConfig(dense_ids=True))  # this rank's shard, in global ids
         self.owned = OwnedMemory(mcfg.memory_dim, mcfg.edge_feature_dim)
         self.exact = self.shard_config.mode == "exact"

@@ -150,6 +150,13 @@ class TemporalGraphStore:
         report.dead_letters = [dataclasses.replace(d, payload=event_payload(batch, d.index)) for d in letters]
         return report
 
+    def allow_lateness(self, allowed: float) -> None:
+        """Admit from now on what lags the watermark by up to ``allowed`` (``StoreConfig.allowed_lateness``):
+        a setting of the run that feeds the store, not part of what it holds, so a run resumed from a
+        checkpoint's store sets its own."""
+        self.config = dataclasses.replace(self.config, allowed_lateness=allowed)
+        self.admission.config = dataclasses.replace(self.admission.config, allowed_lateness=allowed)
+
     # the admission state, kept by ``self.admission`` and read and restored here by its owners' names
     ids = property(lambda self: self.admission.ids, lambda self, v: setattr(self.admission, "ids", v))
     seen = property(lambda self: self.admission.seen, lambda self, v: setattr(self.admission, "seen", v))
