@@ -17,7 +17,9 @@ model by cosine similarity and says so in ``"why"``, never by the predictor with
 The store must not be ingesting while it is read (the demo serves once its stream has ended). A model
 that does not score from two embeddings (the DyGFormer-style model reads both ends' neighbor sequences
 together) is scored by cosine similarity too, with the reason its family gives in ``"why"``, and so is a
-head whose width is not the served embeddings'.
+head whose width is not the served embeddings'. With ``checkpoint_dir`` but no usable checkpoint in it (none
+yet, or the newest damaged or of an unknown config), the answer is cosine with the reason in ``"why"``; an
+unusable checkpoint is logged once and not read again until ``LATEST`` moves on.
 
     scorer = LinkScorer("out/ckpt")  # or LinkScorer(None): cosine similarity
     scores, info = scorer.score(z_src, z_dst, src_ids, dst_ids)  # info: {"scorer": "link_predictor", ...}
@@ -61,6 +63,8 @@ class LinkScorer:
         self.store = store
         self._lock = threading.Lock()
         self._loaded: _Loaded | None = None
+        self._why = ""  # why no checkpoint is in use (none yet, or the newest is unusable)
+        self._refused = ""  # the newest checkpoint that could not be used: not tried again
 
     def _refresh(self) -> None:
         if self.checkpoint_dir is None:
@@ -71,15 +75,18 @@ class LinkScorer:
 
         try:
             latest = step_path(self.checkpoint_dir).name
-        except CheckpointError:
-            return  # no checkpoint yet (or LATEST mid-replace): keep what we have (cosine until the first)
-        if self._loaded is not None and latest == self._loaded.step:
+        except CheckpointError:  # none yet (or LATEST mid-replace): keep what we have
+            self._why = "serve.checkpoint_dir holds no usable checkpoint yet"
+            return
+        if latest in (self._refused, self._loaded.step if self._loaded is not None else None):
             return
         try:
             _, manifest, state = load_state(self.checkpoint_dir / latest)
             head = scoring_head(TrainConfig.from_checkpoint(manifest["config"]), state)
-        except (CheckpointError, ConfigError, KeyError, RuntimeError) as exc:
+        except (CheckpointError, ConfigError, KeyError, RuntimeError, OSError, ValueError, TypeError) as exc:
+            # written by another process, it may hold anything: the answer says so, the log once
             log.warning("link scorer: cannot use %s (%s); scoring by cosine", latest, exc)
+            self._refused, self._why = latest, f"cannot use checkpoint {latest} (the service's log says why)"
             return
         if isinstance(head, str):
             self._loaded = _Loaded(latest, None, None, f"{latest}: {head}")
@@ -99,7 +106,7 @@ class LinkScorer:
             self._refresh()
             loaded = self._loaded
         if loaded is None:
-            return _cosine(z_src, z_dst), {"scorer": "cosine"}
+            return _cosine(z_src, z_dst), {"scorer": "cosine", **({"why": self._why} if self._why else {})}
         head = loaded.head
         why = loaded.why
         if head is not None and head.dim != z_src.shape[1]:
