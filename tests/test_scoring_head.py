@@ -123,3 +123,15 @@ def test_module_example_runs():
     import streamgnn.train.head
 
     assert doctest.testmod(streamgnn.train.head).failed == 0
+
+
+def test_building_a_head_leaves_the_processs_random_draws_alone(tmp_path):
+    """A service in the trainer's process (the demo) loads heads while the trainer draws: it must not move
+    the trainer's random numbers."""
+    trainer = trained(small("tgn", True), tmp_path)
+    _, _, state = load_state(tmp_path)
+    torch.manual_seed(5)
+    want = torch.rand(3)
+    torch.manual_seed(5)
+    scoring_head(trainer.config, state)
+    assert torch.equal(torch.rand(3), want)

@@ -146,8 +146,10 @@ class TGNLinkModel:
         """What scores two served embeddings as this model does, from a checkpoint's ``state`` (its
         ``model`` is ``TGN.state_dict``): TGN's ``predictor`` and, with pair features, its ``pair_encoder``,
         with the checkpoint's weights. The rest of TGN (memory, attention) is not built up: it made the
-        embeddings, which the service already has."""
-        tgn = TGN(config.model)
+        embeddings, which the service already has. Building it leaves the process's RNG as it was (a service
+        in the trainer's process must not move the trainer's draws)."""
+        with torch.random.fork_rng(devices=[]):
+            tgn = TGN(config.model)
         weights = state["model"]
         for name, part in (("predictor", tgn.predictor), ("pair_encoder", tgn.pair_encoder)):
             if part is not None:  # the part's own keys, under the attribute TGN holds it as
