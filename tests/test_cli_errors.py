@@ -135,6 +135,27 @@ CASES = [
             ["snapshots", "{empty}", "--out", "{new}", "--every", "9", "--quiet"],
         )
     ],
+    # a value its type lets through but the config refuses: the flag is named, not the config key alone
+    *[
+        pytest.param(argv, message, id=f"flag-value-{argv[-2]}")
+        for argv, message in (
+            (
+                ["train", "--dataset", "x", "--batch-size", "0"],
+                "argument --batch-size: train: batch_size must",
+            ),
+            (["train", "--dataset", "x", "--checkpoint-every", "-1"], "argument --checkpoint-every: train:"),
+            (
+                ["snapshots", "{taken}", "--out", "{new}", "--every", "9", "--start", "nan"],
+                "argument --start:",
+            ),
+            (["agents", "flocking", "--out", "{new}", "--keep", "-1"], "argument --keep: agents: sweep:"),
+            (
+                ["train", "--dataset", "x", "--config", "{port}", "--batch-size", "0"],
+                "argument --batch-size: train",
+            ),
+            (["serve", "--config", "{port}", "--log-every", "1"], "port.yaml: serve: serve.port must be"),
+        )
+    ],
     pytest.param(["datasets", "--bogus"], "unrecognized arguments: --bogus", id="datasets-flag"),
     pytest.param(["bench", "nosuch"], "invalid choice: 'nosuch'", id="bench-name"),
     # a benchmark's own flags: one line too, not argparse's usage block

@@ -56,6 +56,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def non_negative(text: str) -> float:
+    """A number >= 0, infinity included (an allowed lateness of ``inf`` admits any order)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
 def topic_name(text: str) -> str:
     """A legal Kafka topic name: 1 to 249 of ``a-z A-Z 0-9 . _ -``, not ``.`` or ``..``."""
     if not _TOPIC.match(text) or text in (".", ".."):

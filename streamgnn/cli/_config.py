@@ -274,6 +274,8 @@ def _put(data: dict, keys: list[str], value, origin: str, keep: bool = False) ->
 # ---------------------------------------------------------------------------------------------- argparse
 
 
+_FLAG = "flag:"  # namespace entries naming the flag of each config key a flag overrides
+
 # Keys that name a folder: a file in the way is refused before any work, from a flag, the file or the
 # environment alike (the flags that set them are checked as they are parsed, with their own names).
 FOLDERS = ("train.checkpoint_dir", "partition.checkpoint_dir", "serve.checkpoint_dir")
@@ -296,6 +298,7 @@ def override(parser, *flags: str, key: str | tuple[str, ...], **kw) -> None:
         if "choices" not in kw and kw.get("action") is None:  # as argparse names it, not after the dest
             kw.setdefault("metavar", flags[-1].lstrip("-").upper().replace("-", "_"))
         parser.add_argument(*flags, dest=dest, default=None, **kw)
+        parser.set_defaults(**{_FLAG + dest: flags[-1]})  # how an error about its value names it
     else:
         parser.add_argument(dest, nargs="?", default=None, **kw)
 
@@ -317,6 +320,29 @@ def show_config_defaults(parser: argparse.ArgumentParser) -> None:
                 action.help += f" (default {shown})"
 
 
+def _flag_error(args: argparse.Namespace, given: dict, defaults, exc: ConfigError) -> ConfigError | None:
+    """``exc`` naming the flag whose value the config refuses (a value its type let through, such as
+    ``--batch-size 0``): the flag without which the config builds, else the one without which this mistake
+    goes away (the file has another). None when no flag is at fault (the file or the environment)."""
+    flags = {name.removeprefix(_FLAG + "cfg:"): f for name, f in vars(args).items() if name.startswith(_FLAG)}
+    changed = None
+    for dotted in given:
+        try:
+            load_config(
+                args.config, overrides={k: v for k, v in given.items() if k != dotted}, defaults=defaults
+            )
+        except ConfigError as other:
+            changed = changed or (dotted if str(other) != str(exc) else None)
+            continue
+        changed = dotted
+        break
+    if changed is None:
+        return None
+    flag = next((f for keys, f in flags.items() if changed in keys.split(",")), changed)
+    where = f"{args.config if args.config is not None else 'config'}: "  # load_config's, not the flag's
+    return ConfigError(f"argument {flag}: {str(exc).removeprefix(where)}")
+
+
 def config_from_args(args: argparse.Namespace, defaults: Mapping[str, object] | None = None) -> JobConfig:
     """The command's ``JobConfig``: its defaults (``defaults``, else ``config_defaults`` that its parser
     set, e.g. ``p.set_defaults(config_defaults={"kafka.partitions": 8})``) < ``--config`` < environment <
@@ -329,7 +355,10 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, object] | 
         if dest.startswith("cfg:") and value is not None
         for key in dest[4:].split(",")
     }
-    cfg = load_config(args.config, overrides=given, defaults=defaults)
+    try:
+        cfg = load_config(args.config, overrides=given, defaults=defaults)
+    except ConfigError as exc:
+        raise _flag_error(args, given, defaults, exc) or exc from None
     for key in FOLDERS:
         value = cfg
         for name in key.split("."):

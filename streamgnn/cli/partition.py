@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ._args import output_dir, output_file, positive_int, seconds, topic_name
+from ._args import non_negative, output_dir, output_file, positive_int, seconds, topic_name
 from ._config import add_config_option, config_from_args, override
 
 EXAMPLE = """examples:
@@ -76,16 +76,6 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
-def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
-    return value
-
-
 def register(sub) -> None:
     from ..partition import METHODS
 
@@ -123,7 +113,7 @@ def register(sub) -> None:
     buffer = "LDG/Fennel: edges a new vertex waits for before it is placed, e.g. 4 (1: at first sight)"
     override(p, "--buffer-edges", key="partition.partitioner.buffer_edges", type=positive_int, help=buffer)
     wait = "LDG/Fennel: the most stream time a new vertex waits, e.g. 3600 (default: no limit)"
-    override(p, "--buffer-time", key="partition.partitioner.buffer_time", type=_non_negative, help=wait)
+    override(p, "--buffer-time", key="partition.partitioner.buffer_time", type=non_negative, help=wait)
     override(
         p, "--checkpoint", key="partition.checkpoint_dir", metavar="DIR", type=output_dir,
         help="checkpoint folder for resuming, e.g. router-ckpt",
@@ -148,7 +138,7 @@ def register(sub) -> None:
         help="where undecodable or invalid events go",
     )  # fmt: skip
     override(
-        p, "--allowed-lateness", key="partition.allowed_lateness", type=_non_negative, metavar="T",
+        p, "--allowed-lateness", key="partition.allowed_lateness", type=non_negative, metavar="T",
         help="stream time an event may lag the newest routed one; a later one is a dead letter, e.g. 60",
     )  # fmt: skip
     override(
@@ -157,7 +147,7 @@ def register(sub) -> None:
     )  # fmt: skip
     p.add_argument("--max-events", type=positive_int, default=None, help="stop after this many input events")
     idle = "stop after this many seconds without input, e.g. 30 (default: run forever)"
-    p.add_argument("--idle-timeout", type=_non_negative, default=None, help=idle)
+    p.add_argument("--idle-timeout", type=non_negative, default=None, help=idle)
     p.add_argument("--flush", action="store_true", help="at the stop, place waiting vertices and publish")
     p.add_argument("--report", type=output_file, default=None, help="write the routing report here (JSON)")
     p.add_argument(

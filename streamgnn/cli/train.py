@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..train.config import DEFAULT_CHECKPOINT_EVERY
-from ._args import device, input_file, output_dir, port, positive_float, positive_int, seconds
+from ._args import device, input_file, non_negative, output_dir, port, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args, override
 from ._dead_letters import Tally, count_text
 
@@ -136,6 +136,11 @@ def register(sub) -> None:
     override(p, "--batch-size", key="train.batch_size", type=int, help="events per global batch")
     override(p, "--lr", key="train.lr", type=positive_float, help="Adam learning rate")
     override(p, "--device", key="train.device", type=device, help="cpu or cuda")
+    override(
+        p, "--allowed-lateness", key="train.allowed_lateness", type=non_negative, metavar="T",
+        help="stream time an event may lag the newest learned one and still be learned; a later one is a "
+        "dead letter, e.g. 60",
+    )  # fmt: skip
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (1)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")
     p.add_argument(

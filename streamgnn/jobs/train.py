@@ -146,6 +146,8 @@ class TrainJob:
         if self._source is not None and result.dead_letters:
             # sharded: the letters about the rows this rank read, which its batcher traces to their messages
             (trainer.batcher if self.sharded else self._source).report_dead_letters(result.dead_letters)
+        elif result.dead_letters and hasattr(self.source, "report_dead_letters"):
+            self.source.report_dead_letters(result.dead_letters)  # a file's tally: the command shows them
         if trainer.table is not None:
             m.freshness.observe(time.perf_counter() - arrival)
         if trainer.metrics.windows:

@@ -57,7 +57,7 @@ from .batches import GlobalBatcher
 from .comm import Collectives
 from .compute import Embedder, Queries
 from .memory import HaloCache, OwnedMemory, lend_state
-from .ownership import GlobalIndex, Ownership
+from .ownership import GlobalIndex, Ownership, as_one_store
 from .pairs import ShardPairs
 from .sampling import LocalSampler, RoutedSampler
 from .serving import ShardServing, owned_vertices
@@ -100,7 +100,7 @@ class ShardedTrainer:
         d = self.dist
         self.ownership = Ownership.of(self.shard_config, d.world_size, d.rank)
         self.exchange = Collectives(d.rank, d.world_size, self.device)
-        self.index = GlobalIndex(self.ownership)
+        self.index = GlobalIndex(self.ownership, config.allowed_lateness)
         self.store = TemporalGraphStore(StoreConfig(dense_ids=True))  # this rank's shard, in global ids
         self.owned = OwnedMemory(mcfg.memory_dim, mcfg.edge_feature_dim)
         self.exact = self.shard_config.mode == "exact"
@@ -338,6 +338,7 @@ class ShardedTrainer:
         refused = batch.take(np.array([letter.index for letter in adm.dead_letters], np.int64))
         reader = self.ownership.rank_of(self.ownership.source_partitions(refused))
         letters = [letter for letter, r in zip(adm.dead_letters, reader, strict=True) if r == self.dist.rank]
+        letters = [as_one_store(letter, batch, letter.index) for letter in letters]
         kind = batch.kind[adm.rows]
         owned_src = self.index.owned(adm.src)
         mine = owned_src | (self.index.owned(adm.dst) & (kind != UPDATE))
@@ -352,7 +353,7 @@ class ShardedTrainer:
             reported = owned_src[mine]
             for letter in report.dead_letters:
                 if reported[letter.index]:
-                    letters.append(dataclasses.replace(letter, index=int(rows[letter.index])))
+                    letters.append(as_one_store(letter, batch, int(rows[letter.index]), shard_batch))
         self.dead_letter_count += len(letters)
         return letters
 

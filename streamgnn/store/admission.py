@@ -77,6 +77,20 @@ def plain(x):
     return x.item() if hasattr(x, "item") else x
 
 
+def event_payload(batch: EventBatch, i: int) -> str:
+    """Row ``i`` of ``batch`` as a dead letter's payload: the event as JSON (a plain repr where JSON cannot
+    hold it), in the ids it came with."""
+    from ..codec import encode_json_event
+    from ..errors import CodecError
+
+    try:
+        return encode_json_event(batch, i).decode()
+    except CodecError:
+        fields = {"kind": batch.kind[i], "src": batch.src[i], "dst": batch.dst[i], "t": batch.t[i],
+                  "eid": batch.eid[i]}  # fmt: skip
+        return repr({k: plain(v) for k, v in fields.items()})
+
+
 @dataclass(frozen=True)
 class AdmissionConfig(Config):
     """``allowed_lateness``: how far (in stream time) behind the newest admitted event an event may be and

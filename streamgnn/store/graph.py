@@ -23,7 +23,7 @@ from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
 from ..partition import make_partitioner
 from . import kernels as K
-from .admission import NO_LIVE_EDGE, Admission, AdmissionConfig, plain
+from .admission import NO_LIVE_EDGE, Admission, AdmissionConfig, event_payload, plain
 from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
 from .config import StoreConfig
 from .contract import FeatureView, TCSRView
@@ -67,24 +67,6 @@ def _rows(pool: np.ndarray) -> np.ndarray:
 def _live(deleted_at: np.ndarray, t: float) -> np.ndarray:
     """Not deleted at ``t``; a never-deleted edge (inf) stays live even for ``t = inf`` ("now")."""
     return (deleted_at > t) | np.isposinf(deleted_at)
-
-
-def _payload(batch: EventBatch, i: int) -> str:
-    """The original event as JSON for the dead letter (a plain repr where JSON cannot hold it)."""
-    from ..codec import encode_json_event
-    from ..errors import CodecError
-
-    try:
-        return encode_json_event(batch, i).decode()
-    except CodecError:
-        fields = {
-            "kind": batch.kind[i],
-            "src": batch.src[i],
-            "dst": batch.dst[i],
-            "t": batch.t[i],
-            "eid": batch.eid[i],
-        }
-        return repr({k: plain(v) for k, v in fields.items()})
 
 
 class TemporalGraphStore:
@@ -165,8 +147,15 @@ class TemporalGraphStore:
                 letters.append(DeadLetter(reason, where, None, int(adm.rows[i]), int(ev.eid[i])))
             self._write_payloads(ev, edge_of, upd_of)
             report.applied = len(ev) - len(nomatch)
-        report.dead_letters = [dataclasses.replace(d, payload=_payload(batch, d.index)) for d in letters]
+        report.dead_letters = [dataclasses.replace(d, payload=event_payload(batch, d.index)) for d in letters]
         return report
+
+    def allow_lateness(self, allowed: float) -> None:
+        """Admit from now on what lags the watermark by up to ``allowed`` (``StoreConfig.allowed_lateness``):
+        a setting of the run that feeds the store, not part of what it holds, so a run resumed from a
+        checkpoint's store sets its own."""
+        self.config = dataclasses.replace(self.config, allowed_lateness=allowed)
+        self.admission.config = dataclasses.replace(self.admission.config, allowed_lateness=allowed)
 
     # the admission state, kept by ``self.admission`` and read and restored here by its owners' names
     ids = property(lambda self: self.admission.ids, lambda self, v: setattr(self.admission, "ids", v))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -98,6 +99,12 @@ class TrainConfig(Config):
     own metrics (see ``EdgeBank``): "edgebank" (unlimited memory) and "edgebank_tw" (a pair counts if seen
     within ``edgebank_window_ratio`` of the time span seen so far). A learned model that loses to one is
     flagged in the run's result.
+
+    ``allowed_lateness``: how far (in stream time) behind the newest admitted event an event may arrive and
+    still be learned; a later one is a dead letter naming how late it was (inf, the default: any order).
+    It is the store's ``StoreConfig.allowed_lateness`` (the trainer's own store admits with it; one passed
+    in must agree) and the sharded run's index's, and a setting of the run: a resumed one admits with its
+    own, whatever the checkpoint's was, as the partition router's ``--allowed-lateness`` does.
     """
 
     model: TGNConfig | DyGFormerConfig = field(default_factory=TGNConfig)
@@ -121,8 +128,13 @@ class TrainConfig(Config):
     publish_every: int = 10
     device: str = "cpu"
     sharding: ShardConfig | None = None
+    allowed_lateness: float = math.inf
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.allowed_lateness, int | float) and self.allowed_lateness >= 0):
+            raise ConfigError(
+                f"allowed_lateness must be a number >= 0 (inf: any order), got {self.allowed_lateness!r}"
+            )
         if not isinstance(self.model, TGNConfig | DyGFormerConfig):
             raise ConfigError(
                 f"model must be a TGNConfig or DyGFormerConfig, got {type(self.model).__name__}"

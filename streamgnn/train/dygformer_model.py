@@ -83,6 +83,15 @@ class DyGFormerLinkModel:
             ),
         )
 
+    @staticmethod
+    def scoring_head(config: TrainConfig, state: dict) -> str:
+        """Why no head scores this model from served embeddings: it scores a pair from both ends' neighbor
+        sequences encoded together (``score``), and what it serves (``embed``) is each node alone."""
+        return (
+            f"the model ({type(config.model).__name__}) scores a pair from both ends' neighbor sequences, "
+            "not from two served embeddings"
+        )
+
     # ------------------------------------------------------------------ the stream (all of it in the store)
     def attach(self, store: TemporalGraphStore) -> None:
         want, have = self.config.model.edge_feature_dim, store.edge_feature_dim

@@ -1,6 +1,8 @@
 """The learned model a ``TrainConfig`` names: ``config.model`` a ``TGNConfig`` (TGN and its variants) or a
 ``DyGFormerConfig``. The one place a config becomes a ``LinkModel``, so ``OnlineTrainer``, ``fit_offline``,
-``streamgnn train`` and the benchmarks pick models the same way."""
+``streamgnn train`` and the benchmarks pick models the same way, and the one place a checkpoint's config
+and state become the head that scores served embeddings (``scoring_head``), so the service knows no
+model's internals."""
 
 from __future__ import annotations
 
@@ -10,11 +12,21 @@ from ..nn import DyGFormerConfig
 from .config import TrainConfig
 from .distributed import DistContext
 from .dygformer_model import DyGFormerLinkModel
+from .head import ScoringHead
 from .protocol import LinkModel
 from .tgn_model import TGNLinkModel
 
 
+def _family(config: TrainConfig) -> type[TGNLinkModel] | type[DyGFormerLinkModel]:
+    return DyGFormerLinkModel if isinstance(config.model, DyGFormerConfig) else TGNLinkModel
+
+
 def make_link_model(config: TrainConfig, *, device: torch.device | str, dist: DistContext) -> LinkModel:
-    if isinstance(config.model, DyGFormerConfig):
-        return DyGFormerLinkModel(config, device=device, dist=dist)
-    return TGNLinkModel(config, device=device, dist=dist)
+    return _family(config)(config, device=device, dist=dist)
+
+
+def scoring_head(config: TrainConfig, state: dict) -> ScoringHead | str:
+    """The head that scores two served embeddings (plus the pair's raw features, if it reads them) as the
+    model of a checkpoint's ``config`` and tensor ``state`` does, or the reason no such head exists. Raises
+    ``KeyError``/``RuntimeError`` when ``state`` does not hold the weights the config calls for."""
+    return _family(config).scoring_head(config, state)

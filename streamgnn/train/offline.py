@@ -22,7 +22,6 @@ from ..errors import ConfigError
 from ..events import EventBatch
 from ..progress import progress_bar
 from ..sampling import EvalNegatives
-from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .metrics import LinkMetrics, batch_mean_metrics, losses_to_baselines
 from .trainer import OnlineTrainer
@@ -234,7 +233,7 @@ def fit_offline(
     else:  # the best epoch's weights, store and memory as they were before its validation
         _, best_epoch, weights, before = best
         trainer.link_model.load_state_dict(weights)
-        store = TemporalGraphStore()
+        store = trainer.new_store()
         store.ingest(part)
         trainer.reset_stream(store)
         store.ingest(events.take(split.held_out))

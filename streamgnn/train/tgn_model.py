@@ -38,6 +38,7 @@ from ..sampling.pairs import PairFeatures
 from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .distributed import DistContext
+from .head import ScoringHead
 from .negatives import counted
 from .protocol import Candidates, StepInput
 
@@ -139,6 +140,23 @@ class TGNLinkModel:
                 node_features=mcfg.node_feature_dim > 0,
             ),
         )
+
+    @staticmethod
+    def scoring_head(config: TrainConfig, state: dict) -> ScoringHead:
+        """What scores two served embeddings as this model does, from a checkpoint's ``state`` (its
+        ``model`` is ``TGN.state_dict``): TGN's ``predictor`` and, with pair features, its ``pair_encoder``,
+        with the checkpoint's weights. The rest of TGN (memory, attention) is not built up: it made the
+        embeddings, which the service already has. Building it leaves the process's RNG as it was (a service
+        in the trainer's process must not move the trainer's draws)."""
+        with torch.random.fork_rng(devices=[]):
+            tgn = TGN(config.model)
+        weights = state["model"]
+        for name, part in (("predictor", tgn.predictor), ("pair_encoder", tgn.pair_encoder)):
+            if part is not None:  # the part's own keys, under the attribute TGN holds it as
+                part.load_state_dict(
+                    {k[len(name) + 1 :]: v for k, v in weights.items() if k.startswith(name + ".")}
+                )
+        return ScoringHead(tgn.predictor, tgn.pair_encoder, config.model if tgn.pair_encoder else None)
 
     # ------------------------------------------------------------------ the stream
     def attach(self, store: TemporalGraphStore) -> None:

@@ -32,7 +32,7 @@ from ..checkpoint import capture_rng, restore_rng
 from ..embeddings import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
-from ..store import TemporalGraphStore
+from ..store import StoreConfig, TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
 from .distributed import DistContext, init_distributed, local_device
@@ -125,7 +125,7 @@ class OnlineTrainer:
         self.device = local_device(config.device)
         torch.manual_seed(config.seed)
         self.link_model = link_model or make_link_model(config, device=self.device, dist=self.dist)
-        self.store = store if store is not None else TemporalGraphStore()
+        self.store = self._admitting(store)
         out_dim = self.link_model.out_dim
         serving = config.serve_every > 0 and self.dist.is_main and out_dim is not None
         if table is not None and table.dim != out_dim:
@@ -420,7 +420,7 @@ class OnlineTrainer:
     def reset_stream(self, store: TemporalGraphStore | None = None) -> None:
         """Start a new pass over a replayed stream: fresh store (default: empty), blank memory and negative
         history; learned parameters and optimizer state stay (e.g. between offline epochs)."""
-        self.store = store if store is not None else TemporalGraphStore()
+        self.store = self._admitting(store)
         for model in self.stream_models():
             model.reset_state()
             model.attach(self.store)
@@ -428,6 +428,24 @@ class OnlineTrainer:
         self.position = 0
         # The next refresh (each step's, or resume's once the state is loaded) serves the new pass's rows.
         self.serving.reset()
+
+    def new_store(self) -> TemporalGraphStore:
+        """An empty store that admits as this run does (``config.allowed_lateness``)."""
+        return TemporalGraphStore(StoreConfig(allowed_lateness=self.config.allowed_lateness))
+
+    def _admitting(self, store: TemporalGraphStore | None) -> TemporalGraphStore:
+        """``store``, or a new one, admitting with ``config.allowed_lateness``; a store that admits with
+        another is refused, not silently kept or changed."""
+        allowed = self.config.allowed_lateness
+        if store is None:
+            return self.new_store()
+        if store.config.allowed_lateness != allowed:
+            raise ConfigError(
+                f"the store admits events up to allowed_lateness={store.config.allowed_lateness} behind, but "
+                f"TrainConfig.allowed_lateness={allowed}: build the store with "
+                f"StoreConfig(allowed_lateness={allowed}), or set the same in the TrainConfig"
+            )
+        return store
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, source_offsets: dict[str, int] | None = None) -> Path | None:
@@ -481,6 +499,7 @@ class OnlineTrainer:
         )
         # An empty store first: no refresh by an untrained model.
         trainer = cls(cfg, table=table, sink=sink, dist=dist, link_model=link_model)
+        ckpt.store.allow_lateness(cfg.allowed_lateness)  # a setting of this run (see TrainConfig)
         trainer.reset_stream(ckpt.store)
         trainer.link_model.load_state_dict(ckpt.state)
         trainer.metrics.load_state_dict(ckpt.state["metrics"])

@@ -1,0 +1,92 @@
+"""A sharded run's dead letters read as one process's do: W = 2 real gloo ranks and one ``OnlineTrainer``
+over the same stream refuse the same deletes of edges that never were, with the same reason (the event's
+own node ids, not the run's global ids) and the same payload. This file is also the worker script."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+import numpy as np
+import torch
+
+BATCH, PARTITIONS = 40, 4
+
+
+def make_events():
+    """Adds between string-named users and items, then deletes of never-added pairs of known nodes: each
+    pair on one rank or across both, and one whose destination the source's rank never saw (two new
+    vertices of rank 1 meet last, so rank 0's shard holds fewer ids than the index)."""
+    from streamgnn.events import EventBatch, concat
+    from streamgnn.partition import hash_partition
+
+    def rank_of(name: str) -> int:
+        return int(hash_partition(np.array([name], dtype=object), PARTITIONS)[0]) % 2
+
+    rng = np.random.default_rng(5)
+    n = 4 * BATCH
+    src, dst = rng.integers(0, 12, n), rng.integers(0, 8, n)
+    users, items = [f"user-{u}" for u in src], [f"item-{v}" for v in dst]
+    adds = EventBatch.from_columns(src=users, dst=items, t=np.arange(n, dtype=float), eid=np.arange(n))
+    seen = set(zip(users, items, strict=True))
+    never = [(u, v) for u in sorted(set(users)) for v in sorted(set(items)) if (u, v) not in seen]
+    names = never[:: max(len(never) // 8, 1)][:8]
+    names += [(v, u) for u, v in names[:2]]  # item -> user: never added in that direction either
+    a, b = [name for name in (f"new-{i}" for i in range(100)) if rank_of(name) == 1][:2]
+    met = EventBatch.from_columns(src=[a], dst=[b], t=[float(n)], eid=[n])
+    names.append((next(u for u in sorted(set(users)) if rank_of(u) == 0), b))
+    deletes = EventBatch.from_columns(
+        kind=[1] * len(names), src=[u for u, _ in names], dst=[v for _, v in names],
+        t=n + 1 + np.arange(len(names), dtype=float), eid=n + 1 + np.arange(len(names)),
+    )  # fmt: skip
+    return concat([adds, met, deletes])
+
+
+def make_config():
+    from streamgnn.nn import TGNConfig
+    from streamgnn.train import TrainConfig
+
+    model = TGNConfig(
+        memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, dropout=0.0, pair_walks=False
+    )
+    return TrainConfig(model=model, batch_size=BATCH, eval_negatives=2, seed=3, serve_every=0)
+
+
+def letters_of(steps) -> list[tuple]:
+    return sorted((d.eid, d.reason, d.payload) for s in steps for d in s.dead_letters)
+
+
+def worker(rank: int, world: int, port: int, out: str) -> None:
+    from streamgnn.shard import GlobalBatcher, PartitionedReplay, ShardedTrainer
+    from streamgnn.train import OnlineTrainer, init_distributed
+    from streamgnn.train.config import ShardConfig
+
+    torch.set_num_threads(1)
+    events, config = make_events(), make_config()
+    if world == 0:
+        trainer = OnlineTrainer(config)
+        torch.save(letters_of([trainer.step(b) for b in events.split(BATCH)]), out)
+        return
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    config = dataclasses.replace(config, sharding=ShardConfig(num_partitions=PARTITIONS))
+    trainer = ShardedTrainer(config, dist=init_distributed())
+    batcher = GlobalBatcher(PartitionedReplay(events, trainer.ownership, chunk=17), trainer.ownership,
+                            trainer.exchange, BATCH)  # fmt: skip
+    steps = []
+    while (batch := batcher.next_batch()) is not None:
+        steps.append(trainer.step(batch))
+    torch.save(letters_of(steps), out)
+
+
+def test_a_sharded_runs_dead_letters_name_the_events_own_ids_as_one_process_does(tmp_path, spawn_ranks):
+    (reference,) = spawn_ranks(__file__, 0, tmp_path, processes=1)
+    ranks = spawn_ranks(__file__, 2, tmp_path)
+    deletes = make_events().kind == 1
+    assert len(reference) == int(deletes.sum())  # every delete refused by one process: no edge was live
+    assert all("delete matched no live edge" in reason and "user-" in reason for _, reason, _ in reference)
+    assert sorted(ranks[0] + ranks[1]) == reference  # each once, by one rank, word for word
+
+
+if __name__ == "__main__":
+    worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
