@@ -8,7 +8,9 @@ goes). Pairs are directed, as in the paper. Scores are 1 or 0, so AP/AUC/MRR tre
 
 It is a ``LinkModel``: the trainer scores it on the very positives and negatives it scores the learned model
 on (``TrainConfig.baselines``), so their metrics are comparable at a glance. Its memory is the store's edges
-at ``attach`` (history, a restored checkpoint) plus every batch it observes.
+at ``attach`` (history, a restored checkpoint) plus every batch it observes; a checkpoint keeps the time
+span. Sharded, each rank observes every batch whole and scores its own rows: those whose source it owns,
+whose pairs its shard holds, so a resumed rank's bank answers its rows as before.
 
 >>> import numpy as np
 >>> bank = EdgeBank()
@@ -26,6 +28,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 from ..errors import ConfigError
 from ..store import TemporalGraphStore
@@ -94,7 +97,7 @@ class EdgeBank:
 
     def score(self, prepared) -> tuple[np.ndarray, np.ndarray | None]:
         batch, cand = prepared
-        s = slice(batch.lo, batch.hi)
+        s = batch.rows
         src = batch.src[s]
         pos = self.seen(src, batch.dst[s])
         ap = np.column_stack([pos, self.seen(src, cand.neg[s, 0])])
@@ -115,10 +118,13 @@ class EdgeBank:
         self._keys, self._last, self._new_keys, self._new_last, self._t_min, self._t_max = state
 
     def state_dict(self) -> dict:
-        return {}  # the memory is the store's edges: ``attach`` rebuilds it from a restored store
+        """The time span seen: the pairs are the store's edges, which ``attach`` rebuilds from a restored
+        store, but a sharded rank's store holds only its shard's edges, and deletes remove some."""
+        return {"span": torch.tensor([self._t_min, self._t_max], dtype=torch.float64)}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        if "span" in state:  # (a checkpoint from before the span was kept: ``attach``'s span)
+            self._t_min, self._t_max = (float(x) for x in state["span"])
 
 
 # how plots and printed summaries name each ``TrainConfig.baselines`` entry
