@@ -104,7 +104,13 @@ def test_a_non_tgn_model_runs_in_the_unchanged_loop(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "module", [streamgnn.train.negatives, streamgnn.train.serving, streamgnn.train.tgn_model]
+    "module",
+    [
+        streamgnn.train.negatives,
+        streamgnn.train.serving,
+        streamgnn.train.tgn_model,
+        streamgnn.train.tgn_local,
+    ],
 )
 def test_module_examples_run(module):
     assert doctest.testmod(module).failed == 0
