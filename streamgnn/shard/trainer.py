@@ -28,10 +28,9 @@ of ``TrainConfig.baselines``, scored on the same negatives. ``StepInput.scorer``
 owner of its source): a model scores and trains ``StepInput.rows`` and sums its loss over ranks. What a
 model must provide to run sharded: that protocol, and its stream state in parts that live with the shards.
 TGN gets them as backends (``tgn_backend``: owners embed and commit memory, ``ShardPairs`` reads pair
-features); EdgeBank needs none (it observes every batch whole, and a rank's shard holds the pairs of the
-sources it scores). What stays here is the distribution: admission, ownership, ingest into the shards, the
-halo, the exchange of scores. DyGFormer is refused (``TrainConfig``): it reads both endpoints' neighbor
-sequences from one store.
+features); EdgeBank needs none (it keeps the pairs of the sources its rank owns). What stays here is the
+distribution: admission, ownership, ingest into the shards, the halo, the exchange of scores. DyGFormer is
+refused (``TrainConfig``): it reads both endpoints' neighbor sequences from one store.
 """
 
 from __future__ import annotations
@@ -112,7 +111,8 @@ class ShardedTrainer:
         torch.manual_seed(config.seed)
         self.embedder = Embedder(self)  # the model's embeddings and memory, over the shards (``tgn_backend``)
         self.link_model = make_link_model(config, device=self.device, dist=d, backends=shard_backends(self))
-        self.baselines = {name: make_baseline(name, config) for name in config.baselines}
+        # each rank's baselines keep the pairs of the sources it owns: those of the events it scores
+        self.baselines = {name: make_baseline(name, config, self.index.owned) for name in config.baselines}
         self.baseline_metrics = {name: RunningMetrics(config.window_events) for name in self.baselines}
         self.rebind_store()
         # pool replicated, history of owned sources only
