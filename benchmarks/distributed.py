@@ -92,10 +92,11 @@ def _trainer(job: dict, edge_dim: int, batch: int, dist):
                       edge_feature_dim=edge_dim, dropout=0.0, pair_features=job["pairs"])  # fmt: skip
     placement = "stream" if job["placement"] == "fennel" else "hash"
     sharding = ShardConfig(PARTITIONS, job["mode"], placement=placement)
-    return ShardedTrainer(
-        TrainConfig(model=model, batch_size=batch, serve_every=0, seed=job["seed"], sharding=sharding),
-        dist=dist,
+    # no baselines: the figures are the model's own exchange (each baseline adds 3 score columns to it)
+    config = TrainConfig(
+        model=model, batch_size=batch, serve_every=0, seed=job["seed"], sharding=sharding, baselines=()
     )
+    return ShardedTrainer(config, dist=dist)
 
 
 def _run(trainer, events, batch: int, train: bool) -> list[tuple[float, int]]:

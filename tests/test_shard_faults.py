@@ -52,7 +52,8 @@ def worker(out: Path, kill: bool) -> None:
         {"model": trainer.model.state_dict(), "steps": trainer.steps, "position": trainer.position,
          "learned": trainer.learned, "store": trainer.store.content_hash(), "gid": o.gid[: o.size].copy(),
          "memory": o.memory[: o.size].copy(), "last": o.last_update[: o.size].copy(),
-         "pending": (o.msg_slot.copy(), o.msg_t.copy()), "ap": result.metrics.ap},
+         "pending": (o.msg_slot.copy(), o.msg_t.copy()), "ap": result.metrics.ap,
+         "baselines": {name: (m.ap, m.mrr, m.events) for name, m in result.baselines.items()}},
         out / f"rank-{trainer.dist.rank}.pt",
     )  # fmt: skip
 
@@ -103,6 +104,8 @@ def test_a_killed_rank_resumes_with_every_rank_from_one_cut(tmp_path: Path):
         for name, value in a["model"].items():
             torch.testing.assert_close(b["model"][name], value, rtol=1e-5, atol=1e-6, msg=name)
         np.testing.assert_allclose(b["ap"], a["ap"], atol=1e-6)
+        # the baselines' metrics and memory (the window's span included) resume too: the same scores
+        assert set(a["baselines"]) == {"edgebank", "edgebank_tw"} and b["baselines"] == a["baselines"]
 
 
 if __name__ == "__main__":

@@ -95,6 +95,10 @@ def test_a_sharded_job_resumes_reports_and_serves_every_vertex(
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())  # rank 0's report
     assert summary["events"] == TOTAL - HALF and 0.0 < summary["metrics"]["ap"] <= 1.0  # scored, not NaN
     assert summary["learned"] == TOTAL  # every event learned once over the two runs
+    assert {n: 0.0 < m["ap"] <= 1.0 for n, m in summary["baselines"].items()} == {
+        "edgebank": True,
+        "edgebank_tw": True,
+    }  # the baselines, scored beside the model as in the replicated job
 
     with EmbeddingService(ServeConfig(port=0, log_every_s=0), kafka_bootstrap, embeddings) as service:
         service.reader.wait_caught_up(60)

@@ -41,7 +41,9 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         read = {int(key.rsplit(":", 1)[1]) for key in local.positions()}
     index = trainer.index
     roots = np.arange(index.num_nodes)
-    (sub,) = trainer.sampler.sample_sets([(roots, np.full(len(roots), one.make_events().t[-1] / 2))], key=0)
+    (sub,) = trainer.embedder.sampler.sample_sets(
+        [(roots, np.full(len(roots), one.make_events().t[-1] / 2))], key=0
+    )
     hop = sub.hops[0]
     torch.save({"steps": steps, "model": trainer.model.state_dict(), "memory": one.memory_rows(trainer),
                 "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "read": read,

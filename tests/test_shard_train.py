@@ -74,12 +74,13 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         trainer = OnlineTrainer(config)
         steps = [trainer.step(b) for b in events.split(BATCH)]
         roots = np.arange(trainer.store.num_nodes)
-        sub = trainer.link_model.sampler.sample(roots, np.full(len(roots), events.t[-1] / 2))
+        sub = trainer.link_model.embeddings.sampler.sample(roots, np.full(len(roots), events.t[-1] / 2))
         hop = sub.hops[0]
         model = trainer.link_model.model
         pairs = trainer.link_model.pairs.read(*pair_queries(roots, events))
         torch.save({"steps": steps, "model": model.state_dict(), "memory": memory_rows(trainer),
-                    "sample": (hop.ptr, hop.nbr, hop.t), "pairs": pairs}, out)  # fmt: skip
+                    "sample": (hop.ptr, hop.nbr, hop.t), "pairs": pairs,
+                    "baselines": baseline_summaries(trainer)}, out)  # fmt: skip
         return
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     cache = int(os.environ.get("SHARD_TEST_CACHE", "20000"))  # a tiny cache evicts rows within each fetch
@@ -92,7 +93,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         batches.append(batch.eid)
         steps.append(trainer.step(batch))
     roots = np.arange(trainer.index.num_nodes)
-    (sub,) = trainer.sampler.sample_sets([(roots, np.full(len(roots), events.t[-1] / 2))], key=0)
+    (sub,) = trainer.embedder.sampler.sample_sets([(roots, np.full(len(roots), events.t[-1] / 2))], key=0)
     hop = sub.hops[0]
     src, dst, t = pair_queries(roots, events)
     mine = trainer.index.owned(src) | (src < 0)  # a pair is read by its source's owner (unknown: by any)
@@ -100,7 +101,18 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     sizes = stream_bytes(ShardedTrainer(bytes_config(), dist=trainer.dist))
     torch.save({"steps": steps, "model": trainer.model.state_dict(), "memory": memory_rows(trainer),
                 "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "sizes": sizes, "pairs": pairs,
-                "cache_hits": trainer.embedder.cache.hits}, out)  # fmt: skip
+                "cache_hits": trainer.embedder.cache.hits, "baselines": baseline_summaries(trainer)},
+               out)  # fmt: skip
+
+
+def baseline_summaries(trainer) -> dict[str, tuple[float, float, int]]:
+    """AP, MRR and scored events of each baseline over the whole run."""
+    out = {}
+    for name, running in trainer.baseline_metrics.items():
+        running.close()
+        m = running.summary()
+        out[name] = (m.ap, m.mrr, m.events)
+    return out
 
 
 def pair_queries(nodes: np.ndarray, events) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -159,6 +171,7 @@ def test_w_ranks_compute_what_one_process_computes(
     for r in ranks:  # the same global batches, in the same order, on every rank
         assert [b.tolist() for b in r["batches"]] == [b.eid.tolist() for b in events.split(BATCH)]
     assert_same_as_one_process(reference, ranks)
+    assert_same_baselines(reference, ranks)
     assert_same_pair_features(reference["pairs"], [r["pairs"] for r in ranks])
     assert all(r["cache_hits"] > 0 for r in ranks)  # unchanged remote rows came from the cache, exactly
     check_bytes(ranks, world)
@@ -198,6 +211,26 @@ def assert_same_as_one_process(reference: dict, ranks: list[dict]) -> None:
     for r in ranks:
         for a, b in zip(reference["sample"], r["sample"], strict=True):
             np.testing.assert_array_equal(b, a)
+
+
+def assert_same_baselines(reference: dict, ranks: list[dict]) -> None:
+    """The baselines (EdgeBank, time-window EdgeBank), each rank scoring the events whose source it owns on
+    the negatives it drew, score every event as one process does: the same 0/1 scores, so the same AP/MRR."""
+    names = set(reference["baselines"])
+    assert names == {"edgebank", "edgebank_tw"}
+    for r in ranks:
+        assert set(r["baselines"]) == names
+        for a, b in zip(reference["steps"], r["steps"], strict=True):
+            assert set(b.baselines) == set(a.baselines)  # (none for a batch nothing scores)
+            for name in a.baselines:
+                for x, y in zip(a.baselines[name], b.baselines[name], strict=True):
+                    np.testing.assert_array_equal(y, x)
+        for name in names:
+            assert r["baselines"][name] == reference["baselines"][name]
+    # teeth: positives seen and unseen, and the time window (the span of every rank's events) changes some
+    pos = {n: np.concatenate([s.baselines[n][0] for s in reference["steps"] if s.baselines]) for n in names}
+    assert set(pos["edgebank"].tolist()) == {0.0, 1.0}
+    assert (pos["edgebank_tw"] != pos["edgebank"]).any()
 
 
 def assert_same_pair_features(reference: tuple, ranks: list[tuple]) -> None:

@@ -121,7 +121,7 @@ def test_a_batch_never_reaches_its_own_inputs_in_the_online_loop():
     for prepared in model.seen:
         b = prepared.batch
         before = events.take(slice(0, 50 * b.step))  # the store held exactly these when prepare ran
-        for i in range(b.hi - b.lo)[::7]:
+        for i in range(len(b.rows))[::7]:
             node = int(ext[b.src[i]]) if b.src[i] >= 0 else None
             row = int(prepared.src[i])
             real = prepared.seqs.mask[row].numpy()

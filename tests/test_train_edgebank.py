@@ -112,3 +112,34 @@ def test_offline_runs_report_baselines_for_every_part():
     assert result.baselines["edgebank"]["test"].ap > result.test.ap
     assert any(f.startswith("test: TGN loses to edgebank") for f in result.flags)
     assert result.as_dict()["baselines"]["edgebank"]["test"]["ap"] == result.baselines["edgebank"]["test"].ap
+
+
+def test_a_restored_bank_keeps_the_whole_streams_window_when_its_store_holds_a_shard():
+    """A sharded rank's store holds only the edges of its shard: the time window (over the span of every
+    event the bank saw) comes back from the checkpointed state, not from those edges."""
+    from streamgnn.store import StoreConfig, TemporalGraphStore
+
+    src, dst, t = np.array([0, 2, 2, 4]), np.array([1, 3, 7, 5]), np.array([0.0, 6.0, 9.0, 10.0])
+    bank = EdgeBank(window_ratio=0.5)
+    bank.observe(src, dst, t, None)
+    shard = TemporalGraphStore(StoreConfig(dense_ids=True))  # the rank owning vertex 2
+    shard.ingest(EventBatch.from_columns(src=src[1:3], dst=dst[1:3], t=t[1:3], eid=[1, 2]))
+    restored = EdgeBank(window_ratio=0.5)
+    restored.attach(shard)
+    pair = (np.array([2]), np.array([3]))
+    assert restored.seen(*pair).tolist() == [0.0]  # the shard's own span [6, 9]: seen before 7.5
+    restored.load_state_dict(bank.state_dict())
+    assert restored.seen(*pair).tolist() == bank.seen(*pair).tolist() == [1.0]  # the stream's [0, 10]
+
+
+def test_a_bank_holding_some_sources_keeps_their_pairs_over_the_whole_streams_window():
+    """A sharded rank's bank keeps the pairs of the sources it owns, while its window spans every event."""
+    src, dst, t = np.array([0, 2, 2, 1]), np.array([5, 7, 8, 6]), np.array([4.0, 6.0, 8.0, 10.0])
+    held = EdgeBank(window_ratio=0.5, holds=lambda s: s % 2 == 0)
+    whole = EdgeBank(window_ratio=0.5)
+    for bank in (held, whole):
+        bank.observe(src, dst, t, None)
+    query = (np.array([0, 1, 2, 2]), np.array([5, 6, 7, 8]))
+    # the window starts at 10 - 0.5 * (10 - 4) = 7 for both (the held events alone would start it at 6)
+    assert held.seen(*query).tolist() == [0.0, 0.0, 0.0, 1.0]  # (1, 6) is not held
+    assert whole.seen(*query).tolist() == [0.0, 1.0, 0.0, 1.0]

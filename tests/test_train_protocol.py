@@ -43,7 +43,7 @@ class Popularity:
 
     def score(self, prepared):
         batch, cand = prepared
-        s = slice(batch.lo, batch.hi)
+        s = batch.rows
         ap = np.column_stack([self._deg(batch.dst[s]), self._deg(cand.neg[s, 0])])
         ranked = np.column_stack([self._deg(batch.dst[s]), self._deg(cand.neg[s])]) if cand.rank else None
         return ap, ranked
@@ -104,7 +104,13 @@ def test_a_non_tgn_model_runs_in_the_unchanged_loop(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "module", [streamgnn.train.negatives, streamgnn.train.serving, streamgnn.train.tgn_model]
+    "module",
+    [
+        streamgnn.train.negatives,
+        streamgnn.train.serving,
+        streamgnn.train.tgn_model,
+        streamgnn.train.tgn_local,
+    ],
 )
 def test_module_examples_run(module):
     assert doctest.testmod(module).failed == 0
@@ -189,7 +195,7 @@ def test_id_range_negatives_the_store_does_not_know_count_as_blank_nodes_in_the_
     store = TemporalGraphStore()
     store.ingest(EventBatch.from_columns(src=[0, 1], dst=[1, 2], t=[0.0, 1.0], eid=[0, 1]))
     t = np.array([2.0, 2.0])
-    view = StepInput(np.array([0, 1]), np.array([1, 2]), t, t, store.num_nodes, 0, 2, 0)
+    view = StepInput(np.array([0, 1]), np.array([1, 2]), t, t, store.num_nodes, np.zeros(2), 0, 0)
     losses = {}
     for pool in ("seen", "id_range", "seen_blank"):
         torch.manual_seed(0)

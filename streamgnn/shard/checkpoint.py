@@ -1,11 +1,11 @@
 """Per-rank checkpoints of a sharded run, cut at the same global batch on every rank.
 
 Each rank writes its own trainer checkpoint (``streamgnn.train.checkpoint``: one atomic, verified container
-of kind ``sharded-trainer``, with the ``TrainerState`` values the online trainer writes too) under
-``ROOT/rank-RRRRR/``: model and optimizer, its shard of the store with its source offsets, its owned memory
-rows and pending messages, its share of the negative history, the global index, and the global batcher's
-buffer (rows read but not yet batched: an offset covers rows handed out, not rows learned). Every rank saves
-after the same step, and each keeps its two newest checkpoints.
+of kind ``sharded-trainer``, with the ``TrainerState`` values and the model's and baselines' tensors the
+online trainer writes too) under ``ROOT/rank-RRRRR/``: those, its shard of the store with its source
+offsets, its owned memory rows and pending messages, its share of the negative history, the global index,
+and the global batcher's buffer (rows read but not yet batched: an offset covers rows handed out, not rows
+learned). Every rank saves after the same step, and each keeps its two newest checkpoints.
 
 There is no coordinator: on restart every rank reads its own newest step and the ranks take the minimum
 (an ``all_gather``), which every rank holds whole. A rank killed while writing step ``N`` left step
@@ -42,10 +42,7 @@ def state(trainer) -> tuple[dict, dict]:
     """``(tensors, values)`` of this rank's part of a sharded run (its store apart: saved beside them): the
     ``TrainerState`` values and tensors the online trainer writes too, then the shard's own."""
     tensors = {
-        "model": trainer.model.state_dict(),
-        "optimizer": trainer.optimizer.state_dict(),
-        "metrics": trainer.metrics.state_dict(),
-        "rng": checkpoint.capture_rng(),
+        **trainer_checkpoint.stream_tensors(trainer),
         **_tensors("index", trainer.index.state()),
         **_tensors("owned", trainer.owned.state()),
         **_tensors("batcher", trainer.batcher_state()),
@@ -98,10 +95,6 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
             f"{trainer.shard_config.placement!r}: resume with the same ShardConfig.placement"
         )
     trainer.store = ckpt.store
-    trainer.model.load_state_dict(tensors["model"])
-    trainer.optimizer.load_state_dict(tensors["optimizer"])
-    trainer.metrics.load_state_dict(tensors["metrics"])
-    checkpoint.restore_rng(ckpt.rng)
     trainer.index.restore(_arrays("index", tensors))
     trainer.owned.restore(_arrays("owned", tensors))
     if trainer.halo is not None:
@@ -116,6 +109,8 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
         trainer.negatives.observe(src, dst, history=trainer.index.owned(src))
     trainer_checkpoint.TrainerState.from_values(man).apply(trainer)
     trainer.rebind_store()
+    trainer_checkpoint.restore_stream_tensors(trainer, tensors)  # (after ``attach``: it completes it)
+    checkpoint.restore_rng(ckpt.rng)
     return dict(ckpt.store.source_offsets)
 
 

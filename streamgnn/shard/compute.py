@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..nn import EmbeddingInput
-from ..train.tgn_model import distinct_queries
+from ..train.tgn_backend import distinct_queries
 from .cache import RowCache
 from .memory import Rows, WorkingSet, lend_state, working_set
 
@@ -54,7 +54,10 @@ class Embedder:
     def __init__(self, trainer) -> None:
         self.tr = trainer
         self._round: _Round | None = None
-        self.last_working_set: WorkingSet | None = None
+        self.last_working_set: WorkingSet | None = (
+            None  # the last forward's rows: ``observe`` commits from them
+        )
+        self.sampler = None  # over this rank's shard: set by ``ShardEmbeddings.attach``
         self.cache = RowCache(trainer.shard_config.cache_rows)
 
     def embed(self, plans: dict[int, list[Queries]], grad: list[bool], key: int) -> list[torch.Tensor]:
@@ -176,7 +179,7 @@ class Embedder:
         tr = self.tr
         mcfg = tr.config.model
         # the roots are this rank's (or unknown): their neighbors are here, only deeper hops are routed
-        subs = tr.sampler.sample_sets([(q.nodes, q.times) for q in sets], key=key, roots_local=True)
+        subs = self.sampler.sample_sets([(q.nodes, q.times) for q in sets], key=key, roots_local=True)
         dense = [EmbeddingInput.from_subgraph(sub, mcfg.num_neighbors, None, mcfg.num_layers) for sub in subs]
         needed = [q.nodes for q in sets] + [h.nbr[h.mask].numpy() for inp in dense for h in inp.hops]
         gids = np.unique(np.concatenate(needed)) if needed else np.zeros(0, np.int64)

@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..sampling import pair_kernels as K
 from ..sampling.pairs import PairFeatures
 from ..store import TemporalGraphStore
-from ..train.tgn_model import distinct_queries
+from ..train.tgn_backend import distinct_queries
 from .comm import Collectives
 from .ownership import GlobalIndex
 

@@ -22,12 +22,15 @@ Exact mode therefore computes what one process computes (same samples, memory ro
 float tolerance): only reduction orders differ. Training dropout draws different masks for different
 tensor shapes, so equality across world sizes holds with ``dropout=0``, as for the replicated mode.
 
-The model is the online trainer's own ``TGNLinkModel`` (``train.models.make_link_model``): its ``nn.TGN``
-and optimizer, its scoring of the evaluation layout, its loss and its optimizer step; this class hands it
-what the shards compute (the owners' embeddings and the pair features) in place of its one-store sampler and
-memory. What stays here is the distribution: admission, ownership, the owners' forward and backward passes,
-memory commits, the halo, the exchanges. DyGFormer is refused (``TrainConfig``): it reads both endpoints'
-neighbor sequences from one store.
+The model is driven through the ``LinkModel`` protocol alone, in the online loop's order (``prepare`` before
+the shards hold the batch, ``score``, ``train``, ``observe``, ``embed`` to serve), and so are the baselines
+of ``TrainConfig.baselines``, scored on the same negatives. ``StepInput.scorer`` names each event's rank (the
+owner of its source): a model scores and trains ``StepInput.rows`` and sums its loss over ranks. What a
+model must provide to run sharded: that protocol, and its stream state in parts that live with the shards.
+TGN gets them as backends (``tgn_backend``: owners embed and commit memory, ``ShardPairs`` reads pair
+features); EdgeBank needs none (it keeps the pairs of the sources its rank owns). What stays here is the
+distribution: admission, ownership, ingest into the shards, the halo, the exchange of scores. DyGFormer is
+refused (``TrainConfig``): it reads both endpoints' neighbor sequences from one store.
 """
 
 from __future__ import annotations
@@ -47,21 +50,21 @@ from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
 from ..train.driver import Batches, Drive, source_dead_letters
-from ..train.metrics import RunningMetrics, reciprocal_ranks
+from ..train.edgebank import make_baseline
+from ..train.metrics import RunningMetrics
 from ..train.models import make_link_model
-from ..train.negatives import EVAL, TRAIN, StreamNegatives, counted
-from ..train.tgn_model import eval_roots, train_roots
-from ..train.trainer import OnlineResult, StepResult, edge_features
+from ..train.negatives import EVAL, TRAIN, StreamNegatives
+from ..train.protocol import Candidates, LinkModel, StepInput
+from ..train.trainer import OnlineResult, StepResult, edge_features, local_scores, run_metrics
 from . import checkpoint
 from .batches import GlobalBatcher
 from .comm import Collectives
-from .compute import Embedder, Queries
-from .memory import HaloCache, OwnedMemory, lend_state
+from .compute import Embedder
+from .memory import HaloCache, OwnedMemory
 from .ownership import GlobalIndex, Ownership, as_one_store
-from .pairs import ShardPairs
-from .sampling import LocalSampler, RoutedSampler
 from .serving import ShardServing, owned_vertices
 from .source import LocalSource
+from .tgn_backend import shard_backends
 
 ADD, UPDATE = int(EventKind.EDGE_ADD), int(EventKind.NODE_UPDATE)
 
@@ -106,18 +109,18 @@ class ShardedTrainer:
         self.exact = self.shard_config.mode == "exact"
         self.halo = None if self.exact else HaloCache(mcfg.memory_dim)
         torch.manual_seed(config.seed)
-        # the model, its optimizer, scoring and loss are the online trainer's ``TGNLinkModel``; the shards
-        # hand it their distributed parts: ``Embedder`` embeds (sampler and memory over owners), pair
-        # features come from ``ShardPairs`` (its own sampler and store stay unused)
-        self.link_model = make_link_model(config, device=self.device, dist=d)
-        self.model, self.optimizer = self.link_model.model, self.link_model.optimizer
+        self.embedder = Embedder(self)  # the model's embeddings and memory, over the shards (``tgn_backend``)
+        self.link_model = make_link_model(config, device=self.device, dist=d, backends=shard_backends(self))
+        # each rank's baselines keep the pairs of the sources it owns: those of the events it scores
+        self.baselines = {name: make_baseline(name, config, self.index.owned) for name in config.baselines}
+        self.baseline_metrics = {name: RunningMetrics(config.window_events) for name in self.baselines}
         self.rebind_store()
-        self.embedder = Embedder(self)
         # pool replicated, history of owned sources only
         self.negatives = StreamNegatives(config.seed, config.train_negative_pool)
         self.metrics = RunningMetrics(config.window_events)
         # every rank serves (and publishes to its ``sink``) the rows of the vertices it owns
-        table = EmbeddingTable(self.model.out_dim) if config.serve_every > 0 else None
+        out_dim = self.link_model.out_dim
+        table = EmbeddingTable(out_dim) if config.serve_every > 0 and out_dim is not None else None
         self.serving = ShardServing(
             table, sink, serve_every=config.serve_every, publish_every=config.publish_every,
             total=lambda n: int(self.dist.all_sum([n], self.device)[0]),
@@ -131,18 +134,19 @@ class ShardedTrainer:
         """The served rows of this rank's vertices (None when ``serve_every`` is 0)."""
         return self.serving.table
 
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The torch module of the model (``TGN`` by default), if it has one."""
+        return getattr(self.link_model, "model", None)
+
+    def stream_models(self) -> list[LinkModel]:
+        """The learned model and the baselines: every model that follows the stream."""
+        return [self.link_model, *self.baselines.values()]
+
     def rebind_store(self) -> None:
-        """(Re)build the sampler and the pair reader over ``self.store`` (after a checkpoint replaced it)."""
-        mcfg = self.config.model
-        sampling = self.link_model.sampler.config  # the one-process model's sampling, routed over shards
-        edge_dim = mcfg.edge_feature_dim
-        if self.exact:
-            self.sampler = RoutedSampler(self.store, self.index, self.exchange, sampling, edge_dim)
-        else:
-            self.sampler = LocalSampler(self.store, sampling, edge_dim)
-        if mcfg.pair_features:
-            exchange = self.exchange if self.exact else None
-            self.link_model.pairs = ShardPairs(self.store, mcfg, self.index, exchange)
+        """Point every model at ``self.store`` (after a checkpoint replaced it)."""
+        for model in self.stream_models():
+            model.attach(self.store)
 
     # ------------------------------------------------------------------ the stream
     def fit(
@@ -166,14 +170,14 @@ class ShardedTrainer:
         saved, events = drive.run(
             self._global_batches(drive.room), lambda: self.save_checkpoint(source.positions())
         )
-        self.serving.finish(self.index, self._serve_embed)
-        self.metrics.close()
+        self.serving.finish(self.index, self._embed)
         seconds = drive.elapsed()
         letters = int(self.dist.all_sum([self.dead_letter_count], self.device)[0])
         return OnlineResult(
             events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
-            self.metrics.summary(), list(self.metrics.windows), 1e3 * self.serving.latency.percentile(50),
-            1e3 * self.serving.latency.percentile(99), letters, saved,
+            latency_p50_ms=1e3 * self.serving.latency.percentile(50),
+            latency_p99_ms=1e3 * self.serving.latency.percentile(99), dead_letters=letters, checkpoint=saved,
+            **run_metrics(self.link_model, self.metrics, self.baseline_metrics),
         )  # fmt: skip
 
     def _global_batches(self, room) -> Batches:
@@ -217,7 +221,7 @@ class ShardedTrainer:
         if step is None:
             return trainer, {}
         offsets = checkpoint.load(trainer, root, step)
-        trainer.serving.refresh(trainer.index, trainer._serve_embed, owned_vertices(trainer.index))
+        trainer.serving.refresh(trainer.index, trainer._embed, owned_vertices(trainer.index))
         return trainer, offsets
 
     def batcher_state(self) -> dict[str, np.ndarray]:
@@ -245,71 +249,63 @@ class ShardedTrainer:
     def step(
         self, batch: EventBatch, *, train: bool = True, score: bool = True, arrival: float | None = None
     ) -> StepResult:
+        """One global batch (every rank passes the same one), in the online loop's order (see the module)."""
         started = time.perf_counter()
         arrival = started if arrival is None else arrival
-        cfg = self.config
+        cfg, lm = self.config, self.link_model
         before = self.index.num_nodes
         adm = self.index.admit(batch)
-        self.owned.add_rows(
-            np.arange(before, self.index.num_nodes)[self.index.owned(np.arange(before, self.index.num_nodes))]
-        )
+        new = np.arange(before, self.index.num_nodes)
+        self.owned.add_rows(new[self.index.owned(new)])
         add = batch.kind[adm.rows] == ADD
         rows = adm.rows[add]
         m = len(rows)
         pre_src, pre_dst, post_src, post_dst = adm.pre_src[add], adm.pre_dst[add], adm.src[add], adm.dst[add]
         t = batch.t[rows].copy()
         feat = edge_features(batch, rows, cfg.model.edge_feature_dim)
-        w, me = self.dist.world_size, self.dist.rank
-        rows_of = [np.flatnonzero(r) for r in (self.index.owner(post_src) == np.arange(w)[:, None])]
-        mine = rows_of[me]  # the events whose source this rank owns: the ones it read
         scoring = score and m > 0 and self.negatives.ready
-        training = train and m > 0 and self.negatives.ready
+        training = train and m > 0 and self.negatives.ready and lm.trainable
         t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
-        # every rank draws for the whole batch (a draw is keyed by its row). Random draws come from the
-        # replicated pool, so every rank can work out every rank's queries; historical ones need the
-        # sources' history, which only their owners hold
-        replicated = cfg.eval_strategy == cfg.train_negatives == "random"
-        plan = range(w) if self.exact and replicated else [me]  # (communication-free: all local anyway)
-        plans: dict[int, list[Queries]] = {r: [] for r in plan}
-        rank = cfg.eval_negatives > 0
+        # each event is scored and trained by the owner of its source: the rank that read it
+        scorer = self.index.owner(post_src).astype(np.int64)
+        view = StepInput(pre_src, pre_dst, t, t_query, before, scorer, self.dist.rank, self.steps)
+        # every rank draws for the whole batch (a draw is keyed by its row), right for its own rows (a
+        # historical draw needs the source's history, which its owner holds), as one process draws them
+        candidates = train_neg = None
         if scoring:
-            neg_all = self.negatives.draw(
+            neg = self.negatives.draw(
                 pre_src, pre_dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy, step=self.steps,
                 purpose=EVAL, groups=t,
             )  # fmt: skip
-            neg_ids = neg_all[mine]
-            for r in plan:
-                s = rows_of[r]
-                plans[r].append(
-                    Queries.of(*eval_roots(pre_src[s], pre_dst[s], neg_all[s], t_query[s], t.min(), rank))
-                )
+            candidates = Candidates(neg, neg >= 0, cfg.eval_negatives > 0)
         if training:
             train_neg = self.negatives.draw(
                 pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN,
                 frac=cfg.train_negative_fraction,
             )[:, 0]  # fmt: skip
-            for r in plan:
-                s = rows_of[r]
-                plans[r].append(Queries.of(*train_roots(pre_src[s], pre_dst[s], train_neg[s], t_query[s])))
-        sets = plans[me]
-        pairs = self.link_model.batch_pairs(  # this rank's events' pairs, read before the shards hold them
-            pre_src[mine], pre_dst[mine], t_query[mine], neg_ids if scoring else None, rank,
-            train_neg[mine] if training else None,
-        )  # fmt: skip
-        self.embedder.last_working_set = None
-        z = self.embedder.embed(plans, [False] * scoring + [True] * training, 3 * self.steps) if sets else []
+        prepared = lm.prepare(view, candidates, train_neg) if scoring or training else None
+        base_prepared = (
+            {n: b.prepare(view, candidates, None) for n, b in self.baselines.items()} if scoring else {}
+        )
 
         letters = self._ingest(batch, adm)
-        local = np.full((len(mine), 3), math.nan)
+        keep = np.ones(m, bool)  # the shards take every admitted event
+        local = []
         if scoring:
-            local = self._score(z[0], sets[0].rows, rank, neg_ids >= 0, mine, pairs)
-        loss = self._train(z[-1], sets[-1].rows, train_neg, mine, m, pairs) if training else math.nan
+            mine = view.rows
+            local = [local_scores(lm, prepared, candidates, mine)]
+            local += [local_scores(self.baselines[n], p, candidates, mine) for n, p in base_prepared.items()]
+        loss = lm.train(prepared, keep) if training else math.nan
         pos = neg = rr = np.zeros(0)
-        if scoring or training:  # one exchange for the scores and the loss
-            full, loss = self._gather_rows(local, loss, rows_of, m)
-            if scoring:
-                pos, neg, rr = full[:, 0], full[:, 1], full[:, 2]
-        self._observe(post_src, post_dst, t, feat)
+        base_scores = {}
+        if scoring:  # one exchange for the model's and the baselines' scores
+            full = self._gather_rows(np.concatenate(local, 1), scorer, m)
+            pos, neg, rr = full[:, 0], full[:, 1], full[:, 2]
+            base_scores = {
+                n: tuple(full[:, 3 * i + j] for j in range(3)) for i, n in enumerate(base_prepared, 1)
+            }
+        for model in self.stream_models():
+            model.observe(post_src, post_dst, t, feat)
         self.negatives.observe(post_src, post_dst, history=self.index.owned(post_src))
         self.learned += m
         self.steps += 1
@@ -318,17 +314,20 @@ class ShardedTrainer:
         touched = np.concatenate([adm.src, adm.dst])
         touched = np.unique(touched[touched >= 0])
         touched = touched[self.index.owned(touched)]
-        self.serving.after_step(self.index, self._serve_embed, touched, arrival, len(batch), self.steps)
+        self.serving.after_step(self.index, self._embed, touched, arrival, len(batch), self.steps)
         scored = rows if scoring else rows[:0]
+        seconds = time.perf_counter() - started
         if scoring or training:
-            self.metrics.add(pos, neg, rr, batch.t[scored], loss, time.perf_counter() - started)
-        return StepResult(len(batch), m, batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters)
+            self.metrics.add(pos, neg, rr, batch.t[scored], loss, seconds)
+        for name, scores in base_scores.items():
+            self.baseline_metrics[name].add(*scores, batch.t[scored], math.nan, seconds)
+        return StepResult(
+            len(batch), m, batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters, base_scores
+        )
 
-    def _serve_embed(self, gids: np.ndarray, t: float) -> np.ndarray:
-        """Embeddings ``[n, out_dim]`` of owned ``gids`` at time ``t`` (a collective: every rank calls)."""
-        queries = Queries.of(gids, np.full(len(gids), t))
-        (z,) = self.embedder.embed({self.dist.rank: [queries]}, [False], 3 * self.steps + 2)
-        return z[torch.from_numpy(queries.rows)].cpu().numpy()
+    def _embed(self, gids: np.ndarray, t: float) -> np.ndarray:
+        """Served rows of owned ``gids`` at time ``t`` (a collective: every rank calls)."""
+        return self.link_model.embed(gids, t, self.index.num_nodes, self.steps)
 
     def _ingest(self, batch: EventBatch, adm) -> list:
         """Events with an owned endpoint into the shard (global ids). Returns the dead letters this rank
@@ -376,68 +375,12 @@ class ShardedTrainer:
             self.halo.update(gids, memory, last)
         o.mark_synced()
 
-    # ------------------------------------------------------------------ score, train, observe
-    def _score(self, z, rows, rank: bool, neg_ok: np.ndarray, mine: np.ndarray, pairs: dict) -> np.ndarray:
-        """``[pos, neg, rr]`` of this rank's events ``mine``, from the rows ``z`` of its queries."""
-        n = len(mine)
-        local = np.full((n, 3), math.nan)
-        if n:
-            rows = torch.from_numpy(rows).to(self.device)
-            ap_pairs, rank_pairs = pairs.get("eval_pairs"), pairs.get("rank_pairs")
-            ap, scores = self.link_model.score_rows(z, rows, n, rank, ap_pairs, rank_pairs)
-            local[:, 0] = ap[:, 0]
-            local[:, 1] = np.where(neg_ok[:, 0], ap[:, 1], np.nan)
-            if rank:
-                local[:, 2] = reciprocal_ranks(scores[:, 0], scores[:, 1:], neg_ok)
-        return local
-
-    def _gather_rows(
-        self, local: np.ndarray, loss: float, rows_of: list[np.ndarray], m: int
-    ) -> tuple[np.ndarray, float]:
-        """Every rank's scores in global batch order, and the loss summed over ranks."""
-        expect = [[len(rows), 1] for rows in rows_of]  # every rank knows whose rows are whose
-        got = self.exchange.all_to_all([(local, np.array([loss]))] * len(rows_of), "scores", expect)
+    def _gather_rows(self, local: np.ndarray, scorer: np.ndarray, m: int) -> np.ndarray:
+        """Every rank's score rows in global batch order (``scorer``: each row's rank)."""
+        rows_of = [np.flatnonzero(scorer == r) for r in range(self.exchange.world_size)]
+        expect = [[len(rows)] for rows in rows_of]  # every rank knows whose rows are whose
+        got = self.exchange.all_to_all([(local,)] * len(rows_of), "scores", expect)
         full = np.full((m, local.shape[1]), math.nan)
-        for rows, (vals, _) in zip(rows_of, got, strict=True):
+        for rows, (vals,) in zip(rows_of, got, strict=True):
             full[rows] = vals
-        return full, float(sum(g[1][0] for g in got))
-
-    def _train(self, z, rows, train_neg: np.ndarray, mine: np.ndarray, m: int, pairs: dict) -> float:
-        """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the one-process
-        full-batch gradient of ``mean BCE(pos) + mean BCE(neg)`` (as ``OnlineTrainer._train``)."""
-        n = len(mine)
-        has_neg = counted(train_neg, self.config.train_negative_pool)
-        loss = None
-        if n:
-            rows = torch.from_numpy(rows).to(self.device)
-            loss = self.link_model.loss(
-                z, rows, np.ones(n, bool), has_neg[mine], m, int(has_neg.sum()), pairs.get("train_pairs")
-            )
-        # the owners finish the backward pass of the rows they embedded before gradients are averaged
-        return self.link_model.learn(loss, finish=self.embedder.backward)
-
-    @torch.no_grad()
-    def _observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
-        """Owners commit the pending messages of the batch's owned endpoints, then queue the new ones."""
-        ends = np.unique(np.concatenate([src, dst]))
-        ends = ends[self.index.owned(ends)]
-        ws = self.embedder.last_working_set
-        if ws is not None:  # the batch was embedded: its owned endpoints that have a state are among the rows
-            ends = ends[np.isin(ends, ws.gids)]  # (the rest are new: no row, no pending message yet)
-        else:  # a collective, entered by every rank alike (the same condition everywhere), even with no rows
-            ws = self.embedder.gather(ends, owned=True)
-        if len(ends):
-            ids = torch.from_numpy(ws.ids(ends)).to(self.device)
-            with lend_state(self.model.memory, ws.state) as mem:
-                mem.flush(ids)
-            memory, last = ws.state["memory"][ids], ws.state["last_update"][ids]
-            self.owned.commit(ends, memory.cpu().numpy(), last.cpu().numpy())
-        if not len(src):
-            return
-        n = len(src)
-        node = np.stack([src, dst], 1).reshape(-1)  # (src side, dst side) per event: arrival order
-        other = np.stack([dst, src], 1).reshape(-1)
-        side = np.tile([True, False], n)
-        keep = self.index.owned(node)
-        f = None if feat is None else np.repeat(feat, 2, 0)[keep]
-        self.owned.append_messages(node[keep], other[keep], np.repeat(t, 2)[keep], f, side[keep])
+        return full

@@ -55,6 +55,33 @@ class TrainerState:
         trainer.learned, trainer.dead_letter_count = self.learned, self.dead_letters
 
 
+def stream_tensors(trainer) -> dict:
+    """The tensor state every stream trainer saves alike: its ``LinkModel``'s (``model``, ``optimizer`` for
+    TGN), ``metrics``, ``rng``, and each baseline's metrics and state."""
+    state = {
+        **trainer.link_model.state_dict(),
+        "metrics": trainer.metrics.state_dict(),
+        "rng": checkpoint.capture_rng(),
+    }
+    if trainer.baselines:
+        state["baseline_metrics"] = {n: r.state_dict() for n, r in trainer.baseline_metrics.items()}
+        state["baselines"] = {n: b.state_dict() for n, b in trainer.baselines.items()}
+    return state
+
+
+def restore_stream_tensors(trainer, state: dict) -> None:
+    """``stream_tensors`` back into ``trainer`` (its models attached to the restored store first: a
+    baseline's state completes what ``attach`` rebuilds); the RNG apart, which the caller restores last."""
+    trainer.link_model.load_state_dict(state)
+    trainer.metrics.load_state_dict(state["metrics"])
+    for name, saved in state.get("baseline_metrics", {}).items():
+        if name in trainer.baseline_metrics:
+            trainer.baseline_metrics[name].load_state_dict(saved)
+    for name, saved in state.get("baselines", {}).items():
+        if name in trainer.baselines:
+            trainer.baselines[name].load_state_dict(saved)
+
+
 @dataclass(frozen=True)
 class TrainerCheckpoint:
     """A loaded checkpoint: ``manifest`` (JSON values), ``state`` (tensors), the store, and where it was."""

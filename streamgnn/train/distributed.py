@@ -41,6 +41,10 @@ class DistContext:
         lo = self.rank * base + min(self.rank, extra)
         return lo, lo + base + (self.rank < extra)
 
+    def scorers(self, n: int) -> np.ndarray:
+        """The rank of each of ``n`` rows: rank ``r`` takes its ``bounds(n)`` slice (``StepInput.scorer``)."""
+        return np.repeat(np.arange(self.world_size), [self._size(r, n) for r in range(self.world_size)])
+
     def all_sum(self, values: list[float], device: torch.device) -> list[float]:
         """Sum of each value over ranks (float64)."""
         if not self.active:

@@ -14,7 +14,7 @@ pair is scored at its source's query time, candidates included.
 >>> cfg = DyGFormerConfig(sequence_length=4, channel_dim=4, time_dim=4, embedding_dim=4)
 >>> model = DyGFormerLinkModel(TrainConfig(model=cfg))
 >>> model.attach(TemporalGraphStore())
->>> batch = StepInput(np.array([-1]), np.array([-1]), np.zeros(1), np.zeros(1), 0, 0, 1, 0)
+>>> batch = StepInput(np.array([-1]), np.array([-1]), np.zeros(1), np.zeros(1), 0, np.zeros(1), 0, 0)
 >>> math.isfinite(model.train(model.prepare(batch, None, np.array([-1])), np.array([True])))
 True
 """
@@ -36,7 +36,8 @@ from .config import TrainConfig
 from .distributed import DistContext
 from .negatives import counted
 from .protocol import Candidates, StepInput
-from .tgn_model import distinct_queries, pos_neg_loss
+from .tgn_backend import distinct_queries
+from .tgn_model import pos_neg_loss
 
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets, as TGN's: every draw is named by (step, purpose)
 CHUNK = 2048  # pairs per Transformer pass when scoring many candidates (bounds memory, not the result)
@@ -125,7 +126,7 @@ class DyGFormerLinkModel:
     def prepare(
         self, batch: StepInput, candidates: Candidates | None, train_neg: np.ndarray | None
     ) -> _Prepared:
-        s = slice(batch.lo, batch.hi)
+        s = batch.rows
         src, t = batch.src[s], batch.t_query[s]
         n = len(src)
         groups = [src[:, None]]
@@ -149,9 +150,7 @@ class DyGFormerLinkModel:
 
     @torch.no_grad()
     def score(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray | None]:
-        b = prepared.batch
-        n = b.hi - b.lo
-        if not n:
+        if not len(prepared.batch.rows):
             return np.zeros((0, 2)), None
         self.model.eval()
         cand = prepared.eval_cand
@@ -162,8 +161,7 @@ class DyGFormerLinkModel:
     def train(self, prepared: _Prepared, keep: np.ndarray) -> float:
         """One optimizer step on ``mean BCE(positives) + mean BCE(negatives)``, each rank's part scaled so
         that the averaged gradient is the single-process full-batch one (as TGN's)."""
-        b = prepared.batch
-        n = b.hi - b.lo
+        s = prepared.batch.rows
         model, d = self.model, self.dist
         has_neg = keep & counted(prepared.train_neg, self.config.train_negative_pool)
         n_pos, n_neg = int(keep.sum()), int(has_neg.sum())
@@ -172,9 +170,9 @@ class DyGFormerLinkModel:
         model.train()
         self.optimizer.zero_grad()
         local = 0.0
-        if n:
+        if len(s):
             pos, neg = self._logits(prepared.seqs, prepared.src, prepared.train_cand).unbind(1)
-            loss = pos_neg_loss(pos, neg, keep[b.lo : b.hi], has_neg[b.lo : b.hi], n_pos, n_neg)
+            loss = pos_neg_loss(pos, neg, keep[s], has_neg[s], n_pos, n_neg)
             (loss * d.world_size).backward()
             local = loss.item()
         d.average_gradients(list(model.parameters()))

@@ -8,7 +8,10 @@ goes). Pairs are directed, as in the paper. Scores are 1 or 0, so AP/AUC/MRR tre
 
 It is a ``LinkModel``: the trainer scores it on the very positives and negatives it scores the learned model
 on (``TrainConfig.baselines``), so their metrics are comparable at a glance. Its memory is the store's edges
-at ``attach`` (history, a restored checkpoint) plus every batch it observes.
+at ``attach`` (history, a restored checkpoint) plus every batch it observes; a checkpoint keeps the time
+span. Sharded, each rank observes every batch whole (the window spans the whole stream) but keeps only the
+pairs of the sources it owns (``holds``): those of the rows it scores, and those its shard holds, so a
+resumed rank's bank answers its rows as before.
 
 >>> import numpy as np
 >>> bank = EdgeBank()
@@ -24,8 +27,10 @@ at ``attach`` (history, a restored checkpoint) plus every batch it observes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from ..errors import ConfigError
 from ..store import TemporalGraphStore
@@ -40,10 +45,13 @@ class EdgeBank:
     trainable = False
     out_dim = None
 
-    def __init__(self, window_ratio: float | None = None) -> None:
+    def __init__(
+        self, window_ratio: float | None = None, holds: Callable[[np.ndarray], np.ndarray] | None = None
+    ) -> None:
         if window_ratio is not None and not window_ratio > 0:
             raise ConfigError(f"EdgeBank window_ratio must be > 0 (or None: unlimited), got {window_ratio}")
         self.window_ratio = window_ratio
+        self.holds = holds  # bool mask of the sources whose pairs it keeps (a sharded rank's); None: all
         self.reset_state()
 
     def reset_state(self) -> None:
@@ -57,12 +65,15 @@ class EdgeBank:
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         if not len(src):
             return
-        keys = (np.asarray(src, np.int64) << 32) | np.asarray(dst, np.int64)
-        keys = np.concatenate([self._new_keys, keys])
-        last = np.concatenate([self._new_last, np.asarray(t, np.float64)])
-        self._new_keys, self._new_last = _latest(keys, last)
-        self._t_min = min(self._t_min, float(np.min(t)))
+        self._t_min = min(self._t_min, float(np.min(t)))  # the span of every event, held or not
         self._t_max = max(self._t_max, float(np.max(t)))
+        src, dst, t = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(t, np.float64)
+        if self.holds is not None:
+            held = self.holds(src)
+            src, dst, t = src[held], dst[held], t[held]
+        keys = np.concatenate([self._new_keys, (src << 32) | dst])
+        last = np.concatenate([self._new_last, t])
+        self._new_keys, self._new_last = _latest(keys, last)
         if len(self._new_keys) > max(_MERGE_MIN, len(self._keys) // 8):
             self._keys, self._last = _latest(
                 np.concatenate([self._keys, self._new_keys]), np.concatenate([self._last, self._new_last])
@@ -94,7 +105,7 @@ class EdgeBank:
 
     def score(self, prepared) -> tuple[np.ndarray, np.ndarray | None]:
         batch, cand = prepared
-        s = slice(batch.lo, batch.hi)
+        s = batch.rows
         src = batch.src[s]
         pos = self.seen(src, batch.dst[s])
         ap = np.column_stack([pos, self.seen(src, cand.neg[s, 0])])
@@ -115,22 +126,26 @@ class EdgeBank:
         self._keys, self._last, self._new_keys, self._new_last, self._t_min, self._t_max = state
 
     def state_dict(self) -> dict:
-        return {}  # the memory is the store's edges: ``attach`` rebuilds it from a restored store
+        """The time span seen: the pairs are the store's edges, which ``attach`` rebuilds from a restored
+        store, but a sharded rank's store holds only its shard's edges, and deletes remove some."""
+        return {"span": torch.tensor([self._t_min, self._t_max], dtype=torch.float64)}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        if "span" in state:  # (a checkpoint from before the span was kept: ``attach``'s span)
+            self._t_min, self._t_max = (float(x) for x in state["span"])
 
 
 # how plots and printed summaries name each ``TrainConfig.baselines`` entry
 BASELINE_LABELS = {"edgebank": "EdgeBank", "edgebank_tw": "EdgeBank (time window)"}
 
 
-def make_baseline(name: str, config) -> EdgeBank:
-    """The baseline ``TrainConfig.baselines`` names: "edgebank" or "edgebank_tw"."""
+def make_baseline(name: str, config, holds: Callable[[np.ndarray], np.ndarray] | None = None) -> EdgeBank:
+    """The baseline ``TrainConfig.baselines`` names: "edgebank" or "edgebank_tw" (``holds``: see
+    ``EdgeBank``)."""
     if name == "edgebank":
-        return EdgeBank()
+        return EdgeBank(holds=holds)
     if name == "edgebank_tw":
-        return EdgeBank(window_ratio=config.edgebank_window_ratio)
+        return EdgeBank(window_ratio=config.edgebank_window_ratio, holds=holds)
     raise ConfigError(f"unknown baseline {name!r}: use 'edgebank' or 'edgebank_tw'")
 
 

@@ -6,14 +6,18 @@ model's internals."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+from ..errors import ConfigError
 from ..nn import DyGFormerConfig
 from .config import TrainConfig
 from .distributed import DistContext
 from .dygformer_model import DyGFormerLinkModel
 from .head import ScoringHead
 from .protocol import LinkModel
+from .tgn_local import local_backends
 from .tgn_model import TGNLinkModel
 
 
@@ -21,8 +25,18 @@ def _family(config: TrainConfig) -> type[TGNLinkModel] | type[DyGFormerLinkModel
     return DyGFormerLinkModel if isinstance(config.model, DyGFormerConfig) else TGNLinkModel
 
 
-def make_link_model(config: TrainConfig, *, device: torch.device | str, dist: DistContext) -> LinkModel:
-    return _family(config)(config, device=device, dist=dist)
+def make_link_model(
+    config: TrainConfig, *, device: torch.device | str, dist: DistContext, backends: Callable | None = None
+) -> LinkModel:
+    """``backends``: where a TGN model's embeddings, memory and pair features live (``tgn_backend``; None:
+    one process), e.g. ``shard.tgn_backend.shard_backends``."""
+    if _family(config) is DyGFormerLinkModel:
+        if backends is not None:
+            raise ConfigError(
+                "DyGFormer reads both endpoints' neighbor sequences from one store: it has no backends"
+            )
+        return DyGFormerLinkModel(config, device=device, dist=dist)
+    return TGNLinkModel(config, device=device, dist=dist, backends=backends or local_backends)
 
 
 def scoring_head(config: TrainConfig, state: dict) -> ScoringHead | str:

@@ -32,9 +32,14 @@ class StepInput:
     t: np.ndarray  # float64 [m] event times
     t_query: np.ndarray  # float64 [m] when each positive is embedded (config.query_time)
     blank: int  # a state row no node owns yet (zero memory): where unknown nodes read
-    lo: int  # this rank's rows are [lo, hi)
-    hi: int
+    scorer: np.ndarray  # int [m] the rank that scores and trains each row (every rank's, not only this one's)
+    rank: int  # this rank
     step: int  # global batches before this one: keys every random draw
+
+    @property
+    def rows(self) -> np.ndarray:
+        """This rank's rows (ascending): a data-parallel rank's slice, a sharded rank's owned sources."""
+        return np.flatnonzero(self.scorer == self.rank)
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,9 @@ class LinkModel(Protocol):
         """
 
     def score(self, prepared: Any) -> tuple[np.ndarray, np.ndarray | None]:
-        """Logits of this rank's ``n = hi - lo`` rows: ``[n, 2]`` (positive, column-0 negative) at the query
-        times, and ``[n, 1 + q]`` (positive, every candidate) when ``candidates.rank``, else None."""
+        """Logits of this rank's ``n = len(batch.rows)`` rows: ``[n, 2]`` (positive, column-0 negative) at
+        the query times, and ``[n, 1 + q]`` (positive, every candidate) when ``candidates.rank``, else
+        None."""
 
     def train(self, prepared: Any, keep: np.ndarray) -> float:
         """One update on the rows where ``keep`` (bool [m]: the store applied them); the global mean loss."""

@@ -1,12 +1,12 @@
-"""TGN as a ``LinkModel``: neighborhoods from the store's sampler, the ``nn.TGN`` module, Adam, data parallel.
+"""TGN as a ``LinkModel``: the ``nn.TGN`` module, Adam, the batch's query layout, scoring, loss and update.
 
 Per batch it embeds each distinct query once: roots ``[src, dst, AP negative]`` at their query times, then
 (for MRR) every candidate ``[dst, negatives]`` at the batch's first time, so ranking costs one embedding per
-distinct candidate, not one per pair. Training embeds ``[src, dst, negative]`` at the query times, and each
-rank of a data-parallel job embeds its own slice of the batch (``DistContext``). The sharded trainer
-(``shard.ShardedTrainer``) holds a ``TGNLinkModel`` too and uses its layout (``eval_roots``, ``train_roots``),
-pair read (``batch_pairs`` over its ``ShardPairs``), scoring (``score_rows``), ``loss`` and ``learn`` with the
-embeddings its owners compute, so the two trainers score and learn alike by construction.
+distinct candidate, not one per pair. Training embeds ``[src, dst, negative]`` at the query times. Each rank
+scores and trains the batch's rows it is given (``StepInput.rows``): a data-parallel rank's slice, a sharded
+rank's events. Where the embeddings, the memory and the pair features come from is the backends' business
+(``tgn_backend``): the store's sampler and the module's memory in one process (``tgn_local``, the default),
+the vertices' owners in a sharded run (``shard.tgn_backend``), so the same model runs in both.
 
 >>> import numpy as np
 >>> from streamgnn.nn import TGNConfig
@@ -15,7 +15,7 @@ embeddings its owners compute, so the two trainers score and learn alike by cons
 >>> from streamgnn.train.protocol import StepInput
 >>> model = TGNLinkModel(TrainConfig(model=TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8)))
 >>> model.attach(TemporalGraphStore())
->>> batch = StepInput(np.array([-1]), np.array([-1]), np.zeros(1), np.zeros(1), 0, 0, 1, 0)
+>>> batch = StepInput(np.array([-1]), np.array([-1]), np.zeros(1), np.zeros(1), 0, np.zeros(1), 0, 0)
 >>> prepared = model.prepare(batch, None, np.array([-1]))
 >>> math.isfinite(model.train(prepared, np.array([True])))
 True
@@ -24,25 +24,26 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from ..nn import TGN, EmbeddingInput
+from ..nn import TGN
 from ..nn.gather import gather_rows
-from ..sampling import SamplerConfig, TemporalSampler
-from ..sampling.pairs import PairFeatures
+from ..sampling import SamplerConfig
 from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .distributed import DistContext
 from .head import ScoringHead
 from .negatives import counted
 from .protocol import Candidates, StepInput
-
-_EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets: every draw is named by (step, purpose)
+from .tgn_backend import EVAL, TRAIN, Backends, QuerySet
+from .tgn_local import local_backends
 
 
 def pos_neg_loss(pos, neg, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int) -> torch.Tensor:
@@ -57,17 +58,6 @@ def pos_neg_loss(pos, neg, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n
             + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), w_neg, reduction="sum") / n_neg
         )
     return loss
-
-
-def distinct_queries(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct ``(node, time)`` pairs (sorted) and the index of each input pair among them."""
-    order = np.lexsort((times, nodes))
-    nodes, times = nodes[order], times[order]
-    first = np.ones(len(order), bool)
-    first[1:] = (nodes[1:] != nodes[:-1]) | (times[1:] != times[:-1])
-    rows = np.empty(len(order), np.int64)
-    rows[order] = np.cumsum(first) - 1
-    return nodes[first], times[first], rows
 
 
 def eval_roots(src, dst, neg, t_query, t_first: float, rank: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -85,20 +75,15 @@ def train_roots(src, dst, neg, t_query) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate([src, dst, neg]), np.tile(t_query, 3)
 
 
-def _or_zeros(feat: torch.Tensor | None, shape: torch.Size, dim: int) -> torch.Tensor | None:
-    """``feat``, or zeros ``[*shape, dim]`` where the model wants features and none were sampled."""
-    return feat if feat is not None or not dim else torch.zeros(*shape, dim)
-
-
 @dataclass
 class _Prepared:
-    """What ``prepare`` read before the batch was ingested: embedding inputs and each root's row."""
+    """What ``prepare`` read before the batch was ingested: the embedding backend's prepared query sets."""
 
     batch: StepInput
     candidates: Candidates | None
     train_neg: np.ndarray | None
-    eval_input: tuple[EmbeddingInput, torch.Tensor] | None
-    train_input: tuple[EmbeddingInput, torch.Tensor] | None
+    eval_input: Any  # the embedding backend's, for ``Embeddings.forward``; None: not scored
+    train_input: Any  # None: not trained
     # raw pair features (history, co-occurrence, walks) of each row's (source, candidate) pairs, or None
     eval_pairs: tuple[torch.Tensor, ...] | None = None
     rank_pairs: tuple[torch.Tensor, ...] | None = None
@@ -106,7 +91,8 @@ class _Prepared:
 
 
 class TGNLinkModel:
-    """``nn.TGN`` (any variant) with its sampler and optimizer; ``model`` and ``optimizer`` are public."""
+    """``nn.TGN`` (any variant) with its optimizer; ``model`` and ``optimizer`` are public. ``backends``
+    makes its embedding, memory and pair backends (``tgn_backend``; default: one process's)."""
 
     trainable = True
 
@@ -116,6 +102,7 @@ class TGNLinkModel:
         *,
         device: torch.device | str = "cpu",
         dist: DistContext | None = None,
+        backends: Callable[[TGNLinkModel], Backends] = local_backends,
     ) -> None:
         self.config = config
         self.device = torch.device(device)
@@ -127,19 +114,15 @@ class TGNLinkModel:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
         self.out_dim = self.model.out_dim
         self.name = mcfg.variant.upper()  # how run summaries call it
-        self.pairs = None
-        if mcfg.pair_features:
-            self.pairs = PairFeatures.of(TemporalGraphStore(), mcfg)
-        self.sampler = TemporalSampler(
-            TemporalGraphStore(),
-            SamplerConfig(
-                fanouts=(mcfg.num_neighbors,) * max(mcfg.num_layers, 1),
-                strategy=config.sampling,
-                seed=config.seed,
-                edge_features=mcfg.edge_feature_dim > 0,
-                node_features=mcfg.node_feature_dim > 0,
-            ),
+        self.sampling = SamplerConfig(  # the neighborhoods every backend samples
+            fanouts=(mcfg.num_neighbors,) * max(mcfg.num_layers, 1),
+            strategy=config.sampling,
+            seed=config.seed,
+            edge_features=mcfg.edge_feature_dim > 0,
+            node_features=mcfg.node_feature_dim > 0,
         )
+        parts = backends(self)
+        self.embeddings, self.memory, self.pairs = parts.embeddings, parts.memory, parts.pairs
 
     @staticmethod
     def scoring_head(config: TrainConfig, state: dict) -> ScoringHead:
@@ -170,18 +153,12 @@ class TGNLinkModel:
                     f"the store holds {have} {label} features per row but the model expects {want}: "
                     f"set TGNConfig.{label}_feature_dim={have}"
                 )
-        self.sampler.store = store
+        self.embeddings.attach(store)
         if self.pairs is not None:
             self.pairs.store = store
 
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
-        with torch.no_grad():
-            self.model.observe(
-                torch.from_numpy(src).to(self.device),
-                torch.from_numpy(dst).to(self.device),
-                torch.from_numpy(t).to(self.device),
-                None if feat is None else torch.from_numpy(feat).to(self.device),
-            )
+        self.memory.observe(src, dst, t, feat)
 
     def reset_state(self) -> None:
         self.model.reset_state()
@@ -207,19 +184,28 @@ class TGNLinkModel:
     def prepare(
         self, batch: StepInput, candidates: Candidates | None, train_neg: np.ndarray | None
     ) -> _Prepared:
-        s = slice(batch.lo, batch.hi)
-        eval_input = train_input = None
-        src, dst, t_query = batch.src[s], batch.dst[s], batch.t_query[s]
-        neg = None if candidates is None else candidates.neg[s]
+        """Pair features of this rank's rows, then the embedding backend's query sets (in this order: a
+        sharded run's exchanges come in the same order on every rank)."""
+        src, dst, t_query = batch.src, batch.dst, batch.t_query
         rank = candidates is not None and candidates.rank
-        train = None if train_neg is None else train_neg[s]
-        if neg is not None:
-            roots, times = eval_roots(src, dst, neg, t_query, batch.t.min(), rank)
-            eval_input = self._input(roots, batch.blank, times, batch.step, _EVAL)
-        if train is not None:
-            roots, times = train_roots(src, dst, train, t_query)
-            train_input = self._input(roots, batch.blank, times, batch.step, _TRAIN)
-        pairs = self.batch_pairs(src, dst, t_query, neg, rank, train)
+        sets = []
+        if candidates is not None:
+            neg, t_first = candidates.neg, batch.t.min()
+            sets.append(
+                QuerySet(EVAL, False, lambda r: eval_roots(src[r], dst[r], neg[r], t_query[r], t_first, rank))
+            )
+        if train_neg is not None:
+            sets.append(
+                QuerySet(TRAIN, True, lambda r: train_roots(src[r], dst[r], train_neg[r], t_query[r]))
+            )
+        r = batch.rows
+        pairs = self.batch_pairs(
+            src[r], dst[r], t_query[r], None if candidates is None else candidates.neg[r], rank,
+            None if train_neg is None else train_neg[r],
+        )  # fmt: skip
+        inputs = iter(self.embeddings.prepare(batch, sets))
+        eval_input = next(inputs) if candidates is not None else None
+        train_input = next(inputs) if train_neg is not None else None
         return _Prepared(batch, candidates, train_neg, eval_input, train_input, **pairs)
 
     def batch_pairs(
@@ -248,72 +234,48 @@ class TGNLinkModel:
 
     @torch.no_grad()
     def score(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray | None]:
-        b = prepared.batch
-        n = b.hi - b.lo
+        """Logits of the evaluation layout (module docstring) from the embeddings of its distinct queries."""
+        n = len(prepared.batch.rows)
         if not n:
             return np.zeros((0, 2)), None
-        inp, rows = prepared.eval_input
         self.model.eval()
-        z = self.model(inp)
-        return self.score_rows(z, rows, n, prepared.candidates.rank, prepared.eval_pairs, prepared.rank_pairs)
-
-    @torch.no_grad()
-    def score_rows(
-        self, z: torch.Tensor, rows: torch.Tensor, n: int, rank: bool, eval_pairs=None, rank_pairs=None
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """``score``'s logits from the embeddings ``z`` of the distinct queries and each root's row in the
-        evaluation layout (module docstring), wherever ``z`` was computed (the sharded trainer's owners);
-        ``eval_pairs``/``rank_pairs``: ``read_pairs`` of (destination, column-0 negative) and of every
-        candidate, when the predictor reads pair features."""
+        z, rows = self.embeddings.forward(prepared.eval_input)
         predict = self.model.predictor
         z_src = z[rows[:n]]
-        ap_pair, rank_pair = self._encode(eval_pairs), self._encode(rank_pairs)
+        ap_pair, rank_pair = self._encode(prepared.eval_pairs), self._encode(prepared.rank_pairs)
         ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T, ap_pair).double().cpu().numpy()
         ranked = None
-        if rank:
+        if prepared.candidates.rank:
             ranked = predict.candidates(z_src, z, rows[3 * n :].view(n, -1), rank_pair).double().cpu().numpy()
         return ap, ranked
 
     def train(self, prepared: _Prepared, keep: np.ndarray) -> float:
         """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the
         single-process full-batch gradient of ``mean BCE(pos) + mean BCE(neg)``."""
-        b = prepared.batch
-        lo, hi = b.lo, b.hi
-        n = hi - lo
-        model, d = self.model, self.dist
+        r = prepared.batch.rows
         has_neg = keep & counted(prepared.train_neg, self.config.train_negative_pool)
         n_pos, n_neg = int(keep.sum()), int(has_neg.sum())
         if not n_pos:
             return math.nan
-        model.train()
+        self.model.train()
         loss = None
-        if n:
-            inp, rows = prepared.train_input
-            z = model(inp)
-            loss = self.loss(z, rows, keep[lo:hi], has_neg[lo:hi], n_pos, n_neg, prepared.train_pairs)
-        return d.all_sum([self.learn(loss)], self.device)[0]
-
-    def learn(self, loss: torch.Tensor | None, finish=None) -> float:
-        """One optimizer step from this rank's part of the global loss (None: no rows here), scaled so that
-        the averaged gradient equals the single-process gradient; ``finish()`` runs after this rank's
-        backward pass and before the averaging (the sharded trainer's owners finish theirs there). Returns
-        this rank's loss (0.0 with none)."""
+        if len(r):
+            z, rows = self.embeddings.forward(prepared.train_input)
+            loss = self.loss(z, rows, keep[r], has_neg[r], n_pos, n_neg, prepared.train_pairs)
         self.optimizer.zero_grad()
         local = 0.0
         if loss is not None:
             (loss * self.dist.world_size).backward()
             local = loss.item()
-        if finish is not None:
-            finish()
+        self.embeddings.finish()
         self.dist.average_gradients(list(self.model.parameters()))
         self.optimizer.step()
-        return local
+        return self.dist.all_sum([local], self.device)[0]
 
     @torch.no_grad()
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
         self.model.eval()
-        inp, rows = self._input(nodes, blank, np.full(len(nodes), t), step, _SERVE)
-        return self.model(inp)[rows].float().cpu().numpy()
+        return self.embeddings.embed(nodes, t, blank, step).float().cpu().numpy()
 
     def loss(
         self, z, rows, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int, pairs=None
@@ -331,8 +293,7 @@ class TGNLinkModel:
 
     def read_pairs(self, src: np.ndarray, cand: np.ndarray, t: np.ndarray) -> tuple[torch.Tensor, ...]:
         """Raw pair features of each ``(src[i], cand[i, j])`` at ``t[i]`` (-1: unknown, no history), read
-        now (before the store holds the batch) by ``self.pairs``: ``PairFeatures`` over the store, or the
-        sharded trainer's ``ShardPairs`` (a collective there)."""
+        now (before the store holds the batch) by the pair backend (a collective when sharded)."""
         q = cand.shape[1]
         src, t = np.repeat(src, q), np.repeat(t, q)
         raw = self.pairs.read(src, cand.reshape(-1), t)
@@ -344,34 +305,3 @@ class TGNLinkModel:
             return None
         n, q = raw[0].shape[:2]
         return self.model.pair_encoder(*(x.flatten(0, 1) for x in raw)).view(n, q, -1)
-
-    def _input(
-        self, roots: np.ndarray, blank: int, times: np.ndarray, step: int, purpose: int
-    ) -> tuple[EmbeddingInput, torch.Tensor]:
-        """Neighborhoods of the distinct queries among ``roots`` (internal ids, -1: unknown, reads row
-        ``blank``) at ``times``, and each root's row among them: a repeated query is embedded once."""
-        mcfg = self.config.model
-        roots, times, rows = distinct_queries(roots, np.asarray(times, np.float64))
-        mem = torch.from_numpy(np.where(roots < 0, blank, roots))
-        rows = torch.from_numpy(rows).to(self.device)
-        if mcfg.num_layers == 0:
-            return EmbeddingInput(mem, torch.from_numpy(times)).to(self.device), rows
-        sub = self.sampler.sample(roots, times, key=3 * step + purpose)
-        node_feat = None
-        if mcfg.node_feature_dim:
-            node_feat = np.zeros((len(roots), mcfg.node_feature_dim), np.float32)
-            if sub.root_node_features is not None:
-                node_feat[roots >= 0] = sub.root_node_features[roots >= 0]
-        inp = EmbeddingInput.from_subgraph(sub, mcfg.num_neighbors, node_feat, mcfg.num_layers)
-        if mcfg.edge_feature_dim or mcfg.node_feature_dim:
-            # A store without features yet (no node update so far, history without edge features) reads zeros.
-            hops = [
-                replace(
-                    hop,
-                    edge_feat=_or_zeros(hop.edge_feat, hop.mask.shape, mcfg.edge_feature_dim),
-                    node_feat=_or_zeros(hop.node_feat, hop.mask.shape, mcfg.node_feature_dim),
-                )
-                for hop in inp.hops
-            ]
-            inp = replace(inp, hops=hops)
-        return replace(inp, nodes=mem).to(self.device), rows

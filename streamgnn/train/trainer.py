@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint import capture_rng, restore_rng
+from ..checkpoint import restore_rng
 from ..embeddings import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
@@ -199,10 +199,9 @@ class OnlineTrainer:
         pre_src, pre_dst = self._known(batch.src[rows]), self._known(batch.dst[rows])
         scoring = score and m > 0 and (negatives is not None or self.negatives.ready)
         training = train and m > 0 and self.negatives.ready and lm.trainable
-        lo, hi = d.bounds(m)
         t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
         # store.num_nodes: a row no node owns yet (zero memory, no pending messages)
-        view = StepInput(pre_src, pre_dst, t, t_query, store.num_nodes, lo, hi, self.steps)
+        view = StepInput(pre_src, pre_dst, t, t_query, store.num_nodes, d.scorers(m), d.rank, self.steps)
         candidates = self._candidates(view, rows, negatives, negatives_valid) if scoring else None
         train_neg = None
         if training:
@@ -223,9 +222,9 @@ class OnlineTrainer:
 
         pos = neg = rr = np.zeros(0)
         if scoring:
-            pos, neg, rr = (x[keep] for x in self._score(lm, prepared, candidates, lo, hi, m))
+            pos, neg, rr = (x[keep] for x in self._score(lm, prepared, candidates, view))
         base_scores = {
-            name: tuple(x[keep] for x in self._score(self.baselines[name], p, candidates, lo, hi, m))
+            name: tuple(x[keep] for x in self._score(self.baselines[name], p, candidates, view))
             for name, p in base_prepared.items()
         }
         loss = lm.train(prepared, keep) if training else math.nan
@@ -276,20 +275,11 @@ class OnlineTrainer:
         return Candidates(neg_ids, neg_ids >= 0, cfg.eval_negatives > 0)
 
     def _score(
-        self, model: LinkModel, prepared, candidates: Candidates, lo: int, hi: int, m: int
+        self, model: LinkModel, prepared, candidates: Candidates, view: StepInput
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(pos, neg, rr)`` of all ``m`` rows from ``model``'s logits of this rank's slice: the metric
-        definitions are the loop's, the same for every model."""
-        n = hi - lo
-        local = np.full((n, 3), math.nan)
-        if n:
-            ap, ranked = model.score(prepared)
-            ok = candidates.valid[lo:hi]
-            local[:, 0] = ap[:, 0]
-            local[:, 1] = np.where(ok[:, 0], ap[:, 1], np.nan)
-            if ranked is not None:
-                local[:, 2] = reciprocal_ranks(ranked[:, 0], ranked[:, 1:], ok)
-        full = self.dist.gather_rows(local, m, self.device)
+        """``(pos, neg, rr)`` of every row from ``model``'s logits of this rank's slice (``local_scores``)."""
+        local = local_scores(model, prepared, candidates, view.rows)
+        full = self.dist.gather_rows(local, len(view.scorer), self.device)
         return full[:, 0], full[:, 1], full[:, 2]
 
     def _touched_otherwise(self, batch: EventBatch) -> np.ndarray:
@@ -367,17 +357,13 @@ class OnlineTrainer:
             batches, lambda: self.save_checkpoint(None if positions is None else positions())
         )
         self.serving.finish(self.store, self._embed)
-        for running in (self.metrics, *self.baseline_metrics.values()):
-            running.close()
         seconds = drive.elapsed()
-        summary = self.metrics.summary()
-        baselines = {name: running.summary() for name, running in self.baseline_metrics.items()}
         return OnlineResult(
             events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
-            summary, list(self.metrics.windows), 1e3 * self.latency.percentile(50),
-            1e3 * self.latency.percentile(99), self.dead_letter_count, saved, baselines=baselines,
-            baseline_windows={n: list(r.windows) for n, r in self.baseline_metrics.items()},
-            flags=self._flags(summary, baselines),
+            latency_p50_ms=1e3 * self.latency.percentile(50),
+            latency_p99_ms=1e3 * self.latency.percentile(99), dead_letters=self.dead_letter_count,
+            checkpoint=saved,
+            **run_metrics(self.link_model, self.metrics, self.baseline_metrics),
         )  # fmt: skip
 
     def _global_batches(self, source: Iterable[EventBatch], skip: int, room, *, by_offsets: bool) -> Batches:
@@ -409,13 +395,6 @@ class OnlineTrainer:
         finally:
             if not skip:
                 self.dead_letter_count += source_dead_letters(source) - letters_seen
-
-    def _flags(self, metrics: LinkMetrics, baselines: dict[str, LinkMetrics]) -> list[str]:
-        """Where the learned model scores below a baseline (empty when the model learns nothing)."""
-        lm = self.link_model
-        if not lm.trainable:
-            return []
-        return losses_to_baselines(getattr(lm, "name", type(lm).__name__), metrics, baselines)
 
     def reset_stream(self, store: TemporalGraphStore | None = None) -> None:
         """Start a new pass over a replayed stream: fresh store (default: empty), blank memory and negative
@@ -466,9 +445,7 @@ class OnlineTrainer:
     def state(self) -> tuple[dict, dict]:
         """``(tensors, values)`` a resume continues from bit for bit (the store apart: a checkpoint saves it
         beside them): the ``TrainerState`` values and the model, metrics, RNG and served rows."""
-        state = {**self.link_model.state_dict(), "metrics": self.metrics.state_dict(), "rng": capture_rng()}
-        if self.baselines:  # (their memory is the store's edges: ``attach`` rebuilds it)
-            state["baseline_metrics"] = {n: r.state_dict() for n, r in self.baseline_metrics.items()}
+        state = checkpoint.stream_tensors(self)
         if self.table is not None:  # the served rows, so a resume serves what this run served
             state["serving"] = self.serving.state_dict()
         return state, checkpoint.TrainerState.of(self).values()
@@ -501,11 +478,7 @@ class OnlineTrainer:
         trainer = cls(cfg, table=table, sink=sink, dist=dist, link_model=link_model)
         ckpt.store.allow_lateness(cfg.allowed_lateness)  # a setting of this run (see TrainConfig)
         trainer.reset_stream(ckpt.store)
-        trainer.link_model.load_state_dict(ckpt.state)
-        trainer.metrics.load_state_dict(ckpt.state["metrics"])
-        for name, state in ckpt.state.get("baseline_metrics", {}).items():
-            if name in trainer.baseline_metrics:
-                trainer.baseline_metrics[name].load_state_dict(state)
+        checkpoint.restore_stream_tensors(trainer, ckpt.state)
         checkpoint.TrainerState.from_values(man).apply(trainer)
         trainer._replayed = trainer.position
         restore_rng(ckpt.rng)
@@ -514,6 +487,35 @@ class OnlineTrainer:
         elif trainer.table is not None:  # the run served nothing (serve_every=0): embed every node now
             trainer.refresh(np.arange(trainer.store.num_nodes))
         return trainer
+
+
+def run_metrics(model: LinkModel, metrics: RunningMetrics, baselines: dict[str, RunningMetrics]) -> dict:
+    """An ``OnlineResult``'s metric fields, the running metrics closed: the model's, each baseline's, and
+    where the learned model scores below a baseline (none when it learns nothing)."""
+    for running in (metrics, *baselines.values()):
+        running.close()
+    summary = metrics.summary()
+    base = {name: running.summary() for name, running in baselines.items()}
+    name = getattr(model, "name", type(model).__name__)
+    return {
+        "metrics": summary, "windows": list(metrics.windows), "baselines": base,
+        "baseline_windows": {n: list(r.windows) for n, r in baselines.items()},
+        "flags": losses_to_baselines(name, summary, base) if model.trainable else [],
+    }  # fmt: skip
+
+
+def local_scores(model: LinkModel, prepared, candidates: Candidates, rows: np.ndarray) -> np.ndarray:
+    """``[pos, neg, rr]`` (float64 ``[n, 3]``) of this rank's ``rows`` from ``model``'s logits: the metric
+    definitions are the loop's, the same for every model and trainer (NaN where a row has no negative)."""
+    local = np.full((len(rows), 3), math.nan)
+    if len(rows):
+        ap, ranked = model.score(prepared)
+        ok = candidates.valid[rows]
+        local[:, 0] = ap[:, 0]
+        local[:, 1] = np.where(ok[:, 0], ap[:, 1], np.nan)
+        if ranked is not None:
+            local[:, 2] = reciprocal_ranks(ranked[:, 0], ranked[:, 1:], ok)
+    return local
 
 
 def edge_features(batch: EventBatch, rows: np.ndarray, dim: int) -> np.ndarray | None:
