@@ -95,7 +95,9 @@ class ShardWalks:
             self._newest = max(self._newest, float(t.max()))
         # the newest time stays pending: an event arriving later at that time must join its group
         horizon = max(self._horizon, min(t_first, self._newest))
-        self._fold(int(np.searchsorted(self._pending[0], horizon, side="left")))
+        m = int(np.searchsorted(self._pending[0], horizon, side="left"))
+        if len(t) or m:  # (else the state and the pending rows stand as the last sync left them)
+            self._fold(m)
         self._horizon = horizon
 
     def _new_events(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
