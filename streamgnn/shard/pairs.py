@@ -96,9 +96,9 @@ class ShardPairs:
             )
         shard, pairs = self.local.store, self.local
         u, v = self._local(src), self._local(dst)
-        history = pairs.history(u, v, t)
         if self.exchange is None:
             return pairs.read(u, v, t)
+        history = pairs.history(u, v, t)
         if self.walks is not None:
             self.walks.sync(float(t.min()) if len(t) else math.inf)
         since_v, seq_v, len_v, *rows_v = self._remote(dst, t)
