@@ -12,8 +12,9 @@ known, so it costs three ``torch.distributed`` calls), through the trainer's ``C
 sampler's queries go; co-occurrence is then counted here.
 
 Walk features (``TGNConfig.pair_walks``), exact: ``ShardWalks`` keeps each vertex's walk rows with its
-owner and advances them collectively before the queries (``ShardWalks.sync``); v's rows come back in the
-same reply round as v's neighbors, so the products are one store's to the bit too.
+owner and advances them collectively (``ShardWalks.sync``): the new events travel with the queries, the
+rows of their endpoints in one more ``all_to_all``, and v's rows come back with v's neighbors, so the
+products are one store's to the bit too.
 
 Communication-free (no ``exchange``): v's half is read from this rank's shard too, which holds only v's
 events with this rank's vertices when another rank owns v. So "v's latest event" is v's latest event with
@@ -99,8 +100,6 @@ class ShardPairs:
         if self.exchange is None:
             return pairs.read(u, v, t)
         history = pairs.history(u, v, t)
-        if self.walks is not None:
-            self.walks.sync(float(t.min()) if len(t) else math.inf)
         since_v, seq_v, len_v, *rows_v = self._remote(dst, t)
         if pairs.endpoints:
             history[:, -1] = since_v
@@ -133,12 +132,16 @@ class ShardPairs:
         """From v's owner: the time since v's latest event before ``t``, v's latest neighbors (global ids)
         and how many (and v's walk rows); the distinct ``(v, t)`` queries travel, in one round."""
         ex, w = self.exchange, self.exchange.world_size
+        # the walk state's new events ride along (to every rank), advanced before the replies
+        extra = () if self.walks is None else self.walks.outgoing(float(t.min()) if len(t) else math.inf)
         nodes, times, rows = distinct_queries(dst, t)
         owner = np.full(len(nodes), self.exchange.rank, np.int64)  # unknown vertices: answered here
         owner[nodes >= 0] = self.index.owner(nodes[nodes >= 0])
         sel = [np.flatnonzero(owner == d) for d in range(w)]
-        asks = ex.all_to_all([(nodes[s], times[s]) for s in sel], "pair_queries")
-        replies = [self._answer(q, q_t) for q, q_t in asks]
+        asks = ex.all_to_all([(nodes[s], times[s], *extra) for s in sel], "pair_queries")
+        if self.walks is not None:
+            self.walks.advance([a[2:] for a in asks])
+        replies = [self._answer(a[0], a[1]) for a in asks]
         got = ex.all_to_all(replies, "pair_neighbors", [[len(s)] * len(replies[0]) for s in sel])
         out = [np.empty((len(nodes), *x.shape[1:]), x.dtype) for x in replies[0]]
         for s, parts in zip(sel, got, strict=True):

@@ -8,7 +8,7 @@ the clock they were last brought to), and what every rank keeps whole is small: 
 or after it, typically the newest time stamp only). Hop 0, a node's random vector, is seeded by its global
 id (the id one store gives it), so any rank computes it.
 
-Each ``sync`` (a collective, every rank at once, from ``ShardPairs.read``):
+Each ``sync`` (a collective, every rank at once; ``ShardPairs.read`` carries step 1 in its request round):
 
 1. every rank sends every other the events its shard took since the last sync whose source it owns (each
    event once: a cut edge sits in both owners' shards), and its earliest query time;
@@ -75,21 +75,28 @@ class ShardWalks:
     # ------------------------------------------------------------------ advancing the state
     def sync(self, t_min: float) -> None:
         """Bring the state to the shards' events before ``min(t_min over ranks, newest event)``: a
-        collective (``t_min``: this rank's earliest query, inf with none)."""
-        while True:
-            new = self._new_events()
-            meta = np.array([t_min, float(self._restarted)])
-            got = self.exchange.all_gather((*new, meta), "walk_events")
-            t, s, d = (np.concatenate([g[i] for g in got]) for i in range(3))
-            flags = [bool(g[3][1]) for g in got]
-            t_first = min(float(g[3][0]) for g in got)
+        collective (``t_min``: this rank's earliest query, inf with none). ``ShardPairs`` carries
+        ``outgoing`` in its own request round and calls ``advance`` instead."""
+        self.advance(self.exchange.all_gather(self.outgoing(t_min), "walk_events"))
+
+    def outgoing(self, t_min: float) -> tuple[np.ndarray, ...]:
+        """What this rank sends every other rank for the next ``advance``: its new events (those whose
+        source it owns) and ``(t_min, whether it started over)``."""
+        return (*self._new_events(), np.array([t_min, float(self._restarted)]))
+
+    def advance(self, got: list[tuple[np.ndarray, ...]]) -> None:
+        """``sync``'s work once every rank's ``outgoing`` is here (``got``, in rank order): every rank
+        decides alike whether all start over (then one more round brings every event), takes the new
+        events in and applies those before the horizon."""
+        t, s, d = (np.concatenate([g[i] for g in got]) for i in range(3))
+        flags = [bool(g[3][1]) for g in got]
+        t_first = min(float(g[3][0]) for g in got)
+        self._restarted = False
+        late = (len(t) and t.min() < self._horizon) or t_first < self._horizon
+        if late or (any(flags) and not all(flags)):
+            self.reset()
             self._restarted = False
-            late = (len(t) and t.min() < self._horizon) or t_first < self._horizon
-            if late or (any(flags) and not all(flags)):  # every rank decides alike: all start over
-                self.reset()
-                self._restarted = False
-                continue
-            break
+            return self.sync(t_first)
         if len(t):
             self._pending = by_time(*(np.concatenate(x) for x in zip(self._pending, (t, s, d), strict=True)))
             self._newest = max(self._newest, float(t.max()))
