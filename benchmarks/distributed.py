@@ -17,7 +17,8 @@ Two measurements, each W ranks as real processes of one ``torch.distributed`` jo
 - bytes, the power-law stream of the sampler benchmark (10M events, 1M with ``--quick``): the stream goes
   through each rank's shard and memory (batches of 20,000, no training: memory rows are committed as in
   training), then each rank reports its bytes of store shard + memory rows + replicated index + negative
-  history, from each part's own accounting. ``bytes_per_rank_vs_single``: the largest rank at W=2 over W=1.
+  history + walk-feature rows (brought to the whole stream by one read without queries), from each part's
+  own accounting. ``bytes_per_rank_vs_single``: the largest rank at W=2 over W=1.
 
 Repeat ``i`` trains with seed ``i``: events/s are the median over repeats (ratios taken per repeat, within
 one invocation, same host), AP/MRR the mean over the repeats' seeds (``<run>.ap_runs`` lists each), since one
@@ -152,6 +153,8 @@ def _train(job: dict, dist) -> dict:
 def _bytes(job: dict, dist) -> dict:
     trainer = _trainer(job, 0, BYTES_BATCH, dist)
     _run(trainer, _stream("powerlaw", job["bytes_events"]), BYTES_BATCH, train=False)
+    if trainer.link_model.pairs is not None:  # no scoring read them: bring the walk rows to every event
+        trainer.link_model.pairs.read([], [], [])  # but the newest time stamp's, as a training run holds them
     return trainer.nbytes()
 
 
@@ -241,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[f"{tag}.sent.{purpose}"] = max(t["sent"].get(purpose, 0) / t["steps"] for t in train)
             if mode == "exact" and placement == "hash":
                 results[f"{tag}.max_rank_bytes"] = max(r["bytes"]["total"] for r in ranks)
+                results[f"{tag}.max_rank_walk_bytes"] = max(r["bytes"].get("walks", 0) for r in ranks)
                 for part, value in ranks[0]["bytes"].items():
                     results[f"{tag}.rank0_bytes.{part}"] = value
     for tag, per_seed in quality.items():

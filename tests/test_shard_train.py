@@ -44,9 +44,9 @@ def make_config():
         edge_feature_dim=4,
         num_neighbors=5,
         num_layers=2,
-        dropout=0.0,  # the default model otherwise: pair features (with endpoint recency) included,
+        dropout=0.0,  # the default model otherwise: pair features (endpoint recency, walks) included
         pair_neighbors=6,
-        pair_walks=False,  # but the walk features, which a sharded config turns off (TrainConfig)
+        walk_dim=16,
     )
     negatives = os.environ.get("SHARD_TEST_NEGATIVES", "random")  # historical: sources' history is sharded
     return TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11, serve_every=0,
@@ -235,13 +235,16 @@ def assert_same_baselines(reference: dict, ranks: list[dict]) -> None:
 
 def assert_same_pair_features(reference: tuple, ranks: list[tuple]) -> None:
     """The pair features the ranks read from their shards (v's half from v's owner) are one store's, to the
-    bit, for every query (each read by its source's owner, unknown sources by every rank)."""
-    history, cooc = reference
+    bit, for every query (each read by its source's owner, unknown sources by every rank): the walk products
+    too, though each rank holds only its vertices' walk rows."""
+    history, cooc, walks = reference
     seen = np.zeros(len(history), int)
-    for rows, (h, c) in ranks:
+    for rows, (h, c, w) in ranks:
         np.testing.assert_array_equal(h, history[rows])
         np.testing.assert_array_equal(c, cooc[rows])
+        np.testing.assert_array_equal(w, walks[rows])
         seen[rows] += 1
+    assert (walks[..., 1, walks.shape[-1] // 2 + 1] > 0.5).sum() > 50  # common neighbors: the test has teeth
     known = np.isfinite(history[:, 2])  # the queries with a u->v history: the comparison has teeth
     assert known.sum() > 20 and (cooc[..., 1] > 0).sum() > 50 and np.isfinite(history[:, -1]).sum() > 50
     assert (seen >= 1).all()

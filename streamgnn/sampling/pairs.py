@@ -71,7 +71,7 @@ class PairFeatures:
     def history(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
         """``float64 [n, history_dim]``: u->v and v->u event counts before ``t``, time since the latest of
         each (inf: none), then a decayed count of both directions per time constant. -1: unknown node."""
-        src, dst, t = self._queries(src, dst, t)
+        src, dst, t = pair_queries(src, dst, t)
         out = np.empty((len(src), self.history_dim))
         view = self.store.view()
         K.pair_history(
@@ -90,7 +90,7 @@ class PairFeatures:
     def cooccurrence(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
         """``float32 [n, 2, neighbors, 2]``: for u's (side 0) and v's (side 1) latest neighbors before
         ``t``, newest first, each one's occurrences in its own and in the other's sequence; (0, 0) pads."""
-        src, dst, t = self._queries(src, dst, t)
+        src, dst, t = pair_queries(src, dst, t)
         out = np.empty((len(src), 2, self.neighbors, 2), np.float32)
         view = self.store.view()
         K.cooccurrence(
@@ -101,7 +101,7 @@ class PairFeatures:
 
     def walk(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
         """``float64 [n, channels, 2 (hops + 1), 2 (hops + 1)]``: ``WalkFeatures.products`` over the store."""
-        src, dst, t = self._queries(src, dst, t)
+        src, dst, t = pair_queries(src, dst, t)
         return self.walks.products(self.store, src, dst, t)
 
     def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -115,10 +115,12 @@ class PairFeatures:
         if self.walks is not None:
             self.walks.reset()
 
-    @staticmethod
-    def _queries(src, dst, t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        src, dst = np.asarray(src, np.int64).reshape(-1), np.asarray(dst, np.int64).reshape(-1)
-        t = np.broadcast_to(np.asarray(t, np.float64), src.shape).reshape(-1)
-        if len(dst) != len(src):
-            raise ConfigError(f"pair queries need as many destinations as sources: {len(src)} != {len(dst)}")
-        return src, dst, np.ascontiguousarray(t)
+
+def pair_queries(src, dst, t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Queries ``(u, v, t)`` as every pair reader takes them: flat int64 ids, float64 times broadcast to
+    them (a scalar time is every query's), refused when the counts of sources and destinations differ."""
+    src, dst = np.asarray(src, np.int64).reshape(-1), np.asarray(dst, np.int64).reshape(-1)
+    t = np.broadcast_to(np.asarray(t, np.float64), src.shape).reshape(-1)
+    if len(dst) != len(src):
+        raise ConfigError(f"pair queries need as many destinations as sources: {len(src)} != {len(dst)}")
+    return src, dst, np.ascontiguousarray(t)

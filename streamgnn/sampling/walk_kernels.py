@@ -9,7 +9,9 @@ to ``v``: counts no fixed neighborhood can hold, at O(K d) per event and O(K^2 d
 reads the Gram matrix of both endpoints' hops, so each node's own products too).
 
 A walk's events have strictly increasing times: the events of one time stamp (a *group*) all read the
-state from before the group, so neither their order nor the batch they came in changes anything. Time is
+state from before the group, so the batch they came in changes nothing; within a group they are applied in
+``(source, destination)`` order (``walks.by_time``), so the sums' rounding does not depend on their arrival
+order either, and a sharded run that learns a group from several ranks applies it to the bit alike. Time is
 counted in events (the clock is the number of events before a group), which makes the decay independent
 of the stream's time unit and rate. A node's vectors are kept as of its last group (``lam[x]``, the clock
 then) and decayed when read, so the stored values depend only on the events applied, not on when they
@@ -27,18 +29,19 @@ _TWO_PI = 2.0 * np.pi
 
 
 @njit(cache=True)
-def random_vectors(seed, lo, hi, out):
-    """``out[x]`` for nodes ``lo..hi-1``: Gaussian N(0, 1/d) entries, a function of ``(seed, x)`` only
+def random_vectors(seed, ids, out):
+    """``out[i]``: node ``ids[i]``'s Gaussian N(0, 1/d) entries, a function of ``(seed, ids[i])`` only
     (Box-Muller over counter-based uniforms), so any two processes agree on a node's vector."""
     d = out.shape[1]
     scale = 1.0 / np.sqrt(d)
-    for x in range(lo, hi):
+    for r in range(len(ids)):
+        x = ids[r]
         for i in range(d):
             z1 = mix(np.uint64(seed), np.uint64(x * d + i))
             z2 = mix(np.uint64(seed) ^ np.uint64(0x5851F42D4C957F2D), np.uint64(x * d + i))
             u1 = ((z1 >> np.uint64(11)) + np.uint64(1)) * (1.0 / 9007199254740993.0)  # (0, 1]
             u2 = (z2 >> np.uint64(11)) * (1.0 / 9007199254740992.0)  # [0, 1)
-            out[x, i] = np.sqrt(-2.0 * np.log(u1)) * np.cos(_TWO_PI * u2) * scale
+            out[r, i] = np.sqrt(-2.0 * np.log(u1)) * np.cos(_TWO_PI * u2) * scale
 
 
 @njit(cache=True)

@@ -67,11 +67,17 @@ class WalkFeatures:
         """One query's products: ``(channels, 2 (hops + 1), 2 (hops + 1))``."""
         return len(self.rates), 2 * (self.hops + 1), 2 * (self.hops + 1)
 
-    def vectors(self, num_nodes: int) -> np.ndarray:
-        """``float64 [num_nodes, dim]``: nodes ``0..num_nodes-1``'s fixed random vectors (hop 0)."""
-        out = np.zeros((num_nodes, self.dim))
-        W.random_vectors(self.seed, 0, num_nodes, out)
+    def vectors(self, nodes: int | np.ndarray) -> np.ndarray:
+        """``float64 [n, dim]``: the fixed random vectors (hop 0) of ``nodes`` (an array of ids, or a count
+        ``n``: nodes ``0..n-1``); a node's vector depends on its id and ``seed`` only."""
+        ids = np.arange(nodes) if np.isscalar(nodes) else np.asarray(nodes, np.int64)
+        out = np.zeros((len(ids), self.dim))
+        W.random_vectors(self.seed, ids, out)
         return out
+
+    def nbytes(self) -> int:
+        """The state's bytes: every node's random vector and walk rows (allocated capacity included)."""
+        return self._P.nbytes + self._H.nbytes + self._lam.nbytes + self._slot.nbytes
 
     def reset(self) -> None:
         """Forget every event (the next query replays the store)."""
@@ -84,7 +90,7 @@ class WalkFeatures:
         self._H = np.zeros((0, len(self.rates), self.hops, self.dim))
         self._lam = np.zeros(0, np.int64)
         self._slot = np.zeros(0, np.int64)
-        self._pending = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        self._pending = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def products(self, store: GraphStore, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
         """``float64 [n, channels, 2 (hops + 1), 2 (hops + 1)]``: per channel the Gram matrix of
@@ -104,14 +110,9 @@ class WalkFeatures:
         self._sync(store, float(t.min()))
         known = self._store.view().num_nodes
         src, dst = np.where(src < known, src, -1), np.where(dst < known, dst, -1)
-        pt, ps, pd, _ = self._pending
-        prefix = np.searchsorted(pt, t, side="left")
-        order = np.argsort(prefix, kind="stable")
-        m = int(prefix.max())
-        W.answer(
-            self._H, self._lam, self._P, self.rates, self._slot, ps[:m], pd[:m], pt[:m], self._clock,
-            src, dst, prefix, order, out,
-        )  # fmt: skip
+        answer(
+            self._H, self._lam, self._P, self.rates, self._slot, self._pending, self._clock, src, dst, t, out
+        )
 
     def _sync(self, store: GraphStore, t_min: float) -> None:
         """Take in the store's new edges and fold the pending ones before ``min(t_min, newest)`` into the
@@ -131,22 +132,18 @@ class WalkFeatures:
                 self._store = store
                 self._grow(view.num_nodes)
                 return self._sync(store, t_min)
-            pt, ps, pd, pe = self._pending
-            pt, ps, pd = np.concatenate([pt, et]), np.concatenate([ps, s]), np.concatenate([pd, d])
-            pe = np.concatenate([pe, np.arange(first, first + n)])
-            order = np.lexsort((pe, pt))
-            self._pending = (pt[order], ps[order], pd[order], pe[order])
+            self._pending = by_time(*(np.concatenate(x) for x in zip(self._pending, (et, s, d), strict=True)))
             self._seen = view.num_edges
             self._newest = max(self._newest, float(et.max()))
         # The newest time stays pending: an edge arriving later at that same time must join its group.
         horizon = max(self._horizon, min(t_min, self._newest))
-        pt, ps, pd, pe = self._pending
+        pt, ps, pd = self._pending
         m = int(np.searchsorted(pt, horizon, side="left"))
         if m:
             self._clock = W.apply_groups(
                 self._H, self._lam, self._P, self.rates, ps, pd, ps, pd, pt, 0, m, self._clock
             )
-            self._pending = (pt[m:], ps[m:], pd[m:], pe[m:])
+            self._pending = (pt[m:], ps[m:], pd[m:])
         self._horizon = horizon
 
     def _grow(self, num_nodes: int) -> None:
@@ -156,9 +153,29 @@ class WalkFeatures:
         cap = max(num_nodes, 2 * have)
         P = np.zeros((cap, self.dim))
         P[:have] = self._P
-        W.random_vectors(self.seed, have, cap, P)
+        W.random_vectors(self.seed, np.arange(have, cap), P[have:])
         H = np.zeros((cap, *self._H.shape[1:]))
         H[:have] = self._H
         self._P, self._H = P, H
         self._lam = np.concatenate([self._lam, np.zeros(cap - have, np.int64)])
         self._slot = np.concatenate([self._slot, np.full(cap - have, -1, np.int64)])
+
+
+def by_time(t: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Events ``(t, src, dst)`` in the order the state applies them: by time, then source, then destination
+    (a group's sums then round alike however its events arrived, or were split over ranks)."""
+    order = np.lexsort((dst, src, t))
+    return t[order], src[order], dst[order]
+
+
+def answer(H, lam, P, rates, slot, pending, clock: int, src, dst, t, out) -> None:
+    """``out[i]``: query ``(src[i], dst[i], t[i])``'s products over the state ``H``/``lam`` (row = node id,
+    ``clock`` events applied) plus the ``pending`` events ``(t, src, dst)`` (``by_time``) before ``t[i]``,
+    which go to scratch rows only (``walk_kernels.answer``; ``slot``: all -1, of ``len(P)``)."""
+    pt, ps, pd = pending
+    prefix = np.searchsorted(pt, t, side="left")
+    m = int(prefix.max())
+    W.answer(
+        H, lam, P, rates, slot, ps[:m], pd[:m], pt[:m], clock, src, dst, prefix,
+        np.argsort(prefix, kind="stable"), out,
+    )  # fmt: skip

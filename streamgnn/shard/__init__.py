@@ -1,5 +1,6 @@
 """Sharded store and partition-parallel training: each rank owns graph partitions (their adjacency, TGN
-memory rows and negative history) and reads only its own Kafka partitions; W ranks learn what one does."""
+memory rows, walk-feature rows and negative history) and reads only its own Kafka partitions; W ranks learn
+what one does."""
 
 from ..train.config import ShardConfig
 from .batches import GlobalBatcher
@@ -11,6 +12,7 @@ from .pairs import ShardPairs
 from .run import local_source
 from .source import KafkaPartitions, LocalSource, PartitionedReplay
 from .trainer import ShardedTrainer
+from .walks import ShardWalks
 
 __all__ = [
     "Collectives",
@@ -25,5 +27,6 @@ __all__ = [
     "ShardPairs",
     "ShardConfig",
     "ShardedTrainer",
+    "ShardWalks",
     "local_source",
 ]

@@ -11,23 +11,34 @@ co-occurrence encoding compares them with u's), lives with v's owner. Each ``rea
 known, so it costs three ``torch.distributed`` calls), through the trainer's ``Collectives`` as the
 sampler's queries go; co-occurrence is then counted here.
 
+Walk features (``TGNConfig.pair_walks``), exact: ``ShardWalks`` keeps each vertex's walk rows with its
+owner and advances them collectively (``ShardWalks.sync``): the new events travel with the queries, the
+rows of their endpoints in one more ``all_to_all``, and v's rows come back with v's neighbors, so the
+products are one store's to the bit too.
+
 Communication-free (no ``exchange``): v's half is read from this rank's shard too, which holds only v's
 events with this rank's vertices when another rank owns v. So "v's latest event" is v's latest event with
 a vertex of this rank, and "v's latest neighbors" are its latest neighbors among this rank's vertices and
-their partners; u's half and the pair's history stay exact.
+their partners; u's half and the pair's history stay exact. The walk features are ``WalkFeatures`` over the
+shard: the walks made of events this rank holds (every walk's last event at u is there, not the earlier
+ones elsewhere), with a row for every vertex the shard's ids reach (not divided over ranks).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..sampling import pair_kernels as K
-from ..sampling.pairs import PairFeatures
+from ..sampling.pairs import PairFeatures, pair_queries
 from ..store import TemporalGraphStore
 from ..train.tgn_backend import distinct_queries
 from .comm import Collectives
 from .ownership import GlobalIndex
+from .walks import ShardWalks
 
 
 class ShardPairs:
@@ -36,7 +47,11 @@ class ShardPairs:
     def __init__(
         self, shard: TemporalGraphStore, config, index: GlobalIndex, exchange: Collectives | None
     ) -> None:
-        self.local = PairFeatures.of(shard, config)
+        exact = exchange is not None
+        self.local = PairFeatures.of(
+            shard, dataclasses.replace(config, pair_walks=False) if exact else config
+        )
+        self.walks = ShardWalks(shard, config, index, exchange) if exact and config.pair_walks else None
         self.index, self.exchange = index, exchange
 
     @property
@@ -46,6 +61,21 @@ class ShardPairs:
     @store.setter
     def store(self, shard: TemporalGraphStore) -> None:  # a checkpoint replaced the shard
         self.local.store = shard
+        if self.walks is not None:
+            self.walks.store = shard
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the walk state (every rank alike: the next ``read`` rebuilds it from the shards)."""
+        self.local.reset()
+        if self.walks is not None:
+            self.walks.reset()
+
+    def nbytes(self) -> int:
+        """This rank's walk state (the other features keep nothing beside the shard)."""
+        if self.walks is not None:
+            return self.walks.nbytes()
+        return 0 if self.local.walks is None else self.local.walks.nbytes()
 
     def history(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
         """``PairFeatures.history``'s columns (``read`` gives both parts with one exchange: prefer it)."""
@@ -54,10 +84,11 @@ class ShardPairs:
     def cooccurrence(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
         return self.read(src, dst, t)[1]
 
-    def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(history, cooccurrence)`` of global-id queries (-1: unknown), as ``PairFeatures.read`` gives
-        them over one store. Exact mode is a collective: every rank calls it, with or without queries."""
-        src, dst, t = PairFeatures._queries(src, dst, t)
+    def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(history, cooccurrence)`` (and the walk products) of global-id queries (-1: unknown), as
+        ``PairFeatures.read`` gives them over one store. Exact mode is a collective: every rank calls it,
+        with or without queries."""
+        src, dst, t = pair_queries(src, dst, t)
         foreign = src[(src >= 0) & ~self.index.owned(src)]
         if self.exchange is not None and len(foreign):
             raise ConfigError(
@@ -66,17 +97,19 @@ class ShardPairs:
             )
         shard, pairs = self.local.store, self.local
         u, v = self._local(src), self._local(dst)
-        history = pairs.history(u, v, t)
         if self.exchange is None:
-            return history, pairs.cooccurrence(u, v, t)
-        since_v, seq_v, len_v = self._remote(dst, t)
+            return pairs.read(u, v, t)
+        history = pairs.history(u, v, t)
+        since_v, seq_v, len_v, *rows_v = self._remote(dst, t)
         if pairs.endpoints:
             history[:, -1] = since_v
         seq_u, len_u = self._latest(u, t)
         seq_u = shard.external_ids(seq_u.reshape(-1)).reshape(seq_u.shape) if seq_u.size else seq_u
         cooc = np.empty((len(src), 2, pairs.neighbors, 2), np.float32)
         K.cooccurrence_of(seq_u, len_u, seq_v, len_v, cooc)
-        return history, cooc
+        if self.walks is None:
+            return history, cooc
+        return history, cooc, self.walks.products(src, dst, t, tuple(rows_v))
 
     def _local(self, gids: np.ndarray) -> np.ndarray:
         """Shard ids of ``gids`` (-1: unknown here)."""
@@ -95,29 +128,30 @@ class ShardPairs:
         )  # fmt: skip
         return seqs, lens
 
-    def _remote(self, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _remote(self, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
         """From v's owner: the time since v's latest event before ``t``, v's latest neighbors (global ids)
-        and how many; the distinct ``(v, t)`` queries travel, in one round."""
+        and how many (and v's walk rows); the distinct ``(v, t)`` queries travel, in one round."""
         ex, w = self.exchange, self.exchange.world_size
+        # the walk state's new events ride along (to every rank), advanced before the replies
+        extra = () if self.walks is None else self.walks.outgoing(float(t.min()) if len(t) else math.inf)
         nodes, times, rows = distinct_queries(dst, t)
         owner = np.full(len(nodes), self.exchange.rank, np.int64)  # unknown vertices: answered here
         owner[nodes >= 0] = self.index.owner(nodes[nodes >= 0])
         sel = [np.flatnonzero(owner == d) for d in range(w)]
-        asks = ex.all_to_all([(nodes[s], times[s]) for s in sel], "pair_queries")
-        replies = [self._answer(q, q_t) for q, q_t in asks]
-        got = ex.all_to_all(replies, "pair_neighbors", [[len(s)] * 3 for s in sel])
-        k = self.local.neighbors
-        since, seqs, lens = (
-            np.empty(len(nodes)),
-            np.empty((len(nodes), k), np.int64),
-            np.empty(len(nodes), np.int64),
-        )
-        for s, (g_since, g_seqs, g_lens) in zip(sel, got, strict=True):
-            since[s], seqs[s], lens[s] = g_since, g_seqs, g_lens
-        return since[rows], seqs[rows], lens[rows]
+        asks = ex.all_to_all([(nodes[s], times[s], *extra) for s in sel], "pair_queries")
+        if self.walks is not None:
+            self.walks.advance([a[2:] for a in asks])
+        replies = [self._answer(a[0], a[1]) for a in asks]
+        got = ex.all_to_all(replies, "pair_neighbors", [[len(s)] * len(replies[0]) for s in sel])
+        out = [np.empty((len(nodes), *x.shape[1:]), x.dtype) for x in replies[0]]
+        for s, parts in zip(sel, got, strict=True):
+            for whole, part in zip(out, parts, strict=True):
+                whole[s] = part
+        return tuple(x[rows] for x in out)
 
-    def _answer(self, gids: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """As v's owner: ``(since, latest neighbors in global ids, counts)`` of each asked ``(v, t)``."""
+    def _answer(self, gids: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
+        """As v's owner: ``(since, latest neighbors in global ids, counts)`` of each asked ``(v, t)``, and
+        v's walk rows (``ShardWalks.rows``) when the model reads walks."""
         shard, local = self.local.store, self._local(gids)
         since = np.empty((len(gids), 2))
         view = shard.view()
@@ -128,4 +162,5 @@ class ShardPairs:
         seqs, lens = self._latest(local, np.ascontiguousarray(t))
         if seqs.size:
             seqs = shard.external_ids(seqs.reshape(-1)).astype(np.int64).reshape(seqs.shape)
-        return since[:, 0], seqs, lens
+        rows = () if self.walks is None else self.walks.rows(gids)
+        return since[:, 0], seqs, lens, *rows

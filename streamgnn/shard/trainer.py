@@ -241,6 +241,7 @@ class ShardedTrainer:
             "halo": 0 if self.halo is None else self.halo.nbytes(),
             "cache": self.embedder.cache.nbytes(),
             "negatives": self.negatives.sampler.nbytes() if self.negatives.ready else 0,
+            "walks": 0 if self.link_model.pairs is None else self.link_model.pairs.nbytes(),
         }
         parts["total"] = sum(parts.values())
         return parts

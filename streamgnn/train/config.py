@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,8 +12,6 @@ from ..nn import DyGFormerConfig, TGNConfig
 from ..sampling.negative import STRATEGIES as NEGATIVE_STRATEGIES
 from ..sampling.sampler import STRATEGIES as SAMPLING_STRATEGIES
 from .negatives import POOLS as NEGATIVE_POOLS
-
-log = logging.getLogger(__name__)
 
 QUERY_TIMES = ("batch", "event")
 SHARD_MODES = ("exact", "comm_free")
@@ -91,9 +87,9 @@ class TrainConfig(Config):
     ``sharding``: None (default) trains data-parallel with every rank holding a full replica of the store and
     memory (``streamgnn.train.distributed``, fine while the graph fits one host); a ``ShardConfig`` makes
     each rank own graph partitions instead (``streamgnn.shard``: ``run_online``, ``TrainJob`` and so
-    ``streamgnn train`` switch on it). A sharded model reads every pair feature but the walk features
-    (``TGNConfig.pair_walks``, on by default): their per-node state is built from every event in time order,
-    so each rank would hold all of it; such a config is taken with ``pair_walks=False`` and a warning.
+    ``streamgnn train`` switch on it). A sharded model reads every pair feature, the walk features included
+    (exact mode: each vertex's walk rows live with its owner, ``shard.walks``; communication-free: the walks
+    among the events a rank holds, ``shard.pairs``).
 
     ``baselines``: models scored beside the learned one on the same positives and negatives, each with its
     own metrics (see ``EdgeBank``): "edgebank" (unlimited memory) and "edgebank_tw" (a pair counts if seen
@@ -187,12 +183,6 @@ class TrainConfig(Config):
             raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
         if self.sharding is not None and not isinstance(self.sharding, ShardConfig):
             raise ConfigError(f"sharding must be a ShardConfig or None, got {type(self.sharding).__name__}")
-        if self.sharding is not None and self.model.pair_features and self.model.pair_walks:
-            log.warning(
-                "sharded training reads pair features but not walk features yet (their per-node state is "
-                "built from every event, so each rank would hold all of it): training with pair_walks=False"
-            )
-            object.__setattr__(self, "model", dataclasses.replace(self.model, pair_walks=False))
 
     @property
     def checkpoint_interval(self) -> int:
