@@ -12,6 +12,9 @@ best epoch's weights; ``--epochs N`` trains exactly N passes instead (the older 
 against the same 100 fixed negatives per event on both sides, twice: random over the stream's destinations
 (keys ``ap_<stream>`` ...) and historical (TGB's: half destinations the source met before the test, keys
 ``ap_historical_<stream>`` ...). AP is against the first negative, averaged over batches; MRR against all.
+Where a stream (or its ``--quick`` prefix) has fewer candidates than 100, each event is ranked against every
+one it has (TGB's rule), on every side; ``negatives_<stream>`` is the fewest any test event had, and a flag
+says so.
 EdgeBank, unlimited and time-window (``TrainConfig.baselines``), is scored by our trainer beside our model on
 the very same positives and negatives; ``worst_gap_to_edgebank`` is the largest EdgeBank-minus-ours over
 streams, AP and MRR, both negative kinds and both EdgeBanks. Each figure is the mean over ``--seeds``;
@@ -40,12 +43,28 @@ from tqdm import tqdm
 try:
     from .common import report, set_threads
     from .pairs import train_speed
-    from .pyg_tgn import BATCH_SIZE, PygRecipe, eval_negatives, split_points, train_pyg_tgn
+    from .pyg_tgn import (
+        BATCH_SIZE,
+        NUM_EVAL_NEGATIVES,
+        PygRecipe,
+        eval_negatives,
+        negative_counts,
+        split_points,
+        train_pyg_tgn,
+    )
     from .train import train_ours, training_parser
 except ImportError:  # run as a script
     from common import report, set_threads
     from pairs import train_speed
-    from pyg_tgn import BATCH_SIZE, PygRecipe, eval_negatives, split_points, train_pyg_tgn
+    from pyg_tgn import (
+        BATCH_SIZE,
+        NUM_EVAL_NEGATIVES,
+        PygRecipe,
+        eval_negatives,
+        negative_counts,
+        split_points,
+        train_pyg_tgn,
+    )
     from train import train_ours, training_parser
 
 from streamgnn.cli._args import positive_int
@@ -114,6 +133,7 @@ def run_stream(
     _, val_end = split_points(len(events))
     negatives = eval_negatives(events, val_end)
     historical = {"historical": eval_negatives(events, val_end, strategy="historical")}
+    fewest = int(min(negative_counts(neg).min() for neg in (negatives, historical["historical"])))
     ours = dict(ours or {})
     model = model_config(ours.pop("model", {}))
     runs = []
@@ -131,6 +151,7 @@ def run_stream(
             "stream": name,
             "seed": seed,
             "events": len(events),
+            "negatives": fewest,
             "ap": ours_result.test.ap,
             "mrr": ours_result.test.mrr,
             "ap_pyg": pyg.ap,
@@ -188,6 +209,12 @@ def summarize(runs: list[dict]) -> dict:
         mean = {m: float(np.mean([r[m] for r in mine])) for m in metrics}
         out.update({f"{m}_{stream}": value for m, value in mean.items()})
         out[f"events_{stream}"] = mine[0]["events"]
+        out[f"negatives_{stream}"] = fewest = mine[0]["negatives"]
+        if fewest < NUM_EVAL_NEGATIVES:
+            flags.append(
+                f"{stream}: some test events have only {fewest} candidate negatives, not "
+                f"{NUM_EVAL_NEGATIVES}: their MRR ranks among fewer"
+            )
         gaps_ap.append(mean["ap_pyg"] - mean["ap"])
         gaps_mrr.append(mean["mrr_pyg"] - mean["mrr"])
         for b in BASELINES:
