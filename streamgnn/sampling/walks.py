@@ -94,7 +94,7 @@ class WalkFeatures:
         t = np.ascontiguousarray(np.broadcast_to(np.asarray(t, np.float64), src.shape).reshape(-1))
         if len(dst) != len(src):
             raise ConfigError(f"walk queries need as many destinations as sources: {len(src)} != {len(dst)}")
-        out = np.zeros((len(src), *self.shape))
+        out = np.empty((len(src), *self.shape))  # ``answer`` writes every entry
         if len(src):
             with self._lock:
                 self._answer(store, src, dst, t, out)
@@ -132,10 +132,14 @@ class WalkFeatures:
                 self._grow(view.num_nodes)
                 return self._sync(store, t_min)
             pt, ps, pd, pe = self._pending
+            # new edge ids follow every pending one: in time order after the pending, they append sorted
+            in_order = (not len(pt) or et[0] >= pt[-1]) and bool((et[1:] >= et[:-1]).all())
             pt, ps, pd = np.concatenate([pt, et]), np.concatenate([ps, s]), np.concatenate([pd, d])
             pe = np.concatenate([pe, np.arange(first, first + n)])
-            order = np.lexsort((pe, pt))
-            self._pending = (pt[order], ps[order], pd[order], pe[order])
+            if not in_order:
+                order = np.lexsort((pe, pt))
+                pt, ps, pd, pe = pt[order], ps[order], pd[order], pe[order]
+            self._pending = (pt, ps, pd, pe)
             self._seen = view.num_edges
             self._newest = max(self._newest, float(et.max()))
         # The newest time stays pending: an edge arriving later at that same time must join its group.
