@@ -20,10 +20,10 @@ stored event, ``walk_us_per_query`` a query's cost once the state is current (me
 Training speed: ``fit_offline`` on the first ``--train-events`` events (default 30,000, ``--quick``
 6,000), chronological split by row, the default ``TrainConfig`` (batch 200, dims 100), with
 ``pair_features`` off, on without walk features (``pair_walks=False``) and as the default model has them,
-one epoch each in ``--repeats`` alternating rounds (``train_speed``); ``pair_vs_tgn_speed`` is the median
-over rounds of the default's events/s over TGN alone's in the same round (the issue's target: at least
-0.7), with every round's ratio and the spread beside it, and ``walks_vs_no_walks_speed`` the default's over
-the one without walks, likewise.
+one epoch each in ``--repeats`` alternating rounds, forwards and backwards in turn (``train_speed``);
+``pair_vs_tgn_speed`` is the median over rounds of the default's events/s over TGN alone's in the same
+round (the issue's target: at least 0.7), with every round's ratio and the spread beside it, and
+``walks_vs_no_walks_speed`` the default's over the one without walks, likewise.
 """
 
 from __future__ import annotations
@@ -120,12 +120,13 @@ WARMUP_EVENTS = 1_000
 def train_speed(events, repeats: int = 5) -> dict:
     """Training events/s of each of ``SIDES`` and the ratios between them, measured to hold on a busy host.
 
-    The sides run in alternating rounds (tgn, no_walks, pairs, tgn, ...): ``repeats`` rounds of one
-    ``fit_offline`` epoch each, after an untimed round on the first 1,000 events (kernels compile or load).
-    A ratio is taken within each round, between runs seconds apart, and ``pair_vs_tgn_speed`` is the
-    median of the rounds' ratios (``walks_vs_no_walks_speed`` likewise), so load that drifts over minutes
-    cancels instead of landing on one side; ``*_ratios`` hold every round's, ``*_spread`` their min and
-    max. ``train_events_per_s_<side>``: the median over rounds.
+    The sides run in alternating rounds, in turn forwards and backwards (tgn, no_walks, pairs, pairs,
+    no_walks, tgn, tgn, ...): ``repeats`` rounds of one ``fit_offline`` epoch each, after an untimed round
+    on the first 1,000 events (kernels compile or load). A ratio is taken within each round, between runs
+    seconds apart, and ``pair_vs_tgn_speed`` is the median of the rounds' ratios
+    (``walks_vs_no_walks_speed`` likewise): load that changes over minutes cancels instead of landing on
+    one side, and a load that rises or falls within rounds favours each side in turn. ``*_ratios`` hold
+    every round's, ``*_spread`` their min and max; ``train_events_per_s_<side>``: the median over rounds.
     """
     split = ChronologicalSplit.make(events, by_time=False, new_node_fraction=0.0)
     configs = {
@@ -135,13 +136,13 @@ def train_speed(events, repeats: int = 5) -> dict:
     for config in configs.values():
         fit_offline(warm, config, epochs=1, score_val=False)
     rounds, out = [], {}
-    for _ in range(repeats):
+    for i in range(repeats):
         rates = {}
-        for name, config in configs.items():
-            result = fit_offline(events, config, epochs=1, split=split, score_val=False)
+        for name in list(configs)[:: 1 if i % 2 == 0 else -1]:  # a drifting load favours no side
+            result = fit_offline(events, configs[name], epochs=1, split=split, score_val=False)
             rates[name] = result.train_events_per_s[0]
             out.setdefault(f"test_ap_{name}", result.test.ap)
-        rounds.append(rates)
+        rounds.append({name: rates[name] for name in configs})
     for name in configs:
         out[f"train_events_per_s_{name}"] = statistics.median(r[name] for r in rounds)
     for key, num, den in (
