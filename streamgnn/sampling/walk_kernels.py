@@ -42,16 +42,26 @@ def random_vectors(seed, lo, hi, out):
 
 
 @njit(cache=True)
-def new_edges(start, deg, pool, num_nodes, first, src, dst):
-    """Endpoints of edges ``first..first+len(src)-1`` from their out-entries (edges keep no endpoints)."""
+def new_edges(start, deg, seen_deg, pool, nodes, first, src, dst):
+    """Endpoints of edges ``first..first+len(src)-1`` from their out-entries (edges keep no endpoints).
+
+    Only ``nodes``, those with more rows than ``seen_deg`` (their count when edge ``first`` was next), hold
+    such entries: a node's rows only grow, and its new ones are those of edges ``>= first``. Blocks are in
+    time order, so new rows sit at the end but for late edges: each block is read from its end until all
+    of its new rows are found, which costs the new rows, not the whole stream."""
     n = len(src)
-    for v in range(num_nodes):
+    for v in nodes:
         s = start[v]
-        for j in range(deg[v]):
+        left = deg[v] - seen_deg[v]
+        j = deg[v] - 1
+        while left > 0 and j >= 0:
             c = pool[s + j, 1]
-            if c >= first and c < first + n:
-                src[c - first] = v
-                dst[c - first] = pool[s + j, 0]
+            if (c if c >= 0 else -c - 1) >= first:
+                left -= 1
+                if c >= 0 and c < first + n:
+                    src[c - first] = v
+                    dst[c - first] = pool[s + j, 0]
+            j -= 1
 
 
 @njit(cache=True)

@@ -77,6 +77,7 @@ class WalkFeatures:
         """Forget every event (the next query replays the store)."""
         self._store = None
         self._seen = 0  # edge ids examined
+        self._seen_deg = np.zeros(0, np.int64)  # each node's rows in the store then
         self._horizon = -np.inf  # the state holds exactly the events with time < horizon
         self._clock = 0  # how many events that is
         self._newest = -np.inf
@@ -124,7 +125,12 @@ class WalkFeatures:
         first, n = self._seen, view.num_edges - self._seen
         if n:
             s, d = np.empty(n, np.int64), np.empty(n, np.int64)
-            W.new_edges(view.start, view.deg, view.pool, view.num_nodes, first, s, d)
+            deg = view.deg[: view.num_nodes].astype(np.int64)  # a copy: the store's grows in place
+            seen_deg = np.zeros(view.num_nodes, np.int64)
+            seen_deg[: len(self._seen_deg)] = self._seen_deg
+            nodes = np.flatnonzero(deg != seen_deg)
+            W.new_edges(view.start, deg, seen_deg, view.pool, nodes, first, s, d)
+            self._seen_deg = deg
             et = np.asarray(view.edge_t[first : first + n], np.float64)
             if (et < self._horizon).any():  # older than events the state holds: start over
                 self.reset()
