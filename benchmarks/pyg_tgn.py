@@ -113,6 +113,10 @@ def eval_negatives(
     met enough), the rest random, so column 0 is a pair that did happen, only not now. None is a positive
     of the same source at the same time. Both sides of the benchmark rank against these very arrays, so
     their MRRs are comparable; column 0 doubles as the AP negative.
+
+    Where fewer than ``num`` candidates exist (a stream, or a prefix, with few destinations), a row holds
+    every one of them and ``-1`` pads the rest, as TGB does: each event is ranked against all it can be
+    (``negative_counts``), not against repeats. An event with no candidate at all is an error.
     """
     part = events.take(slice(lo, len(events)))
     history = (events.src[:lo], events.dst[:lo]) if strategy == "historical" else None
@@ -120,9 +124,18 @@ def eval_negatives(
         part.src, part.dst, part.t, part.eid, dst_pool=events.dst, history=history, num=num,
         strategy=strategy, frac=0.5, seed=seed,
     ).neg  # fmt: skip
-    if (neg < 0).any():
-        raise ValueError(f"the stream has too few destinations to draw {num} distinct negatives per event")
+    if len(neg) and (neg[:, 0] < 0).any():
+        row = lo + int(np.flatnonzero(neg[:, 0] < 0)[0])
+        raise ConfigError(
+            f"event {row} (src {events.src[row]}, t {events.t[row]}) has no negative: every destination of "
+            "the stream is a positive of its source at that time"
+        )
     return neg
+
+
+def negative_counts(negatives: np.ndarray) -> np.ndarray:
+    """How many real negatives each row of ``eval_negatives``' array holds (the rest is ``-1`` padding)."""
+    return (negatives >= 0).sum(1)
 
 
 def batch_ranges(lo: int, hi: int, batch_size: int = BATCH_SIZE) -> list[tuple[int, int]]:
@@ -131,12 +144,15 @@ def batch_ranges(lo: int, hi: int, batch_size: int = BATCH_SIZE) -> list[tuple[i
 
 def score_test(batch_scores, pos_range: tuple[int, int], negatives: np.ndarray) -> LinkMetrics:
     """Test metrics from ``batch_scores(lo, hi, neg) -> (pos [b], neg [b, k])`` over successive batches,
-    by our trainer's code (``batch_mean_metrics``): AP per batch against column 0, MRR against all ``k``."""
+    by our trainer's code (``batch_mean_metrics``): AP per batch against column 0, MRR against all ``k``
+    real negatives of each row (``-1`` padding is scored as a copy of column 0 and left out)."""
     parts = []
     start = pos_range[0]
     for lo, hi in batch_ranges(*pos_range):
-        pos, neg = batch_scores(lo, hi, negatives[lo - start : hi - start])
-        parts.append((pos, neg[:, 0], reciprocal_ranks(pos, neg)))
+        rows = negatives[lo - start : hi - start]
+        valid = rows >= 0  # padding (fewer candidates than columns) is ranked against by no one
+        pos, neg = batch_scores(lo, hi, np.where(valid, rows, rows[:, :1]))
+        parts.append((pos, neg[:, 0], reciprocal_ranks(pos, neg, valid)))
     return batch_mean_metrics(parts)
 
 

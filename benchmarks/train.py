@@ -18,6 +18,8 @@ import argparse
 import math
 import statistics
 
+import numpy as np
+
 try:
     from .common import report, set_threads
     from .pyg_tgn import BATCH_SIZE, eval_negatives, split_points, train_pyg_tgn
@@ -36,13 +38,24 @@ QUICK_LATENCY_EVENTS = 10_000
 WARMUP_EVENTS = 1_000
 
 
-def train_ours(events: EventBatch, epochs: int, negatives, config: TrainConfig, **kw):
-    """``fit_offline`` on PyG's split (by row, no withheld nodes), test ranked against ``negatives``;
-    ``kw``: more of ``fit_offline``'s arguments (``patience``, ``test_with``)."""
+def train_ours(
+    events: EventBatch, epochs: int, negatives, config: TrainConfig, test_with: dict | None = None, **kw
+):
+    """``fit_offline`` on PyG's split (by row, no withheld nodes), test ranked against ``negatives`` and
+    each of ``test_with`` (``eval_negatives``' arrays, ``-1`` padding left out); ``kw``: more of
+    ``fit_offline``'s arguments (``patience``)."""
     split = ChronologicalSplit.make(events, by_time=False, new_node_fraction=0.0)
+    more = {name: _masked(neg) for name, neg in (test_with or {}).items()}
     return fit_offline(
-        events, config, epochs=epochs, split=split, test_negatives=negatives, score_val=False, **kw
-    )
+        events, config, epochs=epochs, split=split, test_negatives=_masked(negatives), test_with=more,
+        score_val=False, **kw,
+    )  # fmt: skip
+
+
+def _masked(negatives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, valid)`` of an ``eval_negatives`` array: padding becomes a copy of column 0, masked."""
+    valid = negatives >= 0
+    return np.where(valid, negatives, negatives[:, :1]), valid
 
 
 def online_latency(events: EventBatch, config: TrainConfig):

@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 
 from streamgnn.benchmarks import quality
+from streamgnn.benchmarks.pyg_tgn import eval_negatives, negative_counts, split_points
+from streamgnn.errors import ConfigError
+from streamgnn.events import EventBatch
 
 
 def test_quick_run_on_two_stream_prefixes_prints_the_promised_keys(capsys):
@@ -50,9 +53,12 @@ def test_quick_run_on_two_stream_prefixes_prints_the_promised_keys(capsys):
         for m in ("ap", "mrr")
         for b in ("edgebank", "edgebank_tw")
     )
-    assert (
-        result["pair_vs_tgn_speed"] == result["train_events_per_s_pairs"] / result["train_events_per_s_tgn"]
-    )
+    # the speed ratio: the median of three alternating rounds' own ratios, each round's rates beside it
+    rounds = result["speed_rounds"]
+    ratios = [r["pairs"] / r["tgn"] for r in rounds]
+    assert len(rounds) == 3 and result["pair_vs_tgn_speed_ratios"] == ratios
+    assert result["pair_vs_tgn_speed"] == np.median(ratios)
+    assert result["pair_vs_tgn_speed_spread"] == [min(ratios), max(ratios)]
 
 
 def test_converged_training_stops_on_validation_on_both_sides(capsys):
@@ -82,3 +88,42 @@ def test_ablation_flags_parse_and_bad_fields_fail_before_any_training(capsys):
             quality.main(argv)
         err = capsys.readouterr().err
         assert "error: " in err and "Traceback" not in err  # usage and one error line
+
+
+def _few_destinations(n: int = 600, sources: int = 30, destinations: int = 12) -> EventBatch:
+    """A stream with far fewer destinations than the benchmark's 100 negatives, two events per timestamp."""
+    rng = np.random.default_rng(7)
+    src = rng.integers(0, sources, n)
+    dst = sources + (src + rng.integers(0, 3, n)) % destinations  # each source favours a few
+    return EventBatch.from_columns(src=src, dst=dst, t=np.arange(n) // 2, eid=np.arange(n))
+
+
+def test_few_destinations_rank_each_event_against_every_candidate_it_has():
+    events = _few_destinations()
+    _, val_end = split_points(len(events))
+    fewest = 12
+    for strategy in ("random", "historical"):
+        neg = eval_negatives(events, val_end, strategy=strategy)
+        assert neg.shape == (len(events) - val_end, 100)
+        for row, i in zip(neg, range(val_end, len(events)), strict=True):
+            now = events.dst[(events.t == events.t[i]) & (events.src == events.src[i])]
+            real = row[row >= 0]
+            assert (row[len(real) :] == -1).all()  # padding only at the end
+            assert sorted(real) == sorted(set(events.dst) - set(now))  # all of them, once, none a positive
+            fewest = min(fewest, len(real))
+        np.testing.assert_array_equal(negative_counts(neg), (neg >= 0).sum(1))
+    # every side ranks against the real negatives only: with every candidate in both sets, random and
+    # historical negatives are the same sets in another order, so each side's MRR is the same for both
+    (run,) = quality.run_stream("few", events, [0], 1)
+    assert run["negatives"] == fewest < 12
+    for side in ("", "_pyg", "_edgebank", "_edgebank_tw"):
+        assert 1 / 13 <= run[f"mrr{side}"] <= 1
+        assert run[f"mrr_historical{side}"] == pytest.approx(run[f"mrr{side}"], abs=1e-9), side
+    flags = quality.summarize([run])["flags"]
+    assert any(f"only {run['negatives']} candidate negatives" in line for line in flags)
+
+
+def test_a_test_event_with_no_candidate_negative_is_a_clear_error():
+    events = EventBatch.from_columns(src=[0, 0, 1, 1], dst=[5, 6, 5, 6], t=[0, 1, 2, 2], eid=np.arange(4))
+    with pytest.raises(ConfigError, match=r"event 2 \(src 1, t 2\.0\) has no negative"):
+        eval_negatives(events, 2)

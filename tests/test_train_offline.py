@@ -67,8 +67,15 @@ def test_given_test_negatives_are_the_ones_ranked():
     result = fit_offline(events, cfg, split=split, test_negatives=same, score_val=False)
     assert result.test.auc == pytest.approx(0.5)
     assert result.test.mrr == pytest.approx(1 / 2.5)
+    # with a mask, only the real candidates are ranked against: one tie, rank 1 + 1/2
+    valid = np.zeros(same.shape, bool)
+    valid[:, 0] = True
+    masked = fit_offline(events, cfg, split=split, test_negatives=(same, valid), score_val=False)
+    assert masked.test.mrr == pytest.approx(1 / 1.5) and masked.test.auc == pytest.approx(0.5)
     with pytest.raises(ConfigError, match="rows"):
         fit_offline(events, cfg, split=split, test_negatives=same[1:], score_val=False)
+    with pytest.raises(ConfigError, match="mask"):
+        fit_offline(events, cfg, split=split, test_negatives=(same, valid[:, :2]), score_val=False)
 
 
 def test_no_eval_negatives_means_no_mrr_offline_too():

@@ -45,16 +45,26 @@ def random_vectors(seed, ids, out):
 
 
 @njit(cache=True)
-def new_edges(start, deg, pool, num_nodes, first, src, dst):
-    """Endpoints of edges ``first..first+len(src)-1`` from their out-entries (edges keep no endpoints)."""
+def new_edges(start, deg, seen_deg, pool, nodes, first, src, dst):
+    """Endpoints of edges ``first..first+len(src)-1`` from their out-entries (edges keep no endpoints).
+
+    Only ``nodes``, those with more rows than ``seen_deg`` (their count when edge ``first`` was next), hold
+    such entries: a node's rows only grow, and its new ones are those of edges ``>= first``. Blocks are in
+    time order, so new rows sit at the end but for late edges: each block is read from its end until all
+    of its new rows are found, which costs the new rows, not the whole stream."""
     n = len(src)
-    for v in range(num_nodes):
+    for v in nodes:
         s = start[v]
-        for j in range(deg[v]):
+        left = deg[v] - seen_deg[v]
+        j = deg[v] - 1
+        while left > 0 and j >= 0:
             c = pool[s + j, 1]
-            if c >= first and c < first + n:
-                src[c - first] = v
-                dst[c - first] = pool[s + j, 0]
+            if (c if c >= 0 else -c - 1) >= first:
+                left -= 1
+                if c >= 0 and c < first + n:
+                    src[c - first] = v
+                    dst[c - first] = pool[s + j, 0]
+            j -= 1
 
 
 @njit(cache=True)
@@ -80,17 +90,21 @@ def apply_groups(H, lam, P, rates, rows_s, rows_d, ev_s, ev_d, ev_t, lo, hi, clo
                                 for j in range(d):
                                     H[r, c, k, j] *= f
                     lam[r] = clock
-        for k in range(K - 1, -1, -1):  # top down: hop k reads hop k-1 as it was before the group
+        for k in range(K - 1, 0, -1):  # top down: hop k reads hop k-1 as it was before the group
             for i in range(g, e):
                 a, b = rows_s[i], rows_d[i]
-                for c in range(C):
+                for c in range(C):  # one row at a time (hops k and k-1 never overlap): vectorized adds
                     for j in range(d):
-                        if k == 0:
-                            H[a, c, 0, j] += P[ev_d[i], j]
-                            H[b, c, 0, j] += P[ev_s[i], j]
-                        else:
-                            H[a, c, k, j] += H[b, c, k - 1, j]
-                            H[b, c, k, j] += H[a, c, k - 1, j]
+                        H[a, c, k, j] += H[b, c, k - 1, j]
+                    for j in range(d):
+                        H[b, c, k, j] += H[a, c, k - 1, j]
+        for i in range(g, e):  # hop 1 (k = 0): the other end's random vector
+            a, b = rows_s[i], rows_d[i]
+            for c in range(C):
+                for j in range(d):
+                    H[a, c, 0, j] += P[ev_d[i], j]
+                for j in range(d):
+                    H[b, c, 0, j] += P[ev_s[i], j]
         clock += e - g
         g = e
     return clock
@@ -106,15 +120,15 @@ def _gram(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, X, out, i, prev):
     m = 2 * (K + 1)
     for c in range(C):
         fv = np.exp(-rates[c] * (clock - lv[rv]))
-        for j in range(d):
-            X[c, K + 1, j] = P[v, j]
-            for k in range(K):
+        X[c, K + 1] = P[v]
+        for k in range(K):  # row by row: contiguous copies the compiler vectorizes
+            for j in range(d):
                 X[c, K + 2 + k, j] = Hv[rv, c, k, j] * fv
         if prev < 0:
             fu = np.exp(-rates[c] * (clock - lu[ru]))
-            for j in range(d):
-                X[c, 0, j] = P[u, j]
-                for k in range(K):
+            X[c, 0] = P[u]
+            for k in range(K):
+                for j in range(d):
                     X[c, 1 + k, j] = Hu[ru, c, k, j] * fu
         for a in range(m):
             for b in range(a, m):

@@ -83,6 +83,7 @@ class WalkFeatures:
         """Forget every event (the next query replays the store)."""
         self._store = None
         self._seen = 0  # edge ids examined
+        self._seen_deg = np.zeros(0, np.int64)  # each node's rows in the store then
         self._horizon = -np.inf  # the state holds exactly the events with time < horizon
         self._clock = 0  # how many events that is
         self._newest = -np.inf
@@ -100,7 +101,7 @@ class WalkFeatures:
         t = np.ascontiguousarray(np.broadcast_to(np.asarray(t, np.float64), src.shape).reshape(-1))
         if len(dst) != len(src):
             raise ConfigError(f"walk queries need as many destinations as sources: {len(src)} != {len(dst)}")
-        out = np.zeros((len(src), *self.shape))
+        out = np.empty((len(src), *self.shape))  # ``answer`` writes every entry
         if len(src):
             with self._lock:
                 self._answer(store, src, dst, t, out)
@@ -125,14 +126,23 @@ class WalkFeatures:
         first, n = self._seen, view.num_edges - self._seen
         if n:
             s, d = np.empty(n, np.int64), np.empty(n, np.int64)
-            W.new_edges(view.start, view.deg, view.pool, view.num_nodes, first, s, d)
+            deg = view.deg[: view.num_nodes].astype(np.int64)  # a copy: the store's grows in place
+            seen_deg = np.zeros(view.num_nodes, np.int64)
+            seen_deg[: len(self._seen_deg)] = self._seen_deg
+            nodes = np.flatnonzero(deg != seen_deg)
+            W.new_edges(view.start, deg, seen_deg, view.pool, nodes, first, s, d)
+            self._seen_deg = deg
             et = np.asarray(view.edge_t[first : first + n], np.float64)
             if (et < self._horizon).any():  # older than events the state holds: start over
                 self.reset()
                 self._store = store
                 self._grow(view.num_nodes)
                 return self._sync(store, t_min)
-            self._pending = by_time(*(np.concatenate(x) for x in zip(self._pending, (et, s, d), strict=True)))
+            new = by_time(et, s, d)
+            joined = tuple(np.concatenate(x) for x in zip(self._pending, new, strict=True))
+            pt = self._pending[0]
+            # the usual case, every new edge after every pending one, appends; else one sort of them all
+            self._pending = by_time(*joined) if len(pt) and et.min() <= pt[-1] else joined
             self._seen = view.num_edges
             self._newest = max(self._newest, float(et.max()))
         # The newest time stays pending: an edge arriving later at that same time must join its group.

@@ -148,8 +148,8 @@ def fit_offline(
     epochs: int = 1,
     patience: int | None = None,
     split: ChronologicalSplit | None = None,
-    test_negatives: np.ndarray | None = None,
-    test_with: dict[str, np.ndarray] | None = None,
+    test_negatives: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
+    test_with: dict[str, np.ndarray | tuple[np.ndarray, np.ndarray]] | None = None,
     score_val: bool = True,
     progress: bool = False,
 ) -> OfflineResult:
@@ -162,7 +162,9 @@ def fit_offline(
     ``epochs`` passes.
 
     ``test_negatives``: external ids ``[len(split.test), q]`` to rank test positives against (e.g. a
-    benchmark's shared candidates; column 0 is the AP negative); default: ``fixed_negatives``.
+    benchmark's shared candidates; column 0 is the AP negative), or ``(ids, valid)`` where some rows have
+    fewer than ``q`` (``valid`` marks the real ones, as ``fixed_negatives`` returns); default:
+    ``fixed_negatives``.
     ``test_with``: more negative sets of the same shape (e.g. ``{"historical": ...}``), each scoring the test
     part again from the state before it: ``OfflineResult.test_with[name]``, baselines' ``"test_<name>"``.
     ``score_val=False`` replays validation into memory and graph without scoring it. ``progress``: a bar
@@ -254,10 +256,16 @@ def fit_offline(
     def given(name: str, negatives) -> tuple[np.ndarray, np.ndarray] | None:
         if negatives is None:
             return None
-        negatives = np.asarray(negatives)
-        if negatives.shape[0] != len(split.test):
-            raise ConfigError(f"{name} has {negatives.shape[0]} rows for {len(split.test)} test events")
-        return negatives, np.ones(negatives.shape, bool)
+        ids, valid = negatives if isinstance(negatives, tuple) else (negatives, None)
+        ids = np.asarray(ids)
+        valid = np.ones(ids.shape, bool) if valid is None else np.asarray(valid, bool)
+        if ids.ndim != 2 or ids.shape[0] != len(split.test):
+            raise ConfigError(
+                f"{name} has shape {ids.shape}: need {len(split.test)} rows, one per test event"
+            )
+        if valid.shape != ids.shape:
+            raise ConfigError(f"{name}: its mask has shape {valid.shape}, its ids {ids.shape}")
+        return ids, valid
 
     more = {k: given(f"test_with[{k!r}]", v) for k, v in (test_with or {}).items()}
     test = run(
