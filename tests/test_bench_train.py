@@ -48,7 +48,9 @@ def test_pyg_tgn_with_our_attention_layer_shares_its_time_encoder_and_learns():
     torch.testing.assert_close(enc(dt), model.memory.time_enc(dt))
     trained = {id(p) for group in model.optimizer.param_groups for p in group["params"]}
     assert {id(p) for p in model.gnn.layer.merge.parameters()} <= trained
-    result = train_pyg_tgn(events, epochs=2, lr=3e-3, recipe=recipe)
+    # Three epochs: after two, AP was 0.59-0.64 by thread count (the untrained model scores 0.57), too close
+    # to any bar; after three it is 0.78-0.81 (MRR 0.16-0.20, untrained 0.05) at one and two threads.
+    result = train_pyg_tgn(events, epochs=3, lr=3e-3, recipe=recipe)
     assert result.ap > 0.65 and result.mrr > 0.1
 
 
