@@ -48,7 +48,7 @@ from ..errors import ConfigError
 from ..events import EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
-from ..train.distributed import DistContext, init_distributed, local_device
+from ..train.distributed import DistContext, collective, init_distributed, local_device
 from ..train.driver import Batches, Drive, source_dead_letters
 from ..train.edgebank import make_baseline
 from ..train.metrics import RunningMetrics
@@ -205,7 +205,7 @@ class ShardedTrainer:
             raise ConfigError("save_checkpoint needs config.checkpoint_dir")
         path = checkpoint.save(self, Path(self.config.checkpoint_dir), offsets)
         if self.dist.active:
-            torch.distributed.barrier()
+            collective("barrier")
         return path
 
     @classmethod
