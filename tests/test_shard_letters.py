@@ -1,6 +1,7 @@
 """A sharded run's dead letters read as one process's do: W = 2 real gloo ranks and one ``OnlineTrainer``
-over the same stream refuse the same deletes of edges that never were, with the same reason (the event's
-own node ids, not the run's global ids) and the same payload. This file is also the worker script."""
+over the same stream refuse the same deletes of edges that never were (and of a vertex never seen), with
+the same reason (the event's own node ids, not the run's global ids), the same ``where`` and the same
+payload. This file is also the worker script."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def make_events():
     a, b = [name for name in (f"new-{i}" for i in range(100)) if rank_of(name) == 1][:2]
     met = EventBatch.from_columns(src=[a], dst=[b], t=[float(n)], eid=[n])
     names.append((next(u for u in sorted(set(users)) if rank_of(u) == 0), b))
+    names.append(("ghost", items[0]))  # a vertex no event added: the index refuses it, not a shard
     deletes = EventBatch.from_columns(
         kind=[1] * len(names), src=[u for u, _ in names], dst=[v for _, v in names],
         t=n + 1 + np.arange(len(names), dtype=float), eid=n + 1 + np.arange(len(names)),
@@ -54,7 +56,7 @@ def make_config():
 
 
 def letters_of(steps) -> list[tuple]:
-    return sorted((d.eid, d.reason, d.payload) for s in steps for d in s.dead_letters)
+    return sorted((d.eid, d.reason, d.where, d.payload) for s in steps for d in s.dead_letters)
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
@@ -84,7 +86,9 @@ def test_a_sharded_runs_dead_letters_name_the_events_own_ids_as_one_process_does
     ranks = spawn_ranks(__file__, 2, tmp_path)
     deletes = make_events().kind == 1
     assert len(reference) == int(deletes.sum())  # every delete refused by one process: no edge was live
-    assert all("delete matched no live edge" in reason and "user-" in reason for _, reason, _ in reference)
+    reasons = [reason for _, reason, _, _ in reference]
+    assert all("delete matched no live edge" in r and "user-" in r for r in reasons[:-1])
+    assert "delete names an unknown node ('ghost'" in reasons[-1]  # the last event, refused on admission
     assert sorted(ranks[0] + ranks[1]) == reference  # each once, by one rank, word for word
 
 
