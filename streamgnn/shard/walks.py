@@ -69,6 +69,11 @@ class ShardWalks:
         self._table = (np.zeros(0, np.int64), self._H[:0], self._lam[:0])  # rows of the pending endpoints
         self._restarted = True
 
+    def held(self) -> np.ndarray:
+        """The global ids whose walk rows this rank keeps, ascending: its own vertices only (the state is
+        divided), those the events applied so far reached."""
+        return np.flatnonzero(self._row >= 0)
+
     def nbytes(self) -> int:
         """This rank's state: its owned rows, the row map and the pending events (the replicated part)."""
         return self._H.nbytes + self._lam.nbytes + self._row.nbytes + sum(x.nbytes for x in self._pending)
