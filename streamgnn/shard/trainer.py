@@ -242,6 +242,7 @@ class ShardedTrainer:
             "cache": self.embedder.cache.nbytes(),
             "negatives": self.negatives.sampler.nbytes() if self.negatives.ready else 0,
             "walks": 0 if self.link_model.pairs is None else self.link_model.pairs.nbytes(),
+            **{f"baseline.{name}": bank.nbytes() for name, bank in self.baselines.items()},  # held pairs
         }
         parts["total"] = sum(parts.values())
         return parts
