@@ -31,6 +31,12 @@ TGN gets them as backends (``tgn_backend``: owners embed and commit memory, ``Sh
 features); EdgeBank needs none (it keeps the pairs of the sources its rank owns). What stays here is the
 distribution: admission, ownership, ingest into the shards, the halo, the exchange of scores. DyGFormer is
 refused (``TrainConfig``): it reads both endpoints' neighbor sequences from one store.
+
+Lateness with several sources: ``GlobalIndex.admit`` judges it on the global batches, which merge the ranks'
+reads by time, so an event is late only against the batches already cut (its rank read it after the
+watermark passed its time), never against another partition's newer rows. A replayed file is handed out in
+time order, so one process reading it row by row can dead-letter an event that a sharded run keeps (README,
+"Scale out").
 """
 
 from __future__ import annotations
