@@ -7,6 +7,7 @@ door (``collective`` itself looks the operation up by name). This file is also t
 from __future__ import annotations
 
 import ast
+import doctest
 import os
 import sys
 from collections import Counter
@@ -88,6 +89,12 @@ def test_no_module_calls_a_collective_but_through_the_door():
                     f"{path.relative_to(root)}:{node.lineno} {a.name}" for a in node.names if a.name in OPS
                 ]
     assert not found, found
+
+
+def test_the_doors_example_runs():
+    from streamgnn.train import distributed
+
+    assert doctest.testmod(distributed).failed == 0
 
 
 if __name__ == "__main__":
