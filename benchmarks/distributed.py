@@ -17,7 +17,8 @@ Two measurements, each W ranks as real processes of one ``torch.distributed`` jo
 - bytes, the power-law stream of the sampler benchmark (10M events, 1M with ``--quick``): the stream goes
   through each rank's shard and memory (batches of 20,000, no training: memory rows are committed as in
   training), then each rank reports its bytes of store shard + memory rows + replicated index + negative
-  history + walk-feature rows (brought to the whole stream by one read without queries), from each part's
+  history + walk-feature rows (brought to the whole stream by one read without queries) + the default
+  baselines' held pairs (each rank's EdgeBanks keep the pairs of the sources it owns), from each part's
   own accounting. ``bytes_per_rank_vs_single``: the largest rank at W=2 over W=1.
 
 Repeat ``i`` trains with seed ``i``: events/s are the median over repeats (ratios taken per repeat, within
@@ -83,7 +84,7 @@ def worker(job: dict) -> dict:
     return out
 
 
-def _trainer(job: dict, edge_dim: int, batch: int, dist):
+def _trainer(job: dict, edge_dim: int, batch: int, dist, baselines: tuple[str, ...] = ()):
     from streamgnn.nn import TGNConfig
     from streamgnn.shard import ShardConfig, ShardedTrainer
     from streamgnn.train import TrainConfig
@@ -93,9 +94,10 @@ def _trainer(job: dict, edge_dim: int, batch: int, dist):
                       edge_feature_dim=edge_dim, dropout=0.0, pair_features=job["pairs"])  # fmt: skip
     placement = "stream" if job["placement"] == "fennel" else "hash"
     sharding = ShardConfig(PARTITIONS, job["mode"], placement=placement)
-    # no baselines: the figures are the model's own exchange (each baseline adds 3 score columns to it)
+    # training runs no baselines: the figures are the model's own exchange (each baseline adds 3 score
+    # columns to it); the bytes run keeps the default ones, whose held pairs a rank's memory includes
     config = TrainConfig(
-        model=model, batch_size=batch, serve_every=0, seed=job["seed"], sharding=sharding, baselines=()
+        model=model, batch_size=batch, serve_every=0, seed=job["seed"], sharding=sharding, baselines=baselines
     )
     return ShardedTrainer(config, dist=dist)
 
@@ -131,11 +133,15 @@ def _hash_cut(events) -> float:
 
 
 def _train(job: dict, dist) -> dict:
+    from streamgnn.train.distributed import entered
+
     events = _stream("wikipedia", job["events"])
     if job["placement"] == "fennel":
         events = fennel_placed(events)[0]
     trainer = _trainer(job, events.feature_dim or 0, BATCH, dist)
+    before = sum(entered().values())
     stamps = _run(trainer, events, BATCH, train=True)
+    collectives = sum(entered().values()) - before  # every one this rank entered: exchanges, reductions
     t0, c0 = stamps[WARMUP_BATCHES - 1][0], stamps[WARMUP_BATCHES - 1][2]
     timed = len(stamps) - WARMUP_BATCHES
     done = sum(s[1] for s in stamps[WARMUP_BATCHES:])
@@ -146,12 +152,14 @@ def _train(job: dict, dist) -> dict:
         "events_per_s": done / (stamps[-1][0] - t0), "ap": m.ap, "mrr": m.mrr, "steps": len(stamps),
         "sent": dict(trainer.exchange.sent), "grad_bytes": grads,
         "cpu_ms_per_batch": 1e3 * (stamps[-1][2] - c0) / timed,
-        "collectives_per_batch": trainer.exchange.collectives / len(stamps) + 1,  # + the gradient all-reduce
+        "collectives_per_batch": collectives / len(stamps),
     }  # fmt: skip
 
 
 def _bytes(job: dict, dist) -> dict:
-    trainer = _trainer(job, 0, BYTES_BATCH, dist)
+    from streamgnn.train import TrainConfig
+
+    trainer = _trainer(job, 0, BYTES_BATCH, dist, baselines=TrainConfig().baselines)
     _run(trainer, _stream("powerlaw", job["bytes_events"]), BYTES_BATCH, train=False)
     if trainer.link_model.pairs is not None:  # no scoring read them: bring the walk rows to every event
         trainer.link_model.pairs.read([], [], [])  # but the newest time stamp's, as a training run holds them

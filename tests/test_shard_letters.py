@@ -1,6 +1,9 @@
 """A sharded run's dead letters read as one process's do: W = 2 real gloo ranks and one ``OnlineTrainer``
-over the same stream refuse the same deletes of edges that never were, with the same reason (the event's
-own node ids, not the run's global ids) and the same payload. This file is also the worker script."""
+over the same stream refuse the same deletes of edges that never were (and of a vertex never seen), with
+the same reason (the event's own node ids, not the run's global ids), the same ``where`` and the same
+payload. Lateness is judged on the merged global batches: a replay whose rows go back in time loses
+rows in one process that the ranks keep (as README's "Scale out" says).
+This file is also the worker script."""
 
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ def make_events():
     a, b = [name for name in (f"new-{i}" for i in range(100)) if rank_of(name) == 1][:2]
     met = EventBatch.from_columns(src=[a], dst=[b], t=[float(n)], eid=[n])
     names.append((next(u for u in sorted(set(users)) if rank_of(u) == 0), b))
+    names.append(("ghost", items[0]))  # a vertex no event added: the index refuses it, not a shard
     deletes = EventBatch.from_columns(
         kind=[1] * len(names), src=[u for u, _ in names], dst=[v for _, v in names],
         t=n + 1 + np.arange(len(names), dtype=float), eid=n + 1 + np.arange(len(names)),
@@ -54,38 +58,83 @@ def make_config():
 
 
 def letters_of(steps) -> list[tuple]:
-    return sorted((d.eid, d.reason, d.payload) for s in steps for d in s.dead_letters)
+    return sorted((d.eid, d.reason, d.where, d.payload) for s in steps for d in s.dead_letters)
+
+
+def unordered_events():
+    """Adds whose times go back by 5 every tenth row, as a file out of time order would hold them."""
+    from streamgnn.events import EventBatch
+
+    n = 2 * BATCH
+    t = np.arange(n, dtype=float)
+    t[9::10] -= 5.0
+    rng = np.random.default_rng(6)
+    return EventBatch.from_columns(
+        src=rng.integers(0, 12, n), dst=rng.integers(20, 28, n), t=t, eid=np.arange(n)
+    )
+
+
+def run(trainer, events, world: int) -> dict:
+    """The letters of ``events`` through ``trainer`` (one process: in row order, sharded: merged by time)."""
+    if world == 0:
+        steps = [trainer.step(b) for b in events.split(BATCH)]
+    else:
+        from streamgnn.shard import GlobalBatcher, PartitionedReplay
+
+        own = trainer.ownership
+        batcher = GlobalBatcher(PartitionedReplay(events, own, chunk=17), own, trainer.exchange, BATCH)
+        steps = []
+        while (batch := batcher.next_batch()) is not None:
+            steps.append(trainer.step(batch))
+    return {"letters": letters_of(steps), "learned": sum(s.learned for s in steps)}
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
-    from streamgnn.shard import GlobalBatcher, PartitionedReplay, ShardedTrainer
+    from streamgnn.shard import ShardedTrainer
     from streamgnn.train import OnlineTrainer, init_distributed
     from streamgnn.train.config import ShardConfig
 
     torch.set_num_threads(1)
-    events, config = make_events(), make_config()
+    config = make_config()
+    strict = dataclasses.replace(config, allowed_lateness=1.0)
     if world == 0:
-        trainer = OnlineTrainer(config)
-        torch.save(letters_of([trainer.step(b) for b in events.split(BATCH)]), out)
-        return
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    config = dataclasses.replace(config, sharding=ShardConfig(num_partitions=PARTITIONS))
-    trainer = ShardedTrainer(config, dist=init_distributed())
-    batcher = GlobalBatcher(PartitionedReplay(events, trainer.ownership, chunk=17), trainer.ownership,
-                            trainer.exchange, BATCH)  # fmt: skip
-    steps = []
-    while (batch := batcher.next_batch()) is not None:
-        steps.append(trainer.step(batch))
-    torch.save(letters_of(steps), out)
+        make = OnlineTrainer
+    else:
+        os.environ.update(
+            RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+        )
+        dist, sharding = init_distributed(), ShardConfig(num_partitions=PARTITIONS)
+
+        def make(cfg):
+            return ShardedTrainer(dataclasses.replace(cfg, sharding=sharding), dist=dist)
+
+    out_ = {
+        "deletes": run(make(config), make_events(), world),
+        "late": run(make(strict), unordered_events(), world),
+    }
+    torch.save(out_, out)
 
 
 def test_a_sharded_runs_dead_letters_name_the_events_own_ids_as_one_process_does(tmp_path, spawn_ranks):
-    (reference,) = spawn_ranks(__file__, 0, tmp_path, processes=1)
+    (one,) = spawn_ranks(__file__, 0, tmp_path, processes=1)
     ranks = spawn_ranks(__file__, 2, tmp_path)
+    reference = one["deletes"]["letters"]
     deletes = make_events().kind == 1
     assert len(reference) == int(deletes.sum())  # every delete refused by one process: no edge was live
-    assert all("delete matched no live edge" in reason and "user-" in reason for _, reason, _ in reference)
-    assert sorted(ranks[0] + ranks[1]) == reference  # each once, by one rank, word for word
+    reasons = [reason for _, reason, _, _ in reference]
+    assert all("delete matched no live edge" in r and "user-" in r for r in reasons[:-1])
+    assert "delete names an unknown node ('ghost'" in reasons[-1]  # the last event, refused on admission
+    assert (
+        sorted(ranks[0]["deletes"]["letters"] + ranks[1]["deletes"]["letters"]) == reference
+    )  # word for word
+    # lateness (README, Scale out): one process reading rows out of time order refuses those more than
+    # allowed_lateness behind an earlier row; the ranks hand a replay out in time order, so they keep them all
+    events = unordered_events()
+    late = one["late"]["letters"]
+    assert len(late) == len(events) // 10 and all("behind the stream" in reason for _, reason, _, _ in late)
+    assert one["late"]["learned"] == len(events) - len(late)
+    assert [r["late"]["letters"] for r in ranks] == [[], []]
+    assert ranks[0]["late"]["learned"] == ranks[1]["late"]["learned"] == len(events)
 
 
 if __name__ == "__main__":

@@ -261,6 +261,10 @@ def check_bytes(ranks: list[dict], world: int) -> None:
     own = Ownership(PARTITIONS, world)
     src, dst = own.rank_of(own.partition_of(events.src)), own.rank_of(own.partition_of(events.dst))
     vertices = np.unique(np.r_[events.src, events.dst])
+    pairs = np.unique(np.c_[events.src, events.dst], axis=0)
+    pair_rank = own.rank_of(own.partition_of(pairs[:, 0]))
+    banks = [part for part in whole["parts"] if part.startswith("baseline.")]
+    assert len(banks) == len(bytes_config().baselines) > 0 and all(whole["parts"][b] > 0 for b in banks)
     for r, got in enumerate(r["sizes"] for r in ranks):
         held = (src == r) | (dst == r)  # an edge between two owners is kept by both (the cut: the halo)
         owned = int((own.rank_of(own.partition_of(vertices)) == r).sum())
@@ -274,6 +278,8 @@ def check_bytes(ranks: list[dict], world: int) -> None:
             assert abs(got["store"][part] / whole["store"][part] - share) < 0.1, (part, share)
         assert abs(got["parts"]["memory"] / whole["parts"]["memory"] - row_share) < 0.1  # owned rows only
         assert got["parts"]["index"] == whole["parts"]["index"]  # the one replicated part
+        for bank in banks:  # the pairs of the sources it owns, each once
+            assert abs(got["parts"][bank] / whole["parts"][bank] - (pair_rank == r).mean()) < 0.1, bank
         assert got["parts"]["total"] < whole["parts"]["total"]
 
 

@@ -101,7 +101,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     rest = sharded(trainer, range(RESUME_AT, len(CUTS) - 1), events)
     trainer.link_model.pairs.read([], [], [])  # no queries: every event but the newest group is applied
     walks = trainer.link_model.pairs.walks
-    held = np.flatnonzero(walks._row >= 0)  # the vertices whose rows this rank keeps: only its own
+    held = walks.held()  # the vertices whose rows this rank keeps: only its own
     assert trainer.index.owned(held).all()
     resumed, _ = ShardedTrainer.resume(trainer.config, dist=trainer.dist)
     assert resumed.steps == RESUME_AT

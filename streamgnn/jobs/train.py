@@ -35,7 +35,7 @@ from ..shard.trainer import ShardedTrainer
 from ..train import checkpoint
 from ..train.broadcast import BroadcastSource
 from ..train.config import TrainConfig
-from ..train.distributed import init_distributed
+from ..train.distributed import collective, init_distributed
 from ..train.report import write_report
 from ..train.trainer import OnlineResult, OnlineTrainer
 
@@ -98,7 +98,7 @@ class TrainJob:
             latest = checkpoint.step_path(ckpt).name
         if self.dist.active:  # every rank loads the checkpoint rank 0 saw, even if a newer one lands now
             box = [latest]
-            torch.distributed.broadcast_object_list(box, 0)
+            collective("broadcast_object_list", box, 0)
             latest = box[0]
         if latest is None:
             return MonitoredTrainer(self.config, sink=sink, dist=self.dist)

@@ -125,13 +125,7 @@ class WalkFeatures:
         self._grow(view.num_nodes)
         first, n = self._seen, view.num_edges - self._seen
         if n:
-            s, d = np.empty(n, np.int64), np.empty(n, np.int64)
-            deg = view.deg[: view.num_nodes].astype(np.int64)  # a copy: the store's grows in place
-            seen_deg = np.zeros(view.num_nodes, np.int64)
-            seen_deg[: len(self._seen_deg)] = self._seen_deg
-            nodes = np.flatnonzero(deg != seen_deg)
-            W.new_edges(view.start, deg, seen_deg, view.pool, nodes, first, s, d)
-            self._seen_deg = deg
+            s, d, self._seen_deg = new_edges(view, first, self._seen_deg)
             et = np.asarray(view.edge_t[first : first + n], np.float64)
             if (et < self._horizon).any():  # older than events the state holds: start over
                 self.reset()
@@ -169,6 +163,21 @@ class WalkFeatures:
         self._P, self._H = P, H
         self._lam = np.concatenate([self._lam, np.zeros(cap - have, np.int64)])
         self._slot = np.concatenate([self._slot, np.full(cap - have, -1, np.int64)])
+
+
+def new_edges(view, first: int, seen_deg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(src, dst)`` of a store ``view``'s edges from ``first`` on, read from the rows of the nodes whose
+    degree grew past ``seen_deg`` (their degrees when edge ``first`` was next; ``walk_kernels.new_edges``),
+    and the degrees now, to pass as ``seen_deg`` next time."""
+    n = view.num_edges - first
+    s, d = np.empty(n, np.int64), np.empty(n, np.int64)
+    if n == 0:
+        return s, d, seen_deg
+    deg = view.deg[: view.num_nodes].astype(np.int64)  # a copy: the store's grows in place
+    before = np.zeros(view.num_nodes, np.int64)
+    before[: len(seen_deg)] = seen_deg
+    W.new_edges(view.start, deg, before, view.pool, np.flatnonzero(deg != before), first, s, d)
+    return s, d, deg
 
 
 def by_time(t: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
+from ..train.distributed import collective
 
 
 class Collectives:
@@ -33,7 +34,6 @@ class Collectives:
         self.device = torch.device(device) if dist.is_initialized() and dist.get_backend() == "nccl" else None
         self.sent: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
-        self.collectives = 0  # torch.distributed calls made (an exchange of unknown sizes takes two)
 
     @property
     def active(self) -> bool:
@@ -77,11 +77,10 @@ class Collectives:
         return [p[0].tobytes() for p in got]
 
     def _a2a(self, send: torch.Tensor, send_splits: list[int], recv_splits: list[int]) -> torch.Tensor:
-        self.collectives += 1
         recv = torch.empty(sum(recv_splits), dtype=send.dtype)
         if self.device is not None:
             send, recv = send.to(self.device), recv.to(self.device)
-        dist.all_to_all_single(recv, send, recv_splits, send_splits)
+        collective("all_to_all_single", recv, send, recv_splits, send_splits)  # counted there
         return recv.cpu()
 
 

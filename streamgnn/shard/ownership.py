@@ -38,7 +38,15 @@ import numpy as np
 from ..errors import ConfigError, PlacementError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..partition import hash_partition
-from ..store.admission import NO_LIVE_EDGE, UNKNOWN_NODE, Admission, AdmissionConfig, event_payload, plain
+from ..store.admission import (
+    INGEST,
+    NO_LIVE_EDGE,
+    UNKNOWN_NODE,
+    Admission,
+    AdmissionConfig,
+    event_payload,
+    plain,
+)
 from ..store.dedup import SeenIds
 from ..store.idmap import NodeIdMap
 
@@ -122,8 +130,9 @@ def as_one_store(
 ) -> DeadLetter:
     """``letter``, refusing row ``row`` of the global ``batch``, as one process's store writes it of the same
     event: the reason names the event's own node ids, the payload is the event as it came, the index is its
-    row in ``batch``. ``shard``: the batch in global ids of which a shard store wrote ``letter`` (its row
-    ``letter.index``); without it the letter is the index's, whose reasons already name the event's ids.
+    row in ``batch`` and ``where`` the store's (``INGEST``), not the index's or the shard's. ``shard``: the
+    batch in global ids of which a shard store wrote ``letter`` (its row ``letter.index``); without it the
+    letter is the index's, whose reasons already name the event's ids.
 
     A shard store sees only events the index admitted, so the only reasons it can give that name nodes are
     about deletes: no live edge, and an end it never saw, which the index knows (another rank's vertex that
@@ -135,7 +144,9 @@ def as_one_store(
         gsrc, gdst, t = plain(shard.src[j]), plain(shard.dst[j]), plain(shard.t[j])
         if reason in (NO_LIVE_EDGE.format(src=gsrc, dst=gdst, t=t), UNKNOWN_NODE.format(src=gsrc, dst=gdst)):
             reason = NO_LIVE_EDGE.format(src=plain(batch.src[row]), dst=plain(batch.dst[row]), t=t)
-    return dataclasses.replace(letter, reason=reason, payload=event_payload(batch, row), index=row)
+    return dataclasses.replace(
+        letter, reason=reason, where=INGEST, payload=event_payload(batch, row), index=row
+    )
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,12 @@ TGN gets them as backends (``tgn_backend``: owners embed and commit memory, ``Sh
 features); EdgeBank needs none (it keeps the pairs of the sources its rank owns). What stays here is the
 distribution: admission, ownership, ingest into the shards, the halo, the exchange of scores. DyGFormer is
 refused (``TrainConfig``): it reads both endpoints' neighbor sequences from one store.
+
+Lateness with several sources: ``GlobalIndex.admit`` judges it on the global batches, which merge the ranks'
+reads by time, so an event is late only against the batches already cut (its rank read it after the
+watermark passed its time), never against another partition's newer rows. A replayed file is handed out in
+time order, so one process reading it row by row can dead-letter an event that a sharded run keeps (README,
+"Scale out").
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from ..errors import ConfigError
 from ..events import EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
-from ..train.distributed import DistContext, init_distributed, local_device
+from ..train.distributed import DistContext, collective, init_distributed, local_device
 from ..train.driver import Batches, Drive, source_dead_letters
 from ..train.edgebank import make_baseline
 from ..train.metrics import RunningMetrics
@@ -205,7 +211,7 @@ class ShardedTrainer:
             raise ConfigError("save_checkpoint needs config.checkpoint_dir")
         path = checkpoint.save(self, Path(self.config.checkpoint_dir), offsets)
         if self.dist.active:
-            torch.distributed.barrier()
+            collective("barrier")
         return path
 
     @classmethod
@@ -242,6 +248,7 @@ class ShardedTrainer:
             "cache": self.embedder.cache.nbytes(),
             "negatives": self.negatives.sampler.nbytes() if self.negatives.ready else 0,
             "walks": 0 if self.link_model.pairs is None else self.link_model.pairs.nbytes(),
+            **{f"baseline.{name}": bank.nbytes() for name, bank in self.baselines.items()},  # held pairs
         }
         parts["total"] = sum(parts.values())
         return parts

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..sampling import walk_kernels as W
-from ..sampling.walks import WalkFeatures, answer, by_time
+from ..sampling.walks import WalkFeatures, answer, by_time, new_edges
 from ..store import TemporalGraphStore
 from .comm import Collectives
 from .ownership import GlobalIndex
@@ -62,11 +62,17 @@ class ShardWalks:
         self._lam = np.zeros(0, np.int64)
         self._row = np.full(0, -1, np.int64)  # each global id's row here (-1: none)
         self._seen = 0  # shard edges examined
+        self._seen_deg = np.zeros(0, np.int64)  # each shard node's degree then (``walks.new_edges``)
         self._clock = 0
         self._horizon = self._newest = -np.inf
         self._pending = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
         self._table = (np.zeros(0, np.int64), self._H[:0], self._lam[:0])  # rows of the pending endpoints
         self._restarted = True
+
+    def held(self) -> np.ndarray:
+        """The global ids whose walk rows this rank keeps, ascending: its own vertices only (the state is
+        divided), those the events applied so far reached."""
+        return np.flatnonzero(self._row >= 0)
 
     def nbytes(self) -> int:
         """This rank's state: its owned rows, the row map and the pending events (the replicated part)."""
@@ -111,9 +117,7 @@ class ShardWalks:
         """``(t, src, dst)`` of the shard's edges since the last call whose source this rank owns."""
         view = self.store.view()
         first, n = self._seen, view.num_edges - self._seen
-        s, d = np.empty(n, np.int64), np.empty(n, np.int64)
-        if n:
-            W.new_edges(view.start, view.deg, view.pool, view.num_nodes, first, s, d)
+        s, d, self._seen_deg = new_edges(view, first, self._seen_deg)
         t = np.asarray(view.edge_t[first : first + n], np.float64)
         self._seen = view.num_edges
         mine = self.index.owned(s)

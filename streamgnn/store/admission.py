@@ -64,6 +64,9 @@ NOT_DENSE = "this stream takes dense node ids (ints >= 0); the batch has {lowest
 FEATURE_WIDTH = "{label} feature width changed from {was} to {now}; the width is fixed per stream"
 NO_LIVE_EDGE = "delete matched no live edge {src!r} -> {dst!r} at t={t!r}"
 NO_PARTITION_HOLDS = "delete matched no edge: no partition holds both {src!r} and {dst!r}"
+# the ``where`` of a store's letters (``TemporalGraphStore.ingest``'s): a sharded run's letters carry it too,
+# so that a refused event reads the same however the run was laid out
+INGEST = "ingest"
 REASONS = (TOO_LATE, UNKNOWN_NODE, ID_TYPE, NOT_DENSE, FEATURE_WIDTH, NO_LIVE_EDGE, NO_PARTITION_HOLDS)
 
 Width = tuple[str, "int | None", tuple[int, ...], bool]

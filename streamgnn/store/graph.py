@@ -23,7 +23,7 @@ from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
 from ..partition import make_partitioner
 from . import kernels as K
-from .admission import NO_LIVE_EDGE, Admission, AdmissionConfig, event_payload, plain
+from .admission import INGEST, NO_LIVE_EDGE, Admission, AdmissionConfig, event_payload, plain
 from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
 from .config import StoreConfig
 from .contract import FeatureView, TCSRView
@@ -120,7 +120,7 @@ class TemporalGraphStore:
         return None if self.node_feat is None else self.node_feat.shape[1]
 
     # ------------------------------------------------------------------ ingest
-    def ingest(self, batch: EventBatch, where: str = "ingest") -> IngestReport:
+    def ingest(self, batch: EventBatch, where: str = INGEST) -> IngestReport:
         """Apply a batch; bad, late or unmatched events become dead letters, duplicates are skipped."""
         report = IngestReport()
         if not len(batch):

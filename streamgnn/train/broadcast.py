@@ -20,12 +20,11 @@ import time
 from collections.abc import Callable, Iterator
 
 import torch
-import torch.distributed as tdist
 
 from ..codec import decode_binary, encode_binary
 from ..errors import ConfigError
 from ..events import EventBatch
-from .distributed import DistContext
+from .distributed import DistContext, collective
 from .driver import source_dead_letters
 
 _END, _IDLE = -1, 0
@@ -72,7 +71,7 @@ class BroadcastSource:
                 payload = encode_binary(batch) if batch is not None else b""
                 self._header(_IDLE if batch is None else len(payload))
                 if batch is not None:
-                    tdist.broadcast(torch.frombuffer(bytearray(payload), dtype=torch.uint8), 0)
+                    collective("broadcast", torch.frombuffer(bytearray(payload), dtype=torch.uint8), 0)
                     yield batch
             self._header(_END)
             return
@@ -82,7 +81,7 @@ class BroadcastSource:
                 return
             if size != _IDLE:
                 buf = torch.empty(size, dtype=torch.uint8)
-                tdist.broadcast(buf, 0)
+                collective("broadcast", buf, 0)
                 yield decode_binary(buf.numpy().tobytes(), "broadcast")
 
     def _header(self, size: int | None) -> int:
@@ -90,7 +89,7 @@ class BroadcastSource:
         head = torch.zeros(2, dtype=torch.int64)
         if size is not None:
             head[0], head[1] = size, source_dead_letters(self.source)
-        tdist.broadcast(head, 0)
+        collective("broadcast", head, 0)
         self.stats.dead_letters = int(head[1])
         return int(head[0])
 

@@ -5,11 +5,16 @@ updates them identically; only the scoring and the loss are split, each rank tak
 the batch. Gradients are summed over ranks and divided by the world size, as DDP does, so a rank's loss is
 scaled by ``world_size / global count``: the averaged gradient is then exactly the single-rank full-batch
 gradient, and a W-rank run follows the same trajectory as one rank with the same global batch.
+
+Every ``torch.distributed`` collective of the package goes through ``collective``, which counts it: so
+``entered()`` is what this process (a rank) entered, whichever part of a run called it (a sharded
+exchange, a reduction here, a barrier, a broadcast of the source), and the benchmarks report that count.
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +23,28 @@ import torch.distributed as dist
 
 from .. import rankfail
 from ..errors import ConfigError
+
+_ENTERED: Counter[str] = Counter()  # this process's collectives by operation (``collective`` counts them)
+
+
+def collective(op: str, *args, **kwargs):
+    """Enter the ``torch.distributed`` collective named ``op`` (``"all_reduce"``, ``"barrier"``, ...) with
+    its arguments, and count it: the one door the package's collectives go through."""
+    _ENTERED[op] += 1
+    return getattr(dist, op)(*args, **kwargs)
+
+
+def entered() -> Counter[str]:
+    """The collectives this process has entered so far, by operation (a copy; take differences to count a
+    stretch of a run).
+
+    >>> before = entered()
+    >>> DistContext().all_sum([2.0], torch.device("cpu"))  # a lone process sums without a collective
+    [2.0]
+    >>> entered() - before
+    Counter()
+    """
+    return Counter(_ENTERED)
 
 
 @dataclass(frozen=True)
@@ -50,7 +77,7 @@ class DistContext:
         if not self.active:
             return list(values)
         buf = torch.tensor(values, dtype=torch.float64, device=device)
-        dist.all_reduce(buf)
+        collective("all_reduce", buf)
         return buf.tolist()
 
     def gather_rows(self, rows: np.ndarray, n: int, device: torch.device) -> np.ndarray:
@@ -62,7 +89,7 @@ class DistContext:
         padded = torch.zeros((width, *rows.shape[1:]), dtype=torch.float64, device=device)
         padded[: len(rows)] = torch.from_numpy(np.ascontiguousarray(rows, np.float64)).to(device)
         parts = [torch.empty_like(padded) for _ in range(self.world_size)]
-        dist.all_gather(parts, padded)
+        collective("all_gather", parts, padded)
         return np.concatenate([p[:s].cpu().numpy() for p, s in zip(parts, sizes, strict=True)])
 
     def _size(self, rank: int, n: int) -> int:
@@ -82,7 +109,7 @@ class DistContext:
             [p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel()) for p in params]
             + [torch.tensor([float(p.grad is not None) for p in params], device=device)]
         )
-        dist.all_reduce(flat)
+        collective("all_reduce", flat)
         used = flat[-len(params) :]
         offset = 0
         for p, u in zip(params, used.tolist(), strict=True):
@@ -95,7 +122,7 @@ class DistContext:
         if not self.active:
             return
         for tensor in list(module.parameters()) + list(module.buffers()):
-            dist.broadcast(tensor.data, 0)
+            collective("broadcast", tensor.data, 0)
 
 
 def init_distributed(backend: str | None = None) -> DistContext:

@@ -35,7 +35,7 @@ from ..events import DeadLetter, EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
-from .distributed import DistContext, init_distributed, local_device
+from .distributed import DistContext, collective, init_distributed, local_device
 from .driver import Batches, Drive, source_dead_letters
 from .edgebank import make_baseline
 from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
@@ -439,7 +439,7 @@ class OnlineTrainer:
                 *self.state(), cfg.checkpoint_keep,
             )  # fmt: skip
         if self.dist.active:
-            torch.distributed.barrier()
+            collective("barrier")
         return path
 
     def state(self) -> tuple[dict, dict]:
