@@ -135,12 +135,6 @@ class TrainConfig(Config):
             raise ConfigError(
                 f"model must be a TGNConfig or DyGFormerConfig, got {type(self.model).__name__}"
             )
-        if self.sharding is not None and isinstance(self.model, DyGFormerConfig):
-            raise ConfigError(
-                "the sharded trainer runs TGN only (its shards hold TGN's memory rows; DyGFormer reads both "
-                "endpoints' latest-neighbor sequences from one store, which no sharded reader provides): use "
-                "DyGFormerConfig without sharding"
-            )
         for name in ("batch_size", "window_events", "checkpoint_keep", "publish_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
