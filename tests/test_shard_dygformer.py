@@ -20,18 +20,31 @@ BATCHES, BATCH, PARTITIONS = 12, 60, 8
 
 
 def make_events():
+    """Power-law destinations; in batches 4 and 5 every source is rank 0's at W = 2, so rank 1 scores and
+    trains nothing there, and still enters every exchange."""
     from streamgnn.events import EventBatch
 
     rng = np.random.default_rng(3)
     n = BATCHES * BATCH
     popularity = 1.0 / np.arange(1, 26) ** 1.5
+    src = rng.integers(0, 60, n)
+    rank0 = np.flatnonzero(rank_of(np.arange(60)) == 0)
+    src[4 * BATCH : 6 * BATCH] = rng.choice(rank0, 2 * BATCH)
     return EventBatch.from_columns(
-        src=rng.integers(0, 60, n),
+        src=src,
         dst=rng.choice(25, n, p=popularity / popularity.sum()) + 60,
         t=np.cumsum(rng.exponential(1.0, n)),
         eid=np.arange(n),
         features=rng.normal(size=(n, 4)).astype(np.float32),
     )
+
+
+def rank_of(ids: np.ndarray) -> np.ndarray:
+    """The rank owning each vertex at W = 2."""
+    from streamgnn.shard import Ownership
+
+    own = Ownership(PARTITIONS, 2)
+    return own.rank_of(own.partition_of(ids))
 
 
 def make_config():
@@ -42,7 +55,7 @@ def make_config():
         sequence_length=6, patch_size=2, channel_dim=8, time_dim=8, embedding_dim=8, edge_feature_dim=4,
         dropout=0.0,
     )  # fmt: skip
-    return TrainConfig(model=model, batch_size=BATCH, lr=3e-3, eval_negatives=8, seed=11, serve_every=4)
+    return TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=8, seed=11, serve_every=4)
 
 
 def sequences(model, n: int, t: float) -> tuple[np.ndarray, ...]:
@@ -118,20 +131,23 @@ def test_sharded_dygformer_computes_what_one_process_computes(runs):
             np.testing.assert_allclose(b.loss, a.loss, rtol=1e-5, atol=1e-7)
             for x, y in ((a.pos, b.pos), (a.neg, b.neg), (a.rr, b.rr)):
                 np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-5)
+        # the model, tensor by tensor (Adam divides each entry's step by its own gradient's size, so an entry
+        # whose gradient is nearly 0 moves by rounding noise: compare whole tensors, not entries)
         for name, value in reference["model"]["model"].items():
             keep = torch.ones(len(value), dtype=torch.bool)
             if name.endswith("self_attn.in_proj_bias"):  # (query, key, value) biases
-                # the key bias's true gradient is 0 (a softmax ignores a shift shared by all keys): what
-                # either run gets is rounding noise, which Adam scales to full steps. Not comparable.
+                # the key bias's true gradient is 0 (a softmax ignores a shift shared by all keys): all
+                # either run gets is rounding noise. Not comparable.
                 keep[len(value) // 3 : 2 * len(value) // 3] = False
-            torch.testing.assert_close(
-                r["model"]["model"][name][keep], value[keep], rtol=1e-4, atol=5e-5, msg=name
-            )
+            a, b = value[keep], r["model"]["model"][name][keep]
+            assert (b - a).norm() <= 1e-3 * a.norm() + 1e-6, name
         # every vertex's sequence, asked of any rank, is the one store's (read from its owner)
         for x, y in zip(reference["sequences"], r["sequences"], strict=True):
             np.testing.assert_array_equal(y, x)
         assert r["sent"]["sample_neighbors"] > 0 and r["nbytes"]["memory"] == r["nbytes"]["halo"] == 0
     assert len(reference["sequences"][1]) > 100  # the sequences compared hold real neighbors
+    scorers = [set(rank_of(b.src).tolist()) for b in make_events().split(BATCH)]
+    assert {0} in scorers and {0, 1} in scorers  # batches rank 1 has no row of, and batches it has
 
 
 def test_a_resumed_sharded_dygformer_run_ends_where_an_uninterrupted_one_does(runs):
@@ -169,3 +185,32 @@ def test_communication_free_reads_sequences_from_the_shard_alone(runs):
 
 if __name__ == "__main__":
     worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+
+
+def test_streamgnn_train_runs_a_sharded_dygformer_config(tmp_path, capsys):
+    """``streamgnn train`` with ``model.variant=dygformer`` and ``train.sharding``: the sharded job, its
+    per-rank checkpoints, resumed where it stopped."""
+    import json
+
+    from streamgnn.cli import main
+
+    config = tmp_path / "sharded.yaml"
+    config.write_text(
+        "train:\n  batch_size: 100\n  eval_negatives: 5\n  checkpoint_every: 2\n"
+        "  sharding: {num_partitions: 4}\n"
+        "  model: {variant: dygformer, sequence_length: 8, patch_size: 2, channel_dim: 8, time_dim: 8,\n"
+        "          embedding_dim: 8}\n"
+    )
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    argv = ["train", "--config", str(config), "--dataset", "jodie_wikipedia", "--checkpoint-dir", str(ckpt),
+            "--out", str(out), "--quiet", "--log-every", "0"]  # fmt: skip
+    assert main([*argv, "--events", "300"]) == 0
+    assert (ckpt / "rank-00000" / "LATEST").exists()  # the sharded layout: one folder per rank
+    assert main([*argv, "--events", "500"]) == 0
+    printed = capsys.readouterr().out
+    assert "resumed from" in printed and "300 events already learned" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["events"] == 200 and summary["learned"] == 500 and summary["batches"] == 5
+    assert 0.0 <= summary["metrics"]["ap"] <= 1.0 and summary["metrics"]["events"] == 400
+    manifest = json.loads((Path(summary["checkpoint"]) / "manifest.json").read_text())
+    assert '"variant": "dygformer"' in json.dumps(manifest)  # the model the config named
