@@ -89,7 +89,8 @@ class TrainConfig(Config):
     each rank own graph partitions instead (``streamgnn.shard``: ``run_online``, ``TrainJob`` and so
     ``streamgnn train`` switch on it). A sharded model reads every pair feature, the walk features included
     (exact mode: each vertex's walk rows live with its owner, ``shard.walks``; communication-free: the walks
-    among the events a rank holds, ``shard.pairs``).
+    among the events a rank holds, ``shard.pairs``). A sharded DyGFormer reads each vertex's sequence from its
+    owner (exact) or from the rank's shard (communication-free; ``shard.sequences``).
 
     ``baselines``: models scored beside the learned one on the same positives and negatives, each with its
     own metrics (see ``EdgeBank``): "edgebank" (unlimited memory) and "edgebank_tw" (a pair counts if seen
