@@ -1,9 +1,9 @@
 """The DyGFormer-style model under the sharded trainer, W = 2 real gloo ranks each reading its own partitions.
 Exact mode computes what one ``OnlineTrainer`` computes on the same global batches (each vertex's sequence
-read from its owner): the same sequences, scores and losses, the same model (within float tolerance,
-dropout 0); a run checkpointed half way and resumed ends bit for bit where the uninterrupted one does.
-Communication-free mode exchanges no sequence: an owned vertex's is whole, another's holds only its edges
-with this rank's vertices. This file is also the worker script."""
+read from its owner): the same sequences, scores, losses and served rows, the same model (within float
+tolerance, dropout 0); a run checkpointed half way and resumed ends bit for bit where the uninterrupted one
+does. Communication-free mode exchanges no sequence: an owned vertex's is whole, another's holds only its
+edges with this rank's vertices. This file is also the worker script."""
 
 from __future__ import annotations
 
@@ -65,8 +65,15 @@ def sequences(model, n: int, t: float) -> tuple[np.ndarray, ...]:
     return hop.ptr, hop.nbr, hop.t, hop.edge_features
 
 
+def served(table, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The served rows of ``ids`` (external) that the table holds, with their times."""
+    ids = ids[table.known(ids)]
+    return ids, *table.read(ids)
+
+
 def worker(rank: int, world: int, port: int, out: str) -> None:
     from streamgnn.shard import GlobalBatcher, PartitionedReplay, ShardConfig, ShardedTrainer
+    from streamgnn.shard.serving import owned_vertices
     from streamgnn.train import OnlineTrainer, init_distributed
 
     torch.set_num_threads(1)
@@ -76,7 +83,9 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         trainer = OnlineTrainer(config)
         steps = [trainer.step(b) for b in events.split(BATCH)]
         seqs = sequences(trainer.link_model, trainer.store.num_nodes, middle)
-        torch.save({"steps": steps, "model": trainer.link_model.state_dict(), "sequences": seqs}, out)
+        rows = served(trainer.table, np.unique(np.r_[events.src, events.dst]))
+        torch.save({"steps": steps, "model": trainer.link_model.state_dict(), "sequences": seqs,
+                    "served": rows}, out)  # fmt: skip
         return
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist = init_distributed()
@@ -90,6 +99,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     n = trainer.index.num_nodes
     seqs = sequences(trainer.link_model, n, middle)
     sent = dict(trainer.exchange.sent)
+    mine = served(trainer.table, trainer.index.external(owned_vertices(trainer.index)))
     # checkpointed after half the stream, resumed by new trainers (the same ranks), run to the end
     ckpt = Path(out).parent / "ckpt"
     cut = dataclasses.replace(exact, checkpoint_dir=str(ckpt), checkpoint_every=5)
@@ -105,11 +115,10 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     local = ShardedTrainer(free, dist=dist)
     result = local.fit(PartitionedReplay(events, local.ownership, chunk=37), progress=False)
     free = (sequences(local.link_model, n, middle), dict(local.exchange.calls), result.metrics.ap)
+    resumed_run = (resumed_steps, resumed.steps, resumed.link_model.state_dict())
     torch.save({"steps": steps, "model": trainer.link_model.state_dict(), "sequences": seqs, "sent": sent,
-                "owned": local.index.owned(np.arange(n)), "nbytes": trainer.nbytes(),
-                "resumed": (resumed_steps, resumed.steps, resumed.link_model.state_dict()),
-                "free": free},
-               out)  # fmt: skip
+                "served": mine, "owned": local.index.owned(np.arange(n)), "nbytes": trainer.nbytes(),
+                "resumed": resumed_run, "free": free}, out)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +155,15 @@ def test_sharded_dygformer_computes_what_one_process_computes(runs):
             np.testing.assert_array_equal(y, x)
         assert r["sent"]["sample_neighbors"] > 0 and r["nbytes"]["memory"] == r["nbytes"]["halo"] == 0
     assert len(reference["sequences"][1]) > 100  # the sequences compared hold real neighbors
+    # the served rows (each vertex's sequence alone), every 4 batches: gathered from their owners, one
+    # process's rows of the same vertices at the same times
+    ids, rows, at = reference["served"]
+    got = [r["served"] for r in ranks]
+    mine = np.concatenate([g[0] for g in got])
+    assert sorted(mine.tolist()) == ids.tolist() and len(ids) > 50
+    order = np.searchsorted(ids, mine)
+    np.testing.assert_allclose(np.concatenate([g[1] for g in got]), rows[order], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(np.concatenate([g[2] for g in got]), at[order])
     scorers = [set(rank_of(b.src).tolist()) for b in make_events().split(BATCH)]
     assert {0} in scorers and {0, 1} in scorers  # batches rank 1 has no row of, and batches it has
 
