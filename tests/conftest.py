@@ -94,9 +94,9 @@ INTEGRATION = {
     "test_partition_router", "test_router_hostile", "test_serve_hostile", "test_serve_http",
     "test_snapshots_live", "test_train_kafka",
     # several real processes: MPI ranks, torch.distributed groups, commands killed and restarted
-    "test_agents_mpi", "test_rank_failure", "test_shard_faults", "test_shard_job", "test_shard_letters",
-    "test_shard_router", "test_shard_train", "test_train_distributed", "test_train_resume", "test_compose",
-    "test_topology", "test_collective_count", "test_shard_walks",
+    "test_agents_mpi", "test_rank_failure", "test_shard_dygformer", "test_shard_faults", "test_shard_job",
+    "test_shard_letters", "test_shard_router", "test_shard_train", "test_shard_walks",
+    "test_train_distributed", "test_train_resume", "test_compose", "test_topology", "test_collective_count",
     # benchmarks, examples, the demo and the README's blocks, each run end to end
     "test_bench_agents", "test_bench_distributed", "test_bench_partition", "test_bench_quality",
     "test_bench_sampler", "test_bench_serve", "test_bench_snapshots", "test_bench_train",

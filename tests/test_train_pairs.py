@@ -90,16 +90,13 @@ def test_sharded_training_runs_the_default_model_and_its_pair_features_tell_old_
     """A default config with ``sharding`` set is taken as it is (the model reads every pair feature there
     too, the walk features included, without a warning), and on a stream where only the pair's recent
     history tells an old favourite (a historical negative) from the current one, the sharded trainer's
-    pair features lift its AP well above TGN alone's. DyGFormer is refused with the reason."""
-    from streamgnn.nn import DyGFormerConfig
+    pair features lift its AP well above TGN alone's."""
     from streamgnn.shard import PartitionedReplay, ShardConfig, ShardedTrainer
 
     assert TrainConfig().model.pair_walks
     with caplog.at_level("WARNING", logger="streamgnn.train.config"):
         sharded = TrainConfig(sharding=ShardConfig()).model
     assert sharded.pair_features and sharded.pair_walks and not caplog.text
-    with pytest.raises(ConfigError, match="latest-neighbor sequences"):
-        TrainConfig(model=DyGFormerConfig(), sharding=ShardConfig())
     events, ap = drifting(1500), {}
     for pairs in (True, False):
         cfg = config(pairs, endpoints=True, eval_strategy="historical", train_negatives="historical")

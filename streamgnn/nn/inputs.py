@@ -118,4 +118,4 @@ def _dense_rows(values: np.ndarray | None, kept: np.ndarray, at: np.ndarray, n: 
         return None
     out = np.zeros((n * k, values.shape[1]), np.float32)
     out[at] = values[kept]
-    return torch.from_numpy(out.reshape(n, k, -1))
+    return torch.from_numpy(out.reshape(n, k, values.shape[1]))  # (n may be 0: no -1 to infer)

@@ -1,6 +1,6 @@
 """Sharded store and partition-parallel training: each rank owns graph partitions (their adjacency, TGN
 memory rows, walk-feature rows and negative history) and reads only its own Kafka partitions; W ranks learn
-what one does."""
+what one does, with TGN or the DyGFormer-style model (whose sequences the owners read, ``sequences``)."""
 
 from ..train.config import ShardConfig
 from .batches import GlobalBatcher

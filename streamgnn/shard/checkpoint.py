@@ -3,9 +3,10 @@
 Each rank writes its own trainer checkpoint (``streamgnn.train.checkpoint``: one atomic, verified container
 of kind ``sharded-trainer``, with the ``TrainerState`` values and the model's and baselines' tensors the
 online trainer writes too) under ``ROOT/rank-RRRRR/``: those, its shard of the store with its source
-offsets, its owned memory rows and pending messages, its share of the negative history, the global index,
-and the global batcher's buffer (rows read but not yet batched: an offset covers rows handed out, not rows
-learned). Every rank saves after the same step, and each keeps its two newest checkpoints.
+offsets, its owned memory rows and pending messages (for a model with memory), its share of the negative
+history, the global index, and the global batcher's buffer (rows read but not yet batched: an offset covers
+rows handed out, not rows learned). Every rank saves after the same step, and each keeps its two newest
+checkpoints.
 
 There is no coordinator: on restart every rank reads its own newest step and the ranks take the minimum
 (an ``all_gather``), which every rank holds whole. A rank killed while writing step ``N`` left step
@@ -44,12 +45,13 @@ def state(trainer) -> tuple[dict, dict]:
     tensors = {
         **trainer_checkpoint.stream_tensors(trainer),
         **_tensors("index", trainer.index.state()),
-        **_tensors("owned", trainer.owned.state()),
         **_tensors("batcher", trainer.batcher_state()),
         "pool": torch.from_numpy(
             trainer.negatives.sampler.pool if trainer.negatives.ready else np.zeros(0, np.int64)
         ),
     }
+    if trainer.owned is not None:  # a model with memory (TGN)
+        tensors.update(_tensors("owned", trainer.owned.state()))
     if trainer.halo is not None:
         tensors.update(_tensors("halo", trainer.halo.state()))
     values = {
@@ -96,7 +98,8 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
         )
     trainer.store = ckpt.store
     trainer.index.restore(_arrays("index", tensors))
-    trainer.owned.restore(_arrays("owned", tensors))
+    if trainer.owned is not None:
+        trainer.owned.restore(_arrays("owned", tensors))
     if trainer.halo is not None:
         trainer.halo.restore(_arrays("halo", tensors))
     trainer.restore_batcher(_arrays("batcher", tensors))

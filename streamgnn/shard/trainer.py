@@ -28,9 +28,10 @@ of ``TrainConfig.baselines``, scored on the same negatives. ``StepInput.scorer``
 owner of its source): a model scores and trains ``StepInput.rows`` and sums its loss over ranks. What a
 model must provide to run sharded: that protocol, and its stream state in parts that live with the shards.
 TGN gets them as backends (``tgn_backend``: owners embed and commit memory, ``ShardPairs`` reads pair
-features); EdgeBank needs none (it keeps the pairs of the sources its rank owns). What stays here is the
-distribution: admission, ownership, ingest into the shards, the halo, the exchange of scores. DyGFormer is
-refused (``TrainConfig``): it reads both endpoints' neighbor sequences from one store.
+features); DyGFormer a neighbor reader (``sequences``: each vertex's sequence from its owner, or from the
+shard when communication-free); EdgeBank needs none (it keeps the pairs of the sources its rank owns). What
+stays here is the distribution: admission, ownership, ingest into the shards, the exchange of scores, and
+for a model with memory (TGN) the owned memory rows and the halo.
 
 Lateness with several sources: ``GlobalIndex.admit`` judges it on the global batches, which merge the ranks'
 reads by time, so an event is late only against the batches already cut (its rank read it after the
@@ -52,6 +53,7 @@ import torch
 from ..embeddings import EmbeddingSink, EmbeddingTable
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
+from ..nn import TGNConfig
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, collective, init_distributed, local_device
@@ -68,6 +70,7 @@ from .comm import Collectives
 from .compute import Embedder
 from .memory import HaloCache, OwnedMemory
 from .ownership import GlobalIndex, Ownership, as_one_store
+from .sequences import shard_neighbors
 from .serving import ShardServing, owned_vertices
 from .source import LocalSource
 from .tgn_backend import shard_backends
@@ -94,10 +97,11 @@ class ShardedTrainer:
     ):
         self.config, self.shard_config = config, config.sharding or ShardConfig()
         mcfg = config.model
-        dataclasses.replace(config, sharding=self.shard_config)  # what a sharded config refuses (DyGFormer)
-        if mcfg.node_feature_dim:
+        dataclasses.replace(config, sharding=self.shard_config)  # what a sharded config refuses
+        tgn = isinstance(mcfg, TGNConfig)  # (else DyGFormer: no memory, no node features)
+        if tgn and mcfg.node_feature_dim:
             raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
-        if not mcfg.uses_memory:
+        if tgn and not mcfg.uses_memory:
             raise ConfigError("sharded training shards TGN memory: the tgat variant (no memory) needs none")
         if config.train_negative_pool == "id_range":
             raise ConfigError(
@@ -111,12 +115,15 @@ class ShardedTrainer:
         self.exchange = Collectives(d.rank, d.world_size, self.device)
         self.index = GlobalIndex(self.ownership, config.allowed_lateness)
         self.store = TemporalGraphStore(StoreConfig(dense_ids=True))  # this rank's shard, in global ids
-        self.owned = OwnedMemory(mcfg.memory_dim, mcfg.edge_feature_dim)
         self.exact = self.shard_config.mode == "exact"
-        self.halo = None if self.exact else HaloCache(mcfg.memory_dim)
+        # TGN's memory: each rank's owned rows, a halo copy of others' (communication-free); None without
+        self.owned = OwnedMemory(mcfg.memory_dim, mcfg.edge_feature_dim) if tgn else None
+        self.halo = HaloCache(mcfg.memory_dim) if tgn and not self.exact else None
         torch.manual_seed(config.seed)
-        self.embedder = Embedder(self)  # the model's embeddings and memory, over the shards (``tgn_backend``)
-        self.link_model = make_link_model(config, device=self.device, dist=d, backends=shard_backends(self))
+        self.embedder = Embedder(self) if tgn else None  # TGN's embeddings over the shards (``tgn_backend``)
+        self.link_model = make_link_model(
+            config, device=self.device, dist=d, backends=shard_backends(self), neighbors=shard_neighbors(self)
+        )
         # each rank's baselines keep the pairs of the sources it owns: those of the events it scores
         self.baselines = {name: make_baseline(name, config, self.index.owned) for name in config.baselines}
         self.baseline_metrics = {name: RunningMetrics(config.window_events) for name in self.baselines}
@@ -242,12 +249,12 @@ class ShardedTrainer:
         """This rank's bytes by part, from each part's own accounting (allocated capacity included)."""
         parts = {
             "store": self.store.nbytes()["total"],
-            "memory": self.owned.nbytes(),
+            "memory": 0 if self.owned is None else self.owned.nbytes(),
             "index": self.index.nbytes(),
             "halo": 0 if self.halo is None else self.halo.nbytes(),
-            "cache": self.embedder.cache.nbytes(),
+            "cache": 0 if self.embedder is None else self.embedder.cache.nbytes(),
             "negatives": self.negatives.sampler.nbytes() if self.negatives.ready else 0,
-            "walks": 0 if self.link_model.pairs is None else self.link_model.pairs.nbytes(),
+            "walks": 0 if getattr(self.link_model, "pairs", None) is None else self.link_model.pairs.nbytes(),
             **{f"baseline.{name}": bank.nbytes() for name, bank in self.baselines.items()},  # held pairs
         }
         parts["total"] = sum(parts.values())
@@ -264,7 +271,8 @@ class ShardedTrainer:
         before = self.index.num_nodes
         adm = self.index.admit(batch)
         new = np.arange(before, self.index.num_nodes)
-        self.owned.add_rows(new[self.index.owned(new)])
+        if self.owned is not None:
+            self.owned.add_rows(new[self.index.owned(new)])
         add = batch.kind[adm.rows] == ADD
         rows = adm.rows[add]
         m = len(rows)
@@ -317,7 +325,7 @@ class ShardedTrainer:
         self.negatives.observe(post_src, post_dst, history=self.index.owned(post_src))
         self.learned += m
         self.steps += 1
-        if not self.exact and self.steps % self.shard_config.staleness == 0:
+        if self.halo is not None and self.steps % self.shard_config.staleness == 0:
             self._sync_halo()
         touched = np.concatenate([adm.src, adm.dst])
         touched = np.unique(touched[touched >= 0])
@@ -356,7 +364,8 @@ class ShardedTrainer:
             dst = np.where(kind[mine] == UPDATE, src, adm.dst[mine])
             shard_batch = EventBatch(part.kind, src, dst, part.t, part.eid, part.weight, part.features)
             report = self.store.ingest(shard_batch, "shard")
-            self._mark_replicas(shard_batch)
+            if self.owned is not None:
+                self._mark_replicas(shard_batch)
             reported = owned_src[mine]
             for letter in report.dead_letters:
                 if reported[letter.index]:

@@ -89,7 +89,8 @@ class TrainConfig(Config):
     each rank own graph partitions instead (``streamgnn.shard``: ``run_online``, ``TrainJob`` and so
     ``streamgnn train`` switch on it). A sharded model reads every pair feature, the walk features included
     (exact mode: each vertex's walk rows live with its owner, ``shard.walks``; communication-free: the walks
-    among the events a rank holds, ``shard.pairs``).
+    among the events a rank holds, ``shard.pairs``). A sharded DyGFormer reads each vertex's sequence from its
+    owner (exact) or from the rank's shard (communication-free; ``shard.sequences``).
 
     ``baselines``: models scored beside the learned one on the same positives and negatives, each with its
     own metrics (see ``EdgeBank``): "edgebank" (unlimited memory) and "edgebank_tw" (a pair counts if seen
@@ -134,12 +135,6 @@ class TrainConfig(Config):
         if not isinstance(self.model, TGNConfig | DyGFormerConfig):
             raise ConfigError(
                 f"model must be a TGNConfig or DyGFormerConfig, got {type(self.model).__name__}"
-            )
-        if self.sharding is not None and isinstance(self.model, DyGFormerConfig):
-            raise ConfigError(
-                "the sharded trainer runs TGN only (its shards hold TGN's memory rows; DyGFormer reads both "
-                "endpoints' latest-neighbor sequences from one store, which no sharded reader provides): use "
-                "DyGFormerConfig without sharding"
             )
         for name in ("batch_size", "window_events", "checkpoint_keep", "publish_every"):
             if getattr(self, name) < 1:

@@ -8,6 +8,10 @@ kernel, strictly before the query time); then every pair is encoded *together* (
 span both ends), so ranking ``q`` candidates costs ``q`` Transformer passes per positive, not one. Each
 pair is scored at its source's query time, candidates included.
 
+Where the sequences come from is the model's one backend, a ``NeighborReader``: in one process the store's
+sampler (``LocalNeighbors``); sharded, the owners of the queried vertices (``shard.sequences``). The model
+scores and trains ``StepInput.rows`` only, so the same code runs on every rank of a sharded run.
+
 >>> from streamgnn.nn import DyGFormerConfig
 >>> from streamgnn.train import TrainConfig
 >>> from streamgnn.train.protocol import StepInput
@@ -22,7 +26,9 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -30,7 +36,7 @@ import torch
 from ..errors import ConfigError
 from ..nn import EmbeddingInput
 from ..nn.dygformer import DyGFormer, Sequences
-from ..sampling import SamplerConfig, TemporalSampler
+from ..sampling import SampledSubgraph, SamplerConfig, TemporalSampler
 from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .distributed import DistContext
@@ -41,6 +47,35 @@ from .tgn_model import pos_neg_loss
 
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets, as TGN's: every draw is named by (step, purpose)
 CHUNK = 2048  # pairs per Transformer pass when scoring many candidates (bounds memory, not the result)
+
+
+class NeighborReader(Protocol):
+    """Where ``DyGFormerLinkModel`` reads its sequences: each root's sampled neighbors before its time."""
+
+    def attach(self, store: TemporalGraphStore) -> None:
+        """Read from ``store`` from now on."""
+
+    def sample(
+        self, roots: np.ndarray, times: np.ndarray, key: int, serving: bool = False
+    ) -> SampledSubgraph:
+        """One hop of each root's neighbors strictly before its time (-1: unknown, none). A collective when
+        sharded: every rank calls as often, with or without roots. ``serving``: the roots are vertices this
+        process serves (sharded: its own, read from its shard with no exchange)."""
+
+
+class LocalNeighbors:
+    """One process: the store's sampler."""
+
+    def __init__(self, config: SamplerConfig) -> None:
+        self.sampler = TemporalSampler(TemporalGraphStore(), config)
+
+    def attach(self, store: TemporalGraphStore) -> None:
+        self.sampler.store = store
+
+    def sample(
+        self, roots: np.ndarray, times: np.ndarray, key: int, serving: bool = False
+    ) -> SampledSubgraph:
+        return self.sampler.sample(roots, times, key=key)
 
 
 @dataclass
@@ -58,14 +93,16 @@ class _Prepared:
 
 
 class DyGFormerLinkModel:
-    """``nn.DyGFormer`` with its sampler and optimizer; ``model`` and ``optimizer`` are public."""
+    """``nn.DyGFormer`` with its neighbor reader and optimizer; ``model`` and ``optimizer`` are public.
+    ``neighbors``: makes the reader from the sampler's config (None: ``LocalNeighbors``, one process)."""
 
     trainable = True
     name = "DyGFormer"  # how run summaries call it
 
     def __init__(
-        self, config: TrainConfig, *, device: torch.device | str = "cpu", dist: DistContext | None = None
-    ) -> None:
+        self, config: TrainConfig, *, device: torch.device | str = "cpu", dist: DistContext | None = None,
+        neighbors: Callable[[SamplerConfig], NeighborReader] | None = None,
+    ) -> None:  # fmt: skip
         self.config = config
         self.device = torch.device(device)
         self.dist = dist or DistContext()
@@ -74,15 +111,13 @@ class DyGFormerLinkModel:
         self.dist.broadcast_module(self.model)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
         self.out_dim = self.model.out_dim
-        self.sampler = TemporalSampler(
-            TemporalGraphStore(),
-            SamplerConfig(
-                fanouts=(mcfg.sequence_length - 1,),
-                strategy=config.sampling,
-                seed=config.seed,
-                edge_features=mcfg.edge_feature_dim > 0,
-            ),
+        sampling = SamplerConfig(
+            fanouts=(mcfg.sequence_length - 1,),
+            strategy=config.sampling,
+            seed=config.seed,
+            edge_features=mcfg.edge_feature_dim > 0,
         )
+        self.neighbors = (neighbors or LocalNeighbors)(sampling)
 
     @staticmethod
     def scoring_head(config: TrainConfig, state: dict) -> str:
@@ -101,7 +136,7 @@ class DyGFormerLinkModel:
                 f"the store holds {have} edge features per row but the model expects {want}: "
                 f"set DyGFormerConfig.edge_feature_dim={have}"
             )
-        self.sampler.store = store
+        self.neighbors.attach(store)
 
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         """Nothing to do: the store already holds the batch, and it is all the model reads."""
@@ -135,12 +170,15 @@ class DyGFormerLinkModel:
             groups.append(np.column_stack([batch.dst[s], cols]))
         if train_neg is not None:
             groups.append(np.column_stack([batch.dst[s], train_neg[s]]))
-        if not n or len(groups) == 1:
+        if len(groups) == 1:
             return _Prepared(batch, candidates, train_neg, None, None, None, None)
         roots = np.concatenate([g.reshape(-1) for g in groups])
         times = np.concatenate([np.repeat(t, g.shape[1]) for g in groups])
         roots, times, rows = distinct_queries(roots, times)
+        # read even with no rows: sharded, every rank enters the reader's exchanges once per batch
         seqs = self._sequences(roots, times, batch.step, _TRAIN if candidates is None else _EVAL)
+        if not n:
+            return _Prepared(batch, candidates, train_neg, None, None, None, None)
         rows = torch.from_numpy(rows).to(self.device)
         parts = list(rows.split([g.size for g in groups]))
         src_rows = parts.pop(0)
@@ -185,7 +223,7 @@ class DyGFormerLinkModel:
         lately, not how it scores against any one partner (that needs both ends, ``score``)."""
         self.model.eval()
         nodes = np.asarray(nodes, np.int64)
-        seqs = self._sequences(nodes, np.full(len(nodes), t), step, _SERVE)
+        seqs = self._sequences(nodes, np.full(len(nodes), t), step, _SERVE, serving=True)
         out = [self.model.alone(seqs.take(rows)) for rows in torch.arange(len(nodes)).split(CHUNK)]
         return torch.cat(out).float().cpu().numpy() if out else np.zeros((0, self.out_dim), np.float32)
 
@@ -198,12 +236,14 @@ class DyGFormerLinkModel:
         ]
         return torch.cat(out).view(cand.shape)
 
-    def _sequences(self, roots: np.ndarray, times: np.ndarray, step: int, purpose: int) -> Sequences:
+    def _sequences(
+        self, roots: np.ndarray, times: np.ndarray, step: int, purpose: int, serving: bool = False
+    ) -> Sequences:
         """Each root's latest ``sequence_length - 1`` neighbors strictly before its time (most recent
         right-aligned), then the root itself at gap 0 (-1: unknown, no neighbors)."""
         mcfg = self.config.model
         k = mcfg.sequence_length - 1
-        sub = self.sampler.sample(roots, times, key=3 * step + purpose)
+        sub = self.neighbors.sample(roots, times, 3 * step + purpose, serving)
         hop = EmbeddingInput.from_subgraph(sub, k).hops[0]
         n = len(roots)
         ids = torch.cat([torch.where(hop.mask, hop.nbr, -1), torch.from_numpy(roots).unsqueeze(1)], 1)

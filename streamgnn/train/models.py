@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import torch
 
-from ..errors import ConfigError
 from ..nn import DyGFormerConfig
 from .config import TrainConfig
 from .distributed import DistContext
@@ -26,16 +25,15 @@ def _family(config: TrainConfig) -> type[TGNLinkModel] | type[DyGFormerLinkModel
 
 
 def make_link_model(
-    config: TrainConfig, *, device: torch.device | str, dist: DistContext, backends: Callable | None = None
-) -> LinkModel:
-    """``backends``: where a TGN model's embeddings, memory and pair features live (``tgn_backend``; None:
-    one process), e.g. ``shard.tgn_backend.shard_backends``."""
+    config: TrainConfig, *, device: torch.device | str, dist: DistContext, backends: Callable | None = None,
+    neighbors: Callable | None = None,
+) -> LinkModel:  # fmt: skip
+    """Where the model's stream-dependent parts live, for each family (None: one process): ``backends``, a
+    TGN model's embeddings, memory and pair features (``tgn_backend``), e.g.
+    ``shard.tgn_backend.shard_backends``; ``neighbors``, a DyGFormer model's sequence reader
+    (``dygformer_model.NeighborReader``), e.g. ``shard.sequences.shard_neighbors``."""
     if _family(config) is DyGFormerLinkModel:
-        if backends is not None:
-            raise ConfigError(
-                "DyGFormer reads both endpoints' neighbor sequences from one store: it has no backends"
-            )
-        return DyGFormerLinkModel(config, device=device, dist=dist)
+        return DyGFormerLinkModel(config, device=device, dist=dist, neighbors=neighbors)
     return TGNLinkModel(config, device=device, dist=dist, backends=backends or local_backends)
 
 
