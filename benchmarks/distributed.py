@@ -204,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.events is not None and args.events <= WARMUP_BATCHES * BATCH:
+        ap.error(
+            f"--events {args.events}: the first {WARMUP_BATCHES} batches of {BATCH} are a warm-up, so "
+            f"training speed needs more than {WARMUP_BATCHES * BATCH} events"
+        )
     if args.worker:
         Path(args.worker[1]).write_text(json.dumps(worker(json.loads(args.worker[0]))))
         return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from streamgnn.benchmarks import distributed
 
 
@@ -28,3 +30,9 @@ def test_small_run_reports_the_headline_keys(capsys):
     # ownership by Fennel's placement (as the partition router publishes it): exact, and fewer cut edges
     assert abs(res["w2_fennel.ap"] - res["ap_w1"]) < 0.02 and res["fennel_bytes_vs_hash"] > 0
     assert res["fennel_edge_cut"] < res["hash_edge_cut"] and res["w2_fennel.sent.memory_rows"] > 0
+
+
+def test_too_few_events_for_the_warm_up_are_refused_by_name(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        distributed.main(["--events", "2000", "--worlds", "1,2"])  # all ten warm-up batches, none timed
+    assert exit_.value.code == 2 and "--events 2000" in capsys.readouterr().err
