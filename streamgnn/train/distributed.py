@@ -13,7 +13,6 @@ exchange, a reduction here, a barrier, a broadcast of the source), and the bench
 
 from __future__ import annotations
 
-import atexit
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -146,18 +145,8 @@ def init_distributed(backend: str | None = None) -> DistContext:
         dist.init_process_group(backend)
     else:
         dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]), world_size=world)
-    # A group still alive while the interpreter tears down can abort a rank that finished its work
-    # ("terminate called without an active exception" from gloo's threads): a clean exit releases it
-    # first. A failed rank leaves by ``os._exit`` (``rankfail``), which runs no exit handler.
-    atexit.register(_release_group)
     rankfail.install()
     return DistContext(dist.get_rank(), dist.get_world_size())
-
-
-def _release_group() -> None:
-    """Release the process group this process joined (local: no message to the peers)."""
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def _attempt_store(world: int):
