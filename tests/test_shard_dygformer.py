@@ -8,13 +8,13 @@ edges with this rank's vertices. This file is also the worker script."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from shard_ranks import join, replay
 
 BATCHES, BATCH, PARTITIONS = 12, 60, 8
 
@@ -72,9 +72,9 @@ def served(table, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
-    from streamgnn.shard import GlobalBatcher, PartitionedReplay, ShardConfig, ShardedTrainer
+    from streamgnn.shard import PartitionedReplay, ShardConfig, ShardedTrainer
     from streamgnn.shard.serving import owned_vertices
-    from streamgnn.train import OnlineTrainer, init_distributed
+    from streamgnn.train import OnlineTrainer
 
     torch.set_num_threads(1)
     events, config = make_events(), make_config()
@@ -87,15 +87,10 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         torch.save({"steps": steps, "model": trainer.link_model.state_dict(), "sequences": seqs,
                     "served": rows}, out)  # fmt: skip
         return
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist = init_distributed()
+    dist = join(rank, world, port)
     exact = dataclasses.replace(config, sharding=ShardConfig(num_partitions=PARTITIONS))
     trainer = ShardedTrainer(exact, dist=dist)
-    batcher = GlobalBatcher(PartitionedReplay(events, trainer.ownership, chunk=37), trainer.ownership,
-                            trainer.exchange, BATCH)  # fmt: skip
-    steps = []
-    while (batch := batcher.next_batch()) is not None:
-        steps.append(trainer.step(batch))
+    steps, _ = replay(trainer, events, BATCH)
     n = trainer.index.num_nodes
     seqs = sequences(trainer.link_model, n, middle)
     sent = dict(trainer.exchange.sent)

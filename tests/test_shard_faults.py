@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from shard_ranks import tgn_state
 
 EVENTS, BATCH, EVERY, KILL_AT_PULL = 720, 40, 4, 9
 
@@ -47,7 +48,7 @@ def worker(out: Path, kill: bool) -> None:
         source.pull = pull_then_die
     (out / f"resumed-{trainer.dist.rank}-{trainer.steps}").touch()
     result = trainer.fit(source, progress=False)
-    o = trainer.owned
+    o = tgn_state(trainer).owned
     torch.save(
         {"model": trainer.model.state_dict(), "steps": trainer.steps, "position": trainer.position,
          "learned": trainer.learned, "store": trainer.store.content_hash(), "gid": o.gid[: o.size].copy(),

@@ -18,6 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_shard_train as one  # noqa: E402  (the stream and the model of the sharded tests)
+from shard_ranks import rank_env  # noqa: E402
 
 PARTITIONS, HALF = 4, 480
 TOTAL = one.BATCHES * one.BATCH  # 960 events; then one later event per source vertex (see ``stream``)
@@ -41,8 +42,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     from streamgnn.jobs import TrainJob
     from streamgnn.shard import ShardConfig
 
-    torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank_env(rank, world, port)
     work = Path(os.environ["JOB_DIR"])
     config = dataclasses.replace(
         one.make_config(), serve_every=2, publish_every=3, checkpoint_dir=str(work / "ckpt"),
@@ -124,8 +124,7 @@ def one_job(rank: int, world: int, port: int, out: str) -> None:
     from streamgnn.jobs import TrainJob
     from streamgnn.shard import ShardConfig
 
-    torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    rank_env(rank, world, port)
     config = dataclasses.replace(
         one.make_config(),
         serve_every=1,

@@ -8,11 +8,11 @@ This file is also the worker script."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 
 import numpy as np
 import torch
+from shard_ranks import join, replay
 
 BATCH, PARTITIONS = 40, 4
 
@@ -79,19 +79,13 @@ def run(trainer, events, world: int) -> dict:
     if world == 0:
         steps = [trainer.step(b) for b in events.split(BATCH)]
     else:
-        from streamgnn.shard import GlobalBatcher, PartitionedReplay
-
-        own = trainer.ownership
-        batcher = GlobalBatcher(PartitionedReplay(events, own, chunk=17), own, trainer.exchange, BATCH)
-        steps = []
-        while (batch := batcher.next_batch()) is not None:
-            steps.append(trainer.step(batch))
+        steps, _ = replay(trainer, events, BATCH, chunk=17)
     return {"letters": letters_of(steps), "learned": sum(s.learned for s in steps)}
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
     from streamgnn.shard import ShardedTrainer
-    from streamgnn.train import OnlineTrainer, init_distributed
+    from streamgnn.train import OnlineTrainer
     from streamgnn.train.config import ShardConfig
 
     torch.set_num_threads(1)
@@ -100,10 +94,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     if world == 0:
         make = OnlineTrainer
     else:
-        os.environ.update(
-            RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
-        )
-        dist, sharding = init_distributed(), ShardConfig(num_partitions=PARTITIONS)
+        dist, sharding = join(rank, world, port), ShardConfig(num_partitions=PARTITIONS)
 
         def make(cfg):
             return ShardedTrainer(dataclasses.replace(cfg, sharding=sharding), dist=dist)

@@ -17,19 +17,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_shard_train as one  # noqa: E402  (the stream, the model and the reference process)
+from shard_ranks import join, tgn_state  # noqa: E402
 
 PARTITIONS = 4
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
     from streamgnn.shard import GlobalBatcher, KafkaPartitions, ShardConfig, ShardedTrainer
-    from streamgnn.train import init_distributed
 
-    torch.set_num_threads(1)
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     sharding = ShardConfig(num_partitions=PARTITIONS, placement="stream")
     trainer = ShardedTrainer(
-        dataclasses.replace(one.make_config(), sharding=sharding), dist=init_distributed()
+        dataclasses.replace(one.make_config(), sharding=sharding), dist=join(rank, world, port)
     )
     topic, bootstrap = os.environ["ROUTED_TOPIC"], os.environ["ROUTED_BOOTSTRAP"]
     with KafkaPartitions(topic, trainer.ownership, bootstrap_servers=bootstrap, idle_timeout_s=5.0) as local:
@@ -41,14 +39,13 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
         read = {int(key.rsplit(":", 1)[1]) for key in local.positions()}
     index = trainer.index
     roots = np.arange(index.num_nodes)
-    (sub,) = trainer.embedder.sampler.sample_sets(
-        [(roots, np.full(len(roots), one.make_events().t[-1] / 2))], key=0
-    )
+    embedder = tgn_state(trainer).embedder
+    (sub,) = embedder.sampler.sample_sets([(roots, np.full(len(roots), one.make_events().t[-1] / 2))], key=0)
     hop = sub.hops[0]
     torch.save({"steps": steps, "model": trainer.model.state_dict(), "memory": one.memory_rows(trainer),
                 "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "read": read,
                 "owned": index.external(roots[index.owned(roots)]), "edges": trainer.store.num_edges,
-                "cache_hits": trainer.embedder.cache.hits}, out)  # fmt: skip
+                "cache_hits": embedder.cache.hits}, out)  # fmt: skip
 
 
 def test_router_placement_is_the_sharded_ownership(kafka_bootstrap, make_topic, tmp_path, spawn_ranks,

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from shard_ranks import join, replay, tgn_state
 
 from streamgnn.train.config import ShardConfig
 
@@ -55,8 +56,8 @@ def make_config():
 
 def memory_rows(trainer) -> dict[str, np.ndarray]:
     """Committed memory and last-update time of every vertex, by global id."""
-    if hasattr(trainer, "owned"):
-        o = trainer.owned
+    if hasattr(trainer, "states"):
+        o = tgn_state(trainer).owned
         return {"gid": o.gid[: o.size].copy(), "memory": o.memory[: o.size].copy(),
                 "last": o.last_update[: o.size].copy()}  # fmt: skip
     mem = trainer.link_model.model.memory
@@ -65,8 +66,8 @@ def memory_rows(trainer) -> dict[str, np.ndarray]:
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
-    from streamgnn.shard import GlobalBatcher, PartitionedReplay, ShardedTrainer
-    from streamgnn.train import OnlineTrainer, init_distributed
+    from streamgnn.shard import ShardedTrainer
+    from streamgnn.train import OnlineTrainer
 
     torch.set_num_threads(1)
     events, config = make_events(), make_config()
@@ -82,18 +83,14 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
                     "sample": (hop.ptr, hop.nbr, hop.t), "pairs": pairs,
                     "baselines": baseline_summaries(trainer)}, out)  # fmt: skip
         return
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist = join(rank, world, port)
     cache = int(os.environ.get("SHARD_TEST_CACHE", "20000"))  # a tiny cache evicts rows within each fetch
     config = dataclasses.replace(config, sharding=ShardConfig(num_partitions=PARTITIONS, cache_rows=cache))
-    trainer = ShardedTrainer(config, dist=init_distributed())
-    local = PartitionedReplay(events, trainer.ownership, chunk=37)
-    batcher = GlobalBatcher(local, trainer.ownership, trainer.exchange, BATCH)
-    steps, batches = [], []
-    while (batch := batcher.next_batch()) is not None:
-        batches.append(batch.eid)
-        steps.append(trainer.step(batch))
+    trainer = ShardedTrainer(config, dist=dist)
+    steps, batches = replay(trainer, events, BATCH)
     roots = np.arange(trainer.index.num_nodes)
-    (sub,) = trainer.embedder.sampler.sample_sets([(roots, np.full(len(roots), events.t[-1] / 2))], key=0)
+    embedder = tgn_state(trainer).embedder
+    (sub,) = embedder.sampler.sample_sets([(roots, np.full(len(roots), events.t[-1] / 2))], key=0)
     hop = sub.hops[0]
     src, dst, t = pair_queries(roots, events)
     mine = trainer.index.owned(src) | (src < 0)  # a pair is read by its source's owner (unknown: by any)
@@ -101,7 +98,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     sizes = stream_bytes(ShardedTrainer(bytes_config(), dist=trainer.dist))
     torch.save({"steps": steps, "model": trainer.model.state_dict(), "memory": memory_rows(trainer),
                 "batches": batches, "sample": (hop.ptr, hop.nbr, hop.t), "sizes": sizes, "pairs": pairs,
-                "cache_hits": trainer.embedder.cache.hits, "baselines": baseline_summaries(trainer)},
+                "cache_hits": embedder.cache.hits, "baselines": baseline_summaries(trainer)},
                out)  # fmt: skip
 
 
@@ -153,7 +150,7 @@ def stream_bytes(trainer) -> dict:
     while (batch := batcher.next_batch()) is not None:
         trainer.step(batch, train=False, score=False)
     return {"parts": trainer.nbytes(), "store": trainer.store.nbytes(), "edges": trainer.store.num_edges,
-            "nodes": trainer.store.num_nodes, "rows": trainer.owned.size}  # fmt: skip
+            "nodes": trainer.store.num_nodes, "rows": tgn_state(trainer).owned.size}  # fmt: skip
 
 
 @pytest.mark.parametrize(("world", "negatives", "cache"), [(2, "random", 16), (4, "historical", 20_000)])

@@ -30,6 +30,7 @@ from streamgnn.train import OnlineTrainer, TrainConfig
         "sampling",
         "compute",
         "trainer",
+        "tgn_state",
         "checkpoint",
         "run",
     ],

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import torch
+from shard_ranks import join
 
 from streamgnn.train.config import ShardConfig
 
@@ -87,15 +88,14 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     import os
 
     from streamgnn.shard import ShardedTrainer
-    from streamgnn.train import init_distributed
 
     torch.set_num_threads(1)
     if world == 0:
         torch.save({"walks": reference()}, out)
         return
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist = join(rank, world, port)
     events, ckpt = make_events(), os.path.join(os.path.dirname(out), f"ckpt-w{world}")
-    trainer = ShardedTrainer(make_config(ckpt), dist=init_distributed())
+    trainer = ShardedTrainer(make_config(ckpt), dist=dist)
     first = sharded(trainer, range(RESUME_AT), events)
     trainer.save_checkpoint({})
     rest = sharded(trainer, range(RESUME_AT, len(CUTS) - 1), events)

@@ -62,6 +62,9 @@ class Popularity:
     def reset_state(self) -> None:
         self.degree = np.zeros(0)
 
+    def nbytes(self) -> dict[str, int]:
+        return {"degree": self.degree.nbytes}
+
     def stream_state(self):
         return self.degree.copy()
 

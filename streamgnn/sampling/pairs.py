@@ -64,6 +64,10 @@ class PairFeatures:
             walks = WalkFeatures(config.walk_hops, config.walk_dim, config.walk_decays)
         return cls(store, config.pair_neighbors, config.pair_decays, config.pair_endpoints, walks)
 
+    def nbytes(self) -> int:
+        """The walk features' cache (the other features keep nothing beside the store)."""
+        return 0 if self.walks is None else self.walks.nbytes()
+
     @property
     def history_dim(self) -> int:
         return K.HISTORY_FIXED + len(self.decays) + 2 * self.endpoints

@@ -3,9 +3,10 @@
 Each rank writes its own trainer checkpoint (``streamgnn.train.checkpoint``: one atomic, verified container
 of kind ``sharded-trainer``, with the ``TrainerState`` values and the model's and baselines' tensors the
 online trainer writes too) under ``ROOT/rank-RRRRR/``: those, its shard of the store with its source
-offsets, its owned memory rows and pending messages (for a model with memory), its share of the negative
-history, the global index, and the global batcher's buffer (rows read but not yet batched: an offset covers
-rows handed out, not rows learned). Every rank saves after the same step, and each keeps its two newest
+offsets, its share of the negative history, the global index, the global batcher's buffer (rows read but
+not yet batched: an offset covers rows handed out, not rows learned), and the arrays of each model's rank
+state (``state.RankState``; TGN's owned memory rows and pending messages under ``owned.*``, its halo under
+``halo.*``). Every rank saves after the same step, and each keeps its two newest
 checkpoints.
 
 There is no coordinator: on restart every rank reads its own newest step and the ranks take the minimum
@@ -50,10 +51,9 @@ def state(trainer) -> tuple[dict, dict]:
             trainer.negatives.sampler.pool if trainer.negatives.ready else np.zeros(0, np.int64)
         ),
     }
-    if trainer.owned is not None:  # a model with memory (TGN)
-        tensors.update(_tensors("owned", trainer.owned.state()))
-    if trainer.halo is not None:
-        tensors.update(_tensors("halo", trainer.halo.state()))
+    for rank_state in trainer.states:  # a model's state that lives with the shards (TGN's memory)
+        for part, arrays in rank_state.state().items():
+            tensors.update(_tensors(part, arrays))
     values = {
         **trainer_checkpoint.TrainerState.of(trainer).values(),
         "shard": trainer.shard_config.__dict__,
@@ -98,10 +98,8 @@ def load(trainer, root: Path, step: int) -> dict[str, int]:
         )
     trainer.store = ckpt.store
     trainer.index.restore(_arrays("index", tensors))
-    if trainer.owned is not None:
-        trainer.owned.restore(_arrays("owned", tensors))
-    if trainer.halo is not None:
-        trainer.halo.restore(_arrays("halo", tensors))
+    for rank_state in trainer.states:
+        rank_state.restore({part: _arrays(part, tensors) for part in rank_state.parts})
     trainer.restore_batcher(_arrays("batcher", tensors))
     pool = tensors["pool"].numpy()
     trainer.negatives.sampler = None

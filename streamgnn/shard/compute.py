@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..nn import EmbeddingInput
+from ..nn import TGN, EmbeddingInput
 from ..train.tgn_backend import distinct_queries
 from .cache import RowCache
-from .memory import Rows, WorkingSet, lend_state, working_set
+from .memory import HaloCache, OwnedMemory, Rows, WorkingSet, lend_state, working_set
 
 
 @dataclass
@@ -49,10 +49,12 @@ class _Round:
 
 
 class Embedder:
-    """Owner-computed embeddings for one ``ShardedTrainer`` (see the module docstring)."""
+    """Owner-computed embeddings for one rank of a sharded TGN (module docstring), over the memory rows of
+    its ``tgn_state.TGNShardState``; ``trainer`` gives the index, the exchange and the configs."""
 
-    def __init__(self, trainer) -> None:
-        self.tr = trainer
+    def __init__(self, trainer, module: TGN, owned: OwnedMemory, halo: HaloCache | None) -> None:
+        self.tr, self.module = trainer, module
+        self.owned, self.halo = owned, halo  # this rank's rows, others' (communication-free; ``tgn_state``)
         self._round: _Round | None = None
         self.last_working_set: WorkingSet | None = (
             None  # the last forward's rows: ``observe`` commits from them
@@ -103,7 +105,7 @@ class Embedder:
         got = ex.all_to_all(replies, "embeddings", expect) if tr.exact else replies
         out = []
         for i, q in enumerate(sets):
-            rows = np.zeros((len(q.nodes), tr.model.out_dim), np.float32)
+            rows = np.zeros((len(q.nodes), self.module.out_dim), np.float32)
             for d in range(w):
                 before = sum(len(order[j][d]) for j in range(i))
                 rows[order[i][d]] = got[d][0][before : before + len(order[i][d])]
@@ -162,7 +164,7 @@ class Embedder:
 
     # ------------------------------------------------------------------ the owner's forward
     def _forward(self, sets: list[Queries], grad: list[bool], key: int) -> list[torch.Tensor]:
-        model = self.tr.model
+        model = self.module
         inputs, ws = self.inputs(sets, key)
         self.last_working_set = ws  # the batch's owned endpoints are among its rows: ``commit`` reuses them
         z = []
@@ -216,7 +218,7 @@ class Embedder:
         held[sel[me]] = -1  # this rank's own rows are read in place
         asks = ex.all_to_all([(gids[s], held[s]) for s in sel], tag + "_queries")
         got = ex.all_to_all([self._changed_rows(a_gids, a_held, pending) for a_gids, a_held in asks], tag)
-        n, d = len(gids), tr.owned.memory_dim
+        n, d = len(gids), self.owned.memory_dim
         memory, last, version = np.zeros((n, d), np.float32), np.zeros(n), np.zeros(n, np.int64)
         msgs = []
         for r, (s, g) in enumerate(zip(sel, got, strict=True)):
@@ -232,7 +234,7 @@ class Embedder:
     def _changed_rows(self, gids: np.ndarray, held: np.ndarray, pending: bool) -> tuple[np.ndarray, ...]:
         """As owner: the asked rows whose version differs from the one the asker holds, and their messages
         (message owners index ``gids``)."""
-        rows = self.tr.owned.export(gids, pending)
+        rows = self.owned.export(gids, pending)
         changed = rows.version != held
         keep = changed[rows.msg_owner]
         return (changed, rows.memory[changed], rows.last_update[changed], rows.version[changed],
@@ -264,10 +266,10 @@ class Embedder:
         """Communication-free: owned rows as they are, others' from the halo copy (no pending messages)."""
         tr = self.tr
         mine = tr.index.owned(gids)
-        rows = tr.owned.export(gids[mine], pending)
-        memory, last = np.empty((len(gids), tr.owned.memory_dim), np.float32), np.empty(len(gids))
+        rows = self.owned.export(gids[mine], pending)
+        memory, last = np.empty((len(gids), self.owned.memory_dim), np.float32), np.empty(len(gids))
         memory[mine], last[mine] = rows.memory, rows.last_update
         if not mine.all():
-            memory[~mine], last[~mine] = tr.halo.rows(gids[~mine])
+            memory[~mine], last[~mine] = self.halo.rows(gids[~mine])
         owner = np.flatnonzero(mine)[rows.msg_owner]
         return Rows(memory, last, np.zeros(len(gids), np.int64), owner, *rows.arrays()[4:])

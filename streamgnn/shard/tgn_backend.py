@@ -13,6 +13,10 @@ ones, so scoring, the loss and the update are the model's own and the sharded tr
 - ``ShardMemory``: ``observe`` has each owner flush the pending messages of the batch's endpoints it owns
   (over the batch's working set when it was embedded) and queue their new messages.
 - pair features: ``pairs.ShardPairs`` (the source's side from its shard, the destination's from its owner).
+- the rows themselves: ``tgn_state.TGNShardState`` (owned rows, halo, the embedder and its row cache), the
+  ``state.RankState`` the trainer calls as the shard changes, made here with the backends.
+
+TGN's own limits when sharded are checked here too: no node features yet, and a variant with memory.
 """
 
 from __future__ import annotations
@@ -22,27 +26,37 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from ..nn import TGN
 from ..sampling import SamplerConfig
 from ..store import TemporalGraphStore
 from ..train.protocol import StepInput
 from ..train.tgn_backend import SERVE, Backends, QuerySet
-from .compute import Queries
+from .compute import Embedder, Queries
 from .memory import lend_state
 from .pairs import ShardPairs
 from .sampling import LocalSampler, RoutedSampler
+from .tgn_state import TGNShardState
 
 
 def shard_backends(trainer) -> Callable:
-    """The function ``TGNLinkModel(backends=...)`` takes to run on ``trainer``'s shards."""
+    """The function ``TGNLinkModel(backends=...)`` takes to run on ``trainer``'s shards. It makes the
+    model's memory over the shards (``tgn_state.TGNShardState``) and hands it to ``trainer.states``."""
 
     def make(model) -> Backends:
         mcfg = model.config.model
+        if mcfg.node_feature_dim:
+            raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
+        if not mcfg.uses_memory:
+            raise ConfigError("sharded training shards TGN memory: the tgat variant (no memory) needs none")
+        state = TGNShardState(trainer, model.model)
+        trainer.states.append(state)
         pairs = None
         if mcfg.pair_features:
             exchange = trainer.exchange if trainer.exact else None
             pairs = ShardPairs(trainer.store, mcfg, trainer.index, exchange)
-        return Backends(ShardEmbeddings(trainer, model.sampling), ShardMemory(trainer, model.model), pairs)
+        embeddings = ShardEmbeddings(trainer, state.embedder, model.sampling)
+        return Backends(embeddings, ShardMemory(trainer, state, model.model), pairs)
 
     return make
 
@@ -50,16 +64,16 @@ def shard_backends(trainer) -> Callable:
 class ShardEmbeddings:
     """Owner-computed embeddings (module docstring); each call is a collective."""
 
-    def __init__(self, trainer, sampling: SamplerConfig) -> None:
-        self.tr, self.sampling = trainer, sampling
+    def __init__(self, trainer, embedder: Embedder, sampling: SamplerConfig) -> None:
+        self.tr, self.embedder, self.sampling = trainer, embedder, sampling
 
     def attach(self, store: TemporalGraphStore) -> None:
         tr = self.tr
         edge_dim = tr.config.model.edge_feature_dim
         if tr.exact:
-            tr.embedder.sampler = RoutedSampler(store, tr.index, tr.exchange, self.sampling, edge_dim)
+            self.embedder.sampler = RoutedSampler(store, tr.index, tr.exchange, self.sampling, edge_dim)
         else:
-            tr.embedder.sampler = LocalSampler(store, self.sampling, edge_dim)
+            self.embedder.sampler = LocalSampler(store, self.sampling, edge_dim)
 
     def prepare(self, batch: StepInput, sets: list[QuerySet]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         tr = self.tr
@@ -72,18 +86,18 @@ class ShardEmbeddings:
         replicated = cfg.eval_strategy == cfg.train_negatives == "random"
         ranks = range(tr.dist.world_size) if tr.exact and replicated else [me]
         plans = {r: [Queries.of(*q.layout(np.flatnonzero(batch.scorer == r))) for q in sets] for r in ranks}
-        z = tr.embedder.embed(plans, [q.grad for q in sets], 3 * batch.step)
+        z = self.embedder.embed(plans, [q.grad for q in sets], 3 * batch.step)
         return [(zi, torch.from_numpy(q.rows).to(tr.device)) for zi, q in zip(z, plans[me], strict=True)]
 
     def forward(self, prepared: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return prepared  # computed by the owners in ``prepare``
 
     def finish(self) -> None:
-        self.tr.embedder.backward()
+        self.embedder.backward()
 
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> torch.Tensor:
         """Rows of owned ``nodes`` (global ids) at ``t``."""
-        embedder = self.tr.embedder
+        embedder = self.embedder
         queries = Queries.of(nodes, np.full(len(nodes), t))
         (z,) = embedder.embed({self.tr.dist.rank: [queries]}, [False], 3 * step + SERVE)
         embedder.last_working_set = None  # a serving round's rows are no batch's: ``observe`` gathers its own
@@ -93,26 +107,29 @@ class ShardEmbeddings:
 class ShardMemory:
     """Owners commit their vertices' memory (module docstring)."""
 
-    def __init__(self, trainer, module: TGN) -> None:
-        self.tr, self.module = trainer, module
+    def __init__(self, trainer, state: TGNShardState, module: TGN) -> None:
+        self.tr, self.state, self.module = trainer, state, module
+
+    def nbytes(self) -> dict[str, int]:
+        return self.state.nbytes()
 
     @torch.no_grad()
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         """Owners commit the pending messages of the batch's owned endpoints, then queue the new ones."""
-        tr = self.tr
+        tr, owned, embedder = self.tr, self.state.owned, self.state.embedder
         ends = np.unique(np.concatenate([src, dst]))
         ends = ends[tr.index.owned(ends)]
-        ws, tr.embedder.last_working_set = tr.embedder.last_working_set, None
+        ws, embedder.last_working_set = embedder.last_working_set, None
         if ws is not None:  # the batch was embedded: its owned endpoints that have a state are among the rows
             ends = ends[np.isin(ends, ws.gids)]  # (the rest are new: no row, no pending message yet)
         else:  # a collective, entered by every rank alike (the same condition everywhere), even with no rows
-            ws = tr.embedder.gather(ends, owned=True)
+            ws = embedder.gather(ends, owned=True)
         if len(ends):
             ids = torch.from_numpy(ws.ids(ends)).to(tr.device)
             with lend_state(self.module.memory, ws.state) as mem:
                 mem.flush(ids)
             memory, last = ws.state["memory"][ids], ws.state["last_update"][ids]
-            tr.owned.commit(ends, memory.cpu().numpy(), last.cpu().numpy())
+            owned.commit(ends, memory.cpu().numpy(), last.cpu().numpy())
         if not len(src):
             return
         n = len(src)
@@ -121,4 +138,4 @@ class ShardMemory:
         side = np.tile([True, False], n)
         keep = tr.index.owned(node)
         f = None if feat is None else np.repeat(feat, 2, 0)[keep]
-        tr.owned.append_messages(node[keep], other[keep], np.repeat(t, 2)[keep], f, side[keep])
+        owned.append_messages(node[keep], other[keep], np.repeat(t, 2)[keep], f, side[keep])

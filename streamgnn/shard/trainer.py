@@ -28,10 +28,11 @@ of ``TrainConfig.baselines``, scored on the same negatives. ``StepInput.scorer``
 owner of its source): a model scores and trains ``StepInput.rows`` and sums its loss over ranks. What a
 model must provide to run sharded: that protocol, and its stream state in parts that live with the shards.
 TGN gets them as backends (``tgn_backend``: owners embed and commit memory, ``ShardPairs`` reads pair
-features); DyGFormer a neighbor reader (``sequences``: each vertex's sequence from its owner, or from the
-shard when communication-free); EdgeBank needs none (it keeps the pairs of the sources its rank owns). What
-stays here is the distribution: admission, ownership, ingest into the shards, the exchange of scores, and
-for a model with memory (TGN) the owned memory rows and the halo.
+features), its memory rows and halo as a ``state.RankState`` the backends hand over (``tgn_state``);
+DyGFormer a neighbor reader (``sequences``: each vertex's sequence from its owner, or from the shard when
+communication-free); EdgeBank needs none (it keeps the pairs of the sources its rank owns). What stays here
+is the distribution: admission, ownership, ingest into the shards and the exchange of scores; it calls the
+models' rank states (``states``) where the shard changes and reads their bytes through ``LinkModel.nbytes``.
 
 Lateness with several sources: ``GlobalIndex.admit`` judges it on the global batches, which merge the ranks'
 reads by time, so an event is late only against the batches already cut (its rank read it after the
@@ -53,7 +54,6 @@ import torch
 from ..embeddings import EmbeddingSink, EmbeddingTable
 from ..errors import ConfigError
 from ..events import EventBatch, EventKind
-from ..nn import TGNConfig
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, collective, init_distributed, local_device
@@ -67,12 +67,11 @@ from ..train.trainer import OnlineResult, StepResult, edge_features, local_score
 from . import checkpoint
 from .batches import GlobalBatcher
 from .comm import Collectives
-from .compute import Embedder
-from .memory import HaloCache, OwnedMemory
 from .ownership import GlobalIndex, Ownership, as_one_store
 from .sequences import shard_neighbors
 from .serving import ShardServing, owned_vertices
 from .source import LocalSource
+from .state import PARTS, RankState
 from .tgn_backend import shard_backends
 
 ADD, UPDATE = int(EventKind.EDGE_ADD), int(EventKind.NODE_UPDATE)
@@ -96,13 +95,7 @@ class ShardedTrainer:
         self, config: TrainConfig, *, dist: DistContext | None = None, sink: EmbeddingSink | None = None
     ):
         self.config, self.shard_config = config, config.sharding or ShardConfig()
-        mcfg = config.model
         dataclasses.replace(config, sharding=self.shard_config)  # what a sharded config refuses
-        tgn = isinstance(mcfg, TGNConfig)  # (else DyGFormer: no memory, no node features)
-        if tgn and mcfg.node_feature_dim:
-            raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
-        if tgn and not mcfg.uses_memory:
-            raise ConfigError("sharded training shards TGN memory: the tgat variant (no memory) needs none")
         if config.train_negative_pool == "id_range":
             raise ConfigError(
                 "sharded training draws negatives from the replicated pool of seen destinations: use "
@@ -116,11 +109,8 @@ class ShardedTrainer:
         self.index = GlobalIndex(self.ownership, config.allowed_lateness)
         self.store = TemporalGraphStore(StoreConfig(dense_ids=True))  # this rank's shard, in global ids
         self.exact = self.shard_config.mode == "exact"
-        # TGN's memory: each rank's owned rows, a halo copy of others' (communication-free); None without
-        self.owned = OwnedMemory(mcfg.memory_dim, mcfg.edge_feature_dim) if tgn else None
-        self.halo = HaloCache(mcfg.memory_dim) if tgn and not self.exact else None
+        self.states: list[RankState] = []  # the models' state that lives with the shards: their backends' own
         torch.manual_seed(config.seed)
-        self.embedder = Embedder(self) if tgn else None  # TGN's embeddings over the shards (``tgn_backend``)
         self.link_model = make_link_model(
             config, device=self.device, dist=d, backends=shard_backends(self), neighbors=shard_neighbors(self)
         )
@@ -247,16 +237,14 @@ class ShardedTrainer:
 
     def nbytes(self) -> dict[str, int]:
         """This rank's bytes by part, from each part's own accounting (allocated capacity included)."""
-        parts = {
-            "store": self.store.nbytes()["total"],
-            "memory": 0 if self.owned is None else self.owned.nbytes(),
-            "index": self.index.nbytes(),
-            "halo": 0 if self.halo is None else self.halo.nbytes(),
-            "cache": 0 if self.embedder is None else self.embedder.cache.nbytes(),
-            "negatives": self.negatives.sampler.nbytes() if self.negatives.ready else 0,
-            "walks": 0 if getattr(self.link_model, "pairs", None) is None else self.link_model.pairs.nbytes(),
-            **{f"baseline.{name}": bank.nbytes() for name, bank in self.baselines.items()},  # held pairs
-        }
+        parts = dict.fromkeys(PARTS, 0)  # a part the model does not hold reads 0
+        parts.update(
+            store=self.store.nbytes()["total"], index=self.index.nbytes(),
+            negatives=self.negatives.sampler.nbytes() if self.negatives.ready else 0,
+        )  # fmt: skip
+        parts.update(self.link_model.nbytes())
+        for name, bank in self.baselines.items():
+            parts[f"baseline.{name}"] = sum(bank.nbytes().values())
         parts["total"] = sum(parts.values())
         return parts
 
@@ -271,8 +259,8 @@ class ShardedTrainer:
         before = self.index.num_nodes
         adm = self.index.admit(batch)
         new = np.arange(before, self.index.num_nodes)
-        if self.owned is not None:
-            self.owned.add_rows(new[self.index.owned(new)])
+        for state in self.states:
+            state.add_vertices(new[self.index.owned(new)])
         add = batch.kind[adm.rows] == ADD
         rows = adm.rows[add]
         m = len(rows)
@@ -325,8 +313,8 @@ class ShardedTrainer:
         self.negatives.observe(post_src, post_dst, history=self.index.owned(post_src))
         self.learned += m
         self.steps += 1
-        if self.halo is not None and self.steps % self.shard_config.staleness == 0:
-            self._sync_halo()
+        for state in self.states:
+            state.stepped(self.steps)
         touched = np.concatenate([adm.src, adm.dst])
         touched = np.unique(touched[touched >= 0])
         touched = touched[self.index.owned(touched)]
@@ -364,33 +352,14 @@ class ShardedTrainer:
             dst = np.where(kind[mine] == UPDATE, src, adm.dst[mine])
             shard_batch = EventBatch(part.kind, src, dst, part.t, part.eid, part.weight, part.features)
             report = self.store.ingest(shard_batch, "shard")
-            if self.owned is not None:
-                self._mark_replicas(shard_batch)
+            for state in self.states:
+                state.ingested(shard_batch)
             reported = owned_src[mine]
             for letter in report.dead_letters:
                 if reported[letter.index]:
                     letters.append(as_one_store(letter, batch, int(rows[letter.index]), shard_batch))
         self.dead_letter_count += len(letters)
         return letters
-
-    def _mark_replicas(self, batch: EventBatch) -> None:
-        """Edge additions between an owned and another rank's vertex make the owned one halo there."""
-        add = batch.kind == ADD
-        src, dst = batch.src[add], batch.dst[add]
-        a, b = self.index.owned(src), self.index.owned(dst)
-        for owned, other in ((src[a & ~b], dst[a & ~b]), (dst[b & ~a], src[b & ~a])):
-            if len(owned):
-                self.owned.mark_replicas(owned, self.index.owner(other))
-
-    def _sync_halo(self) -> None:
-        """Push the rows that changed since the last sync to the ranks holding them as halo (a collective)."""
-        o, parts = self.owned, []
-        for r in range(self.exchange.world_size):
-            s = o.changed_halo(r) if r != self.dist.rank else np.zeros(0, np.int64)
-            parts.append((o.gid[s], o.memory[s], o.last_update[s]))
-        for gids, memory, last in self.exchange.all_to_all(parts, "halo_sync"):
-            self.halo.update(gids, memory, last)
-        o.mark_synced()
 
     def _gather_rows(self, local: np.ndarray, scorer: np.ndarray, m: int) -> np.ndarray:
         """Every rank's score rows in global batch order (``scorer``: each row's rank)."""

@@ -144,6 +144,9 @@ class DyGFormerLinkModel:
     def reset_state(self) -> None:
         """Nothing to forget: the model keeps no state of the stream (the store is its state)."""
 
+    def nbytes(self) -> dict[str, int]:
+        return {}  # the store is its state
+
     def stream_state(self) -> None:
         return None
 

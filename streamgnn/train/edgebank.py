@@ -62,9 +62,9 @@ class EdgeBank:
         self._t_min, self._t_max = math.inf, -math.inf
 
     # ------------------------------------------------------------------ memory
-    def nbytes(self) -> int:
+    def nbytes(self) -> dict[str, int]:
         """Bytes of the pairs it holds and the time each was last seen (the unmerged side arrays too)."""
-        return sum(a.nbytes for a in (self._keys, self._last, self._new_keys, self._new_last))
+        return {"pairs": sum(a.nbytes for a in (self._keys, self._last, self._new_keys, self._new_last))}
 
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         if not len(src):

@@ -86,6 +86,10 @@ class LinkModel(Protocol):
     def reset_state(self) -> None:
         """Forget the stream (memory, seen pairs); learned parameters stay."""
 
+    def nbytes(self) -> dict[str, int]:
+        """Bytes of what it remembers of the stream, by part (e.g. ``memory``, ``walks``; parameters and the
+        store apart): what a rank of a sharded run reports under each part (``shard.state.PARTS``)."""
+
     def stream_state(self) -> Any:
         """A copy of what the model remembers of the stream, for ``load_stream_state`` (offline evaluation
         scores new-node edges from the state before a part)."""

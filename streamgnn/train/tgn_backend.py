@@ -79,12 +79,18 @@ class Memory(Protocol):
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         """Take a scored batch's applied edges (every rank the whole batch's) into memory."""
 
+    def nbytes(self) -> dict[str, int]:
+        """Bytes of the node state it keeps, by part (``memory``; sharded: ``halo`` and ``cache`` too)."""
+
 
 class PairReader(Protocol):
     store: TemporalGraphStore
 
     def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
         """Raw pair features of each ``(src[i], dst[i])`` at ``t[i]`` (-1: unknown, no history)."""
+
+    def nbytes(self) -> int:
+        """Bytes of the state it keeps beside the store (the walk features' cache)."""
 
 
 @dataclass

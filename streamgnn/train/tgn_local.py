@@ -97,6 +97,11 @@ class LocalMemory:
     def __init__(self, module: TGN, device: torch.device) -> None:
         self.module, self.device = module, device
 
+    def nbytes(self) -> dict[str, int]:
+        """The module's memory buffers: rows, last updates, pending messages (none without memory)."""
+        memory = self.module.memory
+        return {} if memory is None else {"memory": sum(b.nbytes for b in memory.buffers())}
+
     @torch.no_grad()
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         device = self.device

@@ -160,6 +160,13 @@ class TGNLinkModel:
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         self.memory.observe(src, dst, t, feat)
 
+    def nbytes(self) -> dict[str, int]:
+        """The memory backend's parts, and ``walks``: the pair reader's walk state, when it reads pairs."""
+        parts = self.memory.nbytes()
+        if self.pairs is not None:
+            parts["walks"] = self.pairs.nbytes()
+        return parts
+
     def reset_state(self) -> None:
         self.model.reset_state()
         if self.pairs is not None:
