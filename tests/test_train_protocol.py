@@ -209,3 +209,22 @@ def test_id_range_negatives_the_store_does_not_know_count_as_blank_nodes_in_the_
     # The same model and positives: only the blank negatives' mean BCE (about log 2 untrained) differs.
     assert losses["id_range"] - losses["seen"] > 0.3
     assert losses["seen_blank"] == losses["id_range"]
+
+
+def test_every_model_reports_the_bytes_of_its_stream_state_by_part():
+    from streamgnn.nn import DyGFormerConfig, TGNConfig
+
+    events = popular_stream(300)
+    tgn = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, walk_dim=8)
+    trainer = OnlineTrainer(TrainConfig(model=tgn, batch_size=100, eval_negatives=3))
+    for batch in events.split(100):
+        trainer.step(batch)
+    lm = trainer.link_model
+    memory = sum(b.nbytes for b in lm.model.memory.buffers())  # rows, last updates, pending messages
+    assert lm.nbytes() == {"memory": memory, "walks": lm.pairs.walks.nbytes()} and memory > 0
+    assert lm.pairs.walks.nbytes() > 0  # the walk rows of the stream's vertices
+    (bank,) = (b for n, b in trainer.baselines.items() if n == "edgebank")
+    assert list(bank.nbytes()) == ["pairs"] and bank.nbytes()["pairs"] >= 16 * len(np.unique(events.src))
+    dyg = OnlineTrainer(TrainConfig(model=DyGFormerConfig(sequence_length=4, patch_size=2, channel_dim=4,
+                                                          time_dim=4, embedding_dim=4)))  # fmt: skip
+    assert dyg.link_model.nbytes() == {}  # its state is the store
