@@ -216,3 +216,36 @@ def test_observed_destinations_join_the_pool():
     assert 99 in sampler.pool
     neg = sampler.sample([0], [5], num=2, strategy="historical")
     assert neg[0, 0] == 99 and neg[0, 1] in (6, 7)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 50), max_size=12), st.lists(st.booleans(), min_size=12, max_size=12)
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_the_trainers_pool_is_every_destination_seen_and_the_history_only_the_kept_pairs(batches):
+    """``StreamNegatives.observe`` merges each batch into the sorted pool (no re-sort of the whole pool per
+    batch, which cost seconds per batch at a million destinations): the pool stays exactly the sorted set of
+    every destination seen, kept pairs or not, and the history holds only the pairs ``history`` keeps."""
+    from streamgnn.train.negatives import StreamNegatives
+
+    negatives, seen, kept = StreamNegatives(seed=0), set(), set()
+    for dst, keep in batches:
+        dst = np.array(dst, np.int64)
+        src = (dst * 7) % 13
+        mask = np.array(keep[: len(dst)], bool)
+        negatives.observe(src, dst, history=mask)
+        seen |= set(dst.tolist())
+        kept |= {(int(s), int(d)) for s, d in zip(src[mask], dst[mask], strict=True)}
+    if not seen:
+        assert not negatives.ready
+        return
+    pool = negatives.sampler.pool
+    assert pool.tolist() == sorted(seen)
+    pairs = negatives.sampler._pairs
+    assert {(int(k >> 32), int(k & 0xFFFFFFFF)) for k in pairs} == kept

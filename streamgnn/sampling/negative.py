@@ -144,6 +144,8 @@ def _merge(sorted_unique: np.ndarray, new: np.ndarray) -> np.ndarray:
         return new
     pos = np.searchsorted(sorted_unique, new)
     fresh = (pos == len(sorted_unique)) | (sorted_unique[np.minimum(pos, len(sorted_unique) - 1)] != new)
+    if not fresh.any():  # late in a stream most batches bring nothing new: no copy of the whole array
+        return sorted_unique
     return np.insert(sorted_unique, pos[fresh], new[fresh])
 
 

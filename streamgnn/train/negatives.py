@@ -73,8 +73,8 @@ class StreamNegatives:
             self._range = (min(self._range[0], int(ext.min())), max(self._range[1], int(ext.max())))
         if self.sampler is None:
             self.sampler = NegativeSampler(dst, seed=self.seed)
-        else:
-            self.sampler.pool = np.union1d(self.sampler.pool, dst)
+        elif history is not None:  # every destination joins the pool, also those of pairs left out below
+            self.sampler.extend_pool(dst)
         if history is not None:
             src, dst = src[history], dst[history]
         self.sampler.observe(src, dst)
