@@ -9,10 +9,15 @@ gradient, and a W-rank run follows the same trajectory as one rank with the same
 Every ``torch.distributed`` collective of the package goes through ``collective``, which counts it: so
 ``entered()`` is what this process (a rank) entered, whichever part of a run called it (a sharded
 exchange, a reduction here, a barrier, a broadcast of the source), and the benchmarks report that count.
+
+A group this module joined is released when the process exits normally (``_release_group``): left to the
+interpreter's teardown, gloo's worker threads abort a rank that finished its work now and then.
 """
 
 from __future__ import annotations
 
+import atexit
+import importlib
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -141,12 +146,34 @@ def init_distributed(backend: str | None = None) -> DistContext:
         raise ConfigError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     store = _attempt_store(world)
+    # imported while no group exists: this module's functions take ``group=group.WORLD`` as a default, which
+    # is evaluated at import, and an import after the group exists (``torch.optim`` imports it through
+    # ``torch._dynamo``) would hold the group for ever, so ``_release_group`` could not release it
+    importlib.import_module("torch.distributed.nn.functional")
     if store is None:
         dist.init_process_group(backend)
     else:
         dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]), world_size=world)
+    atexit.register(_release_group)
     rankfail.install()
     return DistContext(dist.get_rank(), dist.get_world_size())
+
+
+def _release_group() -> None:
+    """Release the process group at a normal exit, while the interpreter still runs (an exit handler).
+
+    Each gloo collective is a work object that one of the group's worker threads runs and then drops; when
+    that drop is the last reference to a tensor Python created, the thread must take the GIL to free it.
+    Once the interpreter is finalizing, a thread that asks for the GIL is ended by ``pthread_exit``, whose
+    unwinding through the work's destructor (``noexcept``) calls ``std::terminate``: "terminate called
+    without an active exception" and SIGABRT, in a rank that had finished its work. Only a collective's
+    last moments are exposed (its caller already returned while the worker drops the work), so it happens
+    now and then, more often on a loaded host. Destroying the group here joins its worker threads while the
+    GIL can still be taken. The release is local (no message to the peers, so no wait for a rank that is
+    slower or gone); a failed rank leaves by ``os._exit`` (``rankfail``), which runs no exit handler.
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _attempt_store(world: int):
