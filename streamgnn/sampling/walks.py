@@ -36,6 +36,7 @@ import threading
 import numpy as np
 
 from ..errors import ConfigError
+from ..growth import grown_size
 from ..store import GraphStore
 from . import walk_kernels as W
 
@@ -154,7 +155,7 @@ class WalkFeatures:
         have = len(self._P)
         if num_nodes <= have:
             return
-        cap = max(num_nodes, 2 * have)
+        cap = grown_size(have, num_nodes)
         P = np.zeros((cap, self.dim))
         P[:have] = self._P
         W.random_vectors(self.seed, np.arange(have, cap), P[have:])

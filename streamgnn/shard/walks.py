@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..growth import grow
 from ..sampling import walk_kernels as W
 from ..sampling.walks import WalkFeatures, answer, by_time, new_edges
 from ..store import TemporalGraphStore
@@ -177,17 +178,12 @@ class ShardWalks:
         """Store the rows of the owned ids among ``ws``."""
         mine = self.index.owned(ws)
         gids = ws[mine]
-        if len(gids) and gids.max() >= len(self._row):
-            grown = np.full(max(int(gids.max()) + 1, 2 * len(self._row)), -1, np.int64)
-            grown[: len(self._row)] = self._row
-            self._row = grown
+        if len(gids):
+            self._row = grow(self._row, int(gids.max()) + 1, fill=-1)
         new = gids[self._row[gids] < 0]
         if len(new):
             have = int((self._row >= 0).sum())
-            if have + len(new) > len(self._H):
-                cap = max(have + len(new), 2 * len(self._H))
-                self._H = np.concatenate([self._H, np.zeros((cap - len(self._H), *self._H.shape[1:]))])
-                self._lam = np.concatenate([self._lam, np.zeros(cap - len(self._lam), np.int64)])
+            self._H, self._lam = grow(self._H, have + len(new)), grow(self._lam, have + len(new))
             self._row[new] = np.arange(have, have + len(new))
         self._H[self._row[gids]], self._lam[self._row[gids]] = H[mine], lam[mine]
 

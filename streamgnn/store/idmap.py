@@ -11,6 +11,7 @@ from numba import njit
 
 from ..errors import EventValidationError
 from ..events import EventKind
+from ..growth import grow
 
 _EMPTY = -1
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
@@ -163,7 +164,7 @@ class NodeIdMap:
     def _make_room(self) -> None:
         """Room for the id a kernel stopped at: the reverse map is full or the table at half load."""
         if self.size >= len(self._ext_int):
-            self._ext_int = np.resize(self._ext_int, int(len(self._ext_int) * 1.5) + 1024)
+            self._ext_int = grow(self._ext_int, self.size + 1)
         else:
             self._grow(2 * len(self._keys))
 
