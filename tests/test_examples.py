@@ -22,20 +22,24 @@ def test_replay_store_example(capsys, monkeypatch):
 
 
 def test_readme_store_snippet_runs(tmp_path):
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    block = readme.split("## Use it", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    readme = (EXAMPLES.parent / "docs/store.md").read_text()
+    block = readme.split("# The temporal graph store", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     scope: dict = {}
-    exec(compile(block.replace('"store-ckpt/"', "CKPT"), "README.md", "exec"), {"CKPT": str(tmp_path)}, scope)
+    exec(
+        compile(block.replace('"store-ckpt/"', "CKPT"), "docs/store.md", "exec"),
+        {"CKPT": str(tmp_path)},
+        scope,
+    )
     store = scope["store"]
     assert store.num_edges == 2 and len(store.snapshot(25.0)) == 1
 
 
 def test_readme_sampling_snippet_runs(tmp_path, monkeypatch):
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    block = readme.split("## Sample temporal neighborhoods", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    readme = (EXAMPLES.parent / "docs/sampling.md").read_text()
+    block = readme.split("# Sample temporal neighborhoods", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)
+    exec(compile(block, "docs/sampling.md", "exec"), scope)
     hop, sub, neg, fixed = scope["hop"], scope["sub"], scope["neg"], scope["fixed"]
     assert hop.num_roots == 400 and 0 < len(hop) <= 4000 and (hop.t < hop.query_t[hop.root_index]).all()
     assert sub.hops[1].num_roots == len(sub.hops[0]) and neg.shape == (200, 1)

@@ -182,15 +182,15 @@ def test_readme_partition_snippet_runs(kafka_bootstrap, tmp_path, monkeypatch):
     import uuid
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parent.parent / "docs/partitioning.md").read_text()
     block = (
-        readme.split("## Partition the graph as it streams", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+        readme.split("# Partition the graph as it streams", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     )
     raw, events = f"raw-{uuid.uuid4().hex[:8]}", f"events-{uuid.uuid4().hex[:8]}"
     block = block.replace("localhost:9092", kafka_bootstrap).replace('"college-raw"', repr(raw))
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(block.replace('"college-hdrf"', repr(events)), "README.md", "exec"), scope)
+    exec(compile(block.replace('"college-hdrf"', repr(events)), "docs/partitioning.md", "exec"), scope)
     assert scope["report"].edge_cut < 0.6 and scope["report"].vertices_moved == sum(
         len(m) for m in scope["moves"]
     )

@@ -1,16 +1,18 @@
-"""The README followed top to bottom, as a reader without Docker would: every code block in document order,
-exactly as written, in one working folder and against the one broker its "A broker without Docker" block
-starts (``streamgnn broker &``).
+"""The README and the pages under ``docs/`` followed top to bottom, as a reader without Docker would: the
+README's code blocks, then each page's, in the order of the README's "Where to go next" index, exactly as
+written, in one working folder and against the one broker the README's "A broker without Docker" block starts
+(``streamgnn broker &``).
 
 Shell blocks run through ``bash -e -o pipefail``, Python blocks through the venv's ``python``, each in a fresh
 process as a reader pastes it, with the venv activated (the README's first step) and
 ``OMP_WAIT_POLICY=passive`` (its advice for few cores). The working folder stands in for a fresh clone's root:
 ``.venv`` and ``examples/`` link to the checkout, and everything the blocks write lands in the folder. A block
 marked ``<!-- not run: REASON -->`` on the line before its fence is skipped, and only those (the suite itself,
-Docker). Where user namespaces allow it (``unshare -rnpf --mount-proc``), the blocks run in private network
-and PID namespaces: the README's own ports (9092, 8000, 8443, torchrun's 29500) cannot clash with anything
-else on the host, and whatever the blocks left running ends with the namespace. Elsewhere they run on the
-host's loopback, which then needs those ports free."""
+Docker); a ```text block is an illustration, never run. Where user namespaces allow it
+(``unshare -rnpf --mount-proc``), the blocks run in private network and PID namespaces: the pages' own ports
+(9092, 8000, 8443, torchrun's 29500) cannot clash with anything else on the host, and whatever the blocks left
+running ends with the namespace. Elsewhere they run on the host's loopback, which then needs those ports
+free."""
 
 from __future__ import annotations
 
@@ -38,9 +40,10 @@ UNSHARE = ["unshare", "-rnpf", "--mount-proc"]
 
 @dataclass(frozen=True)
 class Block:
-    """One fenced block of the README: where it starts, its section, language and code, and why it is not
-    run (None: it is)."""
+    """One fenced block of a page: the page, where it starts, its section, language and code, and why it is
+    not run (None: it is)."""
 
+    page: str
     line: int
     heading: str
     lang: str
@@ -51,12 +54,34 @@ class Block:
     def file(self) -> str:
         return "sh" if self.lang == "bash" else "py"
 
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line} ({self.heading})"
 
-def readme_blocks() -> list[Block]:
-    """Every fenced block, in document order; a Python block marked as continuing the one above is joined to
-    it (the reader runs both in one session)."""
+
+RUN = ("python", "bash")  # the languages a block runs in; ```text marks an illustration
+INDEX = "## Where to go next"
+LINK = re.compile(r"\]\((docs/[\w-]+\.md)\)")
+
+
+def pages() -> list[str]:
+    """The README, then the pages its "Where to go next" index links, in the index's order. A page the
+    index links may be missing (a page another branch adds); every page under docs/ must be linked, so none
+    is left out of the run."""
+    readme = (ROOT / "README.md").read_text()
+    assert INDEX in readme, f"README.md has no {INDEX!r} section"
+    linked = list(dict.fromkeys(LINK.findall(readme.split(INDEX, 1)[1])))
+    present = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))
+    unlinked = set(present) - set(linked)
+    assert not unlinked, f"pages not in README.md's {INDEX!r}, so never run in order: {sorted(unlinked)}"
+    return ["README.md", *(page for page in linked if (ROOT / page).exists())]
+
+
+def page_blocks(page: str) -> list[Block]:
+    """Every fenced block of ``page``, in document order; a Python block marked as continuing the one above
+    is joined to it (the reader runs both in one session)."""
     blocks, heading, start, lang, code = [], "", 0, "", None
-    lines = (ROOT / "README.md").read_text().splitlines()
+    lines = (ROOT / page).read_text().splitlines()
     for number, line in enumerate(lines, 1):
         if line.startswith("```"):
             if code is None:
@@ -64,24 +89,38 @@ def readme_blocks() -> list[Block]:
             else:
                 above = lines[start - 2].strip() if start > 1 else ""
                 marker, text = SKIP.fullmatch(above), "\n".join(code) + "\n"
-                if above == CONTINUES:
+                assert lang in (*RUN, "text"), f"{page}:{start}: a ```{lang} block (run: {RUN}; else text)"
+                if lang == "text":
+                    assert not marker and above != CONTINUES, f"{page}:{start}: a text block is never run"
+                elif above == CONTINUES:
                     last = blocks.pop()
-                    assert (last.lang, last.skip) == (lang, None), f"README.md:{start} continues {last}"
-                    blocks.append(Block(last.line, last.heading, lang, last.code + text, None))
+                    assert (last.lang, last.skip) == (lang, None), f"{page}:{start} continues {last}"
+                    blocks.append(Block(page, last.line, last.heading, lang, last.code + text, None))
                 else:
-                    blocks.append(Block(start, heading, lang, text, marker and marker[1]))
+                    blocks.append(Block(page, start, heading, lang, text, marker and marker[1]))
                 code = None
         elif code is not None:
             code.append(line)
-        elif line.startswith("## "):
-            heading = line[3:]
-    assert code is None, f"README.md:{start}: a block is never closed"
+        elif line.startswith(("# ", "## ")):
+            heading = line.split(" ", 1)[1]
+    assert code is None, f"{page}:{start}: a block is never closed"
     return blocks
 
 
-def test_only_marked_blocks_are_skipped_and_each_says_why():
+def readme_blocks() -> list[Block]:
+    """The blocks of the README and then of each page, in the order a reader follows them."""
+    return [block for page in pages() for block in page_blocks(page)]
+
+
+def test_the_pages_run_in_the_index_order_and_only_marked_blocks_are_skipped():
+    order = pages()
+    assert order[0] == "README.md" and {"docs/kafka.md", "docs/training.md", "docs/serving.md"} <= set(order)
+    assert order.index("docs/kafka.md") < order.index("docs/training.md") < order.index("docs/serving.md")
     blocks = readme_blocks()
-    assert len(blocks) >= 15 and all(b.lang in ("python", "bash") for b in blocks)
+    assert len(blocks) >= 15 and all(b.lang in RUN for b in blocks)
+    # the README's broker comes first: every later block that talks to localhost:9092 needs it
+    first = next(b for b in blocks if not b.skip)
+    assert first.page == "README.md" and "streamgnn broker &" in first.code
     snapshots = [b for b in blocks if b.heading.startswith("Snapshot training")]
     assert len(snapshots) == 1 and "build_signal(store, spec" in snapshots[0].code  # joined: one session
     skipped = {b.heading: b.skip for b in blocks if b.skip}
@@ -250,7 +289,7 @@ def run_in_order(blocks: list[Block], numbered: Path, work: Path) -> tuple[dict[
     assert proc.returncode == 0, f"the driver itself failed ({proc.returncode})"
     logs = {}
     for index, block in enumerate(blocks):
-        where = f"README.md:{block.line} ({block.heading})"
+        where = block.where
         rc = numbered / f"{index}.{block.file}.rc"
         assert rc.exists(), f"{where} never ran"
         logs[index] = (numbered / f"{index}.{block.file}.log").read_text()
@@ -278,6 +317,13 @@ def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
     (work / "examples").symlink_to(ROOT / "examples")
     logs, probes = run_in_order(blocks, numbered, work)
     assert "listening on 127.0.0.1:9092" in logs[0]
+    # The main job (README): trained on the topic's first 2,000 events, published, served over HTTP
+    main = next(i for i, b in enumerate(blocks) if b.heading.startswith("The main job"))
+    assert json.loads((work / "out/main/summary.json").read_text())["events"] == 2_000
+    (first,) = answers(logs[main], '{"dim"')
+    assert [e["id"] for e in first["embeddings"]] == [1, 2] and all(
+        e["embedding"] for e in first["embeddings"]
+    )
     # From Kafka: the whole topic in the store, its checkpoint equal to it, every message read recorded
     kafka = probes["From Kafka, with nothing lost"]
     assert kafka["num_edges"] == 157_474 and kafka["checkpointed"] == kafka["live"]
@@ -293,7 +339,9 @@ def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
     # Serve: every reader of the topic answers the same vectors (HTTP, HTTPS with the token, a Python
     # reader), top-k and score answer in their form, the Prometheus line last
     served = probes["Serve embeddings over HTTP"]["vectors"]
-    serve = next(logs[i] for i, b in enumerate(blocks) if "--port 8000 &" in b.code)
+    serve = next(
+        logs[i] for i, b in enumerate(blocks) if "--port 8000 &" in b.code and b.page == "docs/serving.md"
+    )
     (lookup,) = answers(serve, '{"dim"')
     assert [e["id"] for e in lookup["embeddings"]] == [1, 2]
     assert [e["embedding"] for e in lookup["embeddings"]] == served  # float32 rows, as JSON: exact

@@ -1,5 +1,5 @@
-"""The README's serving and cluster blocks, run as written against a real service and broker (addresses
-swapped for the test's)."""
+"""The serving and cluster blocks of docs/serving.md and docs/cluster.md, run as written against a real
+service and broker (addresses swapped for the test's)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import numpy as np
 from streamgnn.connectors.sink import KafkaSink
 from streamgnn.serve import EmbeddingService, ServeConfig
 
-README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
-def block(heading: str, lang: str) -> str:
-    return README.split(heading, 1)[1].split(f"```{lang}\n", 1)[1].split("```", 1)[0]
+def block(page: str, heading: str, lang: str) -> str:
+    return (DOCS / page).read_text().split(heading, 1)[1].split(f"```{lang}\n", 1)[1].split("```", 1)[0]
 
 
 def published(bootstrap: str, topic: str) -> np.ndarray:
@@ -52,7 +52,7 @@ def run_bash(script: str, port: int, cwd: Path | None = None) -> tuple[list, str
 def test_reading_embeddings_back_block(kafka_bootstrap, make_topic):
     topic = make_topic(1, compacted=True)
     vectors = published(kafka_bootstrap, topic)
-    code = block("Any Kafka client can read the topic too", "python")
+    code = block("serving.md", "Any Kafka client can read the topic too", "python")
     code = code.replace('"localhost:9092", "embeddings"', f'"{kafka_bootstrap}", "{topic}"')
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)
@@ -66,7 +66,7 @@ def test_cluster_block_runs_against_the_service(kafka_bootstrap, make_topic):
     with EmbeddingService(ServeConfig(port=0, log_every_s=0), kafka_bootstrap, topic) as service:
         service.reader.wait_caught_up(60)
         (health, embeddings, topk), rest = run_bash(
-            block("## The docker-compose cluster", "bash"), service.port
+            block("cluster.md", "# The docker-compose cluster", "bash"), service.port
         )
     assert not rest
     assert health["nodes"] == 10 and [e["id"] for e in embeddings["embeddings"]] == [1, 2]

@@ -143,9 +143,9 @@ def test_sharding_is_one_config_switch():
 def test_readme_sharded_snippet_runs():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = readme.split("## Scale out", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    readme = (Path(__file__).resolve().parent.parent / "docs/sharding.md").read_text()
+    block = readme.split("# Scale out", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)
+    exec(compile(block, "docs/sharding.md", "exec"), scope)
     events, ap = scope["result"].events, scope["result"].metrics.ap
     assert events == 4000 and 0.5 < ap <= 1.0 and not math.isnan(ap)
