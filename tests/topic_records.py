@@ -25,3 +25,16 @@ def read_topic(bootstrap: str, topic: str, max_bytes: int = 2**22) -> list:
         return out
     finally:
         reader.close()
+
+
+def end_offsets(bootstrap: str, keys) -> dict[str, int]:
+    """``{"topic:partition": end offset}`` now, for each of ``keys`` (a source's ``assignment()``)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    tps = {key: TopicPartition(key.rsplit(":", 1)[0], int(key.rsplit(":", 1)[1])) for key in keys}
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        ends = reader.end_offsets(list(tps.values()))
+        return {key: int(ends[tp]) for key, tp in tps.items()}
+    finally:
+        reader.close()
