@@ -4,8 +4,8 @@ read-back of what it published, the demo's count), with either client.
 
 Outside this package no module imports a Kafka client (the import contract in pyproject.toml), so a job
 reads its topics through the client it was given, and a client's quirks are handled once: librdkafka's
-position does not pass a compacted tail, so the confluent reader takes a partition-EOF event as "read to
-the end" (the event carries the end offset).
+position is the offset after the last message it gave, which a compacted tail leaves short of the end, so
+the confluent reader takes a partition-EOF event as "read to the end" (``read_to``).
 
 >>> from streamgnn.connectors.kafka import TopicReader  # a broker to read from: tests/test_kafka_reading.py
 """
