@@ -50,16 +50,11 @@ def demo_store() -> TemporalGraphStore:
 
 
 def _count_published(bootstrap: str, topic: str) -> int:
-    """Distinct node keys in the embeddings topic: what a compacted topic serves after compaction."""
-    from kafka import KafkaConsumer
+    """Distinct node keys in the embeddings topic (all of it, to its end offsets): what a compacted topic
+    serves after compaction."""
+    from .connectors.kafka import read_topic
 
-    consumer = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
-    )
-    try:
-        return len({msg.key for msg in consumer})
-    finally:
-        consumer.close()
+    return len({r.key for r in read_topic(bootstrap, topic)})
 
 
 def run_demo(

@@ -5,6 +5,15 @@ that is more. ``GROWTH`` is small on purpose: the store's bytes per edge (benchm
 the unused tail, and 1.125 keeps it under an eighth while each row is still copied only about eight times
 over a run (amortized O(1) per append); ``SLACK`` spares the first small arrays a copy per batch.
 
+Every array that grows with the stream goes through it (the store's edge and node arrays, the id map's
+reverse map, the replicated partition of ``shard.GlobalIndex``, the greedy partitioner's queue, ...). Two
+kinds of storage are not appended arrays and keep their own rule: open-addressing hash tables (the id
+map's, the pair table's) double, because their slot is a hash masked by a power-of-two size and their
+load must stay under a half; the store's per-node adjacency blocks move within one pool by 1.25x, because
+a block is one vertex's few rows, where ``SLACK`` would waste a thousand rows per vertex and a smaller
+factor would move each block twice as often (the pool, holding garbage as well as blocks, is compacted
+into one sized by its live rows: ``store.graph.COMPACT_AT``).
+
 >>> import numpy as np
 >>> a = np.arange(3)
 >>> b = grow(a, 5, fill=-1)

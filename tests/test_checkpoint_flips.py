@@ -150,19 +150,31 @@ def test_latest_must_name_the_checkpoint_it_was_written_for(tmp_path):
 
 
 def test_a_trainer_latest_naming_an_older_step_is_refused(tmp_path):
-    from streamgnn.train import OnlineTrainer, checkpoint
+    """A trainer's LATEST pointed at its older kept checkpoint is refused by the resume, not loaded as if it
+    were the newest; the older one is resumed by naming it, in the state of its own step."""
+    from streamgnn.nn import TGNConfig
+    from streamgnn.train import OnlineTrainer, TrainConfig
 
-    store = TemporalGraphStore()
-    for step in (3, 6):
-        checkpoint.save(
-            tmp_path, step, store, {}, {"step": step}, {"store_hash": store.content_hash()}, keep=2
-        )
+    model = TGNConfig(memory_dim=4, time_dim=2, embedding_dim=4, num_neighbors=2, dropout=0.0)
+    cfg = TrainConfig(
+        model=model, batch_size=4, eval_negatives=2, checkpoint_dir=str(tmp_path), checkpoint_every=1,
+        checkpoint_keep=2,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    events = EventBatch.from_columns(
+        src=rng.integers(0, 6, 12), dst=rng.integers(6, 9, 12), t=np.arange(12.0), eid=np.arange(12)
+    )
+    trainer = OnlineTrainer(cfg)
+    trainer.fit(events.split(3), progress=False)
     name, digest = read_latest(tmp_path)
-    write_latest(tmp_path, "ckpt-000003", digest)
+    assert name == f"ckpt-{trainer.steps:06d}" and trainer.steps >= 2
+    older = f"ckpt-{trainer.steps - 1:06d}"
+    write_latest(tmp_path, older, digest)
     with pytest.raises(CheckpointError, match="written for another checkpoint"):
-        checkpoint.load(tmp_path)
-    assert checkpoint.load(tmp_path / "ckpt-000003").state == {"step": 3}
-    assert OnlineTrainer is not None
+        OnlineTrainer.resume(tmp_path)
+    resumed = OnlineTrainer.resume(tmp_path / older)
+    assert resumed.steps == trainer.steps - 1
+    assert 0 < resumed.learned == resumed.store.num_edges < trainer.learned == len(events)
 
 
 def test_a_trainer_state_is_read_without_reading_the_store_beside_it(tmp_path):

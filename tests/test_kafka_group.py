@@ -9,7 +9,35 @@ import time
 import numpy as np
 
 from streamgnn.connectors.kafka import EventProducer, KafkaSource
+from streamgnn.events import EventBatch
 from streamgnn.partition import hash_partition
+
+MARKER_EID = 10**9  # markers' eids: MARKER_EID + topic partition, far from the events'
+
+
+def send_markers(bootstrap: str, topic: str, partitions: int, after: float, backend: str) -> set[int]:
+    """One marker event into each topic partition, later than every event (``after``): a partition's
+    marker arriving means everything before it in that partition was delivered (the positive signal that
+    replaces "wait a while, then nothing more came"). Returns the markers' eids."""
+    candidates = np.arange(10**6, 10**6 + 64 * partitions)
+    parts = hash_partition(candidates, partitions)
+    src = np.array([candidates[parts == p][0] for p in range(partitions)])
+    markers = EventBatch.from_columns(
+        src=src, dst=src, t=np.full(partitions, after + 1.0), eid=MARKER_EID + np.arange(partitions)
+    )
+    with EventProducer(bootstrap, topic, fmt="binary", backend=backend) as producer:
+        producer.send(markers)
+    return set(markers.eid.tolist())
+
+
+def wait_for(eids: set[int], received: list[list[np.ndarray]]) -> None:
+    """Until every one of ``eids`` was received by some consumer (bounded only by the test's timeout)."""
+    while not eids <= {int(e) for r in received for batch in list(r) for e in batch[batch >= MARKER_EID]}:
+        time.sleep(0.1)
+
+
+def without_markers(eids: np.ndarray) -> np.ndarray:
+    return eids[eids < MARKER_EID]
 
 
 def test_two_consumers_in_a_group_share_partitions_and_see_each_event_once(
@@ -35,31 +63,26 @@ def test_two_consumers_in_a_group_share_partitions_and_see_each_event_once(
     try:
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 30
         while not all(len(s.assignment()) == 2 for s in sources):  # the group settled: 2 + 2 partitions
-            assert time.monotonic() < deadline, f"group never balanced: {[s.assignment() for s in sources]}"
-            time.sleep(0.1)
+            time.sleep(0.1)  # (bounded by the test's timeout, not by a guess at the host's speed)
         assert sources[0].assignment().isdisjoint(sources[1].assignment())
 
         with EventProducer(kafka_bootstrap, topic, fmt="json", backend=backend) as producer:
             half = len(events) // 2
             producer.send(events[:half])
             producer.flush()
-            time.sleep(0.5)
+            while sum(len(e) for r in received for e in list(r)) < half:  # the second half comes mid-stream
+                time.sleep(0.1)
             producer.send(events[half:])
-
-        deadline = time.monotonic() + 30
-        while sum(len(e) for r in received for e in r) < len(events):
-            assert time.monotonic() < deadline, "not every event arrived"
-            time.sleep(0.1)
-        time.sleep(1.0)  # anything extra (a duplicate) would show up now
+        # every partition's marker arrived: anything extra (a duplicate) came before it
+        wait_for(send_markers(kafka_bootstrap, topic, 4, events.t.max(), backend), received)
     finally:
         stop.set()
         for t in threads:
             t.join()
         for s in sources:
             s.close()
-    per_consumer = [np.concatenate(r) if r else np.zeros(0, np.int64) for r in received]
+    per_consumer = [without_markers(np.concatenate(r)) if r else np.zeros(0, np.int64) for r in received]
     assert all(len(e) > 0 for e in per_consumer), "one consumer got nothing"
     both = np.concatenate(per_consumer)
     assert len(both) == len(events)
@@ -102,18 +125,15 @@ def test_rebalance_mid_stream_hands_over_partitions_without_loss(
     threads = [threading.Thread(target=consume, args=(0,))]
     try:
         threads[0].start()
-        deadline = time.monotonic() + 30
-        while sum(map(len, received[0])) < 500:
-            assert time.monotonic() < deadline, "the first consumer never started"
+        while sum(map(len, list(received[0]))) < 500:  # the first consumer is mid-stream
             time.sleep(0.05)
         sources.append(make())
         threads.append(threading.Thread(target=consume, args=(1,)))
         threads[1].start()
-        deadline = time.monotonic() + 60
-        while len(np.unique(np.concatenate([e for r in received for e in r]))) < len(events):
-            assert time.monotonic() < deadline, "not every event arrived"
-            time.sleep(0.1)
-        time.sleep(1.0)
+        while len(np.unique(np.concatenate([e for r in received for e in list(r)]))) < len(events):
+            time.sleep(0.1)  # every event arrived (bounded by the test's timeout)
+        # every partition's marker arrived: a repeat of anything before it came before it
+        wait_for(send_markers(kafka_bootstrap, topic, 4, events.t.max(), backend), received)
         moved = {int(k.rsplit(":", 1)[1]) for k in sources[1].assignment()}
     finally:
         stop.set()
@@ -123,7 +143,7 @@ def test_rebalance_mid_stream_hands_over_partitions_without_loss(
             s.close()
     assert received[1], "the second consumer never got a partition"
     assert sources[0].stats.assignments >= 2, "no rebalance happened"
-    both = np.concatenate([e for r in received for e in r])
+    both = without_markers(np.concatenate([e for r in received for e in r]))
     assert np.array_equal(np.unique(both), events.eid), "events were lost"
     eids, counts = np.unique(both, return_counts=True)
     repeated = eids[counts > 1]

@@ -59,7 +59,7 @@ def test_replay_on_a_slow_loaded_host_builds_the_time_ordered_store(
             topic, bootstrap_servers=kafka_bootstrap, backend=backend, max_poll_messages=25
         ) as source:
             slowed(source, pause_s=1.5)
-            for batch in drain(source, len(events), timeout_s=120):
+            for batch in drain(source, len(events), kafka_bootstrap):
                 store.ingest(batch)
     finally:
         stop.set()
@@ -141,7 +141,7 @@ def test_a_recreated_topic_is_an_error_not_a_silent_skip(own_broker, make_events
         producer.send(events[:300])
     source = KafkaSource(topic, bootstrap_servers=own_broker.bootstrap, backend=backend).start()
     try:
-        drain(source, 300)
+        drain(source, 300, own_broker.bootstrap)
         assert source.positions() == {f"{topic}:0": 300}
         own_broker.stop()
         own_broker.start()  # same port, empty memory storage

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from topic_records import read_topic
 
 from streamgnn.codec import encode_json_lines
 from streamgnn.connectors.kafka import KafkaSource, produce_dataset
@@ -20,20 +21,10 @@ from streamgnn.events import concat
 from streamgnn.partition import hash_partition
 
 
-def read_all(bootstrap: str, topic: str, n: int, partitions: int = 1) -> list:
-    """Exactly ``n`` records of ``topic``, in offset order per partition."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    reader.assign([TopicPartition(topic, p) for p in range(partitions)])
-    reader.seek_to_beginning()
-    records: list = []
-    deadline = time.monotonic() + 30
-    while len(records) < n:
-        assert time.monotonic() < deadline, f"{len(records)} of {n} records"
-        for batch in reader.poll(500).values():
-            records += batch
-    reader.close()
+def read_all(bootstrap: str, topic: str, n: int) -> list:
+    """The records of ``topic`` (its writers closed: read to its end offsets), which must be exactly ``n``, in
+    offset order per partition."""
+    records = read_topic(bootstrap, topic)
     assert len(records) == n
     return records
 
@@ -49,7 +40,7 @@ def test_embeddings_keyed_by_node_so_the_latest_wins(kafka_bootstrap, make_topic
         assert sink.publish_embeddings(nodes, first, t=10.0) == 50
         assert sink.publish_embeddings(nodes[:20], second, t=20.0) == 20
     latest: dict[int, tuple[np.ndarray, float | None]] = {}
-    for rec in read_all(kafka_bootstrap, topic, 70, partitions=2):
+    for rec in read_all(kafka_bootstrap, topic, 70):
         ctype = dict(rec.headers)["content-type"].decode()
         latest[int(rec.key)] = decode_embedding(rec.value, ctype)
     assert sorted(latest) == nodes.tolist()

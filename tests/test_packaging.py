@@ -29,3 +29,21 @@ def test_every_package_folder_is_listed_for_install():
     missing, extra = sorted(found - listed), sorted(listed - found)
     assert not missing, f"package folders pyproject.toml does not install: {missing}"
     assert not extra, f"pyproject.toml lists packages with no folder: {extra}"
+
+
+def test_the_import_contracts_see_every_installed_package():
+    """lint-imports reads one folder per package, the root package's: a package installed from another
+    folder (``package-dir``: connectors/, benchmarks/) is seen only through a link to that folder under
+    streamgnn/, and a package no layer names is free of the layers; either way its imports would escape
+    the contracts (the layers, the broker clients kept inside the connectors)."""
+    listed, dirs = _listed()
+    root = ROOT / dirs["streamgnn"]
+    for name, folder in dirs.items():
+        seen = root.joinpath(*name.split(".")[1:])
+        assert seen.resolve() == (ROOT / folder).resolve(), f"{name} ({folder}/) is not under {root.name}/"
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    named = {part.strip() for layer in layers for part in layer.split(":")}
+    top = {name.split(".")[1] for name in listed if name.count(".") == 1}
+    top |= {p.stem for p in root.glob("*.py") if p.stem != "__init__"}
+    assert top <= named, f"in no layer of pyproject.toml's contract: {sorted(top - named)}"

@@ -19,6 +19,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import test_shard_train as one  # noqa: E402  (the stream and the model of the sharded tests)
 from shard_ranks import rank_env  # noqa: E402
+from topic_records import read_topic  # noqa: E402
 
 PARTITIONS, HALF = 4, 480
 TOTAL = one.BATCHES * one.BATCH  # 960 events; then one later event per source vertex (see ``stream``)
@@ -160,21 +161,7 @@ def head_and_tail(head: int):
 
 def read_records(bootstrap: str, topic: str) -> list:
     """Every record of ``topic`` now (all partitions)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
-        ends = c.end_offsets(parts)
-        c.assign(parts)
-        c.seek_to_beginning()
-        out = []
-        while any(c.position(tp) < ends[tp] for tp in parts):
-            for records in c.poll(timeout_ms=1000).values():
-                out += records
-        return out
-    finally:
-        c.close()
+    return read_topic(bootstrap, topic)
 
 
 def run_job(monkeypatch, spawn_ranks, tmp_path, **env) -> list:
@@ -304,6 +291,7 @@ def test_a_sharded_job_publishes_while_its_topic_is_idle(
     from concurrent.futures import ThreadPoolExecutor
 
     from streamgnn.connectors.kafka import produce_dataset
+    from streamgnn.partition import hash_partition
 
     events, tail = head_and_tail(HALF)
     topic, embeddings = f"sharded-idle-{os.getpid()}-{tmp_path.name[-8:]}", make_topic(1, compacted=True)
@@ -311,15 +299,12 @@ def test_a_sharded_job_publishes_while_its_topic_is_idle(
     env = dict(topic=topic, bootstrap=kafka_bootstrap, embeddings=embeddings, dlq=make_topic(1), events=HALF)
     with ThreadPoolExecutor(1) as pool:
         ranks = pool.submit(run_job, monkeypatch, spawn_ranks, tmp_path, **env)
-        published = []
-        while not published:  # the job cannot end before the tail: what comes now came while it was idle
+        owners = set()
+        while owners != {0, 1}:  # the job cannot end before the tail: what comes now came while it was idle
             assert not ranks.done(), ranks.result()  # (a rank that failed raises here)
-            published = read_records(kafka_bootstrap, embeddings)
+            ids = {int(r.key) for r in read_records(kafka_bootstrap, embeddings)}
+            owners = set((hash_partition(np.array(sorted(ids), dtype=np.int64), PARTITIONS) % 2).tolist())
+        # every rank's records came (each rank published its own) before the tail was produced
         produce_dataset(kafka_bootstrap, topic, tail, None, fmt="binary")
         assert [got["result"]["events"] for got in ranks.result()] == [HALF, HALF]
-    from streamgnn.partition import hash_partition
-
-    ids = {int(r.key) for r in published}
     assert ids <= set(np.r_[events.src, events.dst].tolist())  # vertices of the head
-    owners = hash_partition(np.array(sorted(ids)), PARTITIONS) % 2
-    assert set(owners.tolist()) == {0, 1}  # each rank published its own

@@ -3,11 +3,10 @@ what its checkpoint lacks, and embeddings reach the sink topic."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
+from topic_records import read_topic
 
 from streamgnn.checkpoint import read_latest
 from streamgnn.connectors.kafka import EventProducer, KafkaSource
@@ -21,19 +20,8 @@ torch.set_num_threads(1)
 
 
 def node_keys(bootstrap: str, topic: str) -> set[int]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    reader = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    reader.assign([TopicPartition(topic, 0)])
-    reader.seek_to_beginning()
-    keys: set[int] = set()
-    idle = time.monotonic()
-    while time.monotonic() - idle < 1.5:
-        for records in reader.poll(200).values():
-            keys.update(int(r.key) for r in records)
-            idle = time.monotonic()
-    reader.close()
-    return keys
+    """The node ids keyed in ``topic`` (its writers closed: read to its end offsets)."""
+    return {int(r.key) for r in read_topic(bootstrap, topic)}
 
 
 # source batches of whole messages (100 events each), or of 70 events: checkpoints then fall inside messages

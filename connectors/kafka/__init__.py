@@ -15,8 +15,9 @@ and the message's topic, partition and offset, so credentials cannot leak throug
 
 The package, by seam: ``settings`` (clients, settings), ``admin`` (topics), ``producer`` (writing),
 ``consumer`` (the one interface over ``kafka_python`` and ``confluent``), ``decoding`` (messages into
-rows), ``dead_letters``, ``merge`` (partitions into one time-ordered stream, no broker needed) and
-``source`` (``KafkaSource``, the facade).
+rows), ``dead_letters``, ``merge`` (partitions into one time-ordered stream, no broker needed),
+``source`` (``KafkaSource``, the facade) and ``reading`` (``TopicReader``: a topic read directly, for
+either client). No module outside the connectors imports a Kafka client.
 
 >>> from streamgnn.connectors.kafka import KafkaSource, create_topic, produce_dataset
 """
@@ -32,6 +33,7 @@ from .producer import (
     ProduceReport,
     produce_dataset,
 )
+from .reading import Record, TopicReader, read_topic
 from .settings import BACKENDS, available_backends
 from .source import KafkaSource, SourceStats
 
@@ -44,9 +46,12 @@ __all__ = [
     "KafkaSource",
     "ProduceReport",
     "Producer",
+    "Record",
     "SourceStats",
+    "TopicReader",
     "available_backends",
     "create_topic",
     "partition_key",
     "produce_dataset",
+    "read_topic",
 ]

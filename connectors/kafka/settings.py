@@ -67,6 +67,16 @@ def producer_settings(backend: str, consumer_config: Mapping) -> dict:
     return {k: v for k, v in consumer_config.items() if k.startswith(shared)}
 
 
+def consumer_settings(backend: str, config: Mapping) -> dict:
+    """The settings of a job's client config that a consumer of ``backend`` takes (a kafka-python client
+    refuses another client's keys; librdkafka takes every client's)."""
+    if backend == "kafka-python":
+        from kafka import KafkaConsumer
+
+        return {k: v for k, v in config.items() if k in KafkaConsumer.DEFAULT_CONFIG}
+    return dict(config)
+
+
 # librdkafka's connection and security settings in kafka-python's spelling, for create_topic's admin client
 _ADMIN_SPELLING = {
     "security.protocol": "security_protocol", "sasl.mechanism": "sasl_mechanism",

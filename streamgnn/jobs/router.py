@@ -35,8 +35,9 @@ from pathlib import Path
 
 from .. import checkpoint
 from ..codec import CONTENT_BINARY, CONTENT_JSON, decode, encode_binary, encode_json_lines
-from ..connectors.kafka import CONTENT_TYPE_HEADER, KafkaSource, Producer, create_topic
+from ..connectors.kafka import CONTENT_TYPE_HEADER, KafkaSource, Producer, TopicReader, create_topic
 from ..connectors.kafka.decoding import Schema
+from ..connectors.kafka.settings import consumer_settings, producer_settings
 from ..errors import CheckpointError, ConfigError, ConnectorError
 from ..events import EventBatch
 from ..partition.config import PartitionerConfig
@@ -44,6 +45,7 @@ from ..partition.metrics import PartitionReport, PartitionTimeline
 from .routing import RoutingState
 
 FORMATS = ("binary", "json")
+BACKEND = "kafka-python"  # the client of every connection the router makes (its settings' spelling)
 KIND = "partition-router"  # what its checkpoints are, in the container's manifest
 
 
@@ -129,16 +131,17 @@ class PartitionRouter:
         self._decode_letters_saved = self.decode_dead_letters
         since = self.state.counts["events"]
         with (
-            Producer("kafka-python", self.bootstrap, self._settings("KafkaProducer")) as out,
+            Producer(BACKEND, self.bootstrap, self._producer_settings()) as out,
             KafkaSource(
                 self.in_topic,
                 bootstrap_servers=self.bootstrap,
+                backend=BACKEND,
                 start_offsets=self.positions,
                 schema=self.schema,
                 dead_letter_topic=self.dead_letter_topic,
                 max_batch_events=min(10_000, self.checkpoint_every),
-                producer_config=self._settings("KafkaProducer"),
-                **self._settings("KafkaConsumer"),
+                producer_config=self._producer_settings(),
+                **consumer_settings(BACKEND, self.client_config),
             ) as source,
         ):
             if not self.out_offsets:  # a first start: record where the output begins, before publishing
@@ -162,15 +165,11 @@ class PartitionRouter:
             self._save(source, out)
         return self.report(time.perf_counter() - start)
 
-    def _settings(self, client: str) -> dict:
-        """The client settings a kafka-python ``client`` takes (security settings go to every client);
-        a producer keeps one request in flight, so a retried send cannot overtake the next."""
-        import kafka
-
-        known = getattr(kafka, client).DEFAULT_CONFIG
-        out = {k: v for k, v in self.client_config.items() if k in known}
-        if client == "KafkaProducer":
-            out.setdefault("max_in_flight_requests_per_connection", 1)
+    def _producer_settings(self) -> dict:
+        """The client settings a producer takes (security settings go to every client); it keeps one
+        request in flight, so a retried send cannot overtake the next."""
+        out = producer_settings(BACKEND, self.client_config)
+        out.setdefault("max_in_flight_requests_per_connection", 1)
         return out
 
     def _publish(self, out, routed: dict[int, EventBatch]) -> None:
@@ -269,49 +268,28 @@ class PartitionRouter:
                 self._skip[p] = eids
 
     # ------------------------------------------------------------------ the output topic, read directly
-    def _consumer(self):
-        from kafka import KafkaConsumer
-
-        settings = {k: v for k, v in self.client_config.items() if k in KafkaConsumer.DEFAULT_CONFIG}
-        settings.setdefault("max_poll_records", 1_000_000)  # a fetched record batch comes back whole
-        return KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, **settings)
+    def _reader(self) -> TopicReader:
+        return TopicReader(
+            self.bootstrap, backend=BACKEND, config=consumer_settings(BACKEND, self.client_config)
+        )
 
     def _end_offsets(self) -> dict[int, int]:
-        from kafka import TopicPartition
-
-        consumer = self._consumer()
-        try:
-            ends = consumer.end_offsets([TopicPartition(self.out_topic, p) for p in range(self.k)])
-            return {tp.partition: int(o) for tp, o in ends.items()}
-        finally:
-            consumer.close()
+        with self._reader() as reader:
+            return reader.end_offsets(self.out_topic, list(range(self.k)))
 
     def _read_back(self) -> dict[int, list[int]]:
         """Event ids in each output partition from the checkpointed offsets on, in order. Some brokers
         (Tansu) report an end offset inside the last record batch, so the read may begin a little before
         the checkpoint's true end; ``_restore`` drops that prefix by the last event id it published."""
-        from kafka import TopicPartition
-
-        consumer = self._consumer()
-        try:
-            tps = [TopicPartition(self.out_topic, p) for p in range(self.k)]
-            ends = consumer.end_offsets(tps)
-            consumer.assign(tps)
-            out: dict[int, list[int]] = {}
-            for tp in tps:
-                consumer.seek(tp, self.out_offsets.get(tp.partition, 0))
-                out[tp.partition] = []
-            left = {tp for tp in tps if consumer.position(tp) < ends[tp]}
-            while left:
-                for tp, records in consumer.poll(timeout_ms=1000).items():
-                    for r in records:
-                        ctype = dict(r.headers or ()).get(CONTENT_TYPE_HEADER)
-                        batch, _ = decode(r.value, ctype.decode() if ctype else None, "router output")
-                        out[tp.partition] += batch.eid.tolist()
-                left = {tp for tp in left if consumer.position(tp) < ends[tp]}
+        with self._reader() as reader:
+            ends = reader.end_offsets(self.out_topic, list(range(self.k)))
+            reader.assign(self.out_topic, {p: self.out_offsets.get(p, 0) for p in range(self.k)})
+            out: dict[int, list[int]] = {p: [] for p in range(self.k)}
+            for r in reader.read_to(ends):
+                ctype = dict(r.headers).get(CONTENT_TYPE_HEADER)
+                batch, _ = decode(r.value, ctype.decode() if ctype else None, "router output")
+                out[r.partition] += batch.eid.tolist()
             return out
-        finally:
-            consumer.close()
 
     # ------------------------------------------------------------------ metrics
     def report(self, seconds: float = 0.0) -> RouterReport:

@@ -164,18 +164,17 @@ class TrainJob:
     def _lag(self) -> dict[str, int]:
         if self._source is None:
             return {}
-        from kafka import KafkaConsumer, TopicPartition
+        from ..connectors.kafka import TopicReader, partition_key
 
         if self._lag_reader is None:
-            self._lag_reader = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+            self._lag_reader = TopicReader(self.bootstrap)
         positions = self._source.positions()
-        read = sorted(self._lag_reader.partitions_for_topic(self.topic))
+        read = self._lag_reader.partitions(self.topic)
         if self.sharded:  # a rank reads its own partitions
             read = [p for p in read if p in set(self.trainer.ownership.partitions())]
-        parts = [TopicPartition(self.topic, p) for p in read]
-        ends = self._lag_reader.end_offsets(parts)
-        lag = {f"{tp.topic}:{tp.partition}": max(0, ends[tp] - positions.get(f"{tp.topic}:{tp.partition}", 0))
-               for tp in parts}  # fmt: skip
+        ends = self._lag_reader.end_offsets(self.topic, read)
+        keys = {p: partition_key(self.topic, p) for p in read}
+        lag = {keys[p]: max(0, ends[p] - positions.get(keys[p], 0)) for p in read}
         self.metrics.set_lag(lag)
         return lag
 

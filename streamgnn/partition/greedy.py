@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..growth import grow
+from ..growth import grow, grown_size
 from . import greedy_kernels as G
 from . import rebalance
 from .base import PENDING, Partitioner, Routes
@@ -95,11 +95,13 @@ class GreedyPartitioner(Partitioner):
         return Routes(dest, log_v[:logged].copy(), log_at[:logged].copy())
 
     def _make_room(self) -> None:
-        """The queue's tail reached its end: compact it, into a larger one if still half full."""
+        """The queue's tail reached its end: compact it, into a larger one (``streamgnn.growth``, to at least
+        twice what it holds, so a compaction frees half of it) if still half full."""
         G.compact(self.slot, self.qv, self.qdl, self.qn, self.qnb, self.st)
-        if 2 * (int(self.st[G.TAIL]) + 2) > len(self.qv):
+        need = 2 * (int(self.st[G.TAIL]) + 2)
+        if need > len(self.qv):
             old = (self.qv, self.qdl, self.qn, self.qnb)
-            self._queue(2 * len(self.qv))
+            self._queue(grown_size(len(self.qv), need))
             w = int(self.st[G.TAIL])
             for new, prev in zip((self.qv, self.qdl, self.qn, self.qnb), old, strict=True):
                 new[:w] = prev[:w]

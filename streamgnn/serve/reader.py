@@ -80,39 +80,30 @@ class EmbeddingsReader:
 
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
-        from kafka import KafkaConsumer, TopicPartition
+        from ..connectors.kafka import TopicReader, partition_key
 
         try:
-            consumer = KafkaConsumer(
-                bootstrap_servers=self.bootstrap_servers,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                **self.consumer_config,
-            )
+            reader = TopicReader(self.bootstrap_servers, config=self.consumer_config)
         except Exception as exc:
             self.error = f"cannot reach Kafka at {self.bootstrap_servers}: {exc}"
             log.error(self.error)
             return
         try:
-            parts = self._wait_for_topic(consumer)
+            parts = self._wait_for_topic(reader)
             if parts is None:
                 return
-            tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
-            consumer.assign(tps)
-            consumer.seek_to_beginning(*tps)
-            target = consumer.end_offsets(tps)  # caught up once every partition reached these
+            reader.assign(self.topic, dict.fromkeys(parts))  # every partition from its beginning
+            target = reader.end_offsets(self.topic, parts)  # caught up once every partition reached these
             last_lag = 0.0
             while not self._stop.is_set():
                 try:
-                    fetched = consumer.poll(timeout_ms=int(self.poll_timeout_s * 1000), max_records=20_000)
-                    self._apply([r for records in fetched.values() for r in records])
+                    self._apply(reader.poll(self.poll_timeout_s, max_records=20_000))
                     now = time.monotonic()
                     if now - last_lag > 1.0 or not self.caught_up.is_set():
-                        ends = consumer.end_offsets(tps)
-                        pos = {tp: consumer.position(tp) for tp in tps}
-                        self.lag = {f"{tp.topic}:{tp.partition}": max(0, ends[tp] - pos[tp]) for tp in tps}
+                        ends, pos = reader.end_offsets(self.topic, parts), reader.positions()
+                        self.lag = {partition_key(self.topic, p): max(0, ends[p] - pos[p]) for p in parts}
                         self.metrics.set_lag(self.lag)
-                        if all(pos[tp] >= target[tp] for tp in tps):
+                        if all(pos[p] >= target[p] for p in parts):
                             self.caught_up.set()
                         last_lag = now
                     self.error = None
@@ -121,12 +112,12 @@ class EmbeddingsReader:
                     log.warning("embeddings reader: %s", self.error)
                     self._stop.wait(1.0)
         finally:
-            consumer.close()
+            reader.close()
 
-    def _wait_for_topic(self, consumer) -> set[int] | None:
+    def _wait_for_topic(self, reader) -> list[int] | None:
         said = 0.0
         while not self._stop.is_set():
-            parts = consumer.partitions_for_topic(self.topic)
+            parts = reader.partitions(self.topic)
             if parts:
                 return parts
             if time.monotonic() - said > 10:

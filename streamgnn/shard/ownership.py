@@ -37,6 +37,7 @@ import numpy as np
 
 from ..errors import ConfigError, PlacementError
 from ..events import DeadLetter, EventBatch, EventKind
+from ..growth import grow
 from ..partition import hash_partition
 from ..store.admission import (
     INGEST,
@@ -170,7 +171,7 @@ class GlobalIndex:
     def __init__(self, ownership: Ownership, allowed_lateness: float = math.inf) -> None:
         self.ownership = ownership
         self.admission = Admission(AdmissionConfig(allowed_lateness))
-        self.partition = np.zeros(0, np.int32)
+        self._partition = np.zeros(0, np.int32)  # grown by the growth policy: rows past num_nodes are spare
 
     # the admission state, kept by ``self.admission`` and read and restored here by its owners' names
     ids = property(lambda self: self.admission.ids, lambda self, v: setattr(self.admission, "ids", v))
@@ -182,6 +183,11 @@ class GlobalIndex:
     @property
     def num_nodes(self) -> int:
         return self.ids.size
+
+    @property
+    def partition(self) -> np.ndarray:
+        """Graph partition of each global id: a view, its buffer grown by ``streamgnn.growth``."""
+        return self._partition[: self.num_nodes]
 
     def owner(self, gids: np.ndarray) -> np.ndarray:
         """Rank owning each global id (ids >= 0)."""
@@ -214,16 +220,14 @@ class GlobalIndex:
         adm = self.admission.admit(batch, where, check=check)
         before, size = adm.first_new, self.ids.size
         if size > before:
-            grown = np.empty(size, np.int32)
-            grown[:before] = self.partition[:before]
+            self._partition = part = grow(self._partition, size)
             if not stream_placed:
-                grown[before:] = self.ownership.partition_of(self.ids.external(np.arange(before, size)))
+                part[before:size] = self.ownership.partition_of(self.ids.external(np.arange(before, size)))
             else:  # a vertex's partition is the one its first event gives
                 gids, col = np.c_[adm.src, adm.dst].ravel(), batch.placement[adm.rows].ravel()
                 fresh = gids >= before
                 new, first = np.unique(gids[fresh], return_index=True)
-                grown[new] = col[fresh][first]
-            self.partition = grown
+                part[new] = col[fresh][first]
         pre_src = adm.known_before(adm.src)
         pre_dst = np.where(adm.events.kind == UPDATE, pre_src, adm.known_before(adm.dst))
         return GlobalAdmitted(adm.rows, adm.src, adm.dst, pre_src, pre_dst, adm.dead_letters, adm.duplicates)
@@ -253,7 +257,7 @@ class GlobalIndex:
             )
 
     def nbytes(self) -> int:
-        return self.ids.nbytes() + self.partition.nbytes + self.seen.nbytes()
+        return self.ids.nbytes() + self._partition.nbytes + self.seen.nbytes()
 
     def state(self) -> dict[str, np.ndarray]:
         """Arrays for a checkpoint (``restore`` reads them back)."""
@@ -280,6 +284,6 @@ class GlobalIndex:
             self.ids = NodeIdMap.from_external("int", arrays["ext_int"])
         else:
             self.ids = NodeIdMap()
-        self.partition = arrays["partition"].astype(np.int32)
+        self._partition = arrays["partition"].astype(np.int32)
         self.seen = SeenIds.from_arrays(arrays["seen_bits"], arrays["seen_outliers"])
         self.watermark = float(arrays["watermark"][0])

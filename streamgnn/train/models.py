@@ -1,44 +1,72 @@
-"""The learned model a ``TrainConfig`` names: ``config.model`` a ``TGNConfig`` (TGN and its variants) or a
-``DyGFormerConfig``. The one place a config becomes a ``LinkModel``, so ``OnlineTrainer``, ``fit_offline``,
-``streamgnn train`` and the benchmarks pick models the same way, and the one place a checkpoint's config
-and state become the head that scores served embeddings (``scoring_head``), so the service knows no
-model's internals."""
+"""The learned model a ``TrainConfig`` names, by the class of ``config.model``: a registry, so adding a model
+family is one ``register`` call, not an edit of every place that builds one. The one place a config becomes
+a ``LinkModel``, so ``OnlineTrainer``, ``ShardedTrainer``, ``fit_offline``, ``streamgnn train`` and the
+benchmarks pick models the same way, and the one place a checkpoint's config and state become the head that
+scores served embeddings (``scoring_head``), so the service knows no model's internals."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from ..nn import DyGFormerConfig
+from ..errors import ConfigError
+from ..nn import DyGFormerConfig, TGNConfig
 from .config import TrainConfig
 from .distributed import DistContext
 from .dygformer_model import DyGFormerLinkModel
 from .head import ScoringHead
 from .protocol import LinkModel
-from .tgn_local import local_backends
 from .tgn_model import TGNLinkModel
 
 
-def _family(config: TrainConfig) -> type[TGNLinkModel] | type[DyGFormerLinkModel]:
-    return DyGFormerLinkModel if isinstance(config.model, DyGFormerConfig) else TGNLinkModel
+@dataclass(frozen=True)
+class ModelFamily:
+    """How a model config of one class becomes a ``LinkModel``: ``model(config, device=, dist=)``, plus its
+    stream-dependent part under the keyword ``part`` where the caller supplies one (a sharded run's), and
+    ``model.scoring_head(config, state)`` for the service."""
+
+    model: type
+    part: str | None = None
+
+
+MODELS: dict[type, ModelFamily] = {}
+
+
+def register(config_class: type, model: type, part: str | None = None) -> None:
+    """Build ``model`` for every ``TrainConfig`` whose ``model`` is a ``config_class``; ``part``: the keyword
+    of ``model``'s constructor that takes its stream-dependent part (see ``make_link_model``)."""
+    MODELS[config_class] = ModelFamily(model, part)
+
+
+register(TGNConfig, TGNLinkModel, part="backends")  # embeddings, memory, pair features (``tgn_backend``)
+register(DyGFormerConfig, DyGFormerLinkModel, part="neighbors")  # sequence reader (``NeighborReader``)
+
+
+def family(config: TrainConfig) -> ModelFamily:
+    """The registered family of ``config.model``, by its exact class."""
+    found = MODELS.get(type(config.model))
+    if found is None:
+        known = ", ".join(sorted(c.__name__ for c in MODELS))
+        raise ConfigError(f"model: no model is registered for {type(config.model).__name__} (known: {known})")
+    return found
 
 
 def make_link_model(
-    config: TrainConfig, *, device: torch.device | str, dist: DistContext, backends: Callable | None = None,
-    neighbors: Callable | None = None,
-) -> LinkModel:  # fmt: skip
-    """Where the model's stream-dependent parts live, for each family (None: one process): ``backends``, a
-    TGN model's embeddings, memory and pair features (``tgn_backend``), e.g.
-    ``shard.tgn_backend.shard_backends``; ``neighbors``, a DyGFormer model's sequence reader
-    (``dygformer_model.NeighborReader``), e.g. ``shard.sequences.shard_neighbors``."""
-    if _family(config) is DyGFormerLinkModel:
-        return DyGFormerLinkModel(config, device=device, dist=dist, neighbors=neighbors)
-    return TGNLinkModel(config, device=device, dist=dist, backends=backends or local_backends)
+    config: TrainConfig, *, device: torch.device | str, dist: DistContext, **parts: Callable | None
+) -> LinkModel:
+    """The model ``config.model`` names. ``parts``: where each family's stream-dependent part lives, by the
+    keyword its family registered (a missing or None one: the model's own, one process), e.g. a sharded
+    run's ``backends=shard.tgn_backend.shard_backends(...)`` for TGN and
+    ``neighbors=shard.sequences.shard_neighbors(...)`` for DyGFormer; a family takes only its own."""
+    fam = family(config)
+    part = parts.get(fam.part) if fam.part is not None else None
+    return fam.model(config, device=device, dist=dist, **({} if part is None else {fam.part: part}))
 
 
 def scoring_head(config: TrainConfig, state: dict) -> ScoringHead | str:
     """The head that scores two served embeddings (plus the pair's raw features, if it reads them) as the
     model of a checkpoint's ``config`` and tensor ``state`` does, or the reason no such head exists. Raises
     ``KeyError``/``RuntimeError`` when ``state`` does not hold the weights the config calls for."""
-    return _family(config).scoring_head(config, state)
+    return family(config).model.scoring_head(config, state)
