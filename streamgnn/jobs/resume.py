@@ -103,9 +103,10 @@ def choose(folder: str | Path | None, named: str | Path | None) -> tuple[Path | 
 def _after(root: Path, chosen: Path, note: str) -> tuple[Path, str]:
     """``chosen``, unless checkpoints numbered after it are there: only a run stopped between writing one
     and ``LATEST`` leaves them, and the saves of a run resumed before them would replace them. The newest
-    of them that verifies is resumed from instead; one that does not verify is refused, not replaced."""
+    of them that verifies is resumed from instead; one after that which does not verify is refused, not
+    replaced."""
     number = int(chosen.name.split("-")[1])
-    bad = []
+    bad, newest = [], None
     for n in reversed([n for n in numbers(root) if n > number]):
         path = directory(root, n)
         try:
@@ -113,15 +114,19 @@ def _after(root: Path, chosen: Path, note: str) -> tuple[Path, str]:
         except CheckpointError:
             bad.append(path.name)
             continue
-        return path, (
-            f"{chosen.name} is {root}'s LATEST, but {path.name} after it verifies (a run stopped between "
-            f"writing it and LATEST): resuming from {path.name}"
-        )
+        newest = path
+        break
     if bad:
+        at = newest or chosen
         raise CheckpointError(
-            f"{root} holds {', '.join(reversed(bad))} after {chosen.name}, the checkpoint to resume from, "
+            f"{root} holds {', '.join(reversed(bad))} after {at.name}, the newest checkpoint that verifies, "
             "which do not verify: this run's checkpoints would replace them; move them away, or resume from "
-            f"{chosen} by name (--resume-from) into a new --checkpoint-dir"
+            f"{at} by name (--resume-from) into a new --checkpoint-dir"
+        )
+    if newest is not None:
+        return newest, (
+            f"{chosen.name} is {root}'s LATEST, but {newest.name} after it verifies (a run stopped between "
+            f"writing it and LATEST): resuming from {newest.name}"
         )
     return chosen, note
 
