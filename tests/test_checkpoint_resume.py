@@ -205,3 +205,40 @@ def test_only_settings_a_checkpoint_recorded_are_compared(tmp_path):
     Expectation(None, trainer_kind(False, 1), config).check(saved, tmp_path / "ckpt-000001")
     with pytest.raises(CheckpointError, match="model.memory_dim=8; this run sets model.memory_dim=100"):
         Expectation(None, trainer_kind(False, 1), TrainConfig()).check(saved, tmp_path / "ckpt-000001")
+
+
+def test_growing_a_sharded_run_from_2_to_3_ranks_says_what_happened(work):
+    """Real gloo ranks, each the real command: 2 write the folder, 3 are refused in one line saying the
+    checkpoint was written by 2 (not that rank 2 holds none)."""
+    from streamgnn.connectors.broker import free_port
+
+    (work / "sharded.yaml").write_text(SMALL + "  sharding: {num_partitions: 6}\n")
+    args = ["--dataset", "jodie_wikipedia", "--events", "200", "--checkpoint-dir", "sk", "--log-every", "0"]
+    cmd = [sys.executable, "-m", "streamgnn.cli", "train", "--config", "sharded.yaml", "--quiet", *args]
+
+    def ranks(world: int) -> list[subprocess.CompletedProcess]:
+        port, procs = free_port(), []
+        for rank in range(world):
+            env = {**os.environ, "OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": "1", "RANK": str(rank)}
+            env.update(WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            with (
+                open(work / f"w{world}r{rank}.out", "w") as out,
+                open(work / f"w{world}r{rank}.err", "w") as err,
+            ):
+                procs.append(subprocess.Popen(cmd, cwd=work, env=env, stdout=out, stderr=err))
+        return [
+            subprocess.CompletedProcess(cmd, proc.wait(), (work / f"w{world}r{r}.out").read_text(),
+                                        (work / f"w{world}r{r}.err").read_text())
+            for r, proc in enumerate(procs)
+        ]  # fmt: skip
+
+    assert all(done.returncode == 0 for done in ranks(2))
+    assert sorted(p.name for p in (work / "sk").iterdir()) == ["rank-00000", "rank-00001"]
+    grown = ranks(3)
+    for done in grown:  # each rank ends (the first to fail ends the job), none with a traceback
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    last = grown[0].stderr.strip().splitlines()[-1]
+    assert last.startswith("streamgnn: error: sk was written by a sharded run of 2 ranks; this run has 3"), (
+        last
+    )
+    assert sorted(p.name for p in (work / "sk").iterdir()) == ["rank-00000", "rank-00001"]

@@ -43,7 +43,7 @@ class TrainerState:
 
     @classmethod
     def of(cls, trainer) -> TrainerState:
-        kind = trainer_kind(trainer.config.sharding is not None, trainer.dist.world_size)
+        kind = trainer_kind(hasattr(trainer, "shard_config"), trainer.dist.world_size)  # a sharded one has it
         return cls(trainer.config.to_dict(), trainer.steps, trainer.position, trainer.learned,
                    trainer.dead_letter_count, getattr(trainer, "source_identity", None), kind)  # fmt: skip
 
