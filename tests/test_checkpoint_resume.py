@@ -19,7 +19,7 @@ from forgery import reseal
 from streamgnn.errors import CheckpointError
 from streamgnn.nn import TGNConfig
 from streamgnn.train.config import TrainConfig
-from streamgnn.train.resume import Expectation, file_identity, kafka_identity, trainer_kind
+from streamgnn.train.resume import Expectation, ResumeConfig, file_identity, kafka_identity, trainer_kind
 
 SMALL = (
     "train:\n  batch_size: 100\n  eval_negatives: 5\n  checkpoint_every: 1\n"
@@ -242,3 +242,14 @@ def test_growing_a_sharded_run_from_2_to_3_ranks_says_what_happened(work):
         last
     )
     assert sorted(p.name for p in (work / "sk").iterdir()) == ["rank-00000", "rank-00001"]
+
+
+def test_the_override_is_a_config_key_too(tmp_path):
+    from streamgnn.cli._config import load_config
+    from streamgnn.errors import ConfigError
+
+    (tmp_path / "c.yaml").write_text("resume: {mismatch: allow, checkpoint: ck/ckpt-000002}\n")
+    assert load_config(tmp_path / "c.yaml").resume == ResumeConfig("ck/ckpt-000002", "allow")
+    (tmp_path / "c.yaml").write_text("resume: {mismatch: sometimes}\n")
+    with pytest.raises(ConfigError, match="mismatch"):
+        load_config(tmp_path / "c.yaml")

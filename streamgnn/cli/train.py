@@ -143,7 +143,7 @@ def register(sub) -> None:
     )  # fmt: skip
     override(
         p, "--resume-anyway", key="resume.mismatch", action="store_const", const="allow",
-        help="resume even from a checkpoint of another source or trainer kind (resume.mismatch: allow)",
+        help="resume even from a checkpoint of another source or trainer kind: sets resume.mismatch to allow",
     )  # fmt: skip
     override(p, "--batch-size", key="train.batch_size", type=int, help="events per global batch")
     override(p, "--lr", key="train.lr", type=positive_float, help="Adam learning rate")
