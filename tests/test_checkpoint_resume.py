@@ -253,3 +253,25 @@ def test_the_override_is_a_config_key_too(tmp_path):
     (tmp_path / "c.yaml").write_text("resume: {mismatch: sometimes}\n")
     with pytest.raises(ConfigError, match="mismatch"):
         load_config(tmp_path / "c.yaml")
+
+
+def test_ingest_resumes_a_store_folder_without_latest_instead_of_writing_over_it(tmp_path):
+    (tmp_path / "e.csv").write_text("1,2,1\n2,3,2\n3,4,3\n")
+    env = {**os.environ, "OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamgnn.cli",
+        "ingest",
+        "--file",
+        "e.csv",
+        "--store",
+        "s",
+        "--log-every",
+        "0",
+    ]
+    assert subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    (tmp_path / "s" / "LATEST").unlink()
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and "resumed s: 3 edges" in done.stdout, done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["LATEST", "ckpt-000001", "ckpt-000002"]
