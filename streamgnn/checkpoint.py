@@ -17,7 +17,16 @@ Every byte a load trusts is verified before it is parsed: each array against the
 records, the manifest against ``manifest.sha256`` beside it, and ``LATEST`` holds the checkpoint's name
 together with its manifest's digest, so a flipped bit, a truncated file, or a ``LATEST`` pointing at another
 checkpoint (also an older kept one) is refused with ``CheckpointError``. An older checkpoint is loaded on
-purpose by its number, or by passing its directory.
+purpose by its number, or by passing its directory. A folder whose ``LATEST`` is missing (deleted, or a
+crash before the first one was written) resolves to the newest checkpoint in it that verifies, and says so
+(``Resolved.note``); a ``LATEST`` that is there but unusable (a symlink, which the writer never makes, or
+other content than the writer's) is refused, listing the checkpoints present. No file is read whole before
+its size is checked: ``LATEST`` and ``manifest.sha256`` are a line, a manifest at most ``MANIFEST_LIMIT``
+bytes, each array exactly the size its verified manifest records, and only regular files are read (a link
+to ``/dev/zero`` or a pipe is refused before a byte is read).
+
+A checkpoint is never written inside another one (``check_root``), and retention removes a checkpoint
+folder that is a symlink by removing the link: its target, outside the folder, is left as it is.
 
 Names, one per direction: a component gives ``state()`` and is built back by the classmethod
 ``from_state(...)`` (``TemporalGraphStore``, ``RoutingState``, ``RebalanceState``, ``SnapshotBuilder``,
@@ -42,6 +51,7 @@ import os
 import random
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +67,8 @@ _READABLE = {(FORMAT, FORMAT_VERSION), ("streamgnn-store", 2)}  # v2: the same f
 _DIR = re.compile(r"^ckpt-(\d{6,})$")
 _OLD_STEP = re.compile(r"^step-(\d{9,})$")  # the trainers' layout before this container
 _LATEST = re.compile(rb"^([a-z]+-[0-9]{6,}) ([0-9a-f]{64})\n$")
+LINE_LIMIT = 256  # bytes of LATEST and manifest.sha256: a name and a digest
+MANIFEST_LIMIT = 64 << 20  # a manifest holds values (configs, offsets, counts), the arrays are beside it
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,29 @@ def directory(root: Path, number: int) -> Path:
     return old if not path.exists() and old.is_dir() else path
 
 
+def is_checkpoint(path: Path) -> bool:
+    """Is ``path`` one checkpoint (``ckpt-N`` with its manifest, or an old ``step-N`` with its trainer part),
+    rather than a folder of them?"""
+    path = Path(path)
+    if _DIR.match(path.name):
+        return (path / "manifest.json").exists()
+    return bool(_OLD_STEP.match(path.name)) and (path / "trainer").is_dir()
+
+
+def check_root(root: Path) -> None:
+    """Refuse ``root`` as a folder to write checkpoints into when it is, or lies inside, one checkpoint: its
+    ``LATEST`` and new checkpoints would land inside an old checkpoint, where nothing reads them."""
+    root = Path(root)
+    for d in (root, *root.absolute().parents):
+        if is_checkpoint(d):
+            inside = "is" if d == root else "lies inside"
+            raise CheckpointError(
+                f"{root} {inside} checkpoint {d.name} of {d.parent}: checkpoints are written into a folder "
+                "of them, never into one; to continue from it, resume from it by name "
+                f"(streamgnn train --resume-from {d}) and checkpoint into a new folder"
+            )
+
+
 def save(
     root: Path,
     kind: str,
@@ -127,6 +162,7 @@ def save(
     """Write ``arrays`` and ``values`` as checkpoint ``number`` (default: one past the newest) of ``kind``
     under ``root``, point ``LATEST`` at it, drop any numbered after it and keep the newest ``keep``."""
     root = Path(root)
+    check_root(root)
     root.mkdir(parents=True, exist_ok=True)
     if number is None:
         existing = numbers(root)
@@ -168,8 +204,14 @@ def save(
 
 
 def _remove(root: Path, number: int) -> None:
+    """Remove checkpoint ``number`` under ``root``. One that is a symlink (a checkpoint moved to other
+    storage by hand) goes as a link: its target, outside this folder, is not the writer's to delete."""
     for name in (f"ckpt-{number:06d}", f"step-{number:09d}"):
-        shutil.rmtree(root / name, ignore_errors=True)
+        path = root / name
+        if path.is_symlink():
+            path.unlink()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def write_latest(root: Path, name: str, digest: str) -> None:
@@ -180,12 +222,44 @@ def write_latest(root: Path, name: str, digest: str) -> None:
 
 
 # ---------------------------------------------------------------------- reading
+class _Unreadable(Exception):
+    """A checkpoint file refused before its bytes are read; the message says why."""
+
+
+def _read(path: Path, limit: int, *, follow: bool = True) -> bytes:
+    """The bytes of regular file ``path``, at most ``limit`` of them: a file that is not a regular one (a
+    device such as ``/dev/zero``, a pipe, a folder) or is larger is refused before it is read, and no more
+    than ``limit + 1`` bytes are ever read (a file growing meanwhile is refused too). ``follow=False``
+    refuses a symlink. Missing files raise ``OSError``."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if not follow and os.path.islink(path):
+            raise _Unreadable(
+                f"is a symlink (to {os.readlink(path)!r}), which streamgnn never writes"
+            ) from None
+        raise exc from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Unreadable("is not a regular file (a device, a pipe or a folder)")
+        if st.st_size > limit:
+            raise _Unreadable(f"holds {st.st_size:,} bytes, more than the {limit:,} expected")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise _Unreadable(f"holds more than the {limit:,} bytes expected")
+    return data
+
+
 def read_latest(root: Path, hint: str = "") -> tuple[str, str]:
     """``(name, manifest digest)`` that ``root/LATEST`` holds; a missing or damaged one is refused."""
     try:
-        data = (Path(root) / "LATEST").read_bytes()
+        data = _read(Path(root) / "LATEST", LINE_LIMIT, follow=False)
+    except _Unreadable as exc:
+        raise CheckpointError(f"{root}/LATEST is damaged: it {exc}.{hint}") from None
     except OSError as exc:
-        raise CheckpointError(f"no checkpoint at {root}: LATEST is missing ({exc}).{hint}") from exc
+        raise CheckpointError(f"no checkpoint at {root}: LATEST is missing ({exc.strerror}).{hint}") from None
     m = _LATEST.match(data)
     if m is None:
         raise CheckpointError(
@@ -195,37 +269,98 @@ def read_latest(root: Path, hint: str = "") -> tuple[str, str]:
     return m.group(1).decode(), m.group(2).decode()
 
 
-def latest(root: Path) -> Path:
+@dataclass(frozen=True)
+class Resolved:
+    """The checkpoint a folder resolves to, and ``note``: why it is not the one ``LATEST`` names ("": it
+    is, or the folder was a checkpoint itself)."""
+
+    path: Path
+    note: str = ""
+
+
+def resolve(root: Path) -> Resolved:
     """The checkpoint directory ``root`` is, or the one its ``LATEST`` names (checked to be the one it was
-    written for). Old trainer step directories count as checkpoints."""
+    written for); without a ``LATEST``, the newest checkpoint in ``root`` that verifies (none: refused,
+    naming what is there). Old trainer step directories count as checkpoints."""
     root = Path(root)
     if _DIR.match(root.name) or _OLD_STEP.match(root.name):
-        return root
+        return Resolved(root)
     hint = _hint(root)
+    if not os.path.lexists(root / "LATEST"):
+        return _newest_verified(root, hint)
     name, digest = read_latest(root, hint)
     if _OLD_STEP.match(name):
         if read_latest(root / name / "trainer")[1] != digest:
             raise _moved(root, name, hint)
-        return root / name
+        return Resolved(root / name)
     if not _DIR.match(name):
         raise CheckpointError(f"{root}/LATEST names {name!r}, not a checkpoint.{hint}")
     if _manifest(root / name, hint)[1] != digest:
         raise _moved(root, name, hint)
-    return root / name
+    return Resolved(root / name)
+
+
+def latest(root: Path) -> Path:
+    """``resolve(root)``'s checkpoint directory."""
+    return resolve(root).path
+
+
+def _newest_verified(root: Path, hint: str) -> Resolved:
+    """The newest checkpoint under ``root`` whose every byte verifies (a folder without ``LATEST``)."""
+    failed = []
+    for number in reversed(numbers(root)):
+        path = directory(root, number)
+        try:
+            verify(path)
+        except CheckpointError:
+            failed.append(path.name)
+            continue
+        skipped = f"; {', '.join(failed)} do not verify" if failed else ""
+        return Resolved(path, f"{root}/LATEST is missing: the newest checkpoint that verifies is {path.name}"
+                              f"{skipped}")  # fmt: skip
+    none = f", and none of {failed} verifies" if failed else ""
+    raise CheckpointError(f"no checkpoint at {root}: LATEST is missing{none}.{hint}")
+
+
+def verify(path: Path) -> dict:
+    """Check every byte of checkpoint directory ``path`` (its manifest, then each array against it) without
+    keeping the arrays; returns its manifest."""
+    if _OLD_STEP.match(path.name):
+        return load(path, ("trainer", "sharded-trainer", "snapshot-trainer", "snapshot-stream")).manifest
+    hint = _hint(path.parent)
+    manifest = _checked_manifest(path, ("*",), hint)
+    for key, meta in manifest.get("arrays", {}).items():
+        _array_bytes(path, key, meta, hint)
+    return manifest
+
+
+def manifest(path: Path) -> dict:
+    """The verified manifest of checkpoint directory ``path`` (its arrays not read)."""
+    if _OLD_STEP.match(Path(path).name):
+        return verify(Path(path))
+    return _checked_manifest(Path(path), ("*",), _hint(Path(path).parent))
 
 
 def load(
     root: Path, kind: str | tuple[str, ...], number: int | None = None, only: tuple[str, ...] | None = None
 ) -> Checkpoint:
-    """The verified checkpoint of ``kind`` under ``root``: ``number``, else the one ``LATEST`` names (or
-    ``root`` itself when it is a checkpoint directory). ``only``: read just these arrays (each has its own
-    checksum), e.g. a trainer's tensor state without the store beside it."""
+    """The verified checkpoint of ``kind`` under ``root``: ``number``, else the one ``resolve`` gives
+    (``LATEST``'s, or ``root`` itself when it is a checkpoint directory). ``only``: read just these arrays
+    (each has its own checksum), e.g. a trainer's tensor state without the store beside it."""
     root = Path(root)
     kinds = (kind,) if isinstance(kind, str) else kind
     path = latest(root) if number is None else directory(root, number)  # latest: checked against LATEST
     if _OLD_STEP.match(path.name):
         return _old_step(path, kinds, only)
     hint = _hint(path.parent)
+    manifest = _checked_manifest(path, kinds, hint)
+    return Checkpoint(
+        path, int(_DIR.match(path.name).group(1)), manifest, _arrays(path, manifest, hint, only)
+    )
+
+
+def _checked_manifest(path: Path, kinds: tuple[str, ...], hint: str) -> dict:
+    """The manifest of ``path``, verified, of a readable format and one of ``kinds`` ("*": any)."""
     manifest = _manifest(path, hint)[0]
     if not isinstance(manifest, dict) or not isinstance(manifest.get("arrays", {}), dict):
         raise CheckpointError(f"checkpoint {path}: the manifest is not a JSON object of arrays.{hint}")
@@ -235,19 +370,18 @@ def load(
             f"this streamgnn reads {FORMAT!r} v{FORMAT_VERSION} and 'streamgnn-store' v2: load it with the "
             "streamgnn that wrote it, or start a new checkpoint folder"
         )
-    if manifest.get("kind") not in kinds:
+    if "*" not in kinds and manifest.get("kind") not in kinds:
         raise CheckpointError(
             f"{path} holds a {manifest.get('kind')!r} checkpoint, not a {' or '.join(kinds)}"
         )
-    return Checkpoint(
-        path, int(_DIR.match(path.name).group(1)), manifest, _arrays(path, manifest, hint, only)
-    )
+    return manifest
 
 
 def _hint(root: Path) -> str:
     present = [directory(root, n).name for n in numbers(root)]
     return (
-        f" Checkpoints present: {present}; load an older one by its number (version=N) or directory."
+        f" Checkpoints present: {present}; resume from an older one by its directory (streamgnn train "
+        f"--resume-from {root}/NAME) or load it by its number (version=N)."
         if present
         else ""
     )
@@ -263,10 +397,12 @@ def _moved(root: Path, name: str, hint: str) -> CheckpointError:
 def _manifest(d: Path, hint: str) -> tuple[dict, str]:
     """The manifest of checkpoint directory ``d`` and its digest, checked against ``manifest.sha256``."""
     try:
-        data = (d / "manifest.json").read_bytes()
-        recorded = (d / "manifest.sha256").read_bytes()
+        recorded = _read(d / "manifest.sha256", LINE_LIMIT)
+        data = _read(d / "manifest.json", MANIFEST_LIMIT)
+    except _Unreadable as exc:
+        raise CheckpointError(f"checkpoint {d}: a manifest file {exc}.{hint}") from None
     except OSError as exc:
-        raise CheckpointError(f"checkpoint {d} has no readable manifest ({exc}).{hint}") from exc
+        raise CheckpointError(f"checkpoint {d} has no readable manifest ({exc}).{hint}") from None
     digest = hashlib.sha256(data).hexdigest()
     if recorded != f"{digest}\n".encode():
         raise CheckpointError(f"checkpoint {d}: the manifest or its checksum is truncated or altered.{hint}")
@@ -276,22 +412,35 @@ def _manifest(d: Path, hint: str) -> tuple[dict, str]:
         raise CheckpointError(f"checkpoint {d} has no readable manifest ({exc}).{hint}") from exc
 
 
+def _array_bytes(d: Path, key: str, meta, hint: str) -> bytes:
+    """The bytes of array ``key`` of ``d``, read only up to the size its (verified) manifest records and
+    checked against its SHA-256."""
+    meta = meta if isinstance(meta, dict) else {}
+    size = meta.get("bytes")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise CheckpointError(f"checkpoint {d}: the manifest gives array {key!r} no size.{hint}")
+    try:
+        data = _read(d / f"{key}.npy", size)
+    except _Unreadable as exc:
+        raise CheckpointError(
+            f"checkpoint {d}: array {key!r} {exc} (its manifest says {size:,}).{hint}"
+        ) from None
+    except OSError as exc:
+        raise CheckpointError(f"checkpoint {d} lacks array {key!r} ({exc}).{hint}") from None
+    if len(data) != size or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
+        raise CheckpointError(
+            f"checkpoint {d}: array {key!r} is truncated or altered (size {len(data)} vs "
+            f"{size}, checksum mismatch).{hint}"
+        )
+    return data
+
+
 def _arrays(d: Path, manifest: dict, hint: str, only: tuple[str, ...] | None) -> dict[str, np.ndarray]:
-    verified = {}
-    for key, meta in manifest.get("arrays", {}).items():
-        if only is not None and key not in only:
-            continue
-        try:
-            data = (d / f"{key}.npy").read_bytes()
-        except OSError as exc:
-            raise CheckpointError(f"checkpoint {d} lacks array {key!r} ({exc}).{hint}") from exc
-        meta = meta if isinstance(meta, dict) else {}
-        if len(data) != meta.get("bytes") or hashlib.sha256(data).hexdigest() != meta.get("sha256"):
-            raise CheckpointError(
-                f"checkpoint {d}: array {key!r} is truncated or altered (size {len(data)} vs "
-                f"{meta.get('bytes')}, checksum mismatch).{hint}"
-            )
-        verified[key] = data
+    verified = {
+        key: _array_bytes(d, key, meta, hint)
+        for key, meta in manifest.get("arrays", {}).items()
+        if only is None or key in only
+    }
     arrays = {}
     for key, data in verified.items():  # parsed only once every byte is verified
         try:
@@ -392,6 +541,12 @@ __all__ = [
     "numbers",
     "prefixed",
     "read_latest",
+    "resolve",
+    "Resolved",
+    "check_root",
+    "is_checkpoint",
+    "manifest",
+    "verify",
     "restore_rng",
     "rng_of",
     "save",

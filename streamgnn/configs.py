@@ -54,8 +54,20 @@ class Config:
 
 
 def to_dict(config) -> dict:
-    """The dataclass ``config`` as plain dicts, lists and scalars (non-finite floats as strings)."""
-    return _json_safe(msgspec.to_builtins(config))
+    """The dataclass ``config`` as plain dicts, lists and scalars (non-finite floats as strings), every
+    field included: one built by ``from_dict`` holds the fields it was not given as class defaults, which
+    ``to_builtins`` alone would leave out (a checkpoint's config would then lack them)."""
+    return _json_safe(msgspec.to_builtins(_fields(config)))
+
+
+def _fields(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _fields(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+    if isinstance(value, dict):
+        return {key: _fields(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_fields(item) for item in value]
+    return value
 
 
 def from_dict(cls, data: Mapping, where: str = ""):

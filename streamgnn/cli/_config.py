@@ -11,6 +11,8 @@ dataclasses, overridden by environment variables and then by command-line flags.
       checkpoint_dir: /checkpoints
       model:          # streamgnn.nn.TGNConfig (variant: dygformer: a streamgnn.nn.DyGFormerConfig)
         memory_dim: 100
+    resume:           # streamgnn.train.resume.ResumeConfig: how streamgnn train resumes
+      mismatch: refuse   # allow: resume a checkpoint of another source or trainer kind
     serve:            # streamgnn.serve.ServeConfig
       port: 8000
     produce:          # ProduceConfig (below): streamgnn produce
@@ -53,6 +55,7 @@ from ..serve.config import ServeConfig
 from ..snapshots import NextLinks, NodeTarget, SnapshotSpec
 from ..store import StoreConfig
 from ..train.config import TrainConfig
+from ..train.resume import ResumeConfig
 from ._args import check_output_dir
 
 ENV_PREFIX = "STREAMGNN_"
@@ -173,6 +176,7 @@ class JobConfig:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     produce: ProduceConfig = field(default_factory=ProduceConfig)
     partition: RouterConfig = field(default_factory=RouterConfig)

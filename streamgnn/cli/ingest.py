@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -22,12 +23,13 @@ again from its start; the store skips the event ids it already holds.
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    from ..checkpoint import numbers
     from ..progress import IntervalLog, IntervalRate
     from ..store import TemporalGraphStore
 
     cfg = config_from_args(args)
     path = Path(args.store)
-    resumed = (path / "LATEST").exists()
+    resumed = bool(numbers(path)) or os.path.lexists(path / "LATEST")  # without LATEST: never written over
     store = TemporalGraphStore.load(path) if resumed else TemporalGraphStore(cfg.store)
     if resumed:
         print(f"resumed {path}: {store.num_edges:,} edges, offsets {store.source_offsets}", flush=True)

@@ -18,7 +18,9 @@ EXAMPLE = """examples:
   torchrun --nproc-per-node 2 $(which streamgnn) train --config sharded.yaml --kafka --publish
       # with train.sharding in the file: each rank reads, trains on and publishes its own partitions
 
-Run it again with the same checkpoint folder and it resumes where the last checkpoint left off.
+Run it again with the same checkpoint folder and it resumes where the last checkpoint left off; a
+checkpoint of another source, trainer kind or model is refused (see docs/checkpoints.md):
+  streamgnn train --file edges.csv --resume-from out/ckpt/ckpt-000002 --checkpoint-dir out/ckpt2
 """
 
 
@@ -77,8 +79,9 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     if args.publish:
         kafka["embeddings_topic"] = cfg.kafka.embeddings_topic
     job = TrainJob(
-        train, metrics_port=args.metrics_port, log_every_s=args.log_every, out_dir=args.out, **kafka
-    )
+        train, metrics_port=args.metrics_port, log_every_s=args.log_every, out_dir=args.out,
+        resume=cfg.resume, **kafka,
+    )  # fmt: skip
     result = job.run(
         idle_timeout_s=args.idle_timeout, max_events=args.events, progress=not args.quiet, total=total
     )
@@ -105,7 +108,7 @@ def register(sub) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_option(p, "kafka, train")
+    add_config_option(p, "kafka, train, resume")
     add_source_options(p)
     p.add_argument(
         "--events",
@@ -132,6 +135,15 @@ def register(sub) -> None:
         p, "--checkpoint-every", key="train.checkpoint_every", type=int, metavar="N",
         help=f"batches between checkpoints ({DEFAULT_CHECKPOINT_EVERY} with --checkpoint-dir; 0: none), "
         "e.g. 500",
+    )  # fmt: skip
+    override(
+        p, "--resume-from", key="resume.checkpoint", metavar="CKPT",
+        help="resume from this one checkpoint (a checkpoint folder's ckpt-NNNNNN) instead of the newest in "
+        "--checkpoint-dir, e.g. out/ckpt/ckpt-000002",
+    )  # fmt: skip
+    override(
+        p, "--resume-anyway", key="resume.mismatch", action="store_const", const="allow",
+        help="resume even from a checkpoint of another source or trainer kind: sets resume.mismatch to allow",
     )  # fmt: skip
     override(p, "--batch-size", key="train.batch_size", type=int, help="events per global batch")
     override(p, "--lr", key="train.lr", type=positive_float, help="Adam learning rate")

@@ -21,23 +21,24 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError, StreamGNNError
 from ..progress import IntervalLog, IntervalRate
 from ..serve.metrics import WorkerMetrics
 from ..shard.run import local_source
 from ..shard.source import KafkaPartitions
 from ..shard.trainer import ShardedTrainer
-from ..train import checkpoint
 from ..train.broadcast import BroadcastSource
 from ..train.config import TrainConfig
 from ..train.distributed import collective, init_distributed
 from ..train.report import write_report
+from ..train.resume import Expectation, ResumeConfig, trainer_kind
 from ..train.trainer import OnlineResult, OnlineTrainer
+from .resume import check_folder, choose, source_identity
 
 
 class Monitored:
@@ -76,6 +77,7 @@ class TrainJob:
     metrics_port: int | None = None
     log_every_s: float = 10.0
     out_dir: str | None = None
+    resume: ResumeConfig = field(default_factory=ResumeConfig)
 
     def __post_init__(self) -> None:
         if (self.source is None) == (self.topic is None):
@@ -91,20 +93,40 @@ class TrainJob:
         self._source = None  # the KafkaSource this rank reads (replicated: rank 0's)
 
     # ------------------------------------------------------------------ build
+    def _expectation(self) -> Expectation:
+        """What this run is, for the checkpoint it resumes from to be checked against (``train.resume``)."""
+        return Expectation(
+            source_identity(self.source, self.topic), trainer_kind(self.sharded, self.dist.world_size),
+            self.config, allow=self.resume.mismatch == "allow",
+        )  # fmt: skip
+
     def _trainer(self, sink) -> MonitoredTrainer:
-        ckpt = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
-        latest = None
-        if ckpt is not None and self.dist.is_main and (ckpt / "LATEST").exists():
-            latest = checkpoint.step_path(ckpt).name
-        if self.dist.active:  # every rank loads the checkpoint rank 0 saw, even if a newer one lands now
-            box = [latest]
-            collective("broadcast_object_list", box, 0)
-            latest = box[0]
-        if latest is None:
-            return MonitoredTrainer(self.config, sink=sink, dist=self.dist)
-        trainer = MonitoredTrainer.resume(ckpt / latest, config=self.config, sink=sink, dist=self.dist)
+        """A trainer resumed from the checkpoint rank 0 chose (every rank the same one, even while a newer
+        one lands), or a new one; a refusal rank 0 met is every rank's."""
+        chosen = note = error = None
         if self.dist.is_main:
-            print(f"resumed from {ckpt / latest}: {trainer.position:,} events already learned", flush=True)
+            try:
+                chosen, note = choose(self.config.checkpoint_dir, self.resume.checkpoint)
+            except StreamGNNError as exc:
+                error = str(exc)
+        if self.dist.active:
+            box = [(chosen, note, error)]
+            collective("broadcast_object_list", box, 0)
+            chosen, note, error = box[0]
+        if error is not None:
+            raise CheckpointError(error)
+        expect = self._expectation()
+        if chosen is None:
+            trainer = MonitoredTrainer(self.config, sink=sink, dist=self.dist)
+            trainer.source_identity = expect.source
+            return trainer
+        trainer = MonitoredTrainer.resume(
+            chosen, config=self.config, sink=sink, dist=self.dist, expect=expect
+        )
+        if self.dist.is_main:
+            for line in ([note] if note else []) + expect.notes:
+                print(line, flush=True)
+            print(f"resumed from {chosen}: {trainer.position:,} events already learned", flush=True)
         return trainer
 
     def _stream(self, trainer: MonitoredTrainer, idle_timeout_s: float | None):
@@ -123,8 +145,20 @@ class TrainJob:
 
     def _sharded(self, sink, idle_timeout_s: float | None):
         """This rank's trainer (resumed where every rank checkpointed) and its partitions of the stream."""
-        trainer, offsets = MonitoredShardedTrainer.resume(self.config, dist=self.dist, sink=sink)
+        if self.resume.checkpoint is not None:
+            raise ConfigError(
+                "resume.checkpoint (--resume-from) names one checkpoint of a one-process or replicated run; "
+                "a sharded run resumes from the newest step every rank holds in train.checkpoint_dir"
+            )
+        if self.config.checkpoint_dir:
+            check_folder(Path(self.config.checkpoint_dir), sharded=True)
+        expect = self._expectation()
+        trainer, offsets = MonitoredShardedTrainer.resume(
+            self.config, dist=self.dist, sink=sink, expect=expect
+        )
         if trainer.steps and self.dist.is_main:
+            for line in expect.notes:
+                print(line, flush=True)
             print(f"resumed from {self.config.checkpoint_dir}: {trainer.position:,} events already learned",
                   flush=True)  # fmt: skip
         if self.topic is None:

@@ -17,6 +17,7 @@ nothing is lost or doubled. The world size and partition count must match the ch
 
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ import torch
 from .. import checkpoint
 from ..errors import CheckpointError
 from ..train import checkpoint as trainer_checkpoint
+from ..train.resume import Expectation
 
 KIND = "sharded-trainer"
 KEEP = 2  # the newest two: a rank one checkpoint ahead of a killed one still holds the common cut
@@ -64,23 +66,38 @@ def state(trainer) -> tuple[dict, dict]:
 
 
 def common_step(trainer, root: Path) -> int | None:
-    """The newest step every rank holds (a collective); None when no rank has a checkpoint."""
-    steps = checkpoint.numbers(rank_root(root, trainer.dist.rank))
-    mine = steps[-1] if steps else -1
-    every = [int(g[0][0]) for g in trainer.exchange.all_gather((np.array([mine]),), "checkpoint")]
+    """The newest step every rank holds (a collective); None when no rank has a checkpoint. Each rank tells
+    the world size its newest checkpoint was written by, so a run of another size than the one that wrote
+    the folder hears that, not that some ranks hold nothing."""
+    rank = rank_root(root, trainer.dist.rank)
+    steps = checkpoint.numbers(rank)
+    mine, world = (steps[-1] if steps else -1), -1
+    if steps:
+        with suppress(CheckpointError, TypeError, ValueError):  # a damaged one: its load names it
+            world = int(checkpoint.manifest(checkpoint.directory(rank, mine)).get("world_size", -1))
+    gathered = trainer.exchange.all_gather((np.array([mine, world]),), "checkpoint")
+    every, worlds = [int(g[0][0]) for g in gathered], {int(g[0][1]) for g in gathered} - {-1}
     if max(every) < 0:
         return None
+    size = trainer.dist.world_size
+    if worlds - {size}:
+        raise CheckpointError(
+            f"{root} was written by a sharded run of {' and '.join(map(str, sorted(worlds)))} ranks; this "
+            f"run has {size}: a sharded run resumes only with the world size that wrote its checkpoints "
+            "(give a new --checkpoint-dir to start over)"
+        )
     if min(every) < 0:
         raise CheckpointError(f"{root}: ranks {[r for r, s in enumerate(every) if s < 0]} hold no checkpoint")
     return min(every)
 
 
-def load(trainer, root: Path, step: int) -> dict[str, int]:
-    """Restore ``trainer`` from its rank's checkpoint of ``step``; returns the source offsets to resume at."""
+def load(trainer, root: Path, step: int, expect: Expectation | None = None) -> dict[str, int]:
+    """Restore ``trainer`` from its rank's checkpoint of ``step``; returns the source offsets to resume at.
+    ``expect``: refuse a checkpoint that does not fit this run (``train.resume``) before restoring it."""
     path = checkpoint.directory(rank_root(root, trainer.dist.rank), step)
     if not path.is_dir():
         raise CheckpointError(f"{path} is missing: this rank no longer holds the step the others resume from")
-    ckpt = trainer_checkpoint.load(path, trainer.device, KIND)
+    ckpt = trainer_checkpoint.load(path, trainer.device, KIND, expect)
     man, tensors = ckpt.manifest, ckpt.state
     if (
         man["world_size"] != trainer.dist.world_size

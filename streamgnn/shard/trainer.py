@@ -63,6 +63,7 @@ from ..train.metrics import RunningMetrics
 from ..train.models import make_link_model
 from ..train.negatives import EVAL, TRAIN, StreamNegatives
 from ..train.protocol import Candidates, LinkModel, StepInput
+from ..train.resume import Expectation
 from ..train.trainer import OnlineResult, StepResult, edge_features, local_scores, run_metrics
 from . import checkpoint
 from .batches import GlobalBatcher
@@ -90,6 +91,8 @@ class ShardedTrainer:
     >>> trainer.fit(PartitionedReplay(events, trainer.ownership), progress=False).events
     600
     """
+
+    source_identity: dict | None = None  # the stream read, as checkpoints record it (``train.resume``)
 
     def __init__(
         self, config: TrainConfig, *, dist: DistContext | None = None, sink: EmbeddingSink | None = None
@@ -213,17 +216,24 @@ class ShardedTrainer:
 
     @classmethod
     def resume(
-        cls, config: TrainConfig, *, dist: DistContext | None = None, sink: EmbeddingSink | None = None
+        cls,
+        config: TrainConfig,
+        *,
+        dist: DistContext | None = None,
+        sink: EmbeddingSink | None = None,
+        expect: Expectation | None = None,
     ) -> tuple[ShardedTrainer, dict[str, int]]:
         """A trainer at the newest step every rank checkpointed under ``config.checkpoint_dir`` (a fresh one
         if there is none), and the source offsets this rank resumes at (give them to its source). A resumed
-        trainer serves every vertex it owns at once (checkpoints do not hold the served rows)."""
+        trainer serves every vertex it owns at once (checkpoints do not hold the served rows). ``expect``:
+        what this run is (``train.resume``): a checkpoint that does not fit it is refused."""  # fmt: skip
         trainer = cls(config, dist=dist, sink=sink)
+        trainer.source_identity = expect.source if expect is not None else None
         root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
         step = None if root is None else checkpoint.common_step(trainer, root)
         if step is None:
             return trainer, {}
-        offsets = checkpoint.load(trainer, root, step)
+        offsets = checkpoint.load(trainer, root, step, expect)
         trainer.serving.refresh(trainer.index, trainer._embed, owned_vertices(trainer.index))
         return trainer, offsets
 

@@ -21,38 +21,47 @@ import torch
 from .. import checkpoint
 from ..errors import CheckpointError
 from ..store import TemporalGraphStore
+from .resume import Expectation, trainer_kind
 
 
 @dataclass(frozen=True)
 class TrainerState:
     """The values every stream trainer checkpoints the same way (the online and the sharded one): its config,
     global batches done, events consumed (``position``: a resumed replay skips them), events learned from,
-    and dead letters counted so far. Beside them the tensor state holds ``model``, ``optimizer``, ``metrics``
-    and ``rng`` under those names in both."""
+    and dead letters counted so far; and what they count (``train.resume``): ``source``, the stream read (the
+    trainer's ``source_identity``, None when the caller gave none) and ``trainer``, its kind and world size.
+    Beside them the tensor state holds ``model``, ``optimizer``, ``metrics`` and ``rng`` under those names in
+    both."""
 
     config: dict
     steps: int
     position: int
     learned: int
     dead_letters: int
+    source: dict | None = None
+    trainer: dict | None = None
 
     @classmethod
     def of(cls, trainer) -> TrainerState:
+        kind = trainer_kind(hasattr(trainer, "shard_config"), trainer.dist.world_size)  # a sharded one has it
         return cls(trainer.config.to_dict(), trainer.steps, trainer.position, trainer.learned,
-                   trainer.dead_letter_count)  # fmt: skip
+                   trainer.dead_letter_count, getattr(trainer, "source_identity", None), kind)  # fmt: skip
 
     @classmethod
     def from_values(cls, values: dict) -> TrainerState:
         return cls(values["config"], int(values["steps"]), int(values["position"]), int(values["learned"]),
-                   int(values["dead_letters"]))  # fmt: skip
+                   int(values["dead_letters"]), values.get("source"), values.get("trainer"))  # fmt: skip
 
     def values(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     def apply(self, trainer) -> None:
-        """Set the trainer's counters to these (its config is the caller's choice)."""
+        """Set the trainer's counters to these (its config is the caller's choice), and its source to the
+        checkpoint's unless the caller named the one it reads now."""
         trainer.steps, trainer.position = self.steps, self.position
         trainer.learned, trainer.dead_letter_count = self.learned, self.dead_letters
+        if trainer.source_identity is None:
+            trainer.source_identity = self.source
 
 
 def stream_tensors(trainer) -> dict:
@@ -71,8 +80,16 @@ def stream_tensors(trainer) -> dict:
 
 def restore_stream_tensors(trainer, state: dict) -> None:
     """``stream_tensors`` back into ``trainer`` (its models attached to the restored store first: a
-    baseline's state completes what ``attach`` rebuilds); the RNG apart, which the caller restores last."""
-    trainer.link_model.load_state_dict(state)
+    baseline's state completes what ``attach`` rebuilds); the RNG apart, which the caller restores last. A
+    state of another model (a setting its config did not record) is refused in one line."""
+    try:
+        trainer.link_model.load_state_dict(state)
+    except (RuntimeError, KeyError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(
+            f"the checkpoint's model does not fit this run's (another shape or kind of model: resume with "
+            f"the model settings it was trained with): {first}"
+        ) from None
     trainer.metrics.load_state_dict(state["metrics"])
     for name, saved in state.get("baseline_metrics", {}).items():
         if name in trainer.baseline_metrics:
@@ -122,9 +139,17 @@ def save(
     )
 
 
-def load(root: Path, map_location: torch.device | str = "cpu", kind: str = "trainer") -> TrainerCheckpoint:
-    """The checkpoint of ``kind`` that ``LATEST`` names under ``root`` (or ``root`` itself if it is one)."""
+def load(
+    root: Path,
+    map_location: torch.device | str = "cpu",
+    kind: str = "trainer",
+    expect: Expectation | None = None,
+) -> TrainerCheckpoint:
+    """The checkpoint of ``kind`` that ``LATEST`` names under ``root`` (or ``root`` itself if it is one);
+    with ``expect``, refused before its state is parsed unless it fits the run (``train.resume``)."""
     ckpt = checkpoint.load(Path(root), kind)
+    if expect is not None:
+        expect.check(ckpt.manifest, ckpt.path)
     if "state" not in ckpt.arrays or not isinstance(ckpt.manifest.get("store"), dict):
         raise CheckpointError(f"{ckpt.path} is not a trainer checkpoint: it has no tensor state or store")
     store = TemporalGraphStore.from_state(ckpt.part("store"), ckpt.manifest["store"], str(ckpt.path))

@@ -42,6 +42,7 @@ from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_basel
 from .models import make_link_model
 from .negatives import EVAL, TRAIN, StreamNegatives
 from .protocol import Candidates, LinkModel, StepInput
+from .resume import Expectation
 from .serving import Serving
 
 
@@ -104,6 +105,8 @@ class OnlineTrainer:
     seams are modules of their own: the model (``protocol.LinkModel``, TGN's in ``tgn_model``), negatives
     (``negatives``), serving (``serving``) and checkpoints (``checkpoint``).
     """
+
+    source_identity: dict | None = None  # the stream read, as checkpoints record it (``resume``'s identities)
 
     def __init__(
         self,
@@ -460,14 +463,17 @@ class OnlineTrainer:
         sink: EmbeddingSink | None = None,
         dist: DistContext | None = None,
         link_model: LinkModel | None = None,
+        expect: Expectation | None = None,
     ) -> OnlineTrainer:
         """A trainer in exactly the state of the newest checkpoint under ``checkpoint_dir``.
 
         ``config`` defaults to the saved one; pass one to change e.g. the device or checkpoint cadence
         (the model shape must match the saved parameters). ``link_model``: the same kind of model the
-        checkpoint was written by, if not the default TGN.
+        checkpoint was written by, if not the default TGN. ``expect``: what this run is (``train.resume``):
+        a checkpoint that does not fit it is refused before its state is parsed, and the trainer's
+        checkpoints record ``expect.source`` from now on (default: the checkpoint's own).
         """
-        ckpt = checkpoint.load(Path(checkpoint_dir))
+        ckpt = checkpoint.load(Path(checkpoint_dir), expect=expect)
         man = ckpt.manifest
         # Saved config: checkpoints go on where they were loaded from, even if the folder moved.
         cfg = config or replace(
@@ -476,6 +482,7 @@ class OnlineTrainer:
         )
         # An empty store first: no refresh by an untrained model.
         trainer = cls(cfg, table=table, sink=sink, dist=dist, link_model=link_model)
+        trainer.source_identity = expect.source if expect is not None else None
         ckpt.store.allow_lateness(cfg.allowed_lateness)  # a setting of this run (see TrainConfig)
         trainer.reset_stream(ckpt.store)
         checkpoint.restore_stream_tensors(trainer, ckpt.state)
