@@ -133,14 +133,15 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
 
     async def health(request: Request):
         tab = reader.table
+        error = reader.error or (None if tab is None else tab.index_error)  # an index lost: scans answer
         return {
-            "status": "ok" if reader.error is None else "degraded",
+            "status": "ok" if error is None else "degraded",
             "topic": reader.topic,
             "nodes": 0 if tab is None else len(tab),
             "dim": None if tab is None else tab.dim,
             "caught_up": reader.caught_up.is_set(),
             "lag": reader.lag,
-            "error": reader.error,
+            "error": error,
         }
 
     async def embeddings(request: Request):
