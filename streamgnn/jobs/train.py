@@ -171,7 +171,8 @@ class TrainJob:
         positions = self._source.positions()
         read = sorted(self._lag_reader.partitions_for_topic(self.topic))
         if self.sharded:  # a rank reads its own partitions
-            read = [p for p in read if p in set(self.trainer.ownership.partitions())]
+            own = self.trainer.ownership
+            read = [p for p in read if own.rank_of(p) == own.rank]
         parts = [TopicPartition(self.topic, p) for p in read]
         ends = self._lag_reader.end_offsets(parts)
         lag = {f"{tp.topic}:{tp.partition}": max(0, ends[tp] - positions.get(f"{tp.topic}:{tp.partition}", 0))
