@@ -132,11 +132,12 @@ class GlobalBatcher:
         foreign = self.ownership.rank_of(part) != self.ownership.rank
         if self.ownership.partition_fn is None and foreign.any():
             i = int(np.flatnonzero(foreign)[0])
+            mine = self.ownership.partitions()  # listed only here, in an error, and only the first ones
+            shown = mine if len(mine) <= 16 else f"{str(mine[:4])[:-1]}, ... ({len(mine):,} in all)]"
             raise PlacementError(
                 f"rank {self.exchange.rank} read event {int(valid.eid[i])}, placed in partition "
-                f"{int(part[i])}, not one of its partitions (p % {self.ownership.world_size} == "
-                f"{self.ownership.rank}): the topic was not written by a router with "
-                f"{self.ownership.num_partitions} partitions"
+                f"{int(part[i])}, not one of its partitions {shown}: the topic was not written by a router "
+                f"with {self.ownership.num_partitions} partitions"
             )
         keep = self._not_replayed(valid.eid, part)
         valid, part, origins = valid.take(keep), part[keep], origins[keep]
