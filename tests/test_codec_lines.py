@@ -77,7 +77,10 @@ def test_a_payload_decodes_as_its_lines_do_one_by_one(case):
     batch, letters = decode_json_lines("\n".join(lines))
     alone = [decode_json_lines(line) for line in lines]
     assert batch.eid.tolist() == [e for b, _ in alone for e in b.eid.tolist()]
-    assert [d.reason for d in letters] == [d.reason for _, ds in alone for d in ds]
+    bom = {i for i, line in enumerate(lines) if i and line.startswith("\ufeff")}  # skipped at the start only
+    got = [(int(d.where.rsplit(" ", 1)[1]) - 1, d.reason) for d in letters]
+    want = [(i, d.reason) for i, (_, ds) in enumerate(alone) for d in ds]
+    assert [x for x in got if x[0] not in bom] == [x for x in want if x[0] not in bom]
 
 
 def test_two_crafted_lines_around_a_valid_one_do_not_absorb_it():
