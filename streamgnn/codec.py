@@ -185,21 +185,40 @@ def _fields(obj: object) -> tuple | str:
     return kind, src, dst, t, eid, weight, feats
 
 
-def _parse_all(lines: list[str]) -> list[object] | None:
-    """Parse every line in one ``json.loads`` call, or None if any line is bad.
+_JOINT = "NaN"  # the bulk parse's sentinel: a bare token, which no escape can spell
+_JOINED = object()  # what each joint parses to in the bulk parse
 
-    Lines are joined with ``\\n,null,``: a string cannot run across the raw newline (strict JSON), and a
-    line that is not exactly one JSON value shifts the ``null`` sentinels, so the bulk result is used only
-    when it lines up with the lines and every line gave an object (events are objects; a line that gave
-    anything else sends all lines down the careful path, so its reason and line number are right). Fooling
-    this takes lines that leave a container open and spell out the sentinel themselves: a sender can only
-    garble its own message that way, never another's.
+
+def _joint_constant(name: str) -> object:
+    if name == _JOINT:
+        return _JOINED
+    return _reject_constant(name)
+
+
+_loads_joined = json.JSONDecoder(parse_constant=_joint_constant).decode
+
+
+def _parse_all(lines: list[str]) -> list[object] | None:
+    """Parse every line in one ``json.loads`` call, or None where that cannot be trusted (the careful path
+    then parses line by line).
+
+    Lines are joined with ``\n,NaN,`` into one array, and the result is used only when no line holds the
+    text ``NaN`` and every odd element is a joint's ``NaN``, every even one an object. That proves each line
+    was exactly one element: no line spells the token (and no JSON escape can: it is a bare token, not a
+    string), a raw newline cannot sit inside a string, so every ``NaN`` parsed is a joint's, and all of them
+    being top-level elements puts every joint's commas at the top level: what lies between two joints,
+    one line, parsed on its own. A line that left a container open would pull a joint inside it, and a
+    line that spelled the sentinel itself, to make up for that, is not taken. Lines are parsed exactly as
+    they would be alone, so neighbours can never absorb, split or hide a line.
     """
+    joined = "[" + "\n,NaN,".join(lines) + "]"
+    if joined.count(_JOINT) != len(lines) - 1:
+        return None
     try:
-        parsed = _loads("[" + "\n,null,".join(lines) + "]")
+        parsed = _loads_joined(joined)
     except (ValueError, RecursionError):
         return None
-    if len(parsed) != 2 * len(lines) - 1 or parsed[1::2].count(None) != len(lines) - 1:
+    if len(parsed) != 2 * len(lines) - 1 or parsed[1::2].count(_JOINED) != len(lines) - 1:
         return None
     events = parsed[::2]
     return events if all(type(e) is dict for e in events) else None

@@ -161,13 +161,15 @@ def _serve(stack, bootstrap, topic, ckpt, port, stream, summary, out_dir, traine
 
     config = ServeConfig(port=port, checkpoint_dir=str(ckpt), log_every_s=0)  # /score: the trained model
     with sigterm_as_interrupt():
-        try:
+        serving = False  # Ctrl-C before the lines below interrupts the demo (the CLI says so, status 130);
+        try:  # after them it is how the user stops the service, as they were told
             service = stack.enter_context(EmbeddingService(config, bootstrap, topic, store=trainer.store))
             service.reader.wait_caught_up()  # every published row is served before the lines are printed
             summary.update(broker=f"tansu (local, serving on {bootstrap})", service=service.url)
             (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
             src, dst, url = int(stream.src[0]), int(stream.dst[0]), service.url
             body = f'{{"id": {src}, "k": 5}}'
+            serving = True
             print(
                 f"serving the embeddings of topic '{topic}' on {url} (broker {bootstrap}); try:\n"
                 f"  curl -s '{url}/embeddings?ids={src},{dst}'\n"
@@ -179,7 +181,10 @@ def _serve(stack, bootstrap, topic, ckpt, port, stream, summary, out_dir, traine
             )
             signal.pause()
         except KeyboardInterrupt:
-            pass
+            if not serving:
+                summary.update(broker="tansu (local, stopped)", service="interrupted before it served")
+                (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+                raise
     print("stopping the service and the broker", flush=True)
     summary.update(broker="tansu (local, stopped)", service=f"{service.url} (stopped)")
 

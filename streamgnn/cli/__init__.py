@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         what = f"{exc.filename}: " if exc.filename else ""
         code = _error(f"{what}{exc.strerror or exc}")
         return code
+    except KeyboardInterrupt:  # Ctrl-C: the command's with blocks have closed what it held on the way out
+        print(f"streamgnn {args.command}: interrupted", file=sys.stderr, flush=True)
+        code = 130  # the shell's status for a command ended by SIGINT
+        return code
     except SystemExit as exc:  # a benchmark's own parser, a supervised agent's exit
         code = exc.code if isinstance(exc.code, int) else 1
         raise

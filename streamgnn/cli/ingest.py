@@ -33,7 +33,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     store = TemporalGraphStore.load(path) if resumed else TemporalGraphStore(cfg.store)
     if resumed:
         print(f"resumed {path}: {store.num_edges:,} edges, offsets {store.source_offsets}", flush=True)
-    counts = {"events": 0}
+    counts = {"events": 0, "duplicates": 0}  # duplicates: event ids the store already held, skipped
     kafka = tally = None
     if args.kafka:
         from ..connectors.kafka import KafkaSource
@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         "ingest",
         lambda: (
             f"{counts['events']:,} events ({speed(counts['events']):,.0f}/s), "
-            f"{store.num_edges:,} edges, {dead():,} dead letters"
+            f"{store.num_edges:,} edges, {counts['duplicates']:,} duplicates, {dead():,} dead letters"
         ),
         args.log_every,
     )
@@ -67,6 +67,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
                 batch = batch[: args.events - counts["events"]]
             report = store.ingest(batch)
             counts["events"] += len(batch)
+            counts["duplicates"] += report.duplicates
             (kafka if kafka is not None else tally).report_dead_letters(report.dead_letters)
             if time.monotonic() - saved >= args.save_every:
                 store.save(path, source_offsets=kafka.positions() if kafka else None)
@@ -84,7 +85,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     letters = tally.text() if tally is not None else count_text(dead())
     print(
         f"{counts['events']:,} events read, {letters}; {path}: {store.num_edges:,} edges, "
-        f"{store.num_nodes:,} nodes"
+        f"{store.num_nodes:,} nodes; {counts['duplicates']:,} duplicate events skipped (ids already stored)"
     )
     return 0
 

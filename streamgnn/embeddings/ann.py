@@ -32,6 +32,8 @@ from ..errors import ConfigError
 
 TOPK = ("exact", "approximate")
 TRAIN_SAMPLE = 65_536  # rows the codebooks are trained on: 16 centroids per 2-d subspace need few
+CODE_BITS = 4  # bits per code: 2**CODE_BITS centroids per 2-d subspace
+MIN_TRAIN_ROWS = 1 << CODE_BITS  # faiss's k-means needs at least one training row per centroid
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,12 @@ class ApproximateTopK:
     search_threads: int = 1
 
     def __post_init__(self) -> None:
-        if self.exact_below < 1:
-            raise ConfigError(f"serve.topk_exact_below must be >= 1, got {self.exact_below}")
+        if self.exact_below < MIN_TRAIN_ROWS:
+            raise ConfigError(
+                f"serve.topk_exact_below must be >= {MIN_TRAIN_ROWS}, got {self.exact_below}: the index is "
+                f"trained on the rows the table holds then, and faiss needs at least {MIN_TRAIN_ROWS} "
+                f"(one per centroid of its {CODE_BITS}-bit codes)"
+            )
         if self.candidates < 1:
             raise ConfigError(f"serve.topk_candidates must be >= 1, got {self.candidates}")
         if self.search_threads < 1:
@@ -106,7 +112,7 @@ class PQScanIndex:
         sample = vectors
         if n > TRAIN_SAMPLE:
             sample = vectors[np.random.default_rng(seed).choice(n, TRAIN_SAMPLE, replace=False)]
-        index = faiss.IndexPQFastScan(d, d // 2, 4, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.IndexPQFastScan(d, d // 2, CODE_BITS, faiss.METRIC_INNER_PRODUCT)
         index.pq.cp.seed = seed
         index.train(sample)
         index.add(vectors)
@@ -141,4 +147,4 @@ class PQScanIndex:
         return rows
 
 
-__all__ = ["TOPK", "ApproximateTopK", "PQScanIndex"]
+__all__ = ["MIN_TRAIN_ROWS", "TOPK", "ApproximateTopK", "PQScanIndex"]

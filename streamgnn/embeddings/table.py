@@ -16,6 +16,7 @@ rows (``embeddings.ann``).
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Protocol, runtime_checkable
 
@@ -26,6 +27,8 @@ from ..errors import ConfigError, UnknownNodeError
 from ..growth import grow
 from ..store.idmap import NodeIdMap
 from .ann import ApproximateTopK
+
+log = logging.getLogger(__name__)
 
 METRICS = ("cosine", "dot")
 RERANK_ROWS = 1 << 18  # candidate rows gathered at once for exact re-scoring (100 MB at 100-d)
@@ -50,6 +53,7 @@ class EmbeddingTable:
             raise ConfigError(f"embedding dim must be >= 1, got {dim}")
         self.dim = dim
         self.approximate = approximate
+        self.index_error: str | None = None  # why the approximate index was dropped (scans answer since)
         self._lock = threading.Lock()
         self._generation = 0  # bumped by clear(): a publish in flight must not mark rows of a cleared table
         self.clear()
@@ -130,10 +134,16 @@ class EmbeddingTable:
         if self._index is None:
             return
         n = self._ids.size
-        if self._index.wants_training(n):
-            self._index.train(self._unit(np.arange(n)))
-        elif self._index.ready:
-            self._index.upsert(rows, self._unit(rows))
+        try:
+            if self._index.wants_training(n):
+                self._index.train(self._unit(np.arange(n)))
+            elif self._index.ready:
+                self._index.upsert(rows, self._unit(rows))
+        except Exception as exc:  # the rows are written: answer every query by a scan rather than lose rows
+            self._index = None
+            why = " ".join(str(exc).split())[:300]
+            self.index_error = f"the approximate top-k index failed at {n} rows ({type(exc).__name__}: {why})"
+            log.error("%s; every top-k query scans all rows from now on", self.index_error)
 
     def _unit(self, rows: np.ndarray) -> np.ndarray:
         """The rows scaled to unit length (a zero row stays zero): their inner products are cosines."""

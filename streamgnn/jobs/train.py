@@ -205,7 +205,8 @@ class TrainJob:
         positions = self._source.positions()
         read = self._lag_reader.partitions(self.topic)
         if self.sharded:  # a rank reads its own partitions
-            read = [p for p in read if p in set(self.trainer.ownership.partitions())]
+            own = self.trainer.ownership
+            read = [p for p in read if own.rank_of(p) == own.rank]
         ends = self._lag_reader.end_offsets(self.topic, read)
         keys = {p: partition_key(self.topic, p) for p in read}
         lag = {keys[p]: max(0, ends[p] - positions.get(keys[p], 0)) for p in read}

@@ -5,7 +5,7 @@ Vertex partitioners (edge-cut): ``hash`` (stateless, the default), ``ldg``, ``fe
 ``StoreConfig.partitioner`` names.
 """
 
-from .base import PENDING, Partitioner, Routes
+from .base import MAX_PARTITIONS, PENDING, Partitioner, Routes, partition_count_problem
 from .config import EDGE_METHODS, METHODS, VERTEX_METHODS, PartitionerConfig, RebalanceConfig
 from .hashing import hash_partition
 from .metrics import PartitionReport, PartitionTimeline, partition_report
@@ -28,6 +28,7 @@ def make_partitioner(spec, num_partitions: int) -> Partitioner:
 
 __all__ = [
     "EDGE_METHODS",
+    "MAX_PARTITIONS",
     "METHODS",
     "PENDING",
     "VERTEX_METHODS",
@@ -41,4 +42,5 @@ __all__ = [
     "hash_partition",
     "make_partitioner",
     "partition_report",
+    "partition_count_problem",
 ]

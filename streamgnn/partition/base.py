@@ -47,14 +47,32 @@ class Routes:
     both: np.ndarray | None = None
 
 
+MAX_PARTITIONS = 1 << 20
+
+
+def partition_count_problem(value) -> str | None:
+    """What is wrong with ``value`` as a graph partition count, or None. Every setting of one (a store's,
+    a sharded run's, a router's) is checked here: an int in ``[1, MAX_PARTITIONS]``. The bound refuses what
+    cannot be meant: a partition is a share of the graph meant to hold many vertices, and some work is per
+    partition wherever partitions are real (a sharded run reads one Kafka topic partition per graph
+    partition; LDG and Fennel score every partition for each vertex they place)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        return f"num_partitions must be an int >= 1, got {value!r}"
+    if value > MAX_PARTITIONS:
+        return (
+            f"num_partitions is {value:,}, more than {MAX_PARTITIONS:,} (2**20): a partition is a share of "
+            "the graph meant to hold many vertices, and a sharded run reads a Kafka topic partition for each"
+        )
+    return None
+
+
 class Partitioner:
     """Base of the partitioners; ``hash`` is this class itself (no state, labels from external ids)."""
 
     def __init__(self, config: PartitionerConfig, num_partitions: int) -> None:
-        if isinstance(num_partitions, bool) or not isinstance(num_partitions, int | np.integer):
-            raise ConfigError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
-        if num_partitions < 1:
-            raise ConfigError(f"num_partitions must be an int >= 1, got {num_partitions!r}")
+        problem = partition_count_problem(num_partitions)
+        if problem is not None:
+            raise ConfigError(problem)
         self.config = config
         self.num_partitions = int(num_partitions)
         self.moved = 0  # vertices moved by rebalancing, over the stream's life

@@ -41,7 +41,7 @@ from starlette.routing import Route
 
 from ..embeddings.table import METRICS, EmbeddingTable
 from ..errors import UnknownNodeError
-from .config import INT64, ServeConfig
+from .config import ServeConfig, int_id
 from .guard import RequestGuard
 from .metrics import ServiceMetrics
 from .reader import EmbeddingsReader
@@ -76,12 +76,9 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
             raise _Reject(400, f"{field}: node ids are ints or strings, got {_show(value)}")
         if int_ids:
             try:
-                number = int(value)
-            except ValueError:
-                raise _Reject(400, f"{field}: {_show(value)} is not an int node id") from None
-            if not INT64[0] <= number <= INT64[1]:
-                raise _Reject(400, f"{field}: node id {_show(value)} is beyond int64")
-            return number
+                return int_id(value)
+            except ValueError as exc:
+                raise _Reject(400, f"{field}: node id {_show(value)} {exc}") from None
         return str(value)
 
     def id_list(values, field: str) -> list:
@@ -109,10 +106,7 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
             ) from None
 
     async def body(request: Request) -> dict:
-        limit = config.max_body_bytes
-        declared = request.headers.get("content-length", "")
-        if re.fullmatch("[0-9]{1,18}", declared) and int(declared) > limit:  # else counted as it comes
-            raise _Reject(413, f"the body is {declared} bytes, more than serve.max_body_bytes={limit}")
+        limit = config.max_body_bytes  # a declared length is checked by RequestGuard, before routing
         raw = bytearray()
         try:
             async for chunk in request.stream():  # a chunked body has no length to check up front
@@ -127,12 +121,10 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
         return data
 
     def get_k(value) -> int:
-        if isinstance(value, bool | float):
+        # digits only, as node ids: int() would also read "1_0", " 5" or other scripts' digits
+        if not (type(value) is int or (isinstance(value, str) and re.fullmatch("[0-9]+", value))):
             raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}")
-        try:
-            k = int(value)
-        except (TypeError, ValueError):
-            raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}") from None
+        k = value if type(value) is int else int(value.lstrip("0")[:30] or "0")  # 30 digits: beyond any max_k
         if k < 1:
             raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}")
         if k > config.max_k:
@@ -141,14 +133,15 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
 
     async def health(request: Request):
         tab = reader.table
+        error = reader.error or (None if tab is None else tab.index_error)  # an index lost: scans answer
         return {
-            "status": "ok" if reader.error is None else "degraded",
+            "status": "ok" if error is None else "degraded",
             "topic": reader.topic,
             "nodes": 0 if tab is None else len(tab),
             "dim": None if tab is None else tab.dim,
             "caught_up": reader.caught_up.is_set(),
             "lag": reader.lag,
-            "error": reader.error,
+            "error": error,
         }
 
     async def embeddings(request: Request):
@@ -235,7 +228,11 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
     return Starlette(
         middleware=[
             Middleware(
-                RequestGuard, max_url_bytes=config.max_url_bytes, api_key=config.api_key, metrics=metrics
+                RequestGuard,
+                max_url_bytes=config.max_url_bytes,
+                max_body_bytes=config.max_body_bytes,
+                api_key=config.api_key,
+                metrics=metrics,
             )
         ],
         exception_handlers={HTTPException: http_error},

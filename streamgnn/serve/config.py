@@ -11,6 +11,24 @@ from ..errors import ConfigError
 
 NODE_IDS = ("int", "str")
 INT64 = (-(1 << 63), (1 << 63) - 1)  # the range of "int" node ids (the table keys them as int64)
+_DECIMAL = re.compile(r"-?0*([0-9]{1,19})")  # int64 holds 19 digits at most
+
+
+def int_id(value: int | str) -> int:
+    """An "int" node id from an int or its decimal text, strictly: ASCII digits with an optional leading
+    ``-`` and nothing else. Python's ``int()`` also reads ``1_0`` as 10, other scripts' digits as ASCII
+    ones, and spaces and ``+`` around them: each would answer for a node the client did not name. Raises
+    ``ValueError`` saying why the value is not one."""
+    if isinstance(value, str):
+        match = _DECIMAL.fullmatch(value)
+        if match is None:
+            if re.fullmatch(r"-?[0-9]+", value):
+                raise ValueError("is beyond int64")
+            raise ValueError("is not an int node id (ASCII digits, an optional leading '-')")
+        value = -int(match[1]) if value.startswith("-") else int(match[1])
+    if not INT64[0] <= value <= INT64[1]:
+        raise ValueError("is beyond int64")
+    return value
 
 
 @dataclass(frozen=True)

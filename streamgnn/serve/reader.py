@@ -22,7 +22,7 @@ import numpy as np
 from ..embeddings.ann import ApproximateTopK
 from ..embeddings.table import EmbeddingTable
 from ..errors import ConfigError
-from .config import INT64
+from .config import int_id
 from .metrics import ServiceMetrics
 
 log = logging.getLogger(__name__)
@@ -128,37 +128,17 @@ class EmbeddingsReader:
         return None
 
     def _apply(self, records) -> None:
-        """Decode ``records`` (offset order per partition), keep each node's last vector, write them."""
-        from ..connectors.sink import decode_embedding
-
+        """Decode ``records`` (offset order per partition), keep each node's last vector, write them. A row
+        that cannot be applied is a dead letter with its reason; the poll's other rows are applied."""
         latest: dict = {}
         good = 0
         for r in records:
-            reason = None
             try:
-                node = self._node(r.key)
-                headers = {k: v for k, v in (r.headers or [])}
-                ctype = headers.get("content-type", b"").decode() or None
-                if r.value is None:
-                    reason = "message has no value (a tombstone); the node keeps its last vector"
-                else:
-                    vec, t = decode_embedding(r.value, ctype)
-                    if "t" in headers:
-                        t = headers["t"].decode()
-                    t = np.nan if t is None else _time(t)
-                    if vec.ndim != 1 or not len(vec):
-                        reason = f"a vector of shape {vec.shape}, not one row of numbers"
-                    elif not _finite_norm(vec):
-                        reason = self._refuse_non_finite(node, vec)
-                    else:
-                        if self.table is None:
-                            self.table = EmbeddingTable(len(vec), self.approximate)
-                        if vec.shape != (self.table.dim,):
-                            reason = f"a vector of shape {vec.shape} in a table of {self.table.dim}-d rows"
+                node, vec, t, reason = self._decode(r)
             except ConfigError as exc:
                 reason = str(exc)
-            except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
-                reason = f"undecodable embedding message ({type(exc).__name__}: {exc})"
+            except Exception as exc:  # whatever a hostile row makes a decoder raise is that row's fault alone
+                reason = f"undecodable embedding message ({type(exc).__name__}: {str(exc)[:200]})"
             if reason is not None:
                 self.metrics.dead_letter(reason)
                 log.debug("skipped %s:%s@%s: %s", r.topic, r.partition, r.offset, reason)
@@ -182,6 +162,30 @@ class EmbeddingsReader:
         self.metrics.ingested.inc(good)
         self.metrics.nodes.set(len(self.table))
 
+    def _decode(self, r) -> tuple:
+        """``(node, vector, t, None)`` to apply, or ``(node, None, None, reason)`` for a row to
+        refuse; raises on a row that does not decode (the caller dead-letters it in the exception's words)."""
+        from ..connectors.sink import decode_embedding
+
+        node = self._node(r.key)
+        headers = {k: v for k, v in (r.headers or [])}
+        ctype = headers.get("content-type", b"").decode() or None
+        if r.value is None:
+            return node, None, None, "message has no value (a tombstone); the node keeps its last vector"
+        vec, t = decode_embedding(r.value, ctype)
+        if "t" in headers:
+            t = headers["t"].decode()
+        t = np.nan if t is None else _time(t)
+        if vec.ndim != 1 or not len(vec):
+            return node, None, None, f"a vector of shape {vec.shape}, not one row of numbers"
+        if not _finite_norm(vec):
+            return node, None, None, self._refuse_non_finite(node, vec)
+        if self.table is None:
+            self.table = EmbeddingTable(len(vec), self.approximate)
+        if vec.shape != (self.table.dim,):
+            return node, None, None, f"a vector of shape {vec.shape} in a table of {self.table.dim}-d rows"
+        return node, vec, t, None
+
     def _refuse_non_finite(self, node, vec: np.ndarray) -> str:
         """The reason a NaN, an infinity or a float32 norm that overflows is not stored (it would make every
         answer that touches the row, top-k scans included, unanswerable); said in the log once per node."""
@@ -201,12 +205,14 @@ class EmbeddingsReader:
         if self.node_ids == "str":
             return text
         try:
-            node = int(text)
-        except ValueError:
-            raise ConfigError(f"key {text!r} is not an int node id (serve.node_ids is 'int')") from None
-        if not INT64[0] <= node <= INT64[1]:
-            raise ConfigError(f"key {text!r} is beyond int64 (serve.node_ids is 'int')")
-        return node
+            return int_id(text)
+        except ValueError as exc:
+            raise ConfigError(f"key {_short(text)} {exc} (serve.node_ids is 'int')") from None
+
+
+def _short(text: str, most: int = 60) -> str:
+    """``text`` quoted in a reason, cut short: a hostile row's key, or an error about it, may be megabytes."""
+    return repr(text) if len(text) <= most else f"{text[:most]!r}..."
 
 
 def _time(value) -> float:

@@ -31,7 +31,7 @@ from ..codec import decode_binary, encode_binary
 from ..errors import PlacementError
 from ..events import DeadLetter, EventBatch, concat
 from .comm import Collectives
-from .ownership import Ownership
+from .ownership import Ownership, rows_within_partition
 from .source import LocalSource
 
 _SEQ_BITS = 40  # rows per partition below 2**40; partition numbers below 2**23
@@ -52,7 +52,7 @@ class GlobalBatcher:
         self.origins = _no_origins(0)  # (topic partition, offset) per buffered row, -1: not known
         self._cut_origins = _no_origins(0)  # per row of the last global batch: this rank's rows' origins
         self._starved = False  # this rank's last read found nothing new
-        self.seq = np.zeros(ownership.num_partitions, np.int64)  # rows read per partition
+        self.seq: dict[int, int] = {}  # rows read per partition, of those read from (none: 0)
         self.frontier = -math.inf
         self.dead_letters: list[DeadLetter] = []  # rows of this rank's source that failed validation
         self._replaying: set[int] = set()  # partitions whose resumed source may first deliver rows again
@@ -129,21 +129,24 @@ class GlobalBatcher:
         origins = np.delete(origins, [letter.index for letter in letters], axis=0)
         self.frontier = max(self.frontier, float(valid.t.max())) if len(valid) else self.frontier
         part = self.ownership.source_partitions(valid)
-        mine = self.ownership.partitions()
-        if self.ownership.partition_fn is None and not np.isin(part, mine).all():
-            i = int(np.flatnonzero(~np.isin(part, mine))[0])
+        foreign = self.ownership.rank_of(part) != self.ownership.rank
+        if self.ownership.partition_fn is None and foreign.any():
+            i = int(np.flatnonzero(foreign)[0])
+            mine = self.ownership.partitions()  # listed only here, in an error, and only the first ones
+            shown = mine if len(mine) <= 16 else f"{str(mine[:4])[:-1]}, ... ({len(mine):,} in all)]"
             raise PlacementError(
                 f"rank {self.exchange.rank} read event {int(valid.eid[i])}, placed in partition "
-                f"{int(part[i])}, not one of its partitions {mine}: the topic was not written by a router "
+                f"{int(part[i])}, not one of its partitions {shown}: the topic was not written by a router "
                 f"with {self.ownership.num_partitions} partitions"
             )
         keep = self._not_replayed(valid.eid, part)
         valid, part, origins = valid.take(keep), part[keep], origins[keep]
-        seq = np.empty(len(part), np.int64)
-        for p in np.unique(part).tolist():
-            at = part == p
-            seq[at] = self.seq[p] + np.arange(int(at.sum()))
-            self.seq[p] += int(at.sum())
+        held, at = np.unique(part, return_inverse=True)
+        seq = np.array([self.seq.get(p, 0) for p in held.tolist()], np.int64)[at] + rows_within_partition(
+            part
+        )
+        for p, n in zip(held.tolist(), np.bincount(at, minlength=len(held)).tolist(), strict=True):
+            self.seq[p] = self.seq.get(p, 0) + n
         keys = (part.astype(np.int64) << _SEQ_BITS) | seq
         buffer = concat([self.buffer, valid]) if len(self.buffer) else valid
         keys = np.concatenate([self.keys, keys])
@@ -156,10 +159,8 @@ class GlobalBatcher:
         """Rows a resumed source delivers again (the head of a partition, already in the checkpoint) are
         dropped; a partition's first new row ends its replay."""
         keep = np.ones(len(eids), bool)
-        for p in sorted(self._replaying):
+        for p in [p for p in np.unique(part).tolist() if p in self._replaying]:  # the rows' partitions only
             rows = np.flatnonzero(part == p)
-            if not len(rows):
-                continue
             again = self._known(eids[rows])
             first_new = int(np.argmin(again)) if not again.all() else len(rows)
             keep[rows[:first_new]] = False
@@ -174,7 +175,8 @@ class GlobalBatcher:
             "buffer": np.frombuffer(bytearray(raw), np.uint8),  # writable: checkpoints become tensors
             "keys": self.keys,
             "origins": self.origins,
-            "seq": self.seq,
+            "seq_partitions": np.array(sorted(self.seq), np.int64),  # the partitions read from, not all
+            "seq_rows": np.array([self.seq[p] for p in sorted(self.seq)], np.int64),
             "frontier": np.array([self.frontier]),
         }
 
@@ -184,13 +186,18 @@ class GlobalBatcher:
         partition may come again (rows processed or buffered before the checkpoint): those are dropped."""
         raw = arrays["buffer"]
         self.buffer = decode_binary(raw.tobytes()) if len(raw) else EventBatch.empty()
-        self.keys, self.seq = arrays["keys"].astype(np.int64), arrays["seq"].astype(np.int64)
+        self.keys = arrays["keys"].astype(np.int64)
+        if "seq" in arrays:  # checkpoints before the sparse form: a count for every partition
+            dense = arrays["seq"].astype(np.int64)
+            self.seq = {int(p): int(dense[p]) for p in np.flatnonzero(dense)}
+        else:
+            self.seq = dict(zip(arrays["seq_partitions"].tolist(), arrays["seq_rows"].tolist(), strict=True))
         origins = arrays.get("origins")  # (checkpoints before origins were kept: not known)
         self.origins = _no_origins(len(self.keys)) if origins is None else origins.astype(np.int64)
         self.frontier = float(arrays["frontier"][0])
         buffered = np.sort(self.buffer.eid)
         self._known = lambda eids: processed(eids) | np.isin(eids, buffered)
-        self._replaying = set(self.ownership.partitions())
+        self._replaying = set(self.seq)  # only a partition read from can deliver a row again
 
 
 def _no_origins(n: int) -> np.ndarray:

@@ -126,6 +126,18 @@ class Ownership:
         return p
 
 
+def rows_within_partition(part: np.ndarray) -> np.ndarray:
+    """Each row's number among the rows of its own partition, in row order: one stable sort, so the work is
+    the rows', whatever the partition count."""
+    part = np.asarray(part)
+    by_part = np.argsort(part, kind="stable")
+    ordered = part[by_part]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]]) if len(part) else np.zeros(0, np.int64)
+    within = np.empty(len(part), np.int64)
+    within[by_part] = np.arange(len(part)) - np.repeat(starts, np.diff(np.r_[starts, len(part)]))
+    return within
+
+
 def as_one_store(
     letter: DeadLetter, batch: EventBatch, row: int, shard: EventBatch | None = None
 ) -> DeadLetter:

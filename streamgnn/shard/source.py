@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch
-from .ownership import Ownership
+from .ownership import Ownership, rows_within_partition
 
 
 class LocalSource(Protocol):
@@ -45,7 +45,8 @@ class LocalSource(Protocol):
 class PartitionedReplay:
     """The rows of ``events`` whose source vertex lies in this rank's partitions, handed out ``chunk`` at a
     time in (time, partition, row) order; ``start_offsets`` (``{"replay:P": rows}``) skips what a checkpoint
-    had consumed."""
+    had consumed. ``positions`` names only the partitions read from (a partition absent has 0 rows read), so
+    neither it nor this set-up grows with partitions that hold no event."""
 
     def __init__(
         self, events: EventBatch, ownership: Ownership, *, chunk: int = 10_000,
@@ -55,20 +56,19 @@ class PartitionedReplay:
             raise ConfigError(f"chunk must be >= 1, got {chunk}")
         self.chunk = chunk
         part = ownership.source_partitions(events)
-        mine = np.isin(part, ownership.partitions())
-        rows = np.flatnonzero(mine)
-        seq = np.zeros(len(rows), np.int64)  # row number within its partition
-        for p in ownership.partitions():
-            at = part[rows] == p
-            seq[at] = np.arange(int(at.sum()))
+        rows = np.flatnonzero(ownership.rank_of(part) == ownership.rank)
+        part = part[rows].astype(np.int64)
+        seq = rows_within_partition(part)  # work for the rows, not the partitions
         offsets = {int(k.rsplit(":", 1)[1]): int(v) for k, v in (start_offsets or {}).items()}
-        left = seq >= np.array([offsets.get(int(p), 0) for p in part[rows]], np.int64).reshape(-1)
-        order = np.lexsort((seq[left], part[rows][left], events.t[rows][left]))
+        offsets = {p: n for p, n in offsets.items() if ownership.rank_of(p) == ownership.rank}
+        held, at = np.unique(part, return_inverse=True)
+        left = seq >= np.array([offsets.get(int(p), 0) for p in held], np.int64)[at]
+        order = np.lexsort((seq[left], part[left], events.t[rows][left]))
         self._rows = rows[left][order]
-        self._part = part[rows][left][order]
+        self._part = part[left][order]
         self._events = events
         self._next = 0
-        self._done_rows = {p: offsets.get(p, 0) for p in ownership.partitions()}
+        self._done_rows = offsets  # rows consumed per partition that holds any: positions() says no more
 
     @property
     def done(self) -> bool:
@@ -80,7 +80,7 @@ class PartitionedReplay:
         take = slice(self._next, self._next + self.chunk)
         self._next += len(self._rows[take])
         for p, n in zip(*np.unique(self._part[take], return_counts=True), strict=True):
-            self._done_rows[int(p)] += int(n)
+            self._done_rows[int(p)] = self._done_rows.get(int(p), 0) + int(n)
         return self._events.take(self._rows[take])
 
     def positions(self) -> dict[str, int]:

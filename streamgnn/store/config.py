@@ -6,11 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..configs import Config
 from ..errors import EventValidationError
-from ..partition import PartitionerConfig
+from ..partition import PartitionerConfig, partition_count_problem
 
 
 @dataclass(frozen=True)
@@ -29,8 +27,9 @@ class StoreConfig(Config):
     dense_ids: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_partitions, int | np.integer) or self.num_partitions < 1:
-            raise EventValidationError(f"num_partitions must be an int >= 1, got {self.num_partitions!r}")
+        problem = partition_count_problem(self.num_partitions)
+        if problem is not None:
+            raise EventValidationError(problem)
         if not (self.allowed_lateness >= 0):
             raise EventValidationError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
         object.__setattr__(self, "partitioner", PartitionerConfig.parse(self.partitioner))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from ..configs import Config, from_dict, pick_variant
 from ..errors import ConfigError
 from ..nn import DyGFormerConfig, TGNConfig
+from ..partition import partition_count_problem
 from ..sampling.negative import STRATEGIES as NEGATIVE_STRATEGIES
 from ..sampling.sampler import STRATEGIES as SAMPLING_STRATEGIES
 from .negatives import POOLS as NEGATIVE_POOLS
@@ -39,8 +40,9 @@ class ShardConfig(Config):
     placement: str = "hash"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_partitions, int) or self.num_partitions < 1:
-            raise ConfigError(f"num_partitions must be an int >= 1, got {self.num_partitions!r}")
+        problem = partition_count_problem(self.num_partitions)
+        if problem is not None:
+            raise ConfigError(problem)
         if self.mode not in SHARD_MODES:
             raise ConfigError(f"mode must be one of {SHARD_MODES}, got {self.mode!r}")
         if not isinstance(self.cache_rows, int) or self.cache_rows < 0:

@@ -18,17 +18,21 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass
+from datetime import timedelta
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from .. import rankfail
-from ..errors import ConfigError
+from ..errors import ConfigError, RankEndedError
 
+JOIN_TIMEOUT_ENV = "STREAMGNN_JOIN_TIMEOUT_S"
+DEFAULT_JOIN_TIMEOUT_S = 300.0  # gloo's own default is 30 minutes of silence for a peer that never comes
 _ENTERED: Counter[str] = Counter()  # this process's collectives by operation (``collective`` counts them)
 
 
@@ -145,15 +149,12 @@ def init_distributed(backend: str | None = None) -> DistContext:
     if not dist.is_available():
         raise ConfigError("WORLD_SIZE > 1 but this torch build has no torch.distributed")
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    store = _attempt_store(world)
+    store = _attempt_store(world) or _own_store(world)
     # imported while no group exists: this module's functions take ``group=group.WORLD`` as a default, which
     # is evaluated at import, and an import after the group exists (``torch.optim`` imports it through
     # ``torch._dynamo``) would hold the group for ever, so ``_release_group`` could not release it
     importlib.import_module("torch.distributed.nn.functional")
-    if store is None:
-        dist.init_process_group(backend)
-    else:
-        dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]), world_size=world)
+    dist.init_process_group(backend, store=store, rank=int(os.environ["RANK"]), world_size=world)
     atexit.register(_release_group)
     rankfail.install()
     return DistContext(dist.get_rank(), dist.get_world_size())
@@ -193,6 +194,34 @@ def _attempt_store(world: int):
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=not agent and rank == 0
     )
     return dist.PrefixStore(f"streamgnn/attempt-{attempt}/", store)
+
+
+def _own_store(world: int):
+    """Without ``torchrun``: the job's rendezvous store at ``MASTER_ADDR:MASTER_PORT`` (rank 0 hosts it),
+    joined within ``STREAMGNN_JOIN_TIMEOUT_S`` seconds (300 by default). Rank 0 waits for every other rank to
+    connect, the others for rank 0 to listen; a rank whose peer never started, or died before joining, ends
+    with an error saying so instead of waiting out gloo's 30 minutes."""
+    text = os.environ.get(JOIN_TIMEOUT_ENV, str(DEFAULT_JOIN_TIMEOUT_S))
+    try:
+        timeout = float(text)
+    except ValueError:
+        timeout = math.nan
+    if not (0 < timeout < math.inf):
+        raise ConfigError(f"{JOIN_TIMEOUT_ENV} must be a number of seconds > 0, got {text!r}")
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
+    if missing:
+        raise ConfigError(f"WORLD_SIZE={world} without {', '.join(missing)}: start the ranks with torchrun")
+    rank, addr, port = int(os.environ["RANK"]), os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    try:
+        return dist.TCPStore(
+            addr, port, world, is_master=rank == 0, timeout=timedelta(seconds=timeout), multi_tenant=True
+        )
+    except RuntimeError as exc:  # torch.distributed.DistStoreError included
+        waited = "the other ranks to join" if rank == 0 else f"rank 0 to listen at {addr}:{port}"
+        raise RankEndedError(
+            f"rank {rank} of {world} waited {timeout:g} s ({JOIN_TIMEOUT_ENV}) for {waited}: a rank did not "
+            f"start, or ended before joining ({' '.join(str(exc).split())[:200]})"
+        ) from None
 
 
 def local_device(requested: str) -> torch.device:
