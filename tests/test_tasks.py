@@ -194,5 +194,5 @@ def test_evaluate_scores_ours_and_every_baseline_on_the_same_split():
     assert set(result.baselines) == {"majority", "persistence", "features", "reputation"}
     assert result.baselines["majority"]["auc"] == 0.5
     assert result.baselines["reputation"]["auc"] > 0.8  # chance 0.5; the flips cap it near 0.9
-    assert 0.0 <= result.ours.test["auc"] <= 1.0
+    assert 0.0 <= result.ours.test["auc"] <= 1.0 and 0.0 <= result.embeddings_only.test["auc"] <= 1.0
     assert result.sizes["test"] == pytest.approx(0.15 * n, rel=0.05)
