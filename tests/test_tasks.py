@@ -196,3 +196,43 @@ def test_evaluate_scores_ours_and_every_baseline_on_the_same_split():
     assert result.baselines["reputation"]["auc"] > 0.8  # chance 0.5; the flips cap it near 0.9
     assert 0.0 <= result.ours.test["auc"] <= 1.0 and 0.0 <= result.embeddings_only.test["auc"] <= 1.0
     assert result.sizes["test"] == pytest.approx(0.15 * n, rel=0.05)
+
+
+def test_label_records_admit_the_good_and_dead_letter_every_bad_one():
+    from streamgnn.tasks.admit import decode_labels
+
+    known_nodes = {1, 2, 3, "ann"}
+    lines = [
+        '{"node": 1, "t": 5.0, "y": 1}',  # good
+        '{"node": 2, "t": 1.5, "y": 0}',  # good, earlier: comes back first
+        '{"node": 3, "t": 2, "y": 2}',  # class 2 of a binary task
+        '{"node": 9, "t": 3, "y": 1}',  # a node no event has
+        '{"node": 1, "t": "soon", "y": 1}',  # time not a number
+        '{"node": 1, "t": 0.5, "y": 1}',  # late (before `after`)
+        '{"node": 1, "t": 6, "y": 1, "dst": 2}',  # a node label with a dst
+        "{not json",
+        '{"node": 1, "t": 7, "y": 1, "colour": "red"}',
+        '{"node": "ann", "t": 8, "y": 0.5}',  # not a class
+        '{"node": "ann", "t": 9, "y": 1}',  # good, a string id
+        '{"node": 1, "t": 10}',
+        '{"node": 99999999999999999999, "t": 11, "y": 1}',  # beyond int64
+    ]
+    labels, letters = decode_labels(
+        "\n".join(lines), NodeClassification(), known=lambda ids: np.array([i in known_nodes for i in ids]),
+        after=1.0,
+    )  # fmt: skip
+    assert labels.node.tolist() == [2, 1, "ann"] and labels.t.tolist() == [1.5, 5.0, 9.0]
+    assert labels.y.tolist() == [0, 1, 1]
+    bad_lines = {int(d.where.rsplit(" ", 1)[1]) for d in letters}
+    assert bad_lines == {3, 4, 5, 6, 7, 8, 9, 10, 12, 13}  # every bad one, nothing else
+    assert len(labels) + len(letters) == len(lines)  # nothing lost
+    reasons = {int(d.where.rsplit(" ", 1)[1]): d.reason for d in letters}
+    assert "not a class in 0..1" in reasons[3] and "unknown node 9" in reasons[4]
+    assert "late label" in reasons[6] and "unknown field 'colour'" in reasons[9]
+    assert all(d.payload == lines[d.index] for d in letters)  # each names its line, replayable
+
+    edges, letters = decode_labels(
+        '{"node": 1, "t": 1, "y": -2.5, "dst": 2}\n{"node": 1, "t": 2, "y": 1}', EdgeRegression()
+    )
+    assert edges.y.tolist() == [-2.5] and edges.dst.tolist() == [2]
+    assert len(letters) == 1 and "needs 'dst'" in letters[0].reason

@@ -4,9 +4,11 @@ regression, with their heads, losses, metrics, baselines and one evaluation prot
 ``task`` defines what a task is (``Task``); ``node`` and ``edge`` are the tasks; ``labels`` holds labels
 and their chronological split; ``features`` the causal stream features; ``baselines`` the majority class,
 persistence and logistic regression; ``protocol`` trains and scores a head; ``stream`` takes a link
-model's embeddings at the labels' times; ``evaluate`` runs all of it on one stream.
+model's embeddings at the labels' times; ``evaluate`` runs all of it on one stream; ``admit`` decodes
+labels sent as JSON lines, each bad one a dead letter.
 """
 
+from .admit import decode_labels
 from .baselines import logistic_regression, majority, persistence
 from .edge import EdgeClassification, EdgeRegression
 from .evaluate import TaskResult, evaluate
@@ -31,6 +33,7 @@ __all__ = [
     "StreamFeatures",
     "Task",
     "TaskResult",
+    "decode_labels",
     "embed_at_labels",
     "evaluate",
     "fit_head",
