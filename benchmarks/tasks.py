@@ -18,8 +18,9 @@ training period's events for ``--epochs`` passes, then frozen; the stream is rep
 embedding is taken before its event's batch is ingested (``tasks.stream``); a task head (an MLP of 80
 units) over the embedding and the label's causal stream features (``tasks.evaluate`` says why both) is
 trained on the training labels, its epoch picked by validation AUC, and scored on test;
-``auc_<task>_embeddings`` is the same head over the embeddings alone (not a baseline). Beside them, on the
-same rows (keys ``auc_<task>_<baseline>``): ``majority`` (a constant: 0.5), ``persistence``
+``auc_<task>_embeddings`` and ``auc_<task>_features_mlp`` are the same head over the embeddings alone
+and over the stream features alone (ablations of ours: what each input adds; not baselines). Beside
+them, on the same rows (keys ``auc_<task>_<baseline>``): ``majority`` (a constant: 0.5), ``persistence``
 (the node's last label before; for a rating, the ratee's last rating's sign), ``features`` (a logistic
 regression on causal stream features: degree, decayed activity, recency of each end, the pair's count and,
 for ratings, the reputation features) and, for ratings, ``reputation`` (a logistic regression on the
@@ -110,6 +111,7 @@ def run_stream(stream: Stream, events: EventBatch, labels: Labels, seed: int, ep
         "seconds": time.perf_counter() - started,
         "auc": result.ours.test["auc"], "ap": result.ours.test["ap"], "val_auc": result.ours.val["auc"],
         "auc_embeddings": result.embeddings_only.test["auc"],
+        "auc_features_mlp": result.features_only.test["auc"],
         "head_epochs": result.ours.epochs, "link_loss": result.link_loss, **result.sizes,
     }  # fmt: skip
     for name, figures in result.baselines.items():
@@ -130,6 +132,7 @@ def summarize(runs: list[dict]) -> dict:
         out[f"auc_{key}"] = _mean([r["auc"] for r in mine])
         out[f"ap_{key}"] = _mean([r["ap"] for r in mine])
         out[f"auc_{key}_embeddings"] = _mean([r["auc_embeddings"] for r in mine])
+        out[f"auc_{key}_features_mlp"] = _mean([r["auc_features_mlp"] for r in mine])
         names = [b for b in BASELINES if f"auc_{b}" in mine[0]]
         for b in names:
             out[f"auc_{key}_{b}"] = _mean([r[f"auc_{b}"] for r in mine])
@@ -199,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         key = STREAMS[name].key
         headline[f"auc_{key}"] = f"test AUC-ROC, ours, {name}"
         headline[f"auc_{key}_embeddings"] = f"test AUC-ROC, ours over the embeddings alone, {name}"
+        headline[f"auc_{key}_features_mlp"] = f"test AUC-ROC, ours over the stream features alone, {name}"
         for b in BASELINES:
             headline[f"auc_{key}_{b}"] = f"test AUC-ROC, {b}, {name}"
         headline[f"margin_{key}"] = f"ours minus the best baseline, {name}"

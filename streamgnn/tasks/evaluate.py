@@ -6,7 +6,8 @@ the training period's events (``stream.pretrain``); its embeddings at each label
 head (``protocol.fit_head``). The head reads both as the default link model's predictor reads pair
 features beside the embeddings: a memory-based embedding cannot see how long ago a node last acted
 (``TGNConfig.pair_endpoints``), and what a node did recently is what a label at this moment is most
-about. The same head over the embeddings alone is reported beside it. Beside them, on the same rows: the
+about. The same head over the embeddings alone, and over the stream features alone, is reported beside
+it: what each input adds. Beside them, on the same rows: the
 majority class, persistence, and logistic regressions on causal stream features (all of them,
 ``features``; and for ratings the rater's and ratee's past means alone, ``reputation``).
 """
@@ -31,11 +32,12 @@ from .task import Classification, Task
 @dataclass(frozen=True)
 class TaskResult:
     """Our head's result (over the embeddings and the stream features), the same head's over the
-    embeddings alone, each baseline's test (and validation) figures, the split's sizes, and the link
-    pretraining's loss per epoch."""
+    embeddings alone and over the stream features alone (what each input adds), each baseline's test
+    (and validation) figures, the split's sizes, and the link pretraining's loss per epoch."""
 
     ours: HeadResult
     embeddings_only: HeadResult
+    features_only: HeadResult
     baselines: dict[str, dict[str, float]]
     baselines_val: dict[str, dict[str, float]]
     sizes: dict[str, int]
@@ -45,6 +47,7 @@ class TaskResult:
         return {
             "test": self.ours.test, "val": self.ours.val, "head_epochs": self.ours.epochs,
             "test_embeddings_only": self.embeddings_only.test,
+            "test_features_only": self.features_only.test,
             "head_best_epoch": self.ours.best_epoch, "baselines": self.baselines,
             "baselines_val": self.baselines_val, "sizes": self.sizes, "link_loss": self.link_loss,
         }  # fmt: skip
@@ -70,6 +73,7 @@ def evaluate(
     feats = stream_features(events, labels, tau=tau)
     ours = fit_head(task, np.concatenate([z, feats.x], axis=1), labels.y, split, head)
     embeddings_only = fit_head(task, z, labels.y, split, head)
+    features_only = fit_head(task, feats.x, labels.y, split, head)
 
     scores = {
         "majority": base.majority(task, labels, split),
@@ -86,4 +90,4 @@ def evaluate(
     if isinstance(task, Classification) and task.binary:
         for part, rows in (("train", split.train), ("val", split.val), ("test", split.test)):
             sizes[f"{part}_positive"] = int(np.sum(y[rows] == 1))
-    return TaskResult(ours, embeddings_only, test, val, sizes, losses)
+    return TaskResult(ours, embeddings_only, features_only, test, val, sizes, losses)
