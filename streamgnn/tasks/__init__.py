@@ -14,7 +14,7 @@ from .edge import EdgeClassification, EdgeRegression
 from .evaluate import TaskResult, evaluate
 from .features import REPUTATION, StreamFeatures, stream_features
 from .labels import Labels, LabelSplit
-from .node import NodeClassification
+from .node import NodeClassification, NodeRegression
 from .protocol import HeadConfig, HeadResult, fit_head
 from .stream import embed_at_labels, pretrain
 from .task import Classification, Regression, Task
@@ -29,6 +29,7 @@ __all__ = [
     "LabelSplit",
     "Labels",
     "NodeClassification",
+    "NodeRegression",
     "Regression",
     "StreamFeatures",
     "Task",
