@@ -57,6 +57,7 @@ from streamgnn.train import TrainConfig
 
 BATCH_SIZE = 200
 QUICK_EVENTS = 4_000
+# Transcribed from the papers' node classification tables (not re-checked against the PDFs when added).
 PUBLISHED = {
     "TGN-attn (Rossi et al. 2020, Table 3; with edge features)": 0.8781,
     "TGN (DyGLib, Yu et al. 2023; with edge features)": 0.8638,
