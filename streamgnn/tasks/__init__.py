@@ -1,0 +1,46 @@
+"""Labelled tasks over a link model's stream state: node classification, edge classification and
+regression, with their heads, losses, metrics, baselines and one evaluation protocol.
+
+``task`` defines what a task is (``Task``); ``node`` and ``edge`` are the tasks; ``labels`` holds labels
+and their chronological split; ``features`` the causal stream features; ``baselines`` the majority class,
+persistence and logistic regression; ``protocol`` trains and scores a head; ``stream`` takes a link
+model's embeddings at the labels' times; ``evaluate`` runs all of it on one stream; ``admit`` decodes
+labels sent as JSON lines, each bad one a dead letter.
+"""
+
+from .admit import decode_labels
+from .baselines import logistic_regression, majority, persistence
+from .edge import EdgeClassification, EdgeRegression
+from .evaluate import TaskResult, evaluate
+from .features import REPUTATION, StreamFeatures, stream_features
+from .labels import Labels, LabelSplit
+from .node import NodeClassification, NodeRegression
+from .protocol import HeadConfig, HeadResult, fit_head
+from .stream import embed_at_labels, pretrain
+from .task import Classification, Regression, Task
+
+__all__ = [
+    "REPUTATION",
+    "Classification",
+    "EdgeClassification",
+    "EdgeRegression",
+    "HeadConfig",
+    "HeadResult",
+    "LabelSplit",
+    "Labels",
+    "NodeClassification",
+    "NodeRegression",
+    "Regression",
+    "StreamFeatures",
+    "Task",
+    "TaskResult",
+    "decode_labels",
+    "embed_at_labels",
+    "evaluate",
+    "fit_head",
+    "logistic_regression",
+    "majority",
+    "persistence",
+    "pretrain",
+    "stream_features",
+]

@@ -1,0 +1,67 @@
+"""A link model's stream state at each label's time: what "ours" feeds a task's head.
+
+The link model learns link prediction over the training period as ``fit_offline`` does (``pretrain``:
+passes over the training part's events from blank memory, test-then-train batches). Then one pass replays
+the whole stream with the learned weights frozen (``embed_at_labels``): before each batch is ingested, the
+labels that fall in it are embedded from the model as it was, so a label's embedding holds only events
+strictly before its time, never its own event nor any later one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from ..events import EventBatch
+from ..train import OnlineTrainer
+from .labels import Labels
+
+
+def pretrain(trainer: OnlineTrainer, events: EventBatch, until: float, epochs: int) -> list[float]:
+    """``epochs`` passes of link prediction over the events at ``t <= until``; each pass's mean loss."""
+    if epochs < 1:
+        raise ConfigError(f"epochs must be >= 1, got {epochs}")
+    part = events.take(np.flatnonzero(events.t <= until))
+    losses = []
+    for _ in range(epochs):
+        trainer.reset_stream()
+        step_losses = [trainer.step(b, score=False).loss for b in part.split(trainer.config.batch_size)]
+        losses.append(float(np.nanmean(step_losses)) if step_losses else float("nan"))
+    return losses
+
+
+def embed_at_labels(
+    trainer: OnlineTrainer, events: EventBatch, labels: Labels
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(z_node, z_dst)``: each label's node (or edge ends') embedding from a replay of ``events`` from
+    blank memory, taken before the batch holding the label's first event at or after its time is
+    ingested, at the earliest label time of that batch (module docstring). ``z_dst`` is None for node
+    labels. The model learns nothing during the replay."""
+    model = trainer.link_model
+    if model.out_dim is None:
+        raise ConfigError(f"{type(model).__name__} embeds nothing: a task head needs a model with embeddings")
+    if len(events) and np.any(np.diff(events.t) < 0):
+        raise ConfigError("events must be sorted by time (EventBatch.sorted_by_time())")
+    bs = trainer.config.batch_size
+    trainer.reset_stream()
+    # Label i is embedded before batch k = (events strictly before it) // bs: the state then holds only
+    # events of earlier batches, all strictly before the label's time.
+    batch_of = np.searchsorted(events.t, labels.t, side="left") // bs
+    ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
+    z = np.zeros((len(ends), len(labels), model.out_dim), np.float32)
+    n_batches = -(-len(events) // bs)
+    for k in range(n_batches + 1):
+        lo, hi = np.searchsorted(batch_of, [k, k + 1], side="left")
+        if hi > lo:
+            store = trainer.store
+            known = [
+                store.node_index(e[lo:hi], strict=False) if store.num_nodes else np.full(hi - lo, -1)
+                for e in ends
+            ]
+            with torch.no_grad():
+                out = model.embed(np.concatenate(known), float(labels.t[lo]), store.num_nodes, trainer.steps)
+            z[:, lo:hi] = out.reshape(len(ends), hi - lo, -1)
+        if k < n_batches:
+            trainer.step(events.take(slice(k * bs, (k + 1) * bs)), train=False, score=False)
+    return z[0], (z[1] if labels.dst is not None else None)

@@ -1,0 +1,151 @@
+"""The one place a labelled task is defined: what its head reads, its loss, its metrics.
+
+A ``Task`` turns a link model's stream state into a prediction: node tasks read the node's embedding at the
+label's time, edge tasks the pair ``[z_src, z_dst]``. Its head is a small MLP over that input (a linear
+head is the logistic regression of the baselines: the same mechanism, another input). Its evaluation
+protocol is ``protocol.fit_head``: train on the training split's labels, pick the epoch by the task's
+``selection`` on validation, report its metrics on test. A new task is one module: a subclass that says
+which ends it reads (``on_edges``) and, where it differs from its family, its loss and metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+from ..train.metrics import average_precision
+from .metrics import accuracy, macro_f1, mae, rmse, roc_auc
+
+
+@dataclass(frozen=True)
+class Task(ABC):
+    """A labelled task over a link model's stream state (module docstring)."""
+
+    on_edges = False  # the head reads [z_src, z_dst] (an edge's ends) rather than z_node
+
+    @property
+    @abstractmethod
+    def out_dim(self) -> int:
+        """Width of the head's output."""
+
+    @abstractmethod
+    def target(self, y: np.ndarray) -> torch.Tensor:
+        """The labels as the loss takes them."""
+
+    @abstractmethod
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Mean loss of the head's outputs ``[n, out_dim]`` against ``target(y)``."""
+
+    @abstractmethod
+    def predict(self, out: torch.Tensor) -> np.ndarray:
+        """What the head predicts: P(positive) ``[n]``, class probabilities ``[n, C]`` or values ``[n]``."""
+
+    @abstractmethod
+    def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
+        """The task's figures of ``predict``'s output against the labels (NaN where undefined)."""
+
+    @abstractmethod
+    def selection(self, metrics: dict[str, float]) -> float:
+        """The validation figure that picks the head's epoch (higher is better)."""
+
+    def inputs(self, z_src: np.ndarray, z_dst: np.ndarray | None) -> np.ndarray:
+        """The head's input rows from the ends' embeddings (``z_dst`` is None for node labels)."""
+        if not self.on_edges:
+            return z_src
+        if z_dst is None:
+            raise ConfigError(f"{type(self).__name__} reads an edge's two ends: the labels have no dst")
+        return np.concatenate([z_src, z_dst], axis=1)
+
+    def head(self, in_dim: int, hidden: tuple[int, ...] = (80,), dropout: float = 0.1) -> nn.Module:
+        """An MLP ``in_dim -> hidden... -> out_dim`` (TGN's node classification decoder is one of 80
+        hidden units, with dropout); ``hidden=()`` is a linear head, i.e. a logistic regression."""
+        layers: list[nn.Module] = []
+        for width in hidden:
+            layers += [nn.Linear(in_dim, width), nn.ReLU(), nn.Dropout(dropout)]
+            in_dim = width
+        return nn.Sequential(*layers, nn.Linear(in_dim, self.out_dim))
+
+
+@dataclass(frozen=True)
+class Classification(Task):
+    """``classes`` classes ``0..classes-1``: binary (one logit, BCE; AUC-ROC and AP) or multi-class
+    (softmax, cross-entropy; macro-F1 and accuracy)."""
+
+    classes: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.classes, int) or self.classes < 2:
+            raise ConfigError(f"{type(self).__name__}.classes must be an int >= 2, got {self.classes!r}")
+
+    @property
+    def binary(self) -> bool:
+        return self.classes == 2
+
+    @property
+    def out_dim(self) -> int:
+        return 1 if self.binary else self.classes
+
+    def target(self, y: np.ndarray) -> torch.Tensor:
+        y = np.asarray(y)
+        bad = (y < 0) | (y >= self.classes) | (y != np.round(y))
+        if bad.any():
+            raise ConfigError(
+                f"{type(self).__name__}: label {y[bad][0]!r} (row {int(np.argmax(bad))}) is not a class in "
+                f"0..{self.classes - 1}"
+            )
+        return torch.as_tensor(y, dtype=torch.float32 if self.binary else torch.long)
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.binary:
+            return nn.functional.binary_cross_entropy_with_logits(out[:, 0], y)
+        return nn.functional.cross_entropy(out, y)
+
+    def predict(self, out: torch.Tensor) -> np.ndarray:
+        if self.binary:
+            return torch.sigmoid(out[:, 0]).double().numpy()
+        return torch.softmax(out, dim=1).double().numpy()
+
+    def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
+        if self.binary:
+            return {"auc": roc_auc(scores, y), "ap": average_precision(scores, y)}
+        pred = np.argmax(scores, axis=1)
+        return {"macro_f1": macro_f1(pred, y, self.classes), "accuracy": accuracy(pred, y)}
+
+    def selection(self, metrics: dict[str, float]) -> float:
+        value = metrics["auc" if self.binary else "macro_f1"]
+        return -math.inf if math.isnan(value) else value
+
+
+@dataclass(frozen=True)
+class Regression(Task):
+    """A real value per label (a rating): mean squared error; MAE and RMSE."""
+
+    @property
+    def out_dim(self) -> int:
+        return 1
+
+    def target(self, y: np.ndarray) -> torch.Tensor:
+        y = np.asarray(y, np.float64)
+        if not np.all(np.isfinite(y)):
+            raise ConfigError(
+                f"{type(self).__name__}: a label is NaN or infinite (row {int(np.argmin(np.isfinite(y)))})"
+            )
+        return torch.as_tensor(y, dtype=torch.float32)
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(out[:, 0], y)
+
+    def predict(self, out: torch.Tensor) -> np.ndarray:
+        return out[:, 0].double().numpy()
+
+    def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
+        return {"mae": mae(scores, y), "rmse": rmse(scores, y)}
+
+    def selection(self, metrics: dict[str, float]) -> float:
+        return -math.inf if math.isnan(metrics["rmse"]) else -metrics["rmse"]
