@@ -249,6 +249,20 @@ class OnlineTrainer:
             base_scores,
         )  # fmt: skip
 
+    def score_pairs(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Logits of edges ``(src[i], dst[i])`` at times ``t`` (external ids), scored as ``step`` scores a
+        positive, from the state now and changing none of it: for negatives that replace the source as
+        well as the destination (DyGLib's historical and inductive ones), which ``step`` cannot rank."""
+        t = np.asarray(t, np.float64)
+        m = len(t)
+        pre_src, pre_dst = self._known(np.asarray(src)), self._known(np.asarray(dst))
+        t_query = t if self.config.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
+        d = self.dist
+        view = StepInput(pre_src, pre_dst, t, t_query, self.store.num_nodes, d.scorers(m), d.rank, self.steps)
+        candidates = Candidates(pre_dst[:, None], np.ones((m, 1), bool), False)  # (column 0 is unused)
+        prepared = self.link_model.prepare(view, candidates, None)
+        return self._score(self.link_model, prepared, candidates, view)[0]
+
     def stream_models(self) -> list[LinkModel]:
         """The learned model and the baselines: every model that follows the stream."""
         return [self.link_model, *self.baselines.values()]
