@@ -45,7 +45,7 @@ import numpy as np
 from tqdm import tqdm
 
 try:
-    from . import dyglib
+    from . import dyglib, tgb
     from .common import report, set_threads
     from .pairs import train_speed
     from .pyg_tgn import (
@@ -60,6 +60,7 @@ try:
     from .train import train_ours, training_parser
 except ImportError:  # run as a script
     import dyglib
+    import tgb
     from common import report, set_threads
     from pairs import train_speed
     from pyg_tgn import (
@@ -86,7 +87,7 @@ STREAMS = ("jodie_wikipedia", "collegemsg", "bitcoin_otc", "bitcoin_alpha", "dig
 NEGATIVE_KINDS = ("random", "historical")  # keys: ap_<stream> for random, ap_historical_<stream>
 BASELINES = ("edgebank", "edgebank_tw")
 QUICK_EVENTS = 4_000
-PROTOCOLS = ("fixed", "dyglib")
+PROTOCOLS = ("fixed", "dyglib", "tgb")
 DEMO_DATASET, SPEED_EVENTS = "jodie_wikipedia", 30_000
 
 
@@ -291,7 +292,13 @@ def main(argv: list[str] | None = None) -> int:
         "--protocol", choices=PROTOCOLS, default="fixed",
         help="fixed (default): the protocol above, row split, 100 fixed negatives per event, PyG's TGN and "
         "EdgeBank beside; dyglib: DyGLib's (benchmarks/dyglib.py: time split, one negative edge per "
-        "positive, AP/AUC per batch; our model and EdgeBank), keys ap_dyglib_<stream> ...",
+        "positive, AP/AUC per batch; our model and EdgeBank), keys ap_dyglib_<stream> ...; tgb: TGB's "
+        "(benchmarks/tgb.py: TGB's negatives and Evaluator, needs py-tgb), keys mrr_tgb_<dataset>",
+    )  # fmt: skip
+    ap.add_argument(
+        "--tgb-datasets", nargs="+", default=["tgbl-wiki"], metavar="NAME",
+        help=f"--protocol tgb's datasets (default tgbl-wiki: bundled; others read TGB's files under "
+        f"${tgb.ROOT_ENV})",
     )  # fmt: skip
     ap.add_argument(
         "--negatives", nargs="+", choices=dyglib.STRATEGIES, default=["random", "historical"],
@@ -311,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     cap = args.events or (QUICK_EVENTS if args.quick else None)
     if args.protocol == "dyglib":
         return _main_dyglib(args, ours, seeds, epochs, patience, cap)
+    if args.protocol == "tgb":
+        return _main_tgb(args, ours, seeds, epochs, patience, cap)
 
     runs = []
     bar = tqdm(args.streams, unit="stream", disable=args.json)
@@ -355,15 +364,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main_dyglib(args, ours: dict, seeds: list[int], epochs: int, patience: int | None, cap) -> int:
     """``--protocol dyglib``: our model (and EdgeBank) on each stream under DyGLib's protocol."""
-    model = model_config(dict(ours).get("model", {}))
-    fields = {k: v for k, v in ours.items() if k != "model"}
     runs = []
     for name in tqdm(args.streams, unit="stream", disable=args.json):
         events = prepare(name, cap)
         for seed in seeds:
-            config = TrainConfig(
-                **{"batch_size": BATCH_SIZE, "seed": seed, "device": args.device, **fields}, model=model
-            )
+            config = _config(ours, seed, args.device)
             runs.append(dyglib.run_stream(name, events, config, args.negatives, epochs, patience))
     summary = dyglib.summarize(runs)
     summary.update(
@@ -383,6 +388,36 @@ def _main_dyglib(args, ours: dict, seeds: list[int], epochs: int, patience: int 
         _finite(summary), args.json, "quality under DyGLib's protocol: ours vs EdgeBank", headline, args.quick
     )
     return 0
+
+
+def _main_tgb(args, ours: dict, seeds: list[int], epochs: int, patience: int | None, cap) -> int:
+    """``--protocol tgb``: our model on each TGB dataset, TGB's negatives and ``Evaluator``."""
+    tgb.require_tgb()  # (errors: ConfigError, one line from the CLI)
+    runs = []
+    with tgb.workdir() as tmp:
+        for name in tqdm(args.tgb_datasets, unit="dataset", disable=args.json):
+            data = tgb.open_dataset(name, tmp, lambda stream: prepare(stream, cap))
+            for seed in seeds:
+                runs.append(tgb.run(data, _config(ours, seed, args.device), epochs, patience))
+    summary = tgb.summarize(runs)
+    summary.update(
+        protocol="tgb", seeds=seeds, epochs=epochs, patience=patience, threads=args.threads,
+        device=args.device, ours=ours,
+    )  # fmt: skip
+    headline = {}
+    for name in args.tgb_datasets:
+        key = tgb.short(name)
+        headline[f"mrr_tgb_{key}"] = f"test MRR, TGB's protocol and Evaluator, {name}"
+        headline[f"gap_to_leader_tgb_{key}"] = f"the leaderboard's best minus ours, {name}"
+    report(_finite(summary), args.json, "quality under TGB's protocol", headline, args.quick)
+    return 0
+
+
+def _config(ours: dict, seed: int, device: str) -> TrainConfig:
+    """Our side's ``TrainConfig``: the benchmark's batch size, ``seed``, and the ``--ours`` overrides."""
+    fields = {k: v for k, v in ours.items() if k != "model"}
+    model = model_config(ours.get("model", {}))
+    return TrainConfig(**{"batch_size": BATCH_SIZE, "seed": seed, "device": device, **fields}, model=model)
 
 
 def _finite(value):
