@@ -11,7 +11,7 @@ follows the test edges as they come, without gradient steps. Here:
   (the leaderboard's tgbl-wiki-v2 ranks against all of them, so the protocols agree).
 - Any ``tgbl-*`` dataset whose TGB files (``<name with _>/<name>_edgelist_v2.csv``, its ``_test_ns`` pickle)
   are under ``$STREAMGNN_TGB_ROOT``: TGB's ``LinkPropPredDataset`` reads them (never downloading), with
-  TGB's split and TGB's own negatives.
+  TGB's split and TGB's own negatives, all of the dataset (``--quick``'s prefix would not be TGB's split).
 
 Our model is trained by ``fit_offline`` (validation by our fixed negatives); only the test is TGB's. The
 published figures (``LEADERBOARD``) are the leaderboard's test MRRs.

@@ -5,6 +5,7 @@ bundled JODIE Wikipedia (negatives generated locally by TGB's generator), and TG
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -65,3 +66,52 @@ def test_a_dataset_neither_bundled_nor_on_disk_is_a_clear_error(tmp_path, monkey
     monkeypatch.delenv(tgb_bench.ROOT_ENV)
     with pytest.raises(ConfigError, match="STREAMGNN_TGB_ROOT is not set"):
         quality.main(["--quick", "--json", "--protocol", "tgb", "--tgb-datasets", "tgbl-coin"])
+
+
+def _write_tgb_wiki(root, events: EventBatch) -> None:
+    """TGB's tgbl-wiki files as TGB ships them, for ``events``: the JODIE-format edge list (items counted
+    from 0; TGB shifts them past the users) and the test negatives made by TGB's generator on TGB's split."""
+    import torch
+    from tgb.linkproppred.dataset import LinkPropPredDataset
+    from tgb.linkproppred.negative_generator import NegativeEdgeGenerator
+    from tgb.utils.info import PROJ_DIR
+    from torch_geometric.data import TemporalData
+
+    folder = root / "tgbl_wiki"
+    folder.mkdir()
+    lines = ["user_id,item_id,timestamp,state_label,f0"]
+    lines += [
+        f"{s},{d - events.dst.min()},{int(t)},0,0.0"
+        for s, d, t in zip(events.src, events.dst, events.t, strict=True)
+    ]
+    (folder / "tgbl-wiki_edgelist_v2.csv").write_text("\n".join(lines) + "\n")
+    data = LinkPropPredDataset("tgbl-wiki", root=os.path.relpath(root, PROJ_DIR), download=False)
+    full, test = data.full_data, data.test_mask
+
+    def part(mask: np.ndarray) -> TemporalData:
+        cols = {"src": "sources", "dst": "destinations", "t": "timestamps"}
+        return TemporalData(**{k: torch.from_numpy(full[c][mask]) for k, c in cols.items()})
+
+    dst = full["destinations"]
+    generator = NegativeEdgeGenerator(
+        "tgbl-wiki",
+        int(dst.min()),
+        int(dst.max()),
+        num_neg_e=20,
+        strategy="hist_rnd",
+        historical_data=part(~test),
+    )
+    generator.generate_negative_samples(part(test), "test", str(folder))
+    (folder / "tgbl-wiki_test_ns.pkl").rename(folder / "tgbl-wiki_test_ns_v2.pkl")
+
+
+def test_tgb_files_under_the_root_are_read_with_tgbs_split_and_negatives(tmp_path, capsys, monkeypatch):
+    _write_tgb_wiki(tmp_path, quality.prepare("jodie_wikipedia", 1500))
+    monkeypatch.setenv(tgb_bench.ROOT_ENV, str(tmp_path))
+    assert quality.main(["--quick", "--json", "--protocol", "tgb", "--tgb-datasets", "tgbl-wiki"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["source_tgb_wiki"] == f"TGB's files under {tmp_path}"
+    run = result["runs"][0]
+    assert run["events"] == 1500  # the files' own events (--quick's prefix applies to bundled streams)
+    assert run["negatives_min"] == run["negatives_max"] == 20  # TGB's 20 per edge, not every page
+    assert 0 < result["mrr_tgb_wiki"] <= 1
