@@ -184,7 +184,7 @@ def run_stream(
     run = {
         "stream": name, "seed": config.seed, "events": len(events), "test_events": len(parts.test),
         "ap_dyglib": result.test.ap, "auc_dyglib": result.test.auc,
-        "epochs": result.epochs, "best_epoch": result.best_epoch,
+        "epochs": result.epochs, "best_epoch": result.best_epoch, "val_ap_per_epoch": result.val_ap_per_epoch,
     }  # fmt: skip
     for base, scores in result.baselines.items():
         run[f"ap_dyglib_{base}"], run[f"auc_dyglib_{base}"] = scores["test"].ap, scores["test"].auc

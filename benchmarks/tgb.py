@@ -204,7 +204,7 @@ def run(data: TgbData, config: TrainConfig, epochs: int, patience: int | None) -
     return {
         "dataset": data.name, "seed": config.seed, "events": len(data.events), "test_events": len(test),
         "mrr_tgb": result.test_with["tgb"].mrr, "epochs": result.epochs, "best_epoch": result.best_epoch,
-        "source": data.source,
+        "source": data.source, "val_ap_per_epoch": result.val_ap_per_epoch,
         "negatives_min": min(counts, default=0), "negatives_max": max(counts, default=0),
     }  # fmt: skip
 
