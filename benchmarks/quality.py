@@ -1,9 +1,12 @@
-"""Learning quality: our TGN, PyG's TGN and EdgeBank on every bundled interaction stream, one protocol.
+"""Learning quality: our TGN, PyG's TGN and EdgeBank on every bundled interaction stream.
 
 python benchmarks/quality.py [--quick] [--json] [--seeds 0 1] [--epochs 3 | --max-epochs 30 --patience 3]
-    [--streams NAME ...] [--plot PATH]   (also: streamgnn bench quality)
+    [--streams NAME ...] [--plot PATH] [--protocol fixed|dyglib [--negatives random historical inductive]]
+    (also: streamgnn bench quality)
 
-The protocol of ``benchmarks/train.py`` on each stream: events sorted by time (stably), times shifted to
+``--protocol dyglib`` scores our model (and EdgeBank) under DyGLib's protocol instead, the one TPNet's and
+DyGFormer's tables use: ``benchmarks/dyglib.py`` says how it differs. The default, ``--protocol fixed``:
+the protocol of ``benchmarks/train.py`` on each stream: events sorted by time (stably), times shifted to
 start at 0, no edge features; chronological 70/15/15 split by row; dims 100, batch 200, the 10 latest
 neighbors, Adam 1e-4. Training is converged by default (DyGLib's protocol): up to ``--max-epochs`` passes
 over the training part, stopping ``--patience`` epochs past the best validation AP and scoring with the
@@ -42,6 +45,7 @@ import numpy as np
 from tqdm import tqdm
 
 try:
+    from . import dyglib, tgb
     from .common import report, set_threads
     from .pairs import train_speed
     from .pyg_tgn import (
@@ -55,6 +59,8 @@ try:
     )
     from .train import train_ours, training_parser
 except ImportError:  # run as a script
+    import dyglib
+    import tgb
     from common import report, set_threads
     from pairs import train_speed
     from pyg_tgn import (
@@ -81,6 +87,7 @@ STREAMS = ("jodie_wikipedia", "collegemsg", "bitcoin_otc", "bitcoin_alpha", "dig
 NEGATIVE_KINDS = ("random", "historical")  # keys: ap_<stream> for random, ap_historical_<stream>
 BASELINES = ("edgebank", "edgebank_tw")
 QUICK_EVENTS = 4_000
+PROTOCOLS = ("fixed", "dyglib", "tgb")
 DEMO_DATASET, SPEED_EVENTS = "jodie_wikipedia", 30_000
 
 
@@ -281,6 +288,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-demo", action="store_true", help="skip the demo's online run and the pair-feature speed ratio"
     )
+    ap.add_argument(
+        "--protocol", choices=PROTOCOLS, default="fixed",
+        help="fixed (default): the protocol above, row split, 100 fixed negatives per event, PyG's TGN and "
+        "EdgeBank beside; dyglib: DyGLib's (benchmarks/dyglib.py: time split, one negative edge per "
+        "positive, AP/AUC per batch; our model and EdgeBank), keys ap_dyglib_<stream> ...; tgb: TGB's "
+        "(benchmarks/tgb.py: TGB's negatives and Evaluator, needs py-tgb), keys mrr_tgb_<dataset>",
+    )  # fmt: skip
+    ap.add_argument(
+        "--tgb-datasets", nargs="+", default=["tgbl-wiki"], metavar="NAME",
+        help=f"--protocol tgb's datasets (default tgbl-wiki: bundled; others read TGB's files under "
+        f"${tgb.ROOT_ENV})",
+    )  # fmt: skip
+    ap.add_argument(
+        "--negatives", nargs="+", choices=dyglib.STRATEGIES, default=["random", "historical"],
+        help="--protocol dyglib's negative kinds (default random historical; random is always scored: "
+        "keys ap_dyglib_<stream>, the others ap_dyglib_<kind>_<stream>)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     try:  # refuse a bad field or value now, not after hours of training
         ours, recipe = overrides(args.ours, "--ours"), PygRecipe(**overrides(args.pyg, "--pyg"))
@@ -292,6 +316,10 @@ def main(argv: list[str] | None = None) -> int:
     fixed = args.epochs or (1 if args.quick else None)
     epochs, patience = (fixed, None) if fixed else (args.max_epochs, args.patience)
     cap = args.events or (QUICK_EVENTS if args.quick else None)
+    if args.protocol == "dyglib":
+        return _main_dyglib(args, ours, seeds, epochs, patience, cap)
+    if args.protocol == "tgb":
+        return _main_tgb(args, ours, seeds, epochs, patience, cap)
 
     runs = []
     bar = tqdm(args.streams, unit="stream", disable=args.json)
@@ -332,6 +360,64 @@ def main(argv: list[str] | None = None) -> int:
         args.quick,
     )
     return 0
+
+
+def _main_dyglib(args, ours: dict, seeds: list[int], epochs: int, patience: int | None, cap) -> int:
+    """``--protocol dyglib``: our model (and EdgeBank) on each stream under DyGLib's protocol."""
+    runs = []
+    for name in tqdm(args.streams, unit="stream", disable=args.json):
+        events = prepare(name, cap)
+        for seed in seeds:
+            config = _config(ours, seed, args.device)
+            runs.append(dyglib.run_stream(name, events, config, args.negatives, epochs, patience))
+    summary = dyglib.summarize(runs)
+    summary.update(
+        protocol="dyglib", negatives=args.negatives, seeds=seeds, epochs=epochs, patience=patience,
+        threads=args.threads, device=args.device, ours=ours,
+    )  # fmt: skip
+    headline = {"worst_gap_to_tpnet": "worst AP gap to TPNet's published (TPNet - ours), streams below"}
+    for stream in args.streams:
+        headline[f"ap_dyglib_{stream}"] = f"test AP, DyGLib's protocol, random negatives, {stream}"
+        headline[f"ap_dyglib_edgebank_{stream}"] = f"test AP, same, EdgeBank, {stream}"
+        for kind in args.negatives:
+            if kind != "random":
+                headline[f"ap_dyglib_{kind}_{stream}"] = (
+                    f"test AP, DyGLib's protocol, {kind} negatives, {stream}"
+                )
+    report(
+        _finite(summary), args.json, "quality under DyGLib's protocol: ours vs EdgeBank", headline, args.quick
+    )
+    return 0
+
+
+def _main_tgb(args, ours: dict, seeds: list[int], epochs: int, patience: int | None, cap) -> int:
+    """``--protocol tgb``: our model on each TGB dataset, TGB's negatives and ``Evaluator``."""
+    tgb.require_tgb()  # (errors: ConfigError, one line from the CLI)
+    runs = []
+    with tgb.workdir() as tmp:
+        for name in tqdm(args.tgb_datasets, unit="dataset", disable=args.json):
+            data = tgb.open_dataset(name, tmp, lambda stream: prepare(stream, cap))
+            for seed in seeds:
+                runs.append(tgb.run(data, _config(ours, seed, args.device), epochs, patience))
+    summary = tgb.summarize(runs)
+    summary.update(
+        protocol="tgb", seeds=seeds, epochs=epochs, patience=patience, threads=args.threads,
+        device=args.device, ours=ours,
+    )  # fmt: skip
+    headline = {}
+    for name in args.tgb_datasets:
+        key = tgb.short(name)
+        headline[f"mrr_tgb_{key}"] = f"test MRR, TGB's protocol and Evaluator, {name}"
+        headline[f"gap_to_leader_tgb_{key}"] = f"the leaderboard's best minus ours, {name}"
+    report(_finite(summary), args.json, "quality under TGB's protocol", headline, args.quick)
+    return 0
+
+
+def _config(ours: dict, seed: int, device: str) -> TrainConfig:
+    """Our side's ``TrainConfig``: the benchmark's batch size, ``seed``, and the ``--ours`` overrides."""
+    fields = {k: v for k, v in ours.items() if k != "model"}
+    model = model_config(ours.get("model", {}))
+    return TrainConfig(**{"batch_size": BATCH_SIZE, "seed": seed, "device": device, **fields}, model=model)
 
 
 def _finite(value):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -150,6 +151,7 @@ def fit_offline(
     split: ChronologicalSplit | None = None,
     test_negatives: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
     test_with: dict[str, np.ndarray | tuple[np.ndarray, np.ndarray]] | None = None,
+    test_by: dict[str, Callable[[OnlineTrainer, np.ndarray], LinkMetrics]] | None = None,
     score_val: bool = True,
     progress: bool = False,
 ) -> OfflineResult:
@@ -167,6 +169,9 @@ def fit_offline(
     ``fixed_negatives``.
     ``test_with``: more negative sets of the same shape (e.g. ``{"historical": ...}``), each scoring the test
     part again from the state before it: ``OfflineResult.test_with[name]``, baselines' ``"test_<name>"``.
+    ``test_by``: more test protocols that ranking against fixed destinations cannot express (e.g. negatives
+    with another source), each called as ``protocol(trainer, split.test)`` from the state before the test
+    part (the store already holds it, as for ``test_with``): ``OfflineResult.test_with[name]``.
     ``score_val=False`` replays validation into memory and graph without scoring it. ``progress``: a bar
     over epochs with each one's loss and validation AP (converged training can run for hours).
     """
@@ -275,6 +280,9 @@ def fit_offline(
     for name, negatives in more.items():  # the store holds the test part now: sampling still stops before t
         restore(after_val)
         scored_with[name] = run(f"test_{name}", split.test, ingest=False, scored=True, negatives=negatives)
+    for name, protocol in (test_by or {}).items():
+        restore(after_val)
+        scored_with[name] = protocol(trainer, split.test)
     restore(after_val)
     test_new = run("test_inductive", split.test_new, ingest=False, scored=True)
     label = getattr(trainer.link_model, "name", "model")

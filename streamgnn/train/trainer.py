@@ -252,6 +252,32 @@ class OnlineTrainer:
             base_scores,
         )  # fmt: skip
 
+    def score_pairs(
+        self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, candidates: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Logits of edges ``(src[i], dst[i])`` at times ``t`` (external ids), scored as ``step`` scores a
+        positive, from the state now and changing none of it: for negatives that replace the source as
+        well as the destination (DyGLib's historical and inductive ones), which ``step`` cannot rank.
+
+        ``candidates``: external ids ``[m, q]`` (``-1``: none) to score as each row's destination too:
+        ``[m, 1 + q]``, the edge's logit then each candidate's (NaN for none), for an evaluator of its own
+        (TGB's); one process only. Without: ``[m]``."""
+        t = np.asarray(t, np.float64)
+        m, d, lm = len(t), self.dist, self.link_model
+        pre_src, pre_dst = self._known(np.asarray(src)), self._known(np.asarray(dst))
+        t_query = t if self.config.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
+        view = StepInput(pre_src, pre_dst, t, t_query, self.store.num_nodes, d.scorers(m), d.rank, self.steps)
+        if candidates is None:
+            cands = Candidates(pre_dst[:, None], np.ones((m, 1), bool), False)  # (column 0 is unused)
+            return self._score(lm, lm.prepare(view, cands, None), cands, view)[0]
+        if d.world_size > 1:
+            raise ConfigError("score_pairs with candidates runs in one process (its logits are not gathered)")
+        valid = np.asarray(candidates) >= 0
+        ids = self._known(np.where(valid, candidates, np.asarray(dst)[:, None]).reshape(-1)).reshape(m, -1)
+        cands = Candidates(ids, valid, True)
+        _, ranked = lm.score(lm.prepare(view, cands, None)) if m else (None, np.zeros((0, 1 + ids.shape[1])))
+        return np.where(np.c_[np.ones((m, 1), bool), valid], ranked, np.nan)
+
     def stream_models(self) -> list[LinkModel]:
         """The learned model and the baselines: every model that follows the stream."""
         return [self.link_model, *self.baselines.values()]

@@ -1,0 +1,215 @@
+"""DyGLib's link-prediction protocol (Yu et al., 2023), with DyGLib's semantics and our code.
+
+The published tables (DyGFormer's, TPNet's) are made with it, so a figure from here sits in them without a
+footnote. What it is, from DyGLib's ``utils/DataLoader.py``, ``utils/utils.py`` (``NegativeEdgeSampler``) and
+``evaluate_models_utils.py`` (commit 3aacc36):
+
+- split at the 70% and 85% time quantiles; 10% of all nodes, drawn among those active after the training
+  period, are withheld from training with every edge touching them (``ChronologicalSplit``'s default);
+- the test part is scored in batches of 200, memory updated by each batch after it is scored, and each
+  positive gets one negative edge: AP and AUC over the batch's positives and negatives (scikit-learn's
+  definitions), averaged over batches;
+- negatives come from a sampler over the whole stream, reseeded before the test part (seed 2):
+
+  "random": a destination drawn uniformly (with replacement, no collision check: it may be the positive's
+  own) from every destination of the stream; the source stays the positive's.
+  "historical": edges (source *and* destination replaced) drawn without replacement among the distinct
+  edges with a time in [the stream's first time, the batch's first time], less those with a time in [the
+  batch's first, its last time]; where fewer exist than the batch has positives, all of them plus edges
+  drawn uniformly from every (source, destination) pair of the stream that is not a positive of the batch.
+  "inductive": as "historical", but among those edges also leaving out every edge seen up to the end of
+  validation (edges that first appear during the test part, before the batch).
+
+Training, validation and early stopping stay our trainer's (``fit_offline``): only the test differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from streamgnn.errors import ConfigError
+from streamgnn.events import EventBatch
+from streamgnn.train import ChronologicalSplit, OnlineTrainer, TrainConfig, fit_offline
+from streamgnn.train.metrics import LinkMetrics, batch_mean_metrics
+
+STRATEGIES = ("random", "historical", "inductive")
+TEST_SEED = 2  # DyGLib's test sampler's seed (validation's is 0)
+# TPNet (Lu et al., NeurIPS 2024), transductive test AP: Table 1 (random), Table 7 (historical); our names
+TPNET_AP = {
+    "random": {"collegemsg": 0.9735, "enron": 0.9290, "jodie_wikipedia": 0.9932},
+    "historical": {"collegemsg": 0.8634, "enron": 0.8079},
+}
+
+
+class NegativeEdgeSampler:
+    """DyGLib's negative edges for one evaluation part (module docstring), over the whole stream's
+    ``src``, ``dst`` and (sorted) times ``t``; ``last_observed``: the end of what the model saw before
+    the part (the "inductive" strategy leaves out every edge up to it). ``reset()`` before each pass, so
+    every pass draws the same negatives."""
+
+    def __init__(
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        t: np.ndarray,
+        strategy: str = "random",
+        last_observed: float | None = None,
+        seed: int = TEST_SEED,
+    ) -> None:
+        if strategy not in STRATEGIES:
+            raise ConfigError(f"negative strategy must be one of {STRATEGIES}, got {strategy!r}")
+        if strategy == "inductive" and last_observed is None:
+            raise ConfigError("the inductive strategy needs last_observed (the end of validation)")
+        t = np.asarray(t, np.float64)
+        if len(t) == 0 or np.any(np.diff(t) < 0):
+            raise ConfigError("NegativeEdgeSampler needs a non-empty stream sorted by time")
+        self.strategy, self.seed, self.t = strategy, seed, t
+        self.sources, src_i = np.unique(np.asarray(src), return_inverse=True)
+        self.destinations, dst_i = np.unique(np.asarray(dst), return_inverse=True)
+        self.codes = src_i.astype(np.int64) * len(self.destinations) + dst_i  # one integer per (src, dst)
+        observed = t <= last_observed if last_observed is not None else np.zeros(len(t), bool)
+        self.observed = np.unique(self.codes[observed])
+        self.reset()
+
+    def reset(self) -> None:
+        self.rng = np.random.RandomState(self.seed)
+
+    def sample(
+        self, batch_src: np.ndarray, batch_dst: np.ndarray, start: float, end: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(neg_src, neg_dst)``, one per positive ``(batch_src[i], batch_dst[i])`` of a batch whose
+        times span ``[start, end]``."""
+        size = len(batch_src)
+        if self.strategy == "random":
+            self.rng.randint(0, len(self.sources), size)  # DyGLib draws a source too and drops it
+            return np.asarray(batch_src), self.destinations[self.rng.randint(0, len(self.destinations), size)]
+        before = self.codes[: np.searchsorted(self.t, start, side="right")]
+        current = self.codes[
+            np.searchsorted(self.t, start, side="left") : np.searchsorted(self.t, end, "right")
+        ]
+        pool = np.setdiff1d(np.unique(before), current)
+        if self.strategy == "inductive":
+            pool = np.setdiff1d(pool, self.observed)
+        if size <= len(pool):
+            return self._pairs(pool[self.rng.choice(len(pool), size=size, replace=False)])
+        fill = self._random_pairs(size - len(pool), self._code_of(batch_src, batch_dst))
+        return self._pairs(np.concatenate([fill, pool]))
+
+    def _random_pairs(self, size: int, exclude: np.ndarray) -> np.ndarray:
+        """``size`` codes drawn uniformly among every (source, destination) pair less ``exclude``, without
+        replacement unless fewer exist."""
+        exclude = np.unique(exclude)
+        allowed = len(self.sources) * len(self.destinations) - len(exclude)
+        if allowed <= 0:
+            raise ConfigError("no negative edge exists: every pair of the stream is a positive of the batch")
+        ranks = self.rng.choice(allowed, size=size, replace=allowed < size)
+        # the k-th allowed code is k plus the excluded codes at or below it
+        return ranks + np.searchsorted(exclude - np.arange(len(exclude)), ranks, side="right")
+
+    def _code_of(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        s = np.searchsorted(self.sources, src)
+        d = np.searchsorted(self.destinations, dst)
+        s, d = np.minimum(s, len(self.sources) - 1), np.minimum(d, len(self.destinations) - 1)
+        known = (self.sources[s] == src) & (self.destinations[d] == dst)
+        return (s * len(self.destinations) + d)[known]
+
+    def _pairs(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        codes = codes.astype(np.int64)
+        return self.sources[codes // len(self.destinations)], self.destinations[
+            codes % len(self.destinations)
+        ]
+
+
+def split(events: EventBatch) -> ChronologicalSplit:
+    """DyGLib's split (time quantiles, 10% of the nodes withheld from training)."""
+    return ChronologicalSplit.make(events, by_time=True, new_node_fraction=0.1)
+
+
+def random_negatives(events: EventBatch, rows: np.ndarray, batch_size: int) -> np.ndarray:
+    """``[len(rows), 1]`` DyGLib random negative destinations of the test part ``rows``, batch by batch as
+    the test is scored: ``fit_offline(test_negatives=...)`` scores them with the positive's source."""
+    sampler = NegativeEdgeSampler(events.src, events.dst, events.t, "random")
+    out = [
+        sampler.sample(events.src[rows[lo : lo + batch_size]], None, 0.0, 0.0)[1]
+        for lo in range(0, len(rows), batch_size)
+    ]
+    return np.concatenate(out)[:, None] if out else np.zeros((0, 1), events.dst.dtype)
+
+
+def edge_negatives_test(
+    events: EventBatch, strategy: str, last_observed: float, batch_size: int
+) -> Callable[[OnlineTrainer, np.ndarray], LinkMetrics]:
+    """A ``fit_offline(test_by=...)`` protocol: the test part scored against DyGLib's ``strategy``
+    negative edges (``last_observed``: the end of validation), which replace the source too. Per batch,
+    as DyGLib's evaluation: the negatives are scored first, from the state before the batch, then the
+    positives, which update memory."""
+    sampler = NegativeEdgeSampler(events.src, events.dst, events.t, strategy, last_observed)
+
+    def protocol(trainer: OnlineTrainer, rows: np.ndarray) -> LinkMetrics:
+        sampler.reset()
+        parts = []
+        for lo in range(0, len(rows), batch_size):
+            batch = events.take(rows[lo : lo + batch_size])
+            neg_src, neg_dst = sampler.sample(batch.src, batch.dst, batch.t[0], batch.t[-1])
+            neg = trainer.score_pairs(neg_src, neg_dst, batch.t)
+            res = trainer.step(batch, train=False, ingest=False, negatives=neg_dst[:, None])
+            parts.append((res.pos, neg[np.isin(batch.eid, res.eid)], np.full(len(res.pos), np.nan)))
+        return batch_mean_metrics(parts)
+
+    return protocol
+
+
+def run_stream(
+    name: str,
+    events: EventBatch,
+    config: TrainConfig,
+    strategies: list[str],
+    epochs: int,
+    patience: int | None,
+) -> dict:
+    """One seed (``config.seed``) of our model on ``events`` under DyGLib's protocol: test AP and AUC
+    against each of ``strategies``' negatives (random always: it is the test part's own pass, where
+    EdgeBank is scored beside ours), epochs trained and the best."""
+    parts = split(events)
+    bs = config.batch_size
+    last_observed = float(events.t[parts.val].max()) if len(parts.val) else float(events.t[parts.train].max())
+    edge_kinds = [s for s in dict.fromkeys(strategies) if s != "random"]
+    result = fit_offline(
+        events, config, epochs=epochs, patience=patience, split=parts,
+        test_negatives=random_negatives(events, parts.test, bs),
+        test_by={s: edge_negatives_test(events, s, last_observed, bs) for s in edge_kinds}, score_val=False,
+    )  # fmt: skip
+    run = {
+        "stream": name, "seed": config.seed, "events": len(events), "test_events": len(parts.test),
+        "ap_dyglib": result.test.ap, "auc_dyglib": result.test.auc,
+        "epochs": result.epochs, "best_epoch": result.best_epoch, "val_ap_per_epoch": result.val_ap_per_epoch,
+    }  # fmt: skip
+    for base, scores in result.baselines.items():
+        run[f"ap_dyglib_{base}"], run[f"auc_dyglib_{base}"] = scores["test"].ap, scores["test"].auc
+    for kind in edge_kinds:
+        run[f"ap_dyglib_{kind}"] = result.test_with[kind].ap
+        run[f"auc_dyglib_{kind}"] = result.test_with[kind].auc
+    return run
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per-stream means over seeds (``ap_dyglib_<stream>``, ...) and ``worst_gap_to_tpnet``: the largest
+    TPNet-minus-ours AP over the streams and negative kinds TPNet published (None where none was run)."""
+    out: dict = {}
+    gaps = []
+    for stream in dict.fromkeys(r["stream"] for r in runs):
+        mine = [r for r in runs if r["stream"] == stream]
+        metrics = [k for k in mine[0] if k.startswith(("ap_", "auc_")) or k in ("epochs", "best_epoch")]
+        for m in metrics:
+            out[f"{m}_{stream}"] = float(np.mean([r[m] for r in mine]))
+        out[f"events_{stream}"] = mine[0]["events"]
+        for kind, table in TPNET_AP.items():
+            key = "ap_dyglib" if kind == "random" else f"ap_dyglib_{kind}"
+            if stream in table and key in mine[0]:
+                out[f"tpnet_{key}_{stream}"] = table[stream]
+                gaps.append(table[stream] - out[f"{key}_{stream}"])
+    out["worst_gap_to_tpnet"] = max(gaps) if gaps else None
+    out["runs"] = runs
+    return out
