@@ -29,7 +29,11 @@ def train_config(args: argparse.Namespace):
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    import torch
+
     from ..demo import run_demo
+
+    torch.set_num_threads(args.threads)  # the broker and the Kafka client's threads share the cores
 
     config = train_config(args)
     return run_demo(
@@ -61,6 +65,7 @@ def register(sub) -> None:
     )
     d.add_argument("--dataset", default="jodie_wikipedia", help="a bundled dataset (jodie_wikipedia)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.add_argument("--threads", type=positive_int, default=1, help="torch threads of the trainer (1)")
     d.add_argument(
         "--serve",
         action="store_true",
