@@ -15,6 +15,7 @@ before the first import of torch or Numba: ``streamgnn.cli`` imports this module
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import MutableMapping
 
 # the pools each library sizes from its own variable (torch's intra-op pool reads OMP_NUM_THREADS)
@@ -35,6 +36,8 @@ def quiet_threads(environ: MutableMapping[str, str] = os.environ) -> dict[str, s
     threads = environ.get("OMP_NUM_THREADS", "")
     threads = threads if threads.isdigit() and int(threads) > 0 else str(usable_cpus())
     wanted = {"OMP_WAIT_POLICY": "passive", **dict.fromkeys(POOL_VARIABLES, threads)}
+    if "numba" in sys.modules:  # (a caller that loaded it first, e.g. a test) Numba rereads its variable
+        del wanted["NUMBA_NUM_THREADS"]  # at each compilation and refuses a change once its pool runs
     set_here = {k: v for k, v in wanted.items() if not environ.get(k)}
     environ.update(set_here)
     return set_here

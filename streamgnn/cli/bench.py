@@ -21,6 +21,7 @@ BENCHMARKS = (
     "quality",
     "soak",
     "pairs",
+    "follow",
 )
 
 EXAMPLE = """examples:

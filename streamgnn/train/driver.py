@@ -167,8 +167,9 @@ class Budget:
     path (admission, store, the model's stream state, served rows); learning and evaluation run on
     every event, or, budgeted, on what the source's lag leaves time for.
 
-    Per item (a global batch): ``step`` evaluates its first ``k`` events when the evaluation's credit
-    (``eval_fraction`` of the events consumed) reaches ``min_eval_rows``, and learns on it or not. The share
+    Per item (a global batch, never cut: batches are the trainers' unit of steps, checkpoints and random
+    draws): ``step`` evaluates it when the evaluation's credit (``eval_fraction`` of the events consumed)
+    reaches ``min_eval_rows`` (then the credit falls by the item's size), and learns on it or not. The share
     learned comes from measured costs: seconds per event of a state-only step, a learning step and an
     evaluated event (moving averages), the arrival rate (events consumed plus the lag's growth, over
     ``LAG_RATE_S``) and the time a lag may take to drain (``drain_s``): the share of learning steps that
@@ -208,11 +209,8 @@ class Budget:
             self._timed(item, arrival, True, True)
             self._count(n, True)
             return
-        learn, k = self._plan(n)
-        if k:
-            self._timed(item[:k], arrival, learn, True)
-        if k < n:
-            self._timed(item[k:], arrival, learn, False)
+        learn, evaluate = self._plan(n)
+        self._timed(item, arrival, learn, evaluate)
         self._count(n, learn)
 
     def report(self) -> FollowReport:
@@ -223,8 +221,8 @@ class Budget:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ the plan
-    def _plan(self, n: int) -> tuple[bool, int]:
-        """Whether the item learns and how many of its first events are evaluated (every rank alike)."""
+    def _plan(self, n: int) -> tuple[bool, bool]:
+        """Whether the item learns and whether it is evaluated (every rank alike)."""
         own = self.lag_of() if self.lag_of is not None else None
         dist = self.trainer.dist
         if not dist.active:
@@ -235,19 +233,19 @@ class Budget:
         learn = credit["learn"] >= n
         credit["learn"] -= n if learn else 0
         credit["eval"] += self.eval_share * n
-        k = min(int(credit["eval"]), n) if credit["eval"] >= min(self.follow.min_eval_rows, n) else 0
-        credit["eval"] -= k
+        evaluate = credit["eval"] >= min(self.follow.min_eval_rows, n)
+        credit["eval"] -= n if evaluate else 0
         size = self._next_batch_size()
         if dist.active:  # rank 0's plan, every rank's lag
             main = float(dist.is_main)
             agreed = dist.all_sum(
-                [main * learn, main * k, main * size, float(own or 0), float(own is not None)],
+                [main * learn, main * evaluate, main * size, float(own or 0), float(own is not None)],
                 self.trainer.device,
             )  # fmt: skip
-            learn, k, size = bool(agreed[0]), int(agreed[1]), int(agreed[2])
+            learn, evaluate, size = bool(agreed[0]), bool(agreed[1]), int(agreed[2])
             self._observe_lag(int(agreed[3]) if agreed[4] else None)
         self.batch_size = size
-        return learn, k
+        return learn, evaluate
 
     def _fraction(self) -> float:
         """The share of events to learn on: all when caught up or the lag is unknown, else what the
