@@ -68,8 +68,8 @@ class FollowConfig(Config):
     learn on every batch while the source is caught up (its lag at most ``caught_up_events``, 0: one
     ``batch_size``) or its lag unknown (a file), else on the share of batches the measured costs allow:
     state for every event first, then learning within ``headroom`` of the time the arrival rate leaves, so
-    that a lag drains within about ``drain_s`` seconds. Behind, batches grow to an eighth of the lag, up to ``max_batch_size``
-    (never under ``batch_size``)."""
+    that a lag drains within about ``drain_s`` seconds. Behind, batches grow to an eighth of the lag, up
+    to ``max_batch_size`` (never under ``batch_size``)."""
 
     mode: str = "every_event"
     eval_fraction: float = 0.01
