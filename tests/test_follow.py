@@ -153,3 +153,20 @@ def test_the_sample_is_uniform_and_its_intervals_cover():
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ConfigError):
         FollowConfig(**bad)
+
+
+def test_the_jobs_gauges_say_what_was_learned_and_sampled():
+    import zlib
+
+    from streamgnn.jobs import TrainJob
+
+    events = stream(1500)
+    job = TrainJob(config(), source=list(events.split(500)), log_every_s=0)
+    result = job.run(progress=False)
+    value = job.metrics.registry.get_sample_value
+    assert value("streamgnn_learned_fraction") == result.follow.learned_fraction == 1.0  # no lag: all
+    assert value("streamgnn_evaluated_events") == result.follow.evaluated_events > 0
+    assert value("streamgnn_batch_size") == 100
+    # the replicas' fingerprint, computed when scraped: the parameters as they are now
+    params = torch.cat([p.detach().reshape(-1) for p in job.trainer.model.parameters()])
+    assert value("streamgnn_replica_fingerprint") == zlib.crc32(params.numpy().tobytes())

@@ -167,8 +167,12 @@ class TrainJob:
             m.learned_fraction.set(budget.learned_events / budget.events if budget.events else 1.0)
             m.evaluated.set(budget.evaluated)
             m.batch_size.set(budget.batch_size)
+
+    @staticmethod
+    def _fingerprint(trainer) -> int:
+        """CRC32 of the model's parameters: equal across replicas that agree."""
         params = torch.cat([p.detach().reshape(-1).cpu() for p in trainer.model.parameters()])
-        m.fingerprint.set(zlib.crc32(params.numpy().tobytes()))
+        return zlib.crc32(params.numpy().tobytes())
 
     def _lag(self) -> dict[str, int]:
         if self._source is None:
@@ -245,6 +249,9 @@ class TrainJob:
                 if self._source is not None:
                     stack.callback(self._source.close)
             self.trainer = trainer
+            # computed when scraped, not per step (a CRC of every parameter took 4 ms a batch, a third of
+            # a state-only step on a quiet host: benchmarks/RESULTS.md, issue 32)
+            self.metrics.fingerprint.set_function(lambda: self._fingerprint(trainer))
             trainer.on_step = self._on_step
             log = IntervalLog(f"train rank {self.dist.rank}", self._status, self.log_every_s)
             stack.callback(log.stop)
