@@ -68,8 +68,8 @@ class FollowConfig(Config):
     learn on every batch while the source is caught up (its lag at most ``caught_up_events``, 0: one
     ``batch_size``) or its lag unknown (a file), else on the share of batches the measured costs allow:
     state for every event first, then learning within ``headroom`` of the time the arrival rate leaves, so
-    that a lag drains within about ``drain_s`` seconds. Behind, batches grow to an eighth of the lag, up
-    to ``max_batch_size`` (never under ``batch_size``)."""
+    that a lag drains within about ``drain_s`` seconds of the job falling behind. Behind, batches grow to
+    an eighth of the lag, up to ``max_batch_size`` (never under ``batch_size``)."""
 
     mode: str = "every_event"
     eval_fraction: float = 0.01
@@ -78,7 +78,7 @@ class FollowConfig(Config):
     caught_up_events: int = 0
     max_batch_size: int = 2000
     headroom: float = 0.8
-    drain_s: float = 10.0
+    drain_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.mode not in FOLLOW_MODES:

@@ -176,8 +176,10 @@ class Budget:
     fits in ``headroom`` of the time per event. Which items learn is spread evenly over the lag (a credit of
     that share per event; an item learns once it holds its size), so a model behind its source keeps
     learning from the whole stream at a uniform rate, as a reservoir over the lag would, rather than from
-    its newest or oldest part alone. Caught up (or a source without a lag, a file), it learns on
-    everything. Behind, batches grow to an eighth of the lag, up to ``max_batch_size``.
+    its newest or oldest part alone: the time a lag may take is fixed when the job falls behind
+    (``drain_s`` from then), so the share stays about even while that lag drains, rather than rising as it
+    shrinks. Caught up (or a source without a lag, a file), it learns on everything. Behind, batches grow
+    to an eighth of the lag, up to ``max_batch_size``.
 
     The ranks of a distributed job make one plan: rank 0's, with every rank's lag summed (one small
     collective per item). Every mode keeps a uniform sample of the scored events' scores (the model's and
@@ -198,6 +200,7 @@ class Budget:
         # evaluation starts with a full credit: a run has figures from its first scorable events on
         self._credit = {"learn": 0.0, "eval": float(self.follow.min_eval_rows)}
         self._mark: tuple[float, int, int] | None = None  # (time, events, lag) the rate is measured from
+        self._deadline: float | None = None  # when the lag should be drained by (None: caught up)
         self.started = time.perf_counter()
         self.timeline: deque[list] = deque(maxlen=TIMELINE_POINTS)
         self._point = (self.started, 0, 0)  # (time, events, learned events) of the last timeline point
@@ -252,13 +255,17 @@ class Budget:
         measured costs leave time for (the last share until a learning step was measured)."""
         lag, follow = self.lag, self.follow
         if lag is None or lag <= self.caught_up:
+            self._deadline = None
             return 1.0
+        if self._deadline is None:  # fell behind: the lag is to drain within drain_s from now
+            self._deadline = time.perf_counter() + follow.drain_s
         learn = self.cost.get((True, False))
         if learn is None:
             return self.fraction
         state = self.cost.get((False, False), learn / 4)
         rate = self.rate or 0.0  # until measured: nothing more arrives, the lag only drains
-        per_event = follow.headroom / (rate + lag / follow.drain_s) - self.eval_share * self._eval_cost()
+        left = max(self._deadline - time.perf_counter(), 1e-6)  # (past it: drain as fast as state allows)
+        per_event = follow.headroom / (rate + lag / left) - self.eval_share * self._eval_cost()
         if learn <= state:
             return 1.0
         return min(1.0, max(0.0, (per_event - state) / (learn - state)))
