@@ -76,7 +76,7 @@ class FollowConfig(Config):
     eval_per_window: int = 0
     min_eval_rows: int = 50
     caught_up_events: int = 0
-    max_batch_size: int = 2000
+    max_batch_size: int = 1000
     headroom: float = 0.8
     drain_s: float = 30.0
 
