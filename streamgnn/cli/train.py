@@ -113,8 +113,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "train",
         help="online TGN training from a dataset, a file or a Kafka topic",
-        description="Score each batch, then train on it, then update memory and the served embeddings "
-        "(test-then-train); checkpoints make a rerun resume; --metrics-port serves Prometheus metrics.",
+        description="Update the store, memory and served embeddings with every event; score and train "
+        "(test-then-train) on every batch, or on the share a lagging source leaves time for (--follow, "
+        "docs/following.md); checkpoints make a rerun resume; --metrics-port serves Prometheus metrics.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
