@@ -27,20 +27,24 @@ from .nn import TGNConfig
 from .partition import PartitionerConfig, PartitionTimeline
 from .serve import ServeConfig
 from .store import StoreConfig, TemporalGraphStore
-from .train import OnlineTrainer, TrainConfig
+from .train import FollowConfig, OnlineTrainer, TrainConfig
 from .train.report import plot_windows, scores_text, write_summary
 
 PARTITIONS = 4
 
 
 def demo_config(events: int, checkpoint_dir: str | Path) -> TrainConfig:
-    """The demo's trainer settings for a run of ``events`` events."""
+    """The demo's trainer settings for a run of ``events`` events: a live job's, on a budget (state for every
+    event, learning as the lag allows, a sample of the events evaluated; ``FollowConfig``)."""
+    follow = FollowConfig(mode="budget")
+    scored = events * follow.eval_fraction  # what the sampled evaluation scores
     return TrainConfig(
         model=TGNConfig(memory_dim=100, time_dim=100, embedding_dim=100, num_neighbors=10),
         checkpoint_dir=str(checkpoint_dir),
         checkpoint_every=200,
         publish_every=20,
-        window_events=max(500, min(10_000, events // 20)),  # a short run still draws a curve
+        window_events=int(max(50, min(10_000, scored // 20))),  # a short run still draws a curve
+        follow=follow,
     )
 
 
@@ -105,12 +109,13 @@ def run_demo(
                 topic,
                 bootstrap_servers=broker.bootstrap,
                 store=trainer.store,
-                max_batch_events=config.batch_size,
+                max_batch_events=max(config.batch_size, config.follow.max_batch_size),
             )
         )
         result = trainer.fit(
             _recording(source.stream(idle_timeout_s=10.0), timeline, trainer),
             positions=source.positions,
+            lag=source.lag,
             max_events=events,
             progress=not quiet,
             total=len(stream),

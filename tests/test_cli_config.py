@@ -161,7 +161,8 @@ def test_demo_takes_the_train_section_over_its_own_settings(tmp_path):
     path.write_text("train: {batch_size: 100, publish_every: 5}\n")
     cfg = demo.train_config(build_parser().parse_args(["demo", "--events", "3000", "--config", str(path)]))
     assert cfg.batch_size == 100 and cfg.publish_every == 5  # the file's
-    assert cfg.window_events == 500 and cfg.checkpoint_every == 200  # the demo's own for 3,000 events
+    # the demo's own for 3,000 events: windows of its sampled evaluation (1% of the events, at least 50)
+    assert cfg.window_events == 50 and cfg.checkpoint_every == 200 and cfg.follow.mode == "budget"
 
 
 @pytest.mark.parametrize(

@@ -211,6 +211,7 @@ def test_streamgnn_train_runs_a_sharded_dygformer_config(tmp_path, capsys):
     config.write_text(
         "train:\n  batch_size: 100\n  eval_negatives: 5\n  checkpoint_every: 2\n"
         "  sharding: {num_partitions: 4}\n"
+        "  follow: {mode: every_event}\n"  # every event scored (streamgnn train's default samples them)
         "  model: {variant: dygformer, sequence_length: 8, patch_size: 2, channel_dim: 8, time_dim: 8,\n"
         "          embedding_dim: 8}\n"
     )

@@ -221,6 +221,11 @@ class ConfluentConsumer:
             self._at_end.discard(key)
         return out
 
+    def end_offsets(self, parts: list[TP]) -> dict[TP, int]:
+        from confluent_kafka import TopicPartition
+
+        return {tp: int(self.c.get_watermark_offsets(TopicPartition(*tp), timeout=10.0)[1]) for tp in parts}
+
     def caught_up(self, parts: list[TP]) -> set[TP]:
         """Partitions whose last word was a partition-EOF event (no message after it)."""
         from confluent_kafka import TopicPartition

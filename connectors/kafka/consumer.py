@@ -115,6 +115,9 @@ class Consumer(Protocol):
         """The partitions read up to the end offset the broker last reported; raises
         ``OffsetOutOfRangeError`` for one whose position the broker confirms is beyond that end."""
 
+    def end_offsets(self, parts: list[TP]) -> dict[TP, int]:
+        """The broker's end offset (next offset to be written) of each of ``parts`` now (one request)."""
+
     def set_paused(self, parts: list[TP], paused: bool) -> None:
         """Stop or restart fetching ``parts`` while polling goes on (group membership survives)."""
 

@@ -120,6 +120,12 @@ class KafkaPythonConsumer:
         if current is not None and not current and fetcher._paused_partition_records:
             fetcher._next_partition_records = None
 
+    def end_offsets(self, parts: list[TP]) -> dict[TP, int]:
+        from kafka import TopicPartition
+
+        ends = self.c.end_offsets([TopicPartition(t, p) for t, p in parts], timeout_ms=10_000)
+        return {(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
+
     def caught_up(self, parts: list[TP]) -> set[TP]:
         """Partitions whose position reached the high watermark of their last fetch response."""
         from kafka import TopicPartition

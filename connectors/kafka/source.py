@@ -231,6 +231,7 @@ class KafkaSource:
         self._last_origin = Origin()
         self._reported = 0  # dead letters callers sent through report_dead_letters
         self._closed = False
+        self._ends: dict[str, int] | None = None  # end offsets of the owned partitions, read by the poller
 
     @property
     def max_batch_events(self) -> int:
@@ -393,6 +394,22 @@ class KafkaSource:
         with self._lock:
             return dict(self._merge.positions)
 
+    def lag(self) -> int | None:
+        """Events of the owned partitions not handed out yet, buffered rows included: the messages between
+        ``positions()`` and the broker's end offsets (read by the poller about every ``commit_interval_s``)
+        times the events per message decoded so far (a binary message holds many); None before the first
+        read. What a trainer sizes its work by (``train.driver.Budget``)."""
+        with self._lock:
+            if self._ends is None:
+                return None
+            positions, owned = self._merge.positions, self._merge.owned
+            behind = sum(
+                max(0, end - positions.get(key, 0)) for key, end in self._ends.items() if key in owned
+            )
+            decoded = self._stats.events + self._merge.buffered
+        per_message = decoded / self._decoder.messages if self._decoder.messages else 1.0
+        return round(behind * max(per_message, 1.0))
+
     def schema(self) -> Schema:
         """The stream's schema as decoding fixed it so far: save it with ``positions()`` and pass it back as
         ``schema=`` on resuming (a store passed as ``store=`` carries its own)."""
@@ -441,6 +458,7 @@ class KafkaSource:
                 self._backpressure()
                 if time.monotonic() >= next_commit:
                     self._commit()
+                    self._read_ends()
                     next_commit = time.monotonic() + self.commit_interval_s
                 began = time.monotonic()
                 try:
@@ -482,6 +500,19 @@ class KafkaSource:
         finally:
             with contextlib.suppress(Exception):
                 self._consumer.close()
+
+    def _read_ends(self) -> None:
+        """The owned partitions' end offsets for ``lag`` (poller thread). A failed read keeps the last ones:
+        the stream goes on, its lag figure a second older."""
+        with self._lock:
+            owned = [split_key(k) for k in self._merge.owned]
+        try:
+            ends = self._consumer.end_offsets(owned) if owned else {}
+        except Exception as exc:  # noqa: BLE001 - a transient broker error; the next read retries
+            log.debug("reading end offsets failed: %s", exc)
+            return
+        with self._lock:
+            self._ends = {partition_key(*tp): end for tp, end in ends.items()}
 
     def _backpressure(self) -> None:
         """Pause the partitions holding buffered rows once the buffer is full, resume all at half (see

@@ -13,11 +13,10 @@ import os
 import pkgutil
 import sys
 
+# First, before torch or Numba loads (``_config`` imports torch): passive OpenMP waiting and explicit pool
+# sizes, unless the user set their own (``_threads``).
+from . import _threads  # noqa: F401, I001
 from ._config import show_config_defaults
-
-# Before torch loads: OpenMP threads that spin while waiting made a 2-core machine 5-18x slower (the demo's
-# trainer against its own broker and Kafka client); a user's own setting wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 # Commands whose extra arguments go to the job they start (a benchmark parses its own flags).
 _PASS_THROUGH = {"bench"}

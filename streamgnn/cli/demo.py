@@ -6,6 +6,7 @@ import argparse
 
 from ._args import output_dir, port_or_any, positive_int
 from ._config import add_config_option, config_from_args
+from .train import add_follow_option
 
 EXAMPLE = """examples:
   streamgnn demo --events 3000          # a short run (only 3,000 events are produced)
@@ -25,11 +26,16 @@ def train_config(args: argparse.Namespace):
     rows = datasets.info(args.dataset).rows
     own = demo_config(min(args.events or rows, rows), args.out / "checkpoints")
     keys = ("checkpoint_dir", "checkpoint_every", "publish_every", "window_events")
-    return config_from_args(args, defaults={f"train.{k}": getattr(own, k) for k in keys}).train
+    defaults = {f"train.{k}": getattr(own, k) for k in keys}
+    return config_from_args(args, defaults={**defaults, "train.follow.mode": own.follow.mode}).train
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    import torch
+
     from ..demo import run_demo
+
+    torch.set_num_threads(args.threads)  # the broker and the Kafka client's threads share the cores
 
     config = train_config(args)
     return run_demo(
@@ -61,6 +67,8 @@ def register(sub) -> None:
     )
     d.add_argument("--dataset", default="jodie_wikipedia", help="a bundled dataset (jodie_wikipedia)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_follow_option(d)
+    d.add_argument("--threads", type=positive_int, default=1, help="torch threads of the trainer (1)")
     d.add_argument(
         "--serve",
         action="store_true",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..train.config import DEFAULT_CHECKPOINT_EVERY
+from ..train.config import DEFAULT_CHECKPOINT_EVERY, FOLLOW_MODES
 from ._args import device, input_file, non_negative, output_dir, port, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args, override
 from ._dead_letters import Tally, count_text
@@ -99,12 +99,26 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     return 0
 
 
+# A live job keeps up with its source: state for every event, learning and evaluation on a budget
+# (docs/following.md); ``--follow every_event`` is the benchmarks' test-then-train on every event.
+LIVE_DEFAULTS = {"train.follow.mode": "budget"}
+
+
+def add_follow_option(p: argparse.ArgumentParser) -> None:
+    override(
+        p, "--follow", key="train.follow.mode", choices=FOLLOW_MODES,
+        help="budget: every event updates the state, learning and a sample of evaluation as the source's "
+        "lag allows; every_event: test-then-train on every event",
+    )  # fmt: skip
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "train",
         help="online TGN training from a dataset, a file or a Kafka topic",
-        description="Score each batch, then train on it, then update memory and the served embeddings "
-        "(test-then-train); checkpoints make a rerun resume; --metrics-port serves Prometheus metrics.",
+        description="Update the store, memory and served embeddings with every event; score and train "
+        "(test-then-train) on every batch, or on the share a lagging source leaves time for (--follow, "
+        "docs/following.md); checkpoints make a rerun resume; --metrics-port serves Prometheus metrics.",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -153,10 +167,11 @@ def register(sub) -> None:
         help="stream time an event may lag the newest learned one and still be learned; a later one is a "
         "dead letter, e.g. 60",
     )  # fmt: skip
+    add_follow_option(p)
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (1)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")
     p.add_argument(
         "--log-every", type=seconds, default=10.0, metavar="S", help="seconds per status line (10)"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=_run, config_defaults=LIVE_DEFAULTS)

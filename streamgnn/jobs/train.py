@@ -138,7 +138,7 @@ class TrainJob:
         if self.dist.is_main:
             source = KafkaSource(
                 self.topic, bootstrap_servers=self.bootstrap, store=trainer.store,
-                dead_letter_topic=self.dead_letter_topic, max_batch_events=10 * self.config.batch_size,
+                dead_letter_topic=self.dead_letter_topic, max_batch_events=self._max_batch(),
             ).start()  # fmt: skip
         idle = trainer.serving.publish  # the last refreshed rows go out while the topic is quiet
         return BroadcastSource(source, self.dist, idle_timeout_s=idle_timeout_s, on_idle=idle), source
@@ -166,10 +166,14 @@ class TrainJob:
         local = KafkaPartitions(
             self.topic, trainer.ownership, idle_timeout_s=idle_timeout_s, bootstrap_servers=self.bootstrap,
             start_offsets=offsets, dead_letter_topic=self.dead_letter_topic,
-            max_batch_events=10 * self.config.batch_size,
+            max_batch_events=self._max_batch(),
         )  # fmt: skip
         self._source = local.source
         return trainer, local
+
+    def _max_batch(self) -> int:
+        """Events per source batch: room for the batches the budget grows to (``FollowConfig``)."""
+        return max(10 * self.config.batch_size, self.config.follow.max_batch_size)
 
     # ------------------------------------------------------------------ monitoring
     def _on_step(self, batch, result, arrival: float) -> None:
@@ -192,8 +196,17 @@ class TrainJob:
         m.steps.set(trainer.steps)
         m.position.set(trainer.position + len(batch))  # fit advances it after the step
         m.learned.set(trainer.learned)
+        if trainer.budget is not None:  # what the budget learned from and evaluated so far
+            budget = trainer.budget
+            m.learned_fraction.set(budget.learned_events / budget.events if budget.events else 1.0)
+            m.evaluated.set(budget.evaluated)
+            m.batch_size.set(budget.batch_size)
+
+    @staticmethod
+    def _fingerprint(trainer) -> int:
+        """CRC32 of the model's parameters: equal across replicas that agree."""
         params = torch.cat([p.detach().reshape(-1).cpu() for p in trainer.model.parameters()])
-        m.fingerprint.set(zlib.crc32(params.numpy().tobytes()))
+        return zlib.crc32(params.numpy().tobytes())
 
     def _lag(self) -> dict[str, int]:
         if self._source is None:
@@ -222,6 +235,10 @@ class TrainJob:
         self.metrics.events_per_s.set(rate)
         w = trainer.metrics.windows[-1] if trainer.metrics.windows else None
         quality = f"window AP {w.ap:.4f} MRR {w.mrr:.4f}" if w else "no window closed yet"
+        budget = trainer.budget
+        if budget is not None and budget.follow.budgeted and budget.events:  # what the figures are of
+            share = budget.learned_events / budget.events
+            quality += f" (a sample: {budget.evaluated:,} events scored), learned from {share:.0%} of events"
         lag = sum(self._lag().values()) if self._source is not None else None
         return (
             f"rank {self.dist.rank}/{self.dist.world_size}: {pos:,} events ({rate:,.0f}/s), "
@@ -266,6 +283,9 @@ class TrainJob:
                 if self._source is not None:
                     stack.callback(self._source.close)
             self.trainer = trainer
+            # computed when scraped, not per step (a CRC of every parameter took 4 ms a batch, a third of
+            # a state-only step on a quiet host: benchmarks/RESULTS.md, issue 32)
+            self.metrics.fingerprint.set_function(lambda: self._fingerprint(trainer))
             trainer.on_step = self._on_step
             log = IntervalLog(f"train rank {self.dist.rank}", self._status, self.log_every_s)
             stack.callback(log.stop)

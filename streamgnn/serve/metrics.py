@@ -109,6 +109,17 @@ class WorkerMetrics(_Common):
         self.learned = Gauge(
             "streamgnn_learned_events", "edge additions learned (restored on resume)", registry=r
         )
+        self.learned_fraction = Gauge(
+            "streamgnn_learned_fraction",
+            "share of the events consumed that the model learned from (1: every event; less while the "
+            "budget learns on a share of a lagging stream)", registry=r,
+        )  # fmt: skip
+        self.evaluated = Gauge(
+            "streamgnn_evaluated_events",
+            "events the online evaluation scored (a sample, budgeted)",
+            registry=r,
+        )
+        self.batch_size = Gauge("streamgnn_batch_size", "events in the next global batch", registry=r)
         self.fingerprint = Gauge(
             "streamgnn_replica_fingerprint", "CRC32 of the parameters; equal across replicas", registry=r
         )

@@ -123,6 +123,10 @@ class KafkaPartitions:
     def positions(self) -> dict[str, int]:
         return self.source.positions()
 
+    def lag(self) -> int | None:
+        """Events of this rank's partitions not read yet (``KafkaSource.lag``)."""
+        return self.source.lag()
+
     @property
     def stats(self):
         """The Kafka source's counters (``SourceStats``)."""

@@ -57,7 +57,7 @@ from ..events import EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, collective, init_distributed, local_device
-from ..train.driver import Batches, Drive, source_dead_letters
+from ..train.driver import Batches, Budget, Drive, source_dead_letters
 from ..train.edgebank import make_baseline
 from ..train.metrics import RunningMetrics
 from ..train.models import make_link_model
@@ -132,6 +132,7 @@ class ShardedTrainer:
             total=lambda n: int(self.dist.all_sum([n], self.device)[0]),
         )  # fmt: skip
         self.steps = self.learned = self.position = self.dead_letter_count = 0
+        self.budget: Budget | None = None  # the latest ``fit``'s (what it learned and evaluated so far)
         self.batcher: GlobalBatcher | None = None
         self._batcher_state: dict[str, np.ndarray] | None = None  # from a checkpoint, for the next batcher
 
@@ -170,11 +171,13 @@ class ShardedTrainer:
             self.batcher.restore(self._batcher_state, self.index.seen.contains)
             self._batcher_state = None
         show = progress and self.dist.is_main
+        self.budget = Budget(self, getattr(source, "lag", None))
         drive = Drive(
-            self, every=self.config.checkpoint_interval, limit=max_events, progress=show, total=total
-        )
+            self, every=self.config.checkpoint_interval, limit=max_events, progress=show, total=total,
+            budget=self.budget,
+        )  # fmt: skip
         saved, events = drive.run(
-            self._global_batches(drive.room), lambda: self.save_checkpoint(source.positions())
+            self._global_batches(drive), lambda: self.save_checkpoint(source.positions())
         )
         self.serving.finish(self.index, self._embed)
         seconds = drive.elapsed()
@@ -183,16 +186,19 @@ class ShardedTrainer:
             events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
             latency_p50_ms=1e3 * self.serving.latency.percentile(50),
             latency_p99_ms=1e3 * self.serving.latency.percentile(99), dead_letters=letters, checkpoint=saved,
-            **run_metrics(self.link_model, self.metrics, self.baseline_metrics),
+            follow=self.budget.report(), **run_metrics(self.link_model, self.metrics, self.baseline_metrics),
         )  # fmt: skip
 
-    def _global_batches(self, room) -> Batches:
-        """The global batches the ranks agree on (``drive``'s generator), the last cut at ``room()``. Counts
-        the rows this rank's source could not take (undecodable, invalid) as they come, so checkpoints hold
-        them."""
+    def _global_batches(self, drive: Drive) -> Batches:
+        """The global batches the ranks agree on (``drive``'s generator), of ``drive.batch_size`` events (the
+        budget's plan: the same on every rank), the last cut at ``drive.room()``. Counts the rows this rank's
+        source could not take (undecodable, invalid) as they come, so checkpoints hold them."""
         seen = source_dead_letters(self.batcher.source)
         try:
-            while (batch := self.batcher.next_batch(room())) is not None:
+            while True:
+                self.batcher.batch_size = drive.batch_size(self.config.batch_size)
+                if (batch := self.batcher.next_batch(drive.room())) is None:
+                    break
                 seen = self._count_source_letters(seen)
                 yield batch, time.perf_counter(), True
         finally:

@@ -1,7 +1,7 @@
 """Online (prequential) and offline training of link models (TGN, DyGFormer), metrics, checkpoints, data
 parallelism. The jobs that run it on a stream (``TrainJob``, ``run_online``) are ``streamgnn.jobs``."""
 
-from .config import TrainConfig
+from .config import FollowConfig, TrainConfig
 from .distributed import DistContext, init_distributed
 from .dygformer_model import DyGFormerLinkModel
 from .metrics import (
@@ -33,6 +33,7 @@ __all__ = [
     "StepInput",
     "StepResult",
     "TGNLinkModel",
+    "FollowConfig",
     "TrainConfig",
     "WindowMetrics",
     "average_precision",

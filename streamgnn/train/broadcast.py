@@ -62,6 +62,11 @@ class BroadcastSource:
     def positions(self) -> dict[str, int]:
         return self.source.positions() if self.dist.is_main else {}
 
+    def lag(self) -> int | None:
+        """Rank 0's source's lag (``KafkaSource.lag``; None elsewhere: rank 0's plan is every rank's)."""
+        lag = getattr(self.source, "lag", None) if self.dist.is_main else None
+        return lag() if lag is not None else None
+
     def __iter__(self) -> Iterator[EventBatch]:
         if not self.dist.active:
             yield from self._read()

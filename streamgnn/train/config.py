@@ -53,6 +53,56 @@ class ShardConfig(Config):
             raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
 
 
+FOLLOW_MODES = ("every_event", "budget")
+
+
+@dataclass(frozen=True)
+class FollowConfig(Config):
+    """How the stream loop keeps up with its source (``TrainConfig.follow``; ``train.driver.Budget``).
+
+    Every event always goes through admission, the store, the model's stream state (memory, pair and walk
+    state) and the served embeddings of the nodes it touched. What a job may skip is the rest: learning
+    steps and the online evaluation (scoring each positive against ``eval_negatives`` candidates).
+
+    ``mode``: "every_event" (default: test-then-train on every event, the benchmarks' protocol) or
+    "budget": evaluate a sample of events, ``eval_fraction`` of them (or, with ``eval_per_window`` > 0,
+    that many events per ``window_events`` consumed), whole batches, once ``min_eval_rows`` are due;
+    learn on every batch while the source is caught up (its lag at most ``caught_up_events``, 0: one
+    ``batch_size``) or its lag unknown (a file), else on the share of batches the measured costs allow:
+    state for every event first, then learning within ``headroom`` of the time the arrival rate leaves, so
+    that a lag drains within about ``drain_s`` seconds of the job falling behind. Behind, batches grow to
+    an eighth of the lag, up to ``max_batch_size`` (never under ``batch_size``)."""
+
+    mode: str = "every_event"
+    eval_fraction: float = 0.01
+    eval_per_window: int = 0
+    min_eval_rows: int = 50
+    caught_up_events: int = 0
+    max_batch_size: int = 1000
+    headroom: float = 0.8
+    drain_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in FOLLOW_MODES:
+            raise ConfigError(f"mode must be one of {FOLLOW_MODES}, got {self.mode!r}")
+        if not 0.0 < self.eval_fraction <= 1.0:
+            raise ConfigError(f"eval_fraction must lie in (0, 1], got {self.eval_fraction!r}")
+        for name in ("eval_per_window", "caught_up_events"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("min_eval_rows", "max_batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.headroom <= 1.0:
+            raise ConfigError(f"headroom must lie in (0, 1], got {self.headroom!r}")
+        if not self.drain_s > 0:
+            raise ConfigError(f"drain_s must be > 0, got {self.drain_s!r}")
+
+    @property
+    def budgeted(self) -> bool:
+        return self.mode == "budget"
+
+
 BASELINES = ("edgebank", "edgebank_tw")
 DEFAULT_CHECKPOINT_EVERY = 100  # batches: 20,000 events at the default batch size
 
@@ -99,6 +149,9 @@ class TrainConfig(Config):
     within ``edgebank_window_ratio`` of the time span seen so far). A learned model that loses to one is
     flagged in the run's result.
 
+    ``follow``: how a live job keeps up with its source (``FollowConfig``): every event updates the state;
+    learning and the online evaluation run on every event (default) or on a budget.
+
     ``allowed_lateness``: how far (in stream time) behind the newest admitted event an event may arrive and
     still be learned; a later one is a dead letter naming how late it was (inf, the default: any order).
     It is the store's ``StoreConfig.allowed_lateness`` (the trainer's own store admits with it; one passed
@@ -128,6 +181,7 @@ class TrainConfig(Config):
     device: str = "cpu"
     sharding: ShardConfig | None = None
     allowed_lateness: float = math.inf
+    follow: FollowConfig = field(default_factory=FollowConfig)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.allowed_lateness, int | float) and self.allowed_lateness >= 0):
@@ -178,6 +232,8 @@ class TrainConfig(Config):
             raise ConfigError(f"query_time must be one of {QUERY_TIMES}, got {self.query_time!r}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
+        if not isinstance(self.follow, FollowConfig):
+            raise ConfigError(f"follow must be a FollowConfig, got {type(self.follow).__name__}")
         if self.sharding is not None and not isinstance(self.sharding, ShardConfig):
             raise ConfigError(f"sharding must be a ShardConfig or None, got {type(self.sharding).__name__}")
 

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Sized
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..events import EventBatch
 from ..progress import progress_bar
+from .sampled import EvalSample
 
 # (global batch or snapshot, arrival time, whether a checkpoint may follow it)
 Batches = Generator[tuple[EventBatch, float, bool], None, None]
@@ -37,15 +40,20 @@ class Drive:
     def __init__(
         self, trainer, *, every: int, limit: int | None, progress: bool, total: int | None = None,
         unit: str = "ev", size: Callable[[Sized], int] = len,
-        postfix: Callable[[], dict[str, str] | None] | None = None,
+        postfix: Callable[[], dict[str, str] | None] | None = None, budget: Budget | None = None,
     ) -> None:  # fmt: skip
         self.trainer, self.every, self.limit, self.size = trainer, every, limit, size
+        self.budget = budget
         self.postfix = postfix or self._window_postfix
         self.start = trainer.position
         self._closed = None  # windows closed when the bar last showed one
         if limit is not None:
             total = min(total or math.inf, trainer.position + limit)
         self._bar = dict(total=total, initial=trainer.position, unit=unit, disable=not progress)
+
+    def batch_size(self, default: int) -> int:
+        """Events in the next global batch: the budget's (it grows with the lag), else ``default``."""
+        return default if self.budget is None else self.budget.batch_size
 
     def room(self) -> int | None:
         """Events (snapshots) left before ``limit`` (None: no limit)."""
@@ -62,7 +70,10 @@ class Drive:
         bar = progress_bar(**self._bar)
         try:
             for item, arrival, boundary in batches:
-                tr.step(item, arrival=arrival)
+                if self.budget is None:
+                    tr.step(item, arrival=arrival)
+                else:
+                    self.budget.step(item, arrival)
                 n = self.size(item)
                 tr.position += n
                 bar.update(n)
@@ -105,3 +116,214 @@ def source_dead_letters(source) -> int:
         return len(letters)
     stats = getattr(source, "stats", None)
     return int(getattr(stats, "dead_letters", 0)) - int(getattr(stats, "reported_dead_letters", 0))
+
+
+# ---------------------------------------------------------------------- keeping up with the source
+LAG_RATE_S = 2.0  # seconds over which the arrival rate is measured (a source's lag is about 1 s old)
+TIMELINE_S = 1.0  # seconds between points of the learned fraction over time
+TIMELINE_POINTS = 10_000  # points kept (the latest)
+EVALUATED = "model"  # the learned model's name among the sampled figures (baselines go by their own)
+
+
+@dataclass(frozen=True)
+class FollowReport:
+    """How a run kept up (``OnlineResult.follow``): events consumed, the share in batches it learned from,
+    the events its online evaluation scored, the source's lag (events; None: a source without one) at the
+    end and at most, the sampled figures with their intervals (``{name: {"ap": ..., "mrr": ...}}``, each
+    an ``Estimate`` as a dict; the model under ``"model"``, baselines by name, all on the same events), and
+    ``timeline``: ``[seconds, events, learned fraction since the previous point, lag, batch size]``."""
+
+    mode: str
+    events: int
+    learned_events: int
+    evaluated_events: int
+    end_lag: int | None
+    max_lag: int | None
+    figures: dict[str, dict[str, dict]] = field(default_factory=dict)
+    timeline: list[list] = field(default_factory=list)
+
+    @property
+    def learned_fraction(self) -> float:
+        return self.learned_events / self.events if self.events else math.nan
+
+    def text(self) -> str:
+        """One line: what was learned and evaluated, and the model's sampled AP and MRR with intervals."""
+        model = self.figures.get(EVALUATED, {})
+        shown = "; ".join(
+            f"{k.upper()} {v['value']:.4f} [{v['low']:.4f}, {v['high']:.4f}]" for k, v in model.items()
+        )
+        lag = "" if self.max_lag is None else f"; lag max {self.max_lag:,}, end {self.end_lag:,} events"
+        return (
+            f"learned from {self.learned_fraction:.1%} of {self.events:,} events; evaluated "
+            f"{self.evaluated_events:,} ({self.mode})" + (f": {shown}" if shown else "") + lag
+        )
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "learned_fraction": self.learned_fraction}
+
+
+class Budget:
+    """The two paths of the loop (``FollowConfig``): every event goes through ``trainer.step``'s state
+    path (admission, store, the model's stream state, served rows); learning and evaluation run on
+    every event, or, budgeted, on what the source's lag leaves time for.
+
+    Per item (a global batch, never cut: batches are the trainers' unit of steps, checkpoints and random
+    draws): ``step`` evaluates it when the evaluation's credit (``eval_fraction`` of the events consumed)
+    reaches ``min_eval_rows`` (then the credit falls by the item's size), and learns on it or not. The share
+    learned comes from measured costs: seconds per event of a state-only step, a learning step and an
+    evaluated event (moving averages), the arrival rate (events consumed plus the lag's growth, over
+    ``LAG_RATE_S``) and the time a lag may take to drain (``drain_s``): the share of learning steps that
+    fits in ``headroom`` of the time per event. Which items learn is spread evenly over the lag (a credit of
+    that share per event; an item learns once it holds its size), so a model behind its source keeps
+    learning from the whole stream at a uniform rate, as a reservoir over the lag would, rather than from
+    its newest or oldest part alone: the time a lag may take is fixed when the job falls behind
+    (``drain_s`` from then), so the share stays about even while that lag drains, rather than rising as it
+    shrinks. Caught up (or a source without a lag, a file), it learns on everything. Behind, batches grow
+    to an eighth of the lag, up to ``max_batch_size``.
+
+    The ranks of a distributed job make one plan: rank 0's, with every rank's lag summed (one small
+    collective per item). Every mode keeps a uniform sample of the scored events' scores (the model's and
+    the baselines') for ``report``'s figures with intervals."""
+
+    def __init__(self, trainer, lag: Callable[[], int | None] | None = None) -> None:
+        cfg = trainer.config
+        self.trainer, self.follow, self.lag_of = trainer, cfg.follow, lag
+        self.base = self.batch_size = cfg.batch_size
+        self.cap = max(self.follow.max_batch_size, cfg.batch_size)
+        self.caught_up = self.follow.caught_up_events or cfg.batch_size
+        per_window = self.follow.eval_per_window / cfg.window_events
+        self.eval_share = min(1.0, per_window) if self.follow.eval_per_window else self.follow.eval_fraction
+        self.events = self.learned_events = self.evaluated = 0
+        self.sample = EvalSample(seed=cfg.seed)
+        self.cost: dict[tuple[bool, bool], float] = {}  # (learn, evaluate) -> seconds per event
+        self.fraction, self.lag, self.max_lag, self.rate = 1.0, None, None, None
+        # evaluation starts with a full credit: a run has figures from its first scorable events on
+        self._credit = {"learn": 0.0, "eval": float(self.follow.min_eval_rows)}
+        self._mark: tuple[float, int, int] | None = None  # (time, events, lag) the rate is measured from
+        self._deadline: float | None = None  # when the lag should be drained by (None: caught up)
+        self.started = time.perf_counter()
+        self.timeline: deque[list] = deque(maxlen=TIMELINE_POINTS)
+        self._point = (self.started, 0, 0)  # (time, events, learned events) of the last timeline point
+
+    def step(self, item: EventBatch, arrival: float) -> None:
+        """Step ``item`` through the trainer: whole (every event), or as the plan says (budget)."""
+        n = len(item)
+        if not self.follow.budgeted:
+            self._timed(item, arrival, True, True)
+            self._count(n, True)
+            return
+        learn, evaluate = self._plan(n)
+        self._timed(item, arrival, learn, evaluate)
+        self._count(n, learn)
+
+    def report(self) -> FollowReport:
+        figures = {n: {k: e.as_dict() for k, e in f.items()} for n, f in self.sample.figures().items()}
+        return FollowReport(
+            self.follow.mode, self.events, self.learned_events, self.evaluated, self.lag, self.max_lag,
+            figures, [list(p) for p in self.timeline],
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ the plan
+    def _plan(self, n: int) -> tuple[bool, bool]:
+        """Whether the item learns and whether it is evaluated (every rank alike)."""
+        own = self.lag_of() if self.lag_of is not None else None
+        dist = self.trainer.dist
+        if not dist.active:
+            self._observe_lag(own)
+        self.fraction = self._fraction()
+        credit = self._credit
+        credit["learn"] = min(credit["learn"] + self.fraction * n, float(n))
+        learn = credit["learn"] >= n
+        credit["learn"] -= n if learn else 0
+        credit["eval"] += self.eval_share * n
+        evaluate = credit["eval"] >= min(self.follow.min_eval_rows, n)
+        credit["eval"] -= n if evaluate else 0
+        size = self._next_batch_size()
+        if dist.active:  # rank 0's plan, every rank's lag
+            main = float(dist.is_main)
+            agreed = dist.all_sum(
+                [main * learn, main * evaluate, main * size, float(own or 0), float(own is not None)],
+                self.trainer.device,
+            )  # fmt: skip
+            learn, evaluate, size = bool(agreed[0]), bool(agreed[1]), int(agreed[2])
+            self._observe_lag(int(agreed[3]) if agreed[4] else None)
+        self.batch_size = size
+        return learn, evaluate
+
+    def _fraction(self) -> float:
+        """The share of events to learn on: all when caught up or the lag is unknown, else what the
+        measured costs leave time for (the last share until a learning step was measured)."""
+        lag, follow = self.lag, self.follow
+        if lag is None or lag <= self.caught_up:
+            self._deadline = None
+            return 1.0
+        if self._deadline is None:  # fell behind: the lag is to drain within drain_s from now
+            self._deadline = time.perf_counter() + follow.drain_s
+        learn = self.cost.get((True, False))
+        if learn is None:
+            return self.fraction
+        state = self.cost.get((False, False), learn / 4)
+        rate = self.rate or 0.0  # until measured: nothing more arrives, the lag only drains
+        left = max(self._deadline - time.perf_counter(), 1e-6)  # (past it: drain as fast as state allows)
+        per_event = follow.headroom / (rate + lag / left) - self.eval_share * self._eval_cost()
+        if learn <= state:
+            return 1.0
+        return min(1.0, max(0.0, (per_event - state) / (learn - state)))
+
+    def _eval_cost(self) -> float:
+        """Seconds an evaluated event adds to its step (0 until measured)."""
+        extra = [
+            self.cost[(learn, True)] - self.cost[(learn, False)]
+            for learn in (True, False)
+            if (learn, True) in self.cost and (learn, False) in self.cost
+        ]
+        return max(0.0, max(extra)) if extra else 0.0
+
+    def _next_batch_size(self) -> int:
+        """``batch_size`` caught up (fresh rows soon after each event), behind an eighth of the lag up to the
+        cap (per-batch costs amortized over more events)."""
+        if self.lag is None or self.lag <= self.caught_up:
+            return self.base
+        return int(min(self.cap, max(self.base, self.lag // 8)))
+
+    def _observe_lag(self, lag: int | None) -> None:
+        """Note the source's lag; every ``LAG_RATE_S`` measure the arrival rate from it."""
+        self.lag = lag
+        if lag is None:
+            return
+        self.max_lag = max(self.max_lag or 0, lag)
+        now = time.perf_counter()
+        if self._mark is None:
+            self._mark = (now, self.events, lag)
+            return
+        then, events, before = self._mark
+        if now - then >= LAG_RATE_S:
+            rate = max(0.0, (self.events - events) + (lag - before)) / (now - then)
+            self.rate = rate if self.rate is None else 0.5 * (self.rate + rate)
+            self._mark = (now, self.events, lag)
+
+    # ------------------------------------------------------------------ steps and counts
+    def _timed(self, part: EventBatch, arrival: float, learn: bool, evaluate: bool) -> None:
+        """One ``trainer.step``; its seconds per event go into the costs, its scores into the sample."""
+        began = time.perf_counter()
+        result = self.trainer.step(part, arrival=arrival, train=learn, score=evaluate)
+        per_event = (time.perf_counter() - began) / max(len(part), 1)
+        old = self.cost.get((learn, evaluate))
+        self.cost[(learn, evaluate)] = per_event if old is None else 0.8 * old + 0.2 * per_event
+        if evaluate:  # rows it could not score (no negatives yet, refused rows) go back to the credit
+            self._credit["eval"] += len(part) - len(result.pos)
+        if evaluate and len(result.pos):
+            self.sample.add({EVALUATED: (result.pos, result.neg, result.rr), **result.baselines})
+            self.evaluated += len(result.pos)
+
+    def _count(self, n: int, learned: bool) -> None:
+        self.events += n
+        self.learned_events += n if learned else 0
+        now = time.perf_counter()
+        then, events, learned_then = self._point
+        if now - then >= TIMELINE_S:
+            share = (self.learned_events - learned_then) / max(self.events - events, 1)
+            self.timeline.append(
+                [round(now - self.started, 3), self.events, share, self.lag, self.batch_size]
+            )
+            self._point = (now, self.events, self.learned_events)

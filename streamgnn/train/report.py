@@ -78,12 +78,15 @@ def plot_windows(
 
 
 def scores_text(result: OnlineResult, model: str = "TGN") -> str:
-    """The model's online AP/AUC/MRR and each baseline's AP/MRR on the same positives and negatives."""
+    """The model's online AP/AUC/MRR and each baseline's AP/MRR on the same positives and negatives; on a
+    budget, what was learned and evaluated, with the sampled figures' intervals."""
     m = result.metrics
     parts = [f"{model} online AP {m.ap:.4f}  AUC {m.auc:.4f}  MRR {m.mrr:.4f}"]
     parts += [
         f"{BASELINE_LABELS.get(n, n)} AP {b.ap:.4f}  MRR {b.mrr:.4f}" for n, b in result.baselines.items()
     ]
+    if result.follow is not None and result.follow.mode != "every_event":  # the figures are of a sample
+        parts.append(result.follow.text())
     return "; ".join(parts)
 
 

@@ -36,7 +36,7 @@ from ..store import StoreConfig, TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
 from .distributed import DistContext, collective, init_distributed, local_device
-from .driver import Batches, Drive, source_dead_letters
+from .driver import Batches, Budget, Drive, FollowReport, source_dead_letters
 from .edgebank import make_baseline
 from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
 from .models import make_link_model
@@ -69,7 +69,8 @@ class OnlineResult:
     """What an online run reports; ``windows`` are the running metrics over stream time (the last
     ``metrics.MAX_WINDOWS``; ``metrics`` covers them all). ``baselines`` and
     ``baseline_windows``: the same for each baseline, on the same positives and negatives; ``flags`` says
-    where the learned model loses to one."""
+    where the learned model loses to one. ``follow``: what the run learned from and evaluated, the sampled
+    figures with their intervals and the source's lag (``driver.FollowReport``)."""
 
     events: int
     learned: int
@@ -87,10 +88,13 @@ class OnlineResult:
     baselines: dict[str, LinkMetrics] = field(default_factory=dict)
     baseline_windows: dict[str, list[WindowMetrics]] = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
+    follow: FollowReport | None = None
 
     def as_dict(self) -> dict:
         """Plain JSON-able values (paths as strings)."""
-        return {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
+        plain = {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
+        plain["follow"] = None if self.follow is None else self.follow.as_dict()
+        return plain
 
 
 class OnlineTrainer:
@@ -143,6 +147,7 @@ class OnlineTrainer:
         self.steps = 0
         self.position = 0  # events consumed from the source
         self._replayed = 0  # events a replayed source must skip (set by ``resume``)
+        self.budget: Budget | None = None  # the latest ``fit``'s (what it learned and evaluated so far)
         self.learned = 0
         self.dead_letter_count = 0
         self.negatives = StreamNegatives(config.seed, config.train_negative_pool)
@@ -363,6 +368,7 @@ class OnlineTrainer:
         max_events: int | None = None,
         progress: bool = True,
         total: int | None = None,
+        lag: Callable[[], int | None] | None = None,
     ) -> OnlineResult:
         """Consume ``source`` to its end (or ``max_events`` more events), test-then-train, checkpointing
         every ``checkpoint_every`` batches and at the end.
@@ -372,16 +378,19 @@ class OnlineTrainer:
         source is trusted to start where the restored store's offsets say (build it with
         ``store=trainer.store``), and it is checkpointed only between its batches so offsets and state
         agree. Any other source is replayed from its start: right after ``resume``, the events the
-        checkpoint had consumed are skipped.
+        checkpoint had consumed are skipped. ``lag`` (default: the source's own ``lag`` method, as
+        ``KafkaSource`` has) gives the events the source is behind, for ``config.follow``'s budget.
         """
         positions = positions or getattr(source, "positions", None)
+        self.budget = Budget(self, lag or getattr(source, "lag", None))
         skip = 0 if positions is not None else self._replayed
         self._replayed = 0
         show = progress and self.dist.is_main
         drive = Drive(
-            self, every=self.config.checkpoint_interval, limit=max_events, progress=show, total=total
-        )
-        batches = self._global_batches(source, skip, drive.room, by_offsets=positions is not None)
+            self, every=self.config.checkpoint_interval, limit=max_events, progress=show, total=total,
+            budget=self.budget,
+        )  # fmt: skip
+        batches = self._global_batches(source, skip, drive, by_offsets=positions is not None)
         saved, events = drive.run(
             batches, lambda: self.save_checkpoint(None if positions is None else positions())
         )
@@ -391,15 +400,18 @@ class OnlineTrainer:
             events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
             latency_p50_ms=1e3 * self.latency.percentile(50),
             latency_p99_ms=1e3 * self.latency.percentile(99), dead_letters=self.dead_letter_count,
-            checkpoint=saved,
+            checkpoint=saved, follow=self.budget.report(),
             **run_metrics(self.link_model, self.metrics, self.baseline_metrics),
         )  # fmt: skip
 
-    def _global_batches(self, source: Iterable[EventBatch], skip: int, room, *, by_offsets: bool) -> Batches:
-        """``source`` cut into ``batch_size`` global batches (``drive``'s generator), less its first ``skip``
-        events and cut at ``room()``; with ``by_offsets``, a checkpoint may follow only the last batch of a
-        source batch. Counts the source's own dead letters as they come, so checkpoints hold them (but not
-        again for batches a resumed run replays)."""
+    def _global_batches(
+        self, source: Iterable[EventBatch], skip: int, drive: Drive, *, by_offsets: bool
+    ) -> Batches:
+        """``source`` cut into global batches of ``drive.batch_size`` (``batch_size``, or the budget's as the
+        lag grows; ``drive``'s generator), less its first ``skip`` events and cut at ``drive.room()``; with
+        ``by_offsets``, a checkpoint may follow only the last batch of a source batch. Counts the source's
+        own dead letters as they come, so checkpoints hold them (but not again for batches a resumed run
+        replays)."""
         batches = iter(source)  # (a file source starts its pass's dead-letter list here)
         letters_seen = source_dead_letters(source)
         try:
@@ -411,15 +423,17 @@ class OnlineTrainer:
                 if cut < len(raw) or not len(raw):
                     self.dead_letter_count += letters - letters_seen
                 letters_seen = letters
-                chunks = list(raw[cut:].split(self.config.batch_size))
-                for i, chunk in enumerate(chunks):
-                    left = room()
+                rest = raw[cut:]
+                while len(rest):
+                    size = drive.batch_size(self.config.batch_size)
+                    chunk, rest = rest[:size], rest[size:]
+                    left = drive.room()
                     whole = left is None or len(chunk) <= left
                     chunk = chunk if whole else chunk[:left]
                     if not len(chunk):
                         return
-                    yield chunk, arrival, not by_offsets or (whole and i == len(chunks) - 1)
-                if room() == 0:
+                    yield chunk, arrival, not by_offsets or (whole and not len(rest))
+                if drive.room() == 0:
                     return
         finally:
             if not skip:

@@ -1,0 +1,172 @@
+"""Keeping up with a source (``FollowConfig``, ``train.driver.Budget``): every event updates the state;
+learning and the online evaluation run on every event or on a budget that follows the source's lag."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from streamgnn.errors import ConfigError
+from streamgnn.events import EventBatch
+from streamgnn.nn import TGNConfig
+from streamgnn.train import FollowConfig, OnlineTrainer, TrainConfig
+from streamgnn.train.sampled import EvalSample, ap_estimate, mean_estimate
+
+torch.set_num_threads(1)
+
+
+def stream(n: int, users: int = 60, items: int = 30, seed: int = 0) -> EventBatch:
+    rng = np.random.default_rng(seed)
+    popularity = 1.0 / np.arange(1, items + 1) ** 1.5
+    src = rng.integers(0, users, n)
+    dst = rng.choice(items, n, p=popularity / popularity.sum()) + users
+    t = np.cumsum(rng.exponential(1.0, n))
+    return EventBatch.from_columns(src=src, dst=dst, t=t, eid=np.arange(n))
+
+
+class Behind:
+    """A replay that says how many of its events are still to come: a source that far behind (``lag``)."""
+
+    def __init__(self, events: EventBatch, chunk: int, behind: bool = True) -> None:
+        self.events, self.chunk, self.behind, self.handed = events, chunk, behind, 0
+
+    def __iter__(self):
+        for i in range(0, len(self.events), self.chunk):
+            self.handed = min(len(self.events), i + self.chunk)
+            yield self.events[i : i + self.chunk]
+
+    def lag(self) -> int:
+        return len(self.events) - self.handed if self.behind else 0
+
+
+def config(**follow) -> TrainConfig:
+    model = TGNConfig(memory_dim=16, time_dim=8, embedding_dim=16, num_neighbors=5, dropout=0.0)
+    return TrainConfig(
+        model=model, batch_size=100, eval_negatives=20, window_events=500,
+        follow=FollowConfig(**{"mode": "budget", "min_eval_rows": 20, **follow}),
+    )  # fmt: skip
+
+
+def sizes_of(trainer: OnlineTrainer) -> list[int]:
+    """The size of every step the trainer takes from now on (the real step, recorded)."""
+    sizes, step = [], trainer.step
+
+    def recorded(batch, **kw):
+        sizes.append(len(batch))
+        return step(batch, **kw)
+
+    trainer.step = recorded
+    return sizes
+
+
+def last_times(events: EventBatch, nodes: np.ndarray) -> np.ndarray:
+    """Each node's latest event time (as an endpoint)."""
+    last = {}
+    for s, d, t in zip(events.src.tolist(), events.dst.tolist(), events.t.tolist(), strict=True):
+        last[s] = last[d] = t
+    return np.array([last[int(n)] for n in nodes])
+
+
+def test_behind_its_source_it_learns_a_share_but_updates_state_for_every_event():
+    events = stream(6000)
+    trainer = OnlineTrainer(config(drain_s=1e-3))  # a lag that must drain at once: no time to learn
+    sizes = sizes_of(trainer)
+    result = trainer.fit(Behind(events, 1000), progress=False)
+    follow = result.follow
+    assert result.events == follow.events == len(events)
+    # the state path saw every event: the store, each node's memory, the served rows
+    store = trainer.store
+    assert store.num_edges == len(events) and result.learned == len(events)
+    ext = np.unique(np.concatenate([events.src, events.dst]))
+    memory, last = trainer.model.memory.get(torch.from_numpy(store.node_index(ext)))
+    np.testing.assert_array_equal(last.numpy(), last_times(events, ext))
+    assert len(trainer.table) == store.num_nodes
+    # learning on a share: the first batch (before any cost was measured), then what the budget allows
+    assert 0 < follow.learned_events < len(events) / 2
+    assert follow.learned_fraction == follow.learned_events / len(events)
+    # behind, batches grew past batch_size (up to the cap)
+    assert max(sizes) > 100 and max(sizes) <= 1000  # up to max_batch_size
+    # a sample of about eval_fraction (1%) of the events was scored, every figure with its size and interval
+    # whole batches (of 100 to 1,000 events) once 20 are due, from a first credit of 20: about 1%
+    assert (
+        20 <= follow.evaluated_events <= 20 + 60 + 1000 and result.metrics.events == follow.evaluated_events
+    )
+    assert follow.evaluated_events < len(events) / 2
+    for name in ("model", "edgebank", "edgebank_tw"):
+        for fig in follow.figures[name].values():
+            assert fig["n"] == follow.evaluated_events
+            assert fig["low"] <= fig["value"] <= fig["high"]
+    assert follow.max_lag == len(events) - 1000
+
+
+def test_caught_up_it_learns_on_everything_in_small_batches():
+    events = stream(3000)
+    trainer = OnlineTrainer(config())
+    sizes = sizes_of(trainer)
+    result = trainer.fit(Behind(events, 1000, behind=False), progress=False)
+    assert result.follow.learned_fraction == 1.0
+    assert set(sizes) == {100}  # batch_size
+    assert result.follow.max_lag == 0
+
+
+def test_every_event_mode_is_test_then_train_on_every_event():
+    events = stream(2000)
+    cfg = config(mode="every_event")
+    result = OnlineTrainer(cfg).fit(Behind(events, 1000), progress=False)
+    assert result.follow.learned_fraction == 1.0
+    assert result.follow.evaluated_events == result.metrics.events > 1800  # all but the first batch
+    assert result.follow.figures["model"]["ap"]["n"] == result.follow.evaluated_events
+
+
+def test_a_fixed_number_per_window():
+    events = stream(3000)
+    result = OnlineTrainer(config(eval_per_window=50)).fit(Behind(events, 1000), progress=False)
+    assert abs(result.follow.evaluated_events - (20 + 3000 * 50 / 500)) <= 100  # whole batches of 100
+
+
+def test_the_sample_is_uniform_and_its_intervals_cover():
+    rng = np.random.default_rng(0)
+    sample = EvalSample(capacity=1000, seed=1)
+    for i in range(100):  # 100 steps of 100 events; the value rises with the step
+        v = np.full(100, float(i))
+        sample.add({"a": (v, v, v), "b": (-v, -v, -v)})
+    kept = sample._rows["a"][:, 0]
+    assert sample.seen == 10_000 and len(kept) == 1000
+    assert abs(kept.mean() - 49.5) < 3  # every step equally represented, not the first or last ones
+    np.testing.assert_array_equal(sample._rows["b"], -sample._rows["a"])  # the same events for every name
+    # an interval covers the value it estimates (here: a known positive rate)
+    x = (rng.random(5000) < 0.3).astype(float)
+    est = mean_estimate(x)
+    assert est.low < 0.3 < est.high and est.n == 5000
+    pos, neg = rng.normal(1, 1, 2000), rng.normal(0, 1, 2000)
+    ap = ap_estimate(pos, neg)
+    assert ap.low < ap.value < ap.high and ap.high - ap.low < 0.1
+    assert math.isnan(ap_estimate(pos[:1], neg[:1]).low)
+
+
+@pytest.mark.parametrize(
+    "bad", [dict(mode="sometimes"), dict(eval_fraction=0), dict(max_batch_size=0), dict(headroom=1.5)]
+)
+def test_bad_settings_are_refused(bad):
+    with pytest.raises(ConfigError):
+        FollowConfig(**bad)
+
+
+def test_the_jobs_gauges_say_what_was_learned_and_sampled():
+    import zlib
+
+    from streamgnn.jobs import TrainJob
+
+    events = stream(1500)
+    job = TrainJob(config(), source=list(events.split(500)), log_every_s=0)
+    result = job.run(progress=False)
+    value = job.metrics.registry.get_sample_value
+    assert value("streamgnn_learned_fraction") == result.follow.learned_fraction == 1.0  # no lag: all
+    assert value("streamgnn_evaluated_events") == result.follow.evaluated_events > 0
+    assert value("streamgnn_batch_size") == 100
+    # the replicas' fingerprint, computed when scraped: the parameters as they are now
+    params = torch.cat([p.detach().reshape(-1) for p in job.trainer.model.parameters()])
+    assert value("streamgnn_replica_fingerprint") == zlib.crc32(params.numpy().tobytes())
