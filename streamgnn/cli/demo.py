@@ -24,10 +24,18 @@ def train_config(args: argparse.Namespace):
     from ..demo import demo_config
 
     rows = datasets.info(args.dataset).rows
-    own = demo_config(min(args.events or rows, rows), args.out / "checkpoints")
+    events = min(args.events or rows, rows)
     keys = ("checkpoint_dir", "checkpoint_every", "publish_every", "window_events")
-    defaults = {f"train.{k}": getattr(own, k) for k in keys}
-    return config_from_args(args, defaults={**defaults, "train.follow.mode": own.follow.mode}).train
+
+    def resolved(own):
+        defaults = {f"train.{k}": getattr(own, k) for k in keys}
+        return config_from_args(args, defaults={**defaults, "train.follow.mode": own.follow.mode}).train
+
+    own = demo_config(events, args.out / "checkpoints")
+    config = resolved(own)
+    if config.follow.mode != own.follow.mode:  # --follow or the file chose the other mode: its own windows
+        config = resolved(demo_config(events, args.out / "checkpoints", config.follow.mode))
+    return config
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
@@ -68,6 +76,7 @@ def register(sub) -> None:
     d.add_argument("--dataset", default="jodie_wikipedia", help="a bundled dataset (jodie_wikipedia)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     add_follow_option(d)
+    d.set_defaults(config_defaults={"train.follow.mode": "every_event"})  # what its help says (demo_config)
     d.add_argument("--threads", type=positive_int, default=1, help="torch threads of the trainer (1)")
     d.add_argument(
         "--serve",
