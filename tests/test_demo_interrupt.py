@@ -58,3 +58,22 @@ def test_ctrl_c_at_any_stage_ends_the_demo_in_one_line(tmp_path, stage):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_ctrl_c_while_the_commands_load_ends_in_one_line():
+    """The commands load torch and Numba (seconds) before any command runs: a Ctrl-C then is one line and
+    status 130 too. The SIGINT arrives as the parser starts to load them (a real signal to the process)."""
+    code = (
+        "import os, signal, sys\n"
+        "from streamgnn import cli\n"
+        "build = cli.build_parser\n"
+        "def interrupted():\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return build()\n"
+        "cli.build_parser = interrupted\n"
+        "sys.exit(cli.main(['demo', '--help']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip().splitlines() == ["streamgnn: interrupted"], done.stderr
+    assert "usage" not in done.stdout  # it ended there: no help was printed

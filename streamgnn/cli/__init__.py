@@ -16,7 +16,6 @@ import sys
 # First, before torch or Numba loads (``_config`` imports torch): passive OpenMP waiting and explicit pool
 # sizes, unless the user set their own (``_threads``).
 from . import _threads  # noqa: F401, I001
-from ._config import show_config_defaults
 
 # Commands whose extra arguments go to the job they start (a benchmark parses its own flags).
 _PASS_THROUGH = {"bench"}
@@ -40,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="streamgnn",
         description="streamgnn: learning on graphs that never stop changing. Run `streamgnn COMMAND --help`.",
     )
+    from ._config import show_config_defaults  # loads torch: here, so that main() holds a Ctrl-C meanwhile
+
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in command_modules():
         importlib.import_module(f"{__name__}.{name}").register(sub)
@@ -48,6 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A Ctrl-C while the commands load (torch, Numba: seconds) ends it as one during
+    the command does: one line, status 130, no traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("streamgnn: interrupted", file=sys.stderr, flush=True)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     from ..errors import StreamGNNError
     from ..rankfail import ends_job_on_error
     from ._args import forget_new_folders, remove_new_empty_folders
