@@ -275,3 +275,20 @@ def test_ingest_resumes_a_store_folder_without_latest_instead_of_writing_over_it
     done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0 and "resumed s: 3 edges" in done.stdout, done.stdout + done.stderr
     assert sorted(p.name for p in (tmp_path / "s").iterdir()) == ["LATEST", "ckpt-000001", "ckpt-000002"]
+
+
+def test_a_topic_with_fewer_partitions_than_its_checkpoint_recorded_is_another_topic(tmp_path):
+    """A topic only gains partitions: fewer than the checkpoint recorded means it was made again, and the
+    checkpoint's offsets point into a log that is gone. More is the same topic grown."""
+    where = tmp_path / "ckpt-000001"
+    saved = manifest_of(kafka_identity("events", 4), trainer_kind(False, 1))
+    for now in (4, 8, None):  # the same, grown, or not known (a run that could not ask)
+        expect = Expectation(kafka_identity("events", now), trainer_kind(False, 1), TrainConfig())
+        expect.check(saved, where)
+    fewer = Expectation(kafka_identity("events", 2), trainer_kind(False, 1), TrainConfig())
+    with pytest.raises(
+        CheckpointError, match=r"topic 'events' \(4 partitions\); this run reads .*\(2 partitions\)"
+    ):
+        fewer.check(saved, where)
+    old = manifest_of(kafka_identity("events"), trainer_kind(False, 1))  # written before partitions were
+    Expectation(kafka_identity("events", 2), trainer_kind(False, 1), TrainConfig()).check(old, where)

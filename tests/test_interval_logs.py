@@ -64,7 +64,9 @@ def test_ingest_and_train_log_events_per_second_and_quality(tmp_path, capsys):
     common = ["--file", str(tmp_path / "e.csv"), "--config", str(tmp_path / "c.yaml"), "--log-every", "0.01"]
     assert main(["ingest", *common, "--store", str(tmp_path / "store")]) == 0
     said = lines(capsys.readouterr().out, "ingest")
-    assert said and re.match(r"400 events \([\d,]+/s\), 400 edges, 0 duplicates, 0 dead letters$", said[-1]), said
+    assert said and re.match(
+        r"400 events \([\d,]+/s\), 400 edges, 0 duplicates, 0 dead letters$", said[-1]
+    ), said
 
     assert main(["train", *common, "--quiet"]) == 0
     said = lines(capsys.readouterr().out, "train rank 0")

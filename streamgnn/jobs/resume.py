@@ -131,12 +131,12 @@ def _after(root: Path, chosen: Path, note: str) -> tuple[Path, str]:
     return chosen, note
 
 
-def source_identity(source, topic: str | None) -> dict | None:
+def source_identity(source, topic: str | None, partitions: int | None = None) -> dict | None:
     """What a job reads, as its checkpoints record it: a Kafka topic, an events file (a ``CsvSource`` or
     ``JsonLinesSource``) or a dataset (``DatasetSource``), also wrapped (a tally's ``source``); None for
     any other source (not checked on resume)."""
     if topic is not None:
-        return kafka_identity(topic)
+        return kafka_identity(topic, partitions)
     inner = getattr(source, "source", source)
     path = getattr(inner, "path", None)
     if isinstance(path, str | Path) and Path(path).is_file():

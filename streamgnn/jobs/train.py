@@ -95,9 +95,17 @@ class TrainJob:
     # ------------------------------------------------------------------ build
     def _expectation(self) -> Expectation:
         """What this run is, for the checkpoint it resumes from to be checked against (``train.resume``)."""
+        partitions = None
+        if self.topic is not None:  # how many the topic has now: a checkpoint records it
+            from ..connectors.kafka import TopicReader
+
+            if self._lag_reader is None:
+                self._lag_reader = TopicReader(self.bootstrap)
+            partitions = len(self._lag_reader.partitions(self.topic)) or None
         return Expectation(
-            source_identity(self.source, self.topic), trainer_kind(self.sharded, self.dist.world_size),
-            self.config, allow=self.resume.mismatch == "allow",
+            source_identity(self.source, self.topic, partitions),
+            trainer_kind(self.sharded, self.dist.world_size), self.config,
+            allow=self.resume.mismatch == "allow",
         )  # fmt: skip
 
     def _trainer(self, sink) -> MonitoredTrainer:

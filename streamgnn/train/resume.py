@@ -52,9 +52,14 @@ class ResumeConfig:
 
 
 # ---------------------------------------------------------------------- what a checkpoint records
-def kafka_identity(topic: str) -> dict:
-    """A Kafka topic (its partitions and their offsets are in the store's ``source_offsets``)."""
-    return {"type": "kafka", "topic": topic}
+def kafka_identity(topic: str, partitions: int | None = None) -> dict:
+    """A Kafka topic and how many partitions it had (their offsets are in the store's ``source_offsets``).
+    A topic only gains partitions: one with fewer than a checkpoint recorded was deleted and made again, and
+    the checkpoint's offsets point into a log that is gone."""
+    identity: dict = {"type": "kafka", "topic": topic}
+    if partitions is not None:
+        identity["partitions"] = int(partitions)
+    return identity
 
 
 def file_identity(path: str | Path) -> dict:
@@ -108,7 +113,8 @@ def saved_kind(manifest: dict) -> dict | None:
 
 def describe(source: dict) -> str:
     if source.get("type") == "kafka":
-        return f"Kafka topic {source.get('topic')!r}"
+        parts = source.get("partitions")
+        return f"Kafka topic {source.get('topic')!r}" + ("" if parts is None else f" ({parts} partitions)")
     if source.get("type") == "file":
         return (
             f"file {source.get('path')} ({source.get('bytes')} bytes, sha256 "
@@ -239,6 +245,7 @@ def _same_source(saved: dict, now: dict) -> bool:
         if size == now["bytes"]:
             return saved.get("sha256") == now["sha256"]
         return _digest(Path(now["path"]), size) == (saved.get("sha256"), size)
-    if now["type"] == "kafka":
-        return saved.get("topic") == now["topic"]
+    if now["type"] == "kafka":  # the same name, and no fewer partitions than recorded (a topic only gains)
+        had, has = saved.get("partitions"), now.get("partitions")
+        return saved.get("topic") == now["topic"] and (had is None or has is None or had <= has)
     return saved == now
