@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -34,6 +35,18 @@ def median_time(fn: Callable[[], object], repeats: int) -> float:
 SMOKE = "SMOKE VALUES (--quick: a small run that checks the benchmark works; full-run figures: RESULTS.md)"
 
 
+def strict_json(value):
+    """``value`` with every NaN and infinity (a metric of an empty split, a rate of nothing) as None: JSON
+    has no such numbers, and strict parsers refuse Python's ``NaN``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def report(results: dict, as_json: bool, title: str, headline: dict[str, str], quick: bool) -> None:
     """Print ``results`` as one JSON object (every figure, and ``"smoke": true`` for a quick run), or a
     short table of the ``headline`` figures: key -> a label naming what was measured on which dataset (it
@@ -41,7 +54,7 @@ def report(results: dict, as_json: bool, title: str, headline: dict[str, str], q
     so they are not mistaken for full-run figures."""
     results = {**results, "smoke": bool(quick)}
     if as_json:
-        print(json.dumps(results, sort_keys=True))
+        print(json.dumps(strict_json(results), sort_keys=True))
         return
     print(f"# {title}")
     if quick:

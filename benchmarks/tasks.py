@@ -154,17 +154,6 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(finite) if finite else math.nan
 
 
-def _finite(value):
-    """NaN/inf as None, so the JSON is strict."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -208,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             headline[f"auc_{key}_{b}"] = f"test AUC-ROC, {b}, {name}"
         headline[f"margin_{key}"] = f"ours minus the best baseline, {name}"
     report(
-        _finite(summary),
+        summary,
         args.json,
         "tasks: node and edge labels, ours vs baselines (test AUC-ROC)",
         headline,

@@ -305,16 +305,25 @@ def latest(root: Path) -> Path:
     return resolve(root).path
 
 
-def _newest_verified(root: Path, hint: str) -> Resolved:
-    """The newest checkpoint under ``root`` whose every byte verifies (a folder without ``LATEST``)."""
+def newest_verified(root: Path, after: int = -1) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint under ``root`` numbered after ``after`` whose every byte verifies (None if
+    none), and the names of those newer than it that do not verify, newest first."""
     failed = []
-    for number in reversed(numbers(root)):
+    for number in reversed([n for n in numbers(root) if n > after]):
         path = directory(root, number)
         try:
             verify(path)
         except CheckpointError:
             failed.append(path.name)
             continue
+        return path, failed
+    return None, failed
+
+
+def _newest_verified(root: Path, hint: str) -> Resolved:
+    """The newest checkpoint under ``root`` whose every byte verifies (a folder without ``LATEST``)."""
+    path, failed = newest_verified(root)
+    if path is not None:
         skipped = f"; {', '.join(failed)} do not verify" if failed else ""
         return Resolved(path, f"{root}/LATEST is missing: the newest checkpoint that verifies is {path.name}"
                               f"{skipped}")  # fmt: skip

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from streamgnn.benchmarks.common import SMOKE, report
 
 RESULTS = {"events": 157_474, "insert_events_per_s": 2.5e6, "insert_vs_rebuild": 205.0, "extra": 1}
@@ -32,3 +34,14 @@ def test_quick_runs_are_smoke_values_in_the_headline_and_in_the_json(capsys):
     assert json.loads(capsys.readouterr().out) == {**RESULTS, "smoke": True}
     report(RESULTS, True, "store", HEADLINE, quick=False)
     assert json.loads(capsys.readouterr().out)["smoke"] is False
+
+
+def test_the_json_is_strict_a_figure_that_is_not_a_number_is_null(capsys):
+    """A metric of an empty split is NaN: the JSON says null there (strict parsers refuse ``NaN``), at any
+    depth, and keeps every finite figure as it is."""
+    report({"ap": float("nan"), "rates": [1.5, float("inf")], "per": {"a": -float("inf"), "b": 2.0}}, True,
+           "t", {}, quick=False)  # fmt: skip
+    out = capsys.readouterr().out
+    assert json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON")) == {
+        "ap": None, "rates": [1.5, None], "per": {"a": None, "b": 2.0}, "smoke": False,
+    }  # fmt: skip

@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from ..checkpoint import check_root, directory, is_checkpoint, numbers, resolve, verify
+from ..checkpoint import check_root, is_checkpoint, newest_verified, numbers, resolve
 from ..errors import CheckpointError
 from ..train.resume import dataset_identity, file_identity, kafka_identity
 
@@ -105,17 +105,7 @@ def _after(root: Path, chosen: Path, note: str) -> tuple[Path, str]:
     and ``LATEST`` leaves them, and the saves of a run resumed before them would replace them. The newest
     of them that verifies is resumed from instead; one after that which does not verify is refused, not
     replaced."""
-    number = int(chosen.name.split("-")[1])
-    bad, newest = [], None
-    for n in reversed([n for n in numbers(root) if n > number]):
-        path = directory(root, n)
-        try:
-            verify(path)
-        except CheckpointError:
-            bad.append(path.name)
-            continue
-        newest = path
-        break
+    newest, bad = newest_verified(root, after=int(chosen.name.split("-")[1]))
     if bad:
         at = newest or chosen
         raise CheckpointError(
