@@ -11,11 +11,13 @@ import sys
 
 from streamgnn.cli._threads import POOL_VARIABLES
 
-# what the console script runs (``streamgnn = streamgnn.cli:main``), then what the libraries took
+# what the console script runs (``streamgnn = streamgnn.cli:main``, whose parser loads the commands),
+# then what the libraries took
 PROBE = """
 import json, os, sys
 import streamgnn.cli
 from streamgnn.cli._threads import POOL_VARIABLES
+streamgnn.cli.build_parser()  # what main() does first: the commands load torch
 loaded_torch = "torch" in sys.modules
 import numba, torch
 print(json.dumps({

@@ -99,9 +99,8 @@ class TrainJob:
         if self.topic is not None:  # how many the topic has now: a checkpoint records it
             from ..connectors.kafka import TopicReader
 
-            if self._lag_reader is None:
-                self._lag_reader = TopicReader(self.bootstrap)
-            partitions = len(self._lag_reader.partitions(self.topic)) or None
+            with TopicReader(self.bootstrap) as reader:
+                partitions = len(reader.partitions(self.topic)) or None
         return Expectation(
             source_identity(self.source, self.topic, partitions),
             trainer_kind(self.sharded, self.dist.world_size), self.config,
@@ -303,8 +302,9 @@ class TrainJob:
             result = trainer.fit(
                 stream, max_events=more, progress=progress and self.dist.is_main, total=total
             )
-        if self._lag_reader is not None:
+        if self._lag_reader is not None:  # a status asked after the run opens a new one
             self._lag_reader.close()
+            self._lag_reader = None
         if result.events == 0 and trainer.position:
             print(f"nothing left to do: the source holds no events after the {trainer.position:,} learned")
         if self.out_dir and self.dist.is_main and result.windows:
