@@ -5,6 +5,7 @@ import doctest
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -134,13 +135,14 @@ def test_admission_state_round_trips_through_the_router_and_index_checkpoints_bi
     router.route(head)
     index.admit(head)
     arrays, meta = router.state()
-    assert np.isfinite(arrays["watermark"]).all()
+    assert math.isfinite(meta["watermark"])
     back = RoutingState.from_state(arrays, meta, 4, allowed_lateness=2.0)
     again, _ = back.state()
     assert again.keys() == arrays.keys() and all(np.array_equal(again[k], arrays[k]) for k in arrays)
-    index_back = GlobalIndex(Ownership(4), 2.0)
-    index_back.restore(index.state())
-    assert all(np.array_equal(index_back.state()[k], v) for k, v in index.state().items())
+    index_arrays, index_values = index.state()
+    index_back = GlobalIndex.from_state(index_arrays, index_values, Ownership(4), 2.0)
+    assert index_back.state()[1] == index_values
+    assert all(np.array_equal(index_back.state()[0][k], v) for k, v in index_arrays.items())
     for a, b in ((router, back), (index, index_back)):
         letters_a = a.route(tail)[1] if a is router else a.admit(tail).dead_letters
         letters_b = b.route(tail)[1] if b is back else b.admit(tail).dead_letters
@@ -148,17 +150,61 @@ def test_admission_state_round_trips_through_the_router_and_index_checkpoints_bi
         assert a.watermark == b.watermark
 
 
-def test_a_router_checkpoint_from_before_the_watermark_still_loads():
+@pytest.mark.parametrize("string_ids", [False, True])
+def test_the_store_the_index_and_the_router_save_one_admission_layout(string_ids):
+    """One admission state, one persistence: after the same events all three owners save the same
+    admission arrays and values (``Admission.state``), whatever else each keeps beside them."""
+    events = _stream(seed=2)
+    if string_ids:
+        events = EventBatch.from_columns(
+            kind=events.kind, src=[f"v{x}" for x in events.src], dst=[f"v{x}" for x in events.dst],
+            t=events.t, eid=events.eid,
+        )  # fmt: skip
+    store = TemporalGraphStore(StoreConfig(allowed_lateness=2.0))
+    index, router = GlobalIndex(Ownership(4), 2.0), RoutingState("hash", 4, allowed_lateness=2.0)
+    store.ingest(events)
+    index.admit(events)
+    router.route(events)
+    want_arrays, want_values = store.admission.state()
+    assert want_values["id_kind"] == ("str" if string_ids else "int")
+    (store_arrays, store_values), (index_arrays, index_values), (router_arrays, router_values) = (
+        store.state(),
+        index.state(),
+        router.state(),
+    )
+    for arrays, values in ((store_arrays, store_values), (index_arrays, index_values),
+                           (router_arrays, router_values)):  # fmt: skip
+        assert {k: values[k] for k in want_values} == want_values
+        assert all(np.array_equal(arrays[k], v) for k, v in want_arrays.items())
+
+
+def test_checkpoints_from_before_one_admission_layout_still_load():
     """Router checkpoints written before routing had lateness hold no watermark: one restores as -inf (no
-    event admitted yet), which with the default allowed_lateness of inf refuses nothing."""
+    event admitted yet), which with the default allowed_lateness of inf refuses nothing. Router and index
+    checkpoints that kept the watermark in an array (and the index its id type in which arrays are there)
+    restore to the same state."""
     events = _stream(seed=1)
     router = RoutingState("hash", 4)
     router.route(events[:100])
     arrays, meta = router.state()
-    del arrays["watermark"]
+    del meta["watermark"]
     old = RoutingState.from_state(arrays, meta, 4)
     assert old.watermark == -math.inf
     assert [d.index for d in old.route(events[100:])[1]] == [d.index for d in router.route(events[100:])[1]]
+    arrays, meta = router.state()
+    old_arrays = {**arrays, "watermark": np.array([meta.pop("watermark")])}
+    assert RoutingState.from_state(old_arrays, meta, 4).watermark == router.watermark
+    for string_ids in (False, True):
+        index = GlobalIndex(Ownership(4))
+        index.admit(EventBatch.from_columns(src=["a", "b"] if string_ids else [1, 2], dst=["b", "c"] if
+                                            string_ids else [2, 3], t=[1.0, 2.0], eid=[0, 1]))  # fmt: skip
+        arrays, values = index.state()
+        old_arrays = {**arrays, "watermark": np.array([values["watermark"]])}
+        back = GlobalIndex.from_state(old_arrays, None, Ownership(4))
+        assert (
+            back.state()[1] == values
+            and back.external([0, 1, 2]).tolist() == index.external([0, 1, 2]).tolist()
+        )
 
 
 def test_the_module_example_runs():

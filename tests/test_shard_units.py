@@ -83,8 +83,7 @@ def test_the_index_admits_as_one_store_ingests():
     late.admit(EventBatch.from_columns(src=[1], dst=[2], t=[10.0], eid=[0]))
     adm = late.admit(EventBatch.from_columns(src=[1, 3], dst=[2, 4], t=[5.0, 9.5], eid=[1, 2]))
     assert adm.rows.tolist() == [1] and "allowed_lateness" in adm.dead_letters[0].reason
-    restored = GlobalIndex(Ownership(4))
-    restored.restore(index.state())
+    restored = GlobalIndex.from_state(*index.state(), Ownership(4))
     assert np.array_equal(restored.lookup(events.src), index.lookup(events.src))
     assert restored.watermark == index.watermark and restored.seen.contains(events.eid).all()
 
@@ -97,11 +96,10 @@ def test_checkpointed_arrays_are_writable_so_torch_takes_them_without_a_warning(
     batcher = GlobalBatcher(None, Ownership(4), None, 10)
     batcher.buffer = EventBatch.from_columns(src=[1], dst=[2], t=[3.0], eid=[2])
     batcher.keys = np.zeros(1, np.int64)
-    for name, state in (("index", index.state()), ("batcher", batcher.state())):
+    for name, state in (("index", index.state()[0]), ("batcher", batcher.state())):
         for key, array in state.items():
             assert array.flags.writeable, f"{name}.{key}"
-    restored = GlobalIndex(Ownership(4))
-    restored.restore(index.state())
+    restored = GlobalIndex.from_state(*index.state(), Ownership(4))
     assert restored.lookup(np.array(["c", "a"], dtype=object)).tolist() == [2, 0]
 
 

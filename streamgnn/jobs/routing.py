@@ -34,16 +34,14 @@ from ..growth import grow
 from ..partition import PartitionerConfig, make_partitioner
 from ..partition.base import PENDING, Routes
 from ..partition.metrics import PartitionReport, _balance
-from ..store.admission import NO_PARTITION_HOLDS, Admission, AdmissionConfig, plain
-from ..store.dedup import SeenIds
-from ..store.idmap import NodeIdMap
+from ..store.admission import NO_PARTITION_HOLDS, Admission, AdmissionConfig, Admits, plain
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 ALL_KINDS = (ADD, DELETE, UPDATE)
 _NEVER = np.iinfo(np.int64).max
 
 
-class RoutingState:
+class RoutingState(Admits):
     """Everything a router must remember, and the routing itself (see the module doc)."""
 
     def __init__(self, partitioner, num_partitions: int, allowed_lateness: float = math.inf) -> None:
@@ -57,13 +55,6 @@ class RoutingState:
         self.last_eid = np.full(self.k, -1, np.int64)  # the last event id published to each partition
         names = ("events", "edges", "duplicates", "dead_letters", "published", "cut_edges", "placed_edges")
         self.counts = dict.fromkeys(names, 0)
-
-    # the admission state, kept by ``self.admission`` and read and restored here by its owners' names
-    ids = property(lambda self: self.admission.ids, lambda self, v: setattr(self.admission, "ids", v))
-    seen = property(lambda self: self.admission.seen, lambda self, v: setattr(self.admission, "seen", v))
-    watermark = property(
-        lambda self: self.admission.watermark, lambda self, v: setattr(self.admission, "watermark", v)
-    )
 
     # ------------------------------------------------------------------ routing
     def route(
@@ -182,21 +173,16 @@ class RoutingState:
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """The state as plain arrays and a JSON-safe dict (for a ``streamgnn.checkpoint`` container)."""
+        admitted, admission = self.admission.state()
         arrays = {f"partitioner_{k}": v for k, v in self.partitioner.state_arrays().items()}
-        arrays.update(self.ids.to_arrays())
+        arrays.update(admitted)
         arrays["labels"] = self.labels[: self.ids.size]
-        arrays["seen_bits"], arrays["seen_outliers"] = self.seen.to_arrays()
-        arrays["watermark"] = np.array([self.watermark])
         held = encode_binary(self.held) if len(self.held) else b""
         arrays["held"] = np.frombuffer(held, np.uint8)
         arrays["held_vertex"] = self.held_vertex
         arrays["edge_loads"] = self.edge_loads
         arrays["last_eid"] = self.last_eid
-        meta = {
-            "partitioner": self.partitioner.config.to_dict(),
-            "id_kind": self.ids.kind,
-            "counts": self.counts,
-        }
+        meta = {"partitioner": self.partitioner.config.to_dict(), **admission, "counts": self.counts}
         return arrays, meta
 
     @classmethod
@@ -206,10 +192,10 @@ class RoutingState:
         """The state ``state()`` saved, its partitioner as ``meta`` names it; raises ValueError (or KeyError)
         where it is inconsistent."""
         self = cls(PartitionerConfig.from_dict(meta["partitioner"]), num_partitions, allowed_lateness)
-        self.ids = NodeIdMap.from_arrays(meta["id_kind"], a)
+        if "watermark" not in meta:  # written before the admission state had one layout: in an array, or none
+            meta = {**meta, "watermark": float(a["watermark"][0]) if "watermark" in a else -math.inf}
+        self.admission = Admission.from_state(a, meta, self.admission.config)
         self.labels = a["labels"].astype(np.int32).copy()
-        self.seen = SeenIds.from_arrays(a["seen_bits"], a["seen_outliers"])
-        self.watermark = float(a["watermark"][0]) if "watermark" in a else -math.inf  # older: none kept
         self.counts.update({k: int(v) for k, v in meta["counts"].items()})
         state = {k[len("partitioner_") :]: v for k, v in a.items() if k.startswith("partitioner_")}
         self.partitioner.restore(state, self.labels, self.counts["edges"])

@@ -27,6 +27,7 @@ from .. import checkpoint
 from ..errors import CheckpointError
 from ..train import checkpoint as trainer_checkpoint
 from ..train.resume import Expectation
+from .ownership import GlobalIndex
 
 KIND = "sharded-trainer"
 KEEP = 2  # the newest two: a rank one checkpoint ahead of a killed one still holds the common cut
@@ -45,9 +46,10 @@ def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
 def state(trainer) -> tuple[dict, dict]:
     """``(tensors, values)`` of this rank's part of a sharded run (its store apart: saved beside them): the
     ``TrainerState`` values and tensors the online trainer writes too, then the shard's own."""
+    index_arrays, index_values = trainer.index.state()
     tensors = {
         **trainer_checkpoint.stream_tensors(trainer),
-        **_tensors("index", trainer.index.state()),
+        **_tensors("index", index_arrays),
         **_tensors("batcher", trainer.batcher_state()),
         "pool": torch.from_numpy(
             trainer.negatives.sampler.pool if trainer.negatives.ready else np.zeros(0, np.int64)
@@ -58,7 +60,8 @@ def state(trainer) -> tuple[dict, dict]:
             tensors.update(_tensors(part, arrays))
     values = {
         **trainer_checkpoint.TrainerState.of(trainer).values(),
-        "shard": trainer.shard_config.__dict__,
+        "shard": trainer.shard_config.to_dict(),
+        "index": index_values,
         "world_size": trainer.dist.world_size,
         "rank": trainer.dist.rank,
     }
@@ -114,7 +117,9 @@ def load(trainer, root: Path, step: int, expect: Expectation | None = None) -> d
             f"{trainer.shard_config.placement!r}: resume with the same ShardConfig.placement"
         )
     trainer.store = ckpt.store
-    trainer.index.restore(_arrays("index", tensors))
+    lateness = trainer.index.admission.config.allowed_lateness  # this run's setting
+    index = GlobalIndex.from_state(_arrays("index", tensors), man.get("index"), trainer.ownership, lateness)
+    vars(trainer.index).update(vars(index))  # the same object: the trainer's parts (pairs, baselines) hold it
     for rank_state in trainer.states:
         rank_state.restore({part: _arrays(part, tensors) for part in rank_state.parts})
     trainer.restore_batcher(_arrays("batcher", tensors))

@@ -45,11 +45,10 @@ from ..store.admission import (
     UNKNOWN_NODE,
     Admission,
     AdmissionConfig,
+    Admits,
     event_payload,
     plain,
 )
-from ..store.dedup import SeenIds
-from ..store.idmap import NodeIdMap
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 PartitionFn = Callable[[np.ndarray, int], np.ndarray]
@@ -177,20 +176,13 @@ class GlobalAdmitted:
     duplicates: int
 
 
-class GlobalIndex:
+class GlobalIndex(Admits):
     """The state every rank keeps whole (see the module docstring); ``admit`` each global batch in order."""
 
     def __init__(self, ownership: Ownership, allowed_lateness: float = math.inf) -> None:
         self.ownership = ownership
         self.admission = Admission(AdmissionConfig(allowed_lateness))
         self._partition = np.zeros(0, np.int32)  # grown by the growth policy: rows past num_nodes are spare
-
-    # the admission state, kept by ``self.admission`` and read and restored here by its owners' names
-    ids = property(lambda self: self.admission.ids, lambda self, v: setattr(self.admission, "ids", v))
-    seen = property(lambda self: self.admission.seen, lambda self, v: setattr(self.admission, "seen", v))
-    watermark = property(
-        lambda self: self.admission.watermark, lambda self, v: setattr(self.admission, "watermark", v)
-    )
 
     @property
     def num_nodes(self) -> int:
@@ -271,31 +263,26 @@ class GlobalIndex:
     def nbytes(self) -> int:
         return self.ids.nbytes() + self._partition.nbytes + self.seen.nbytes()
 
-    def state(self) -> dict[str, np.ndarray]:
-        """Arrays for a checkpoint (``restore`` reads them back)."""
-        bits, outliers = self.seen.to_arrays()
-        ext = self.ids.all_external()
-        out = {"partition": self.partition, "seen_bits": bits, "seen_outliers": outliers,
-               "watermark": np.array([self.watermark])}  # fmt: skip
-        if self.ids.kind == "str":
-            encoded = [s.encode() for s in ext.tolist()]
-            out["ext_str_offsets"] = np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64)
-            out["ext_str_bytes"] = np.frombuffer(
-                bytearray(b"".join(encoded)), np.uint8
-            )  # writable, as tensors
-        elif self.ids.kind == "int":
-            out["ext_int"] = ext.astype(np.int64)
-        return out
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """``(arrays, values)`` for a checkpoint: the admission's (``Admission.state``) and each global
+        id's partition; ``from_state`` rebuilds the index."""
+        arrays, values = self.admission.state()
+        return {**arrays, "partition": self.partition}, values
 
-    def restore(self, arrays: dict[str, np.ndarray]) -> None:
-        if "ext_str_offsets" in arrays:
-            off, raw = arrays["ext_str_offsets"], arrays["ext_str_bytes"].tobytes()
-            ext = np.array([raw[a:b].decode() for a, b in zip(off[:-1], off[1:], strict=True)], dtype=object)
-            self.ids = NodeIdMap.from_external("str", ext)
-        elif "ext_int" in arrays:
-            self.ids = NodeIdMap.from_external("int", arrays["ext_int"])
-        else:
-            self.ids = NodeIdMap()
+    @classmethod
+    def from_state(
+        cls, arrays: dict[str, np.ndarray], values: dict | None, ownership: Ownership,
+        allowed_lateness: float = math.inf,
+    ) -> GlobalIndex:  # fmt: skip
+        """The index ``state()`` gave, owned by ``ownership`` and admitting with ``allowed_lateness`` (this
+        run's). ``values`` None: written before the admission state had one layout (the id type told by
+        which arrays are there, the watermark in an array)."""
+        if values is None:
+            kind = "str" if "ext_str_offsets" in arrays else "int" if "ext_int" in arrays else None
+            values = {"id_kind": kind, "watermark": float(arrays["watermark"][0])}
+        self = cls(ownership, allowed_lateness)
+        self.admission = Admission.from_state(arrays, values, self.admission.config)
         self._partition = arrays["partition"].astype(np.int32)
-        self.seen = SeenIds.from_arrays(arrays["seen_bits"], arrays["seen_outliers"])
-        self.watermark = float(arrays["watermark"][0])
+        if len(self._partition) != self.num_nodes:
+            raise ValueError(f"{len(self._partition)} partitions saved for {self.num_nodes} vertices")
+        return self

@@ -133,13 +133,36 @@ class Admitted:
 
 class Admission:
     """The admission state of one stream (id map, seen event ids, watermark) and ``admit``; see the module
-    docstring. Callers read ``ids``, ``seen`` and ``watermark`` and checkpoint them."""
+    docstring. Its owners (store, global index, router) read it through ``Admits`` and checkpoint it with
+    ``state()``, rebuilt by ``from_state``: one layout for all three."""
 
     def __init__(self, config: AdmissionConfig | None = None) -> None:
         self.config = config or AdmissionConfig()
         self.ids: NodeIdMap | DenseIds = DenseIds() if self.config.dense_ids else NodeIdMap()
         self.seen = SeenIds()
         self.watermark = -math.inf
+
+    def state(self) -> tuple[dict[str, np.ndarray], dict]:
+        """``(arrays, values)``: the id map's arrays (``ext_int``, ``ext_str_*`` or ``dense_ids_size``), the
+        seen event ids (``seen_bits``, ``seen_outliers``); the id type (``id_kind``) and ``watermark``."""
+        bits, outliers = self.seen.to_arrays()
+        arrays = {**self.ids.to_arrays(), "seen_bits": bits, "seen_outliers": outliers}
+        return arrays, {"id_kind": self.ids.kind, "watermark": self.watermark}
+
+    @classmethod
+    def from_state(
+        cls, arrays: dict[str, np.ndarray], values: dict, config: AdmissionConfig | None = None
+    ) -> Admission:
+        """The admission ``state()`` gave, admitting from now on by ``config`` (a setting of the run that
+        resumes, not part of the state); ValueError or KeyError where the arrays are malformed."""
+        self = cls(config)
+        if self.config.dense_ids:
+            self.ids = DenseIds.from_arrays(arrays)
+        else:
+            self.ids = NodeIdMap.from_arrays(values["id_kind"], arrays)
+        self.seen = SeenIds.from_arrays(arrays["seen_bits"], arrays["seen_outliers"])
+        self.watermark = float(values["watermark"])
+        return self
 
     def refusal(self, batch: EventBatch, widths: Sequence[Width] = ()) -> str | None:
         """Why ``batch`` cannot join this stream at all (another id type, a negative id where ids are dense,
@@ -242,3 +265,25 @@ class Admission:
     def _nothing(self, batch: EventBatch, letters: list[DeadLetter]) -> Admitted:
         none = np.zeros(0, np.int64)
         return Admitted(batch.take(none), none, none, none, np.zeros(0, bool), 0, self.ids.size, 0, letters)
+
+
+class Admits:
+    """What admits a stream through ``self.admission`` (the store, the global index, the router): the
+    admission state read by one set of names, kept in one place."""
+
+    admission: Admission
+
+    @property
+    def ids(self) -> NodeIdMap | DenseIds:
+        """External -> internal node ids."""
+        return self.admission.ids
+
+    @property
+    def seen(self) -> SeenIds:
+        """The event ids admitted so far."""
+        return self.admission.seen
+
+    @property
+    def watermark(self) -> float:
+        """The newest event time admitted so far."""
+        return self.admission.watermark

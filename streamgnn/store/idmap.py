@@ -218,7 +218,9 @@ class NodeIdMap:
             encoded = [s.encode() for s in self.all_external().tolist()]
             return {
                 "ext_str_offsets": np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64),
-                "ext_str_bytes": np.frombuffer(b"".join(encoded), np.uint8),
+                # writable (a bytearray's): a sharded checkpoint hands these arrays to torch, which warns on
+                # a read-only one
+                "ext_str_bytes": np.frombuffer(bytearray(b"".join(encoded)), np.uint8),
             }
         return {"ext_int": self.all_external().astype(np.int64)}
 
