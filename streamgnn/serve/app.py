@@ -28,6 +28,7 @@ import math
 import re
 import reprlib
 import time
+from collections.abc import Awaitable, Callable
 
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -66,37 +67,45 @@ class _Reject(Exception):
         self.status, self.body = status, {"error": message, **extra}
 
 
-def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer) -> Starlette:
-    """The ASGI app over ``reader.table`` (which the reader may create after the first message)."""
-    metrics: ServiceMetrics = reader.metrics
-    int_ids = config.node_ids == "int"
+class Api:
+    """What every handler reads a request with: the config, the reader's table, the scorer, and the input
+    checks (each refusal a ``_Reject`` naming the field). A route is a handler ``(api, request)`` in
+    ``ROUTES``."""
 
-    def node_id(value, field: str):
+    def __init__(self, config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer) -> None:
+        self.config, self.reader, self.scorer = config, reader, scorer
+        self.metrics: ServiceMetrics = reader.metrics
+        self.int_ids = config.node_ids == "int"
+
+    def node_id(self, value, field: str):
         if isinstance(value, bool) or not isinstance(value, int | str):
             raise _Reject(400, f"{field}: node ids are ints or strings, got {_show(value)}")
-        if int_ids:
+        if self.int_ids:
             try:
                 return int_id(value)
             except ValueError as exc:
                 raise _Reject(400, f"{field}: node id {_show(value)} {exc}") from None
         return str(value)
 
-    def id_list(values, field: str) -> list:
+    def id_list(self, values, field: str) -> list:
         if not isinstance(values, list) or not values:
             raise _Reject(400, f"{field}: give a non-empty list of node ids")
-        if len(values) > config.max_ids:
-            raise _Reject(413, f"{field}: {len(values)} ids, more than serve.max_ids={config.max_ids}")
-        return [node_id(v, field) for v in values]
+        if len(values) > self.config.max_ids:
+            raise _Reject(413, f"{field}: {len(values)} ids, more than serve.max_ids={self.config.max_ids}")
+        return [self.node_id(v, field) for v in values]
 
-    def table() -> EmbeddingTable:
-        if reader.table is None:
+    def ids_array(self, ids: list) -> np.ndarray:
+        return np.array(ids, dtype=np.int64 if self.int_ids else object)
+
+    def table(self) -> EmbeddingTable:
+        if self.reader.table is None:
             raise _Reject(404, "no embeddings yet: the topic has not delivered any", unknown=[])
-        return reader.table
+        return self.reader.table
 
-    def rows(ids: list, field: str) -> tuple[EmbeddingTable, np.ndarray, np.ndarray]:
+    def rows(self, ids: list, field: str) -> tuple[EmbeddingTable, np.ndarray, np.ndarray]:
         """Each id's vector and time, from one read: a row rewritten meanwhile is answered whole."""
-        tab = table()
-        arr = np.array(ids, dtype=np.int64 if int_ids else object)
+        tab = self.table()
+        arr = self.ids_array(ids)
         try:
             return tab, *tab.read(arr)
         except UnknownNodeError:
@@ -105,8 +114,8 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
                 404, f"{field}: no embedding for node ids {unknown[:20]}", unknown=unknown
             ) from None
 
-    async def body(request: Request) -> dict:
-        limit = config.max_body_bytes  # a declared length is checked by RequestGuard, before routing
+    async def body(self, request: Request) -> dict:
+        limit = self.config.max_body_bytes  # a declared length is checked by RequestGuard, before routing
         raw = bytearray()
         try:
             async for chunk in request.stream():  # a chunked body has no length to check up front
@@ -120,130 +129,145 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
             raise _Reject(400, "the request body must be a JSON object")
         return data
 
-    def get_k(value) -> int:
+    def k(self, value) -> int:
         # digits only, as node ids: int() would also read "1_0", " 5" or other scripts' digits
         if not (type(value) is int or (isinstance(value, str) and re.fullmatch("[0-9]+", value))):
             raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}")
         k = value if type(value) is int else int(value.lstrip("0")[:30] or "0")  # 30 digits: beyond any max_k
         if k < 1:
             raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}")
-        if k > config.max_k:
-            raise _Reject(413, f"k: {_show(k)} is more than serve.max_k={config.max_k}")
+        if k > self.config.max_k:
+            raise _Reject(413, f"k: {_show(k)} is more than serve.max_k={self.config.max_k}")
         return k
 
-    async def health(request: Request):
-        tab = reader.table
-        error = reader.error or (None if tab is None else tab.index_error)  # an index lost: scans answer
-        return {
-            "status": "ok" if error is None else "degraded",
-            "topic": reader.topic,
-            "nodes": 0 if tab is None else len(tab),
-            "dim": None if tab is None else tab.dim,
-            "caught_up": reader.caught_up.is_set(),
-            "lag": reader.lag,
-            "error": error,
-        }
 
-    async def embeddings(request: Request):
-        if request.method == "POST":
-            ids = id_list((await body(request)).get("ids"), "ids")
-        else:
-            ids = id_list([s for s in request.query_params.get("ids", "").split(",") if s], "ids")
-        tab, vectors, t = rows(ids, "ids")
-        return {
-            "dim": tab.dim,
-            "embeddings": [
-                {"id": i, "t": ti, "embedding": v}
-                for i, ti, v in zip(ids, _numbers(t), _numbers(vectors), strict=True)
-            ],
-        }
+async def health(api: Api, request: Request):
+    reader = api.reader
+    tab = reader.table
+    error = reader.error or (None if tab is None else tab.index_error)  # an index lost: scans answer
+    return {
+        "status": "ok" if error is None else "degraded",
+        "topic": reader.topic,
+        "nodes": 0 if tab is None else len(tab),
+        "dim": None if tab is None else tab.dim,
+        "caught_up": reader.caught_up.is_set(),
+        "lag": reader.lag,
+        "error": error,
+    }
 
-    async def topk(request: Request):
-        data = await body(request) if request.method == "POST" else dict(request.query_params)
-        k = get_k(data.get("k", 10))
-        metric = data.get("metric", config.metric)
-        if not isinstance(metric, str) or metric not in METRICS:
-            raise _Reject(400, f"metric: one of {list(METRICS)}, got {_show(metric)}")
-        if "vector" in data:
-            tab = table()
-            query, exclude, queries = None, None, _query_vector(data["vector"], tab.dim)
-        elif "id" in data:
-            query = node_id(data["id"], "id")
-            tab, queries, _ = rows([query], "id")
-            exclude = np.array([query], dtype=np.int64 if int_ids else object)
-        else:
-            raise _Reject(400, "give the query node as 'id' or a query 'vector'")
-        if tab.scan_size(metric) <= INLINE_SCAN_FLOATS:  # a few ms: on the loop, no thread hops
-            ids, scores = tab.top_k(queries, k, metric, exclude)
-        else:  # a long scan: the loop keeps answering /health (lookups wait for the table's lock anyway)
-            ids, scores = await run_in_threadpool(tab.top_k, queries, k, metric, exclude)
-        neighbors = [{"id": i, "score": s} for i, s in zip(ids[0].tolist(), _numbers(scores[0]), strict=True)]
-        return {"query": query, "metric": metric, "k": k, "neighbors": neighbors}
 
-    async def score(request: Request):
-        if request.method == "POST":
-            pairs = (await body(request)).get("pairs")
-            ok = isinstance(pairs, list) and pairs and all(isinstance(p, list) and len(p) == 2 for p in pairs)
-            if not ok:
-                raise _Reject(400, "pairs: give a non-empty list of [src, dst] pairs")
-        else:
-            q = request.query_params
-            if "src" not in q or "dst" not in q:
-                raise _Reject(400, "give src and dst (or POST {'pairs': [[src, dst], ...]})")
-            pairs = [[q["src"], q["dst"]]]
-        src = id_list([p[0] for p in pairs], "pairs (src)")
-        dst = id_list([p[1] for p in pairs], "pairs (dst)")
-        _, z, _ = rows(src + dst, "pairs")
-        values, info = await run_in_threadpool(scorer.score, z[: len(src)], z[len(src) :], src, dst)
-        return {
-            **info,
-            "scores": [
-                {"src": a, "dst": b, "score": s} for a, b, s in zip(src, dst, _numbers(values), strict=True)
-            ],
-        }
-
-    async def prometheus(request: Request):
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    def endpoint(name: str, handler):
-        async def run(request: Request):
-            started = time.perf_counter()
-            try:
-                result = await handler(request)
-                response = result if isinstance(result, Response) else JSONResponse(result)
-            except _Reject as exc:
-                response = JSONResponse(exc.body, status_code=exc.status)
-            except Exception:  # a bug of the service, not of the request: say so, keep serving
-                log.exception("%s %s failed", request.method, request.url.path)
-                response = JSONResponse({"error": "internal error (logged by the service)"}, status_code=500)
-            metrics.requests.labels(name, str(response.status_code)).observe(time.perf_counter() - started)
-            return response
-
-        return run
-
-    async def http_error(request: Request, exc: HTTPException):  # routing's own 404 and 405
-        return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
-
-    both = ["GET", "POST"]
-    return Starlette(
-        middleware=[
-            Middleware(
-                RequestGuard,
-                max_url_bytes=config.max_url_bytes,
-                max_body_bytes=config.max_body_bytes,
-                api_key=config.api_key,
-                metrics=metrics,
-            )
+async def embeddings(api: Api, request: Request):
+    if request.method == "POST":
+        ids = api.id_list((await api.body(request)).get("ids"), "ids")
+    else:
+        ids = api.id_list([s for s in request.query_params.get("ids", "").split(",") if s], "ids")
+    tab, vectors, t = api.rows(ids, "ids")
+    return {
+        "dim": tab.dim,
+        "embeddings": [
+            {"id": i, "t": ti, "embedding": v}
+            for i, ti, v in zip(ids, _numbers(t), _numbers(vectors), strict=True)
         ],
-        exception_handlers={HTTPException: http_error},
-        routes=[
-            Route("/health", endpoint("health", health)),
-            Route("/embeddings", endpoint("embeddings", embeddings), methods=both),
-            Route("/topk", endpoint("topk", topk), methods=both),
-            Route("/score", endpoint("score", score), methods=both),
-            Route("/metrics", endpoint("metrics", prometheus)),
-        ],
+    }
+
+
+async def topk(api: Api, request: Request):
+    data = await api.body(request) if request.method == "POST" else dict(request.query_params)
+    k = api.k(data.get("k", 10))
+    metric = data.get("metric", api.config.metric)
+    if not isinstance(metric, str) or metric not in METRICS:
+        raise _Reject(400, f"metric: one of {list(METRICS)}, got {_show(metric)}")
+    if "vector" in data:
+        tab = api.table()
+        query, exclude, queries = None, None, _query_vector(data["vector"], tab.dim)
+    elif "id" in data:
+        query = api.node_id(data["id"], "id")
+        tab, queries, _ = api.rows([query], "id")
+        exclude = api.ids_array([query])
+    else:
+        raise _Reject(400, "give the query node as 'id' or a query 'vector'")
+    if tab.scan_size(metric) <= INLINE_SCAN_FLOATS:  # a few ms: on the loop, no thread hops
+        ids, scores = tab.top_k(queries, k, metric, exclude)
+    else:  # a long scan: the loop keeps answering /health (lookups wait for the table's lock anyway)
+        ids, scores = await run_in_threadpool(tab.top_k, queries, k, metric, exclude)
+    neighbors = [{"id": i, "score": s} for i, s in zip(ids[0].tolist(), _numbers(scores[0]), strict=True)]
+    return {"query": query, "metric": metric, "k": k, "neighbors": neighbors}
+
+
+async def score(api: Api, request: Request):
+    if request.method == "POST":
+        pairs = (await api.body(request)).get("pairs")
+        ok = isinstance(pairs, list) and pairs and all(isinstance(p, list) and len(p) == 2 for p in pairs)
+        if not ok:
+            raise _Reject(400, "pairs: give a non-empty list of [src, dst] pairs")
+    else:
+        q = request.query_params
+        if "src" not in q or "dst" not in q:
+            raise _Reject(400, "give src and dst (or POST {'pairs': [[src, dst], ...]})")
+        pairs = [[q["src"], q["dst"]]]
+    src = api.id_list([p[0] for p in pairs], "pairs (src)")
+    dst = api.id_list([p[1] for p in pairs], "pairs (dst)")
+    _, z, _ = api.rows(src + dst, "pairs")
+    values, info = await run_in_threadpool(api.scorer.score, z[: len(src)], z[len(src) :], src, dst)
+    scores = [{"src": a, "dst": b, "score": s} for a, b, s in zip(src, dst, _numbers(values), strict=True)]
+    return {**info, "scores": scores}
+
+
+async def prometheus(api: Api, request: Request):
+    return Response(generate_latest(api.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+Handler = Callable[[Api, Request], Awaitable[object]]
+_BOTH = ("GET", "POST")
+# (path, name in the request metrics, handler, methods: None is GET): a new route is one line here
+ROUTES: tuple[tuple[str, str, Handler, tuple[str, ...] | None], ...] = (
+    ("/health", "health", health, None),
+    ("/embeddings", "embeddings", embeddings, _BOTH),
+    ("/topk", "topk", topk, _BOTH),
+    ("/score", "score", score, _BOTH),
+    ("/metrics", "metrics", prometheus, None),
+)
+
+
+def _endpoint(api: Api, name: str, handler: Handler):
+    """``handler`` as a Starlette endpoint: its dict answered as JSON, a ``_Reject`` as its status, any
+    other exception as a logged 500; every answer timed in the request metrics under ``name``."""
+
+    async def run(request: Request):
+        started = time.perf_counter()
+        try:
+            result = await handler(api, request)
+            response = result if isinstance(result, Response) else JSONResponse(result)
+        except _Reject as exc:
+            response = JSONResponse(exc.body, status_code=exc.status)
+        except Exception:  # a bug of the service, not of the request: say so, keep serving
+            log.exception("%s %s failed", request.method, request.url.path)
+            response = JSONResponse({"error": "internal error (logged by the service)"}, status_code=500)
+        api.metrics.requests.labels(name, str(response.status_code)).observe(time.perf_counter() - started)
+        return response
+
+    return run
+
+
+async def _http_error(request: Request, exc: HTTPException):  # routing's own 404 and 405
+    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer) -> Starlette:
+    """The ASGI app over ``reader.table`` (which the reader may create after the first message)."""
+    api = Api(config, reader, scorer)
+    guard = Middleware(
+        RequestGuard,
+        max_url_bytes=config.max_url_bytes,
+        max_body_bytes=config.max_body_bytes,
+        api_key=config.api_key,
+        metrics=api.metrics,
     )
+    routes = [
+        Route(path, _endpoint(api, name, handler), methods=None if methods is None else list(methods))
+        for path, name, handler, methods in ROUTES
+    ]
+    return Starlette(middleware=[guard], exception_handlers={HTTPException: _http_error}, routes=routes)
 
 
 def _parse_json(raw: bytes):

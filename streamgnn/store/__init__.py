@@ -3,7 +3,8 @@
 from .changes import ChangeFeed, LogPosition, StoreChanges
 from .config import StoreConfig
 from .contract import FeatureStore, FeatureView, GraphStore, TCSRView
-from .graph import EdgeTable, IngestReport, TemporalGraphStore
+from .graph import IngestReport, TemporalGraphStore
+from .tables import EdgeTable
 
 __all__ = [
     "ChangeFeed",

@@ -6,7 +6,9 @@ node-feature versions. A consumer that maintains a derived view (snapshots, a ca
 store; edges do not (the adjacency holds them once per endpoint, see ``kernels``), so while a
 ``ChangeFeed`` is open the store journals the endpoints of new edges, trimmed to what the oldest open feed
 still needs. Without a covering journal (no feed, or a position older than the journal, e.g. after a
-restore) the endpoints come from one pass over the adjacency: correct, just not O(change).
+restore) the endpoints come from one pass over the adjacency: correct, just not O(change). The store's end
+of it is a ``ChangeLog``: it opens feeds, journals while one is open, and reads for them through the one
+function the store gives it, so nothing here reaches into the store.
 
     >>> from streamgnn import EventBatch
     >>> from streamgnn.store import TemporalGraphStore
@@ -21,17 +23,15 @@ restore) the endpoints come from one pass over the adjacency: correct, just not 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
 
 from ..errors import ConfigError
 from ..growth import grow
-
-if TYPE_CHECKING:
-    from .graph import EdgeTable, TemporalGraphStore
+from .tables import EdgeTable
 
 
 @dataclass(frozen=True)
@@ -128,24 +128,65 @@ class ChangeFeed:
     read costs O(what changed). Not thread-safe against a concurrent ``ingest``.
     """
 
-    def __init__(self, store: TemporalGraphStore, position: LogPosition) -> None:
-        self.store = store
+    def __init__(self, log: ChangeLog, position: LogPosition) -> None:
+        self.log = log
         self.position = position
         self.closed = False
 
     def read(self) -> StoreChanges:
         if self.closed:
             raise ConfigError("this change feed is closed")
-        changes = self.store.changes_since(self.position)
-        self.position = changes.end
-        self.store._trim_journal()
-        return changes
+        return self.log.read(self)
 
     def close(self) -> None:
         """Stop journaling for this reader."""
         if not self.closed:
             self.closed = True
-            self.store._forget_feed(self)
+            self.log.forget(self)
+
+
+class ChangeLog:
+    """A store's end of its change feeds: the feeds it opened and, while one is open, the ``EdgeJournal``.
+    ``changes_since(position)`` is the store's read of its logs after a position."""
+
+    def __init__(self, changes_since: Callable[[LogPosition], StoreChanges]) -> None:
+        self._changes_since = changes_since
+        self.journal: EdgeJournal | None = None  # new edges' endpoints, while a feed is open
+
+    def open(self, position: LogPosition, num_edges: int) -> ChangeFeed:
+        """A feed reading after ``position``; the journal starts at the store's ``num_edges`` edges."""
+        if self.journal is None:
+            self.journal = EdgeJournal(num_edges)
+        feed = ChangeFeed(self, position)
+        self.journal.feeds.add(feed)
+        return feed
+
+    def record(self, edge_of: np.ndarray, src: np.ndarray, dst: np.ndarray) -> None:
+        """The edges an ingest created (``EdgeJournal.record``); the journal goes once no feed is open."""
+        if self.journal is not None and not self.journal.record(edge_of, src, dst):
+            self.journal = None
+
+    def endpoints(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Endpoints of edges ``lo .. hi`` from the journal, or None where it does not cover them."""
+        if self.journal is not None and self.journal.covers(lo):
+            return self.journal.endpoints(lo, hi)
+        return None
+
+    def read(self, feed: ChangeFeed) -> StoreChanges:
+        changes = self._changes_since(feed.position)
+        feed.position = changes.end
+        if self.journal is not None:
+            self.journal.trim()
+        return changes
+
+    def forget(self, feed: ChangeFeed) -> None:
+        if self.journal is not None:
+            self.journal.feeds.discard(feed)
+            if not len(self.journal.feeds):
+                self.journal = None
+
+    def nbytes(self) -> int:
+        return 0 if self.journal is None else self.journal.nbytes()
 
 
 @njit(cache=True)

@@ -9,13 +9,11 @@ never depends on where batch boundaries fell.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from .. import checkpoint
 from ..errors import CheckpointError, ConfigError, EventValidationError, UnknownNodeError
@@ -23,14 +21,12 @@ from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
 from ..partition import make_partitioner
 from . import kernels as K
-from .admission import INGEST, NO_LIVE_EDGE, Admission, AdmissionConfig, event_payload, plain
-from .changes import ChangeFeed, EdgeJournal, LogPosition, StoreChanges, pair_edges
+from . import state as persist
+from .admission import INGEST, NO_LIVE_EDGE, Admission, AdmissionConfig, Admits, event_payload, plain
+from .changes import ChangeFeed, ChangeLog, LogPosition, StoreChanges, pair_edges
 from .config import StoreConfig
 from .contract import FeatureView, TCSRView
-from .dedup import SeenIds
-from .denseids import DenseIds
-from .idmap import NodeIdMap
-from .state import blocks, check_structure
+from .tables import EdgeTable, live, to_pyg
 
 ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 COMPACT_AT = 0.15  # a compacted pool fuller than this fraction of free rows grows instead
@@ -44,32 +40,15 @@ class IngestReport:
     dead_letters: list[DeadLetter] = field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class EdgeTable:
-    """Edges by internal edge id; ``src``/``dst`` are internal node ids."""
-
-    eid: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    t: np.ndarray
-    weight: np.ndarray | None
-    deleted_at: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.eid)
-
-
 def _rows(pool: np.ndarray) -> np.ndarray:
     """A [capacity, 2] int32 pool as one int64 word per row (a view), for kernels that move whole rows."""
     return pool.view(np.int64).reshape(-1)
 
 
-def _live(deleted_at: np.ndarray, t: float) -> np.ndarray:
-    """Not deleted at ``t``; a never-deleted edge (inf) stays live even for ``t = inf`` ("now")."""
-    return (deleted_at > t) | np.isposinf(deleted_at)
+class TemporalGraphStore(Admits):
+    """The graph (see the module docstring); its admission state (``ids``, ``seen``, ``watermark``) is
+    ``self.admission``'s, its persistence in ``state``, its change log in ``changes``."""
 
-
-class TemporalGraphStore:
     def __init__(self, config: StoreConfig | None = None) -> None:
         self.config = config or StoreConfig()
         self.admission = Admission(AdmissionConfig(self.config.allowed_lateness, self.config.dense_ids))
@@ -95,7 +74,7 @@ class TemporalGraphStore:
         self.del_dst = np.zeros(0, np.int32)
         self.del_t = np.zeros(0, np.float64)
         self.source_offsets: dict[str, int] = {}
-        self._journal: EdgeJournal | None = None  # new edges' endpoints, while a ChangeFeed is open
+        self._log = ChangeLog(self.changes_since)  # the feeds' journal of new edges' endpoints
         self._views: tuple[TCSRView, FeatureView] | None = None  # until the next mutation (``_changed``)
 
     # ------------------------------------------------------------------ sizes
@@ -138,8 +117,7 @@ class TemporalGraphStore:
         if len(ev):
             counts = np.bincount(ev.kind.astype(np.intp, copy=False), minlength=3)
             status, edge_of, upd_of = self._apply(ev, adm.src, adm.dst, adm.late, counts)
-            if self._journal is not None and not self._journal.record(edge_of, adm.src, adm.dst):
-                self._journal = None  # every feed was closed or dropped
+            self._log.record(edge_of, adm.src, adm.dst)
             self.partitioner.observe(self.partition, ev.kind, adm.src, adm.dst, ev.t, graph=self.view)
             nomatch = np.flatnonzero(status).tolist() if counts[DELETE] else []
             for i in nomatch:
@@ -156,13 +134,6 @@ class TemporalGraphStore:
         checkpoint's store sets its own."""
         self.config = dataclasses.replace(self.config, allowed_lateness=allowed)
         self.admission.config = dataclasses.replace(self.admission.config, allowed_lateness=allowed)
-
-    # the admission state, kept by ``self.admission`` and read and restored here by its owners' names
-    ids = property(lambda self: self.admission.ids, lambda self, v: setattr(self.admission, "ids", v))
-    seen = property(lambda self: self.admission.seen, lambda self, v: setattr(self.admission, "seen", v))
-    watermark = property(
-        lambda self: self.admission.watermark, lambda self, v: setattr(self.admission, "watermark", v)
-    )
 
     def _add_nodes(self, lo: int, hi: int) -> None:
         self._grow_together(("start", "deg", "cap", "ustart", "udeg", "ucap", "partition"), hi)
@@ -329,7 +300,7 @@ class TemporalGraphStore:
         e = np.where(codes >= 0, codes, -codes - 1)
         ok = self.edge_t[e] <= t
         if len(self.edge_del):
-            ok &= _live(self.edge_del[e], t)
+            ok &= live(self.edge_del[e], t)
         if direction == "out":
             ok &= codes >= 0
         elif direction == "in":
@@ -355,43 +326,16 @@ class TemporalGraphStore:
     def snapshot(self, t: float) -> EdgeTable:
         """The edges valid at ``t``: time <= t and not deleted at t."""
         table = self.edges()
-        ok = (table.t <= t) & _live(table.deleted_at, t)
-        return self._subset(table, ok)
+        return table.subset((table.t <= t) & live(table.deleted_at, t))
 
     def window(self, t0: float, t1: float) -> EdgeTable:
         """The edges that arrived in [t0, t1), whatever happened to them later."""
         table = self.edges()
-        return self._subset(table, (table.t >= t0) & (table.t < t1))
-
-    @staticmethod
-    def _subset(table: EdgeTable, ok: np.ndarray) -> EdgeTable:
-        return EdgeTable(
-            table.eid[ok],
-            table.src[ok],
-            table.dst[ok],
-            table.t[ok],
-            None if table.weight is None else table.weight[ok],
-            table.deleted_at[ok],
-        )
+        return table.subset((table.t >= t0) & (table.t < t1))
 
     def to_pyg(self, table: EdgeTable, t: float | None = None):
         """A PyG ``Data`` over all current nodes; node features are those in force at ``t``."""
-        from torch_geometric.data import Data
-
-        data = Data(
-            edge_index=torch.from_numpy(np.stack([table.src, table.dst])),
-            edge_time=torch.from_numpy(table.t),
-            edge_id=torch.from_numpy(table.eid),
-            num_nodes=self.num_nodes,
-        )
-        if table.weight is not None:
-            data.edge_weight = torch.from_numpy(table.weight)
-        if self.edge_feat is not None:
-            data.edge_attr = torch.from_numpy(self.edge_feat[table.eid])
-        if self.node_feat is not None:
-            at = math.inf if t is None else t
-            data.x = torch.from_numpy(self.node_features_internal(np.arange(self.num_nodes), at))
-        return data
+        return to_pyg(self, table, t)
 
     def node_features_internal(self, nodes: np.ndarray, t) -> np.ndarray:
         """Features in force at ``t`` (scalar or per node); zeros where a node has no update yet."""
@@ -426,11 +370,7 @@ class TemporalGraphStore:
         """A reader of everything appended after ``position`` (default: now); see ``changes``."""
         position = self.log_position() if position is None else position
         self._check_position(position)
-        if self._journal is None:
-            self._journal = EdgeJournal(self.num_edges)
-        feed = ChangeFeed(self, position)
-        self._journal.feeds.add(feed)
-        return feed
+        return self._log.open(position, self.num_edges)
 
     def changes_since(self, position: LogPosition) -> StoreChanges:
         """The log entries after ``position``: O(change) when an open feed's journal covers it, else one
@@ -438,8 +378,9 @@ class TemporalGraphStore:
         self._check_position(position)
         end = self.log_position()
         lo, hi = position.edges, end.edges
-        if self._journal is not None and self._journal.covers(lo):
-            src, dst = self._journal.endpoints(lo, hi)
+        journaled = self._log.endpoints(lo, hi)
+        if journaled is not None:
+            src, dst = journaled
         elif hi > lo:
             full = self.edges()
             src, dst = full.src[lo:hi], full.dst[lo:hi]
@@ -465,16 +406,6 @@ class TemporalGraphStore:
         end = self.log_position()
         if position.edges > end.edges or position.deletions > end.deletions or position.updates > end.updates:
             raise ConfigError(f"{position} is beyond this store's logs ({end}): a position of another store?")
-
-    def _trim_journal(self) -> None:
-        if self._journal is not None:
-            self._journal.trim()
-
-    def _forget_feed(self, feed: ChangeFeed) -> None:
-        if self._journal is not None:
-            self._journal.feeds.discard(feed)
-            if not len(self._journal.feeds):
-                self._journal = None
 
     def deleted_at(self, eids) -> np.ndarray:
         """Deletion time of internal edge ids (inf: live); a delete arriving later may still lower it."""
@@ -540,7 +471,7 @@ class TemporalGraphStore:
             + (0 if self.node_feat is None else self.node_feat.nbytes),
             "id_map": self.ids.nbytes(),
             "seen_event_ids": self.seen.nbytes(),
-            "change_journal": 0 if self._journal is None else self._journal.nbytes(),
+            "change_journal": self._log.nbytes(),
             "partitioner": sum(a.nbytes for a in self.partitioner.state_arrays().values()),
         }
         parts["total"] = sum(parts.values())
@@ -548,69 +479,16 @@ class TemporalGraphStore:
 
     def logical_arrays(self) -> dict[str, np.ndarray]:
         """The content, free of layout (slack, garbage, pool order): what checkpoints and hashes hold."""
-        n, e, u, d = self.num_nodes, self.num_edges, self.num_node_updates, int(self.counters[K.DELETIONS])
-        indptr = np.empty(n + 1, np.int64)
-        adj = np.empty((int(self.deg[:n].sum()), 2), np.int32)
-        K.gather_csr(self.start, self.deg, self.pool, n, indptr, adj)
-        uindptr = np.empty(n + 1, np.int64)
-        uadj = np.empty((int(self.udeg[:n].sum()), 2), np.int32)
-        K.gather_csr(self.ustart, self.udeg, self.upool, n, uindptr, uadj)
-        seen_bits, seen_outliers = self.seen.to_arrays()
-        out = {
-            "partition": self.partition[:n],
-            "adj_indptr": indptr,
-            "adj": adj,
-            "edge_t": self.edge_t[:e],
-            # empty until a delete applies: whether a batch's unmatched delete made room is no content
-            "edge_del": self.edge_del[:e] if self.counters[K.DELETIONS] else np.zeros(0),
-            "del_src": self.del_src[:d],
-            "del_dst": self.del_dst[:d],
-            "del_t": self.del_t[:d],
-            "upd_indptr": uindptr,
-            "upd_adj": uadj,
-            "upd_t": self.upd_t[:u],
-            "upd_node": self.upd_node[:u],
-            "seen_bits": seen_bits,
-            "seen_outliers": seen_outliers,
-        }
-        if self.edge_weight is not None:
-            out["edge_weight"] = self.edge_weight[:e]
-        if self.edge_feat is not None:
-            out["edge_feat"] = self.edge_feat[:e]
-        if self.node_feat is not None:
-            out["node_feat"] = self.node_feat[:u]
-        out.update({f"partitioner_{k}": v for k, v in self.partitioner.state_arrays().items()})
-        out.update(self.ids.to_arrays())
-        return out
+        return persist.logical_arrays(self)
 
     def content_hash(self) -> str:
         """SHA-256 over the logical content: equal stores hash equal whatever their batch history."""
-        h = hashlib.sha256()
-        h.update(repr((self.ids.kind, self.config.num_partitions, self.watermark)).encode())
-        if self.config.partitioner.stateful:
-            h.update(repr(self.config.partitioner).encode())
-        for name, arr in sorted(self.logical_arrays().items()):
-            h.update(name.encode())
-            h.update(str(arr.dtype).encode() + str(arr.shape).encode())
-            h.update(np.ascontiguousarray(arr).tobytes())
-        return h.hexdigest()
+        return persist.content_hash(self)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """The store as plain arrays and JSON values (``from_state`` rebuilds it; ``save`` writes them)."""
-        values = {
-            "config": self.config.to_dict(),
-            "id_kind": self.ids.kind,
-            "watermark": self.watermark,
-            "counts": {
-                "nodes": self.num_nodes,
-                "edges": self.num_edges,
-                "node_updates": self.num_node_updates,
-            },
-            "source_offsets": self.source_offsets,
-            "content_hash": self.content_hash(),
-        }
-        return self.logical_arrays(), values
+        return persist.state(self)
 
     @classmethod
     def from_state(
@@ -620,32 +498,8 @@ class TemporalGraphStore:
         compared; anything inconsistent is a ``CheckpointError`` naming ``where``."""
         try:
             # keys absent from checkpoints written before they existed (partitioner, dense_ids) take defaults
-            config = StoreConfig.from_dict(values["config"], f"{where}: store config")
-            store = cls(config)
-            store.ids = (
-                DenseIds.from_arrays(a) if config.dense_ids else NodeIdMap.from_arrays(values["id_kind"], a)
-            )
-            store.watermark = float(values["watermark"])
-            store.partition = a["partition"].astype(np.int32)
-            store.start, store.deg, store.pool = blocks(a["adj_indptr"], a["adj"])
-            store.cap = store.deg.copy()
-            store.ustart, store.udeg, store.upool = blocks(a["upd_indptr"], a["upd_adj"])
-            store.ucap = store.udeg.copy()
-            store.edge_t, store.edge_del = a["edge_t"].copy(), a["edge_del"].copy()
-            store.del_src, store.del_dst, store.del_t = (a[k].copy() for k in ("del_src", "del_dst", "del_t"))
-            store.upd_t, store.upd_node = a["upd_t"].copy(), a["upd_node"].copy()
-            store.edge_weight = a["edge_weight"].copy() if "edge_weight" in a else None
-            store.edge_feat = a["edge_feat"].copy() if "edge_feat" in a else None
-            store.node_feat = a["node_feat"].copy() if "node_feat" in a else None
-            store.seen = SeenIds.from_arrays(a["seen_bits"], a["seen_outliers"])
-            c = store.counters
-            c[K.USED], c[K.UUSED] = len(store.pool), len(store.upool)
-            c[K.EDGES], c[K.UPDATES], c[K.DELETIONS] = len(store.edge_t), len(store.upd_t), len(store.del_t)
-            store.source_offsets = {str(k): int(v) for k, v in values.get("source_offsets", {}).items()}
-            check_structure(store, a)
-            prefix = "partitioner_"
-            state = {k[len(prefix) :]: v for k, v in a.items() if k.startswith(prefix)}
-            store.partitioner.restore(state, store.partition, store.num_edges)
+            store = cls(StoreConfig.from_dict(values["config"], f"{where}: store config"))
+            persist.fill(store, a, values)
         except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
             raise CheckpointError(f"checkpoint under {where} is inconsistent: {exc!r}") from exc
         if store.content_hash() != values.get("content_hash"):
