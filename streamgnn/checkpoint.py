@@ -112,6 +112,17 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """One file whole or not at all, as a checkpoint's files are written: under a temporary name beside it,
+    fsynced, renamed over ``path``, its folder fsynced. For the files a reader opens by name rather than
+    through ``load`` (a snapshot signal's, a job's report)."""
+    path = Path(path)
+    tmp = path.with_name(f".tmp-{path.name}-{os.getpid()}")
+    _write_file(tmp, data)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
 def numbers(root: Path) -> list[int]:
     """Numbers of the checkpoints under ``root`` (old trainer steps among them), oldest first."""
     if not Path(root).is_dir():

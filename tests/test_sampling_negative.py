@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamgnn.errors import ConfigError
+from streamgnn.errors import CheckpointError, ConfigError
 from streamgnn.sampling import EvalNegatives, NegativeSampler
 
 
@@ -158,9 +158,17 @@ def test_eval_negatives_are_fixed_saved_and_looked_up(tmp_path):
         }
         assert set(ev.neg[i, : min(50, len(cands))]) <= cands
     path = ev.save(tmp_path / "negs")
-    assert path.name == "negs.npy" and np.load(path, allow_pickle=False).shape == (n, 101)
-    back = EvalNegatives.load(path)
+    assert path.parent == tmp_path / "negs"  # a checkpoint container: verified when read back
+    back = EvalNegatives.load(tmp_path / "negs")
     assert np.array_equal(back.eid, eid) and np.array_equal(back.neg, ev.neg)
+    np.save(
+        tmp_path / "old.npy", np.column_stack([eid, ev.neg]), allow_pickle=False
+    )  # earlier versions' file
+    old = EvalNegatives.load(tmp_path / "old.npy")
+    assert np.array_equal(old.eid, eid) and np.array_equal(old.neg, ev.neg)
+    (path / "neg.npy").write_bytes((path / "neg.npy").read_bytes()[:-1] + b"\x01")  # a flipped byte
+    with pytest.raises(CheckpointError):
+        EvalNegatives.load(tmp_path / "negs")
     assert np.array_equal(back.lookup([1299, 1000, 1005]), ev.neg[[299, 0, 5]])
     with pytest.raises(ConfigError):
         back.lookup([5])

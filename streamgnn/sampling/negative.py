@@ -16,12 +16,14 @@ from typing import Literal
 
 import numpy as np
 
+from .. import checkpoint
 from ..errors import ConfigError
 from .negative_kernels import draw_negatives
 from .rng import key_of
 from .types import int_ids
 
 STRATEGIES = ("random", "historical", "inductive")
+KIND = "eval-negatives"  # the checkpoint kind ``EvalNegatives.save`` writes
 _MAX_ID = 1 << 31
 _LOW = (1 << 32) - 1
 
@@ -225,13 +227,25 @@ class EvalNegatives:
         return self.neg[found]
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        np.save(path, np.column_stack([self.eid, self.neg]), allow_pickle=False)
-        return path if path.suffix == ".npy" else path.with_name(path.name + ".npy")
+        """Write the negatives as a checkpoint container (``streamgnn.checkpoint``, kind
+        ``eval-negatives``: verified on load) under the folder ``path``; returns the checkpoint's folder."""
+        return checkpoint.save(Path(path), KIND, {"eid": self.eid, "neg": self.neg}, {}, keep=1)
 
     @classmethod
     def load(cls, path: str | Path) -> EvalNegatives:
-        table = np.load(Path(path), allow_pickle=False)
-        if table.ndim != 2 or table.shape[1] < 2 or table.dtype != np.int64:
-            raise ConfigError(f"{path}: expected an int64 [n, 1 + N] table, got {table.dtype} {table.shape}")
-        return cls(np.ascontiguousarray(table[:, 0]), np.ascontiguousarray(table[:, 1:]))
+        """The negatives ``save`` wrote under ``path``, or an ``.npy`` table of earlier versions (int64
+        ``[n, 1 + N]``: event id, then its negatives)."""
+        path = Path(path)
+        if path.is_dir():
+            arrays = checkpoint.load(path, KIND).arrays
+            eid, neg = arrays["eid"], arrays["neg"]
+        else:
+            table = np.load(path, allow_pickle=False)
+            if table.ndim != 2 or table.shape[1] < 2:
+                raise ConfigError(
+                    f"{path}: expected an int64 [n, 1 + N] table, got {table.dtype} {table.shape}"
+                )
+            eid, neg = table[:, 0], table[:, 1:]
+        if eid.dtype != np.int64 or neg.dtype != np.int64 or neg.ndim != 2:
+            raise ConfigError(f"{path}: expected int64 event ids and an int64 [n, N] table of negatives")
+        return cls(np.ascontiguousarray(eid), np.ascontiguousarray(neg))

@@ -3,8 +3,9 @@
 Layout of a folder: ``snapshot-000000.npz`` ... (arrays ``edge_index``, ``edge_weight`` and, where present,
 ``x``, ``y`` and the extra arrays such as ``link_index``), ``node_ids.npy`` (external id of each internal
 id; strings as a JSON list in ``node_ids.json``) and ``signal.json`` (the spec, the snapshot times, counts),
-written last: a folder without it is an unfinished write. Each file is written under a temporary name and
-renamed. ``read_signal`` loads a folder back as a PyTorch Geometric Temporal signal (no pickle).
+written last: a folder without it is an unfinished write. Each file is written whole or not at all, as a
+checkpoint's are (``checkpoint.write_atomic``). ``read_signal`` loads a folder back as a PyTorch Geometric
+Temporal signal (no pickle).
 
     >>> import tempfile, numpy as np
     >>> from streamgnn.snapshots.snapshot import Snapshot
@@ -20,12 +21,13 @@ renamed. ``read_signal`` loads a folder back as a PyTorch Geometric Temporal sig
 
 from __future__ import annotations
 
+import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
+from ..checkpoint import write_atomic
 from ..errors import ConfigError
 from .signal import to_signal
 from .snapshot import Snapshot
@@ -34,12 +36,10 @@ _META = "signal.json"
 
 
 def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """``write(file)``'s bytes as ``path``, whole or not at all."""
+    buf = io.BytesIO()
+    write(buf)
+    write_atomic(path, buf.getvalue())
 
 
 def check_output_folder(folder: str | Path) -> Path:
