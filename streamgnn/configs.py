@@ -43,7 +43,25 @@ NON_FINITE = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.
 
 
 class Config:
-    """A base for config dataclasses: ``to_dict`` and ``from_dict`` as methods (the functions below)."""
+    """A base for config dataclasses: ``to_dict`` and ``from_dict`` as methods (the functions below), and
+    the one check of every choice: a field typed ``Literal[...]`` (or ``Literal[...] | None``) holds one of
+    its values however the config was built (``from_dict`` or in Python), before the class's own
+    ``__post_init__`` runs, in the converter's words (``mode: expected one of [...], got ...``)."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__post_init__")
+        if own is not None and not getattr(own, "_checks_choices", False):
+
+            def __post_init__(self) -> None:
+                check_choices(self)
+                own(self)
+
+            __post_init__._checks_choices = True
+            cls.__post_init__ = __post_init__
+
+    def __post_init__(self) -> None:
+        check_choices(self)
 
     def to_dict(self) -> dict:
         return to_dict(self)
@@ -51,6 +69,29 @@ class Config:
     @classmethod
     def from_dict(cls, data: Mapping, where: str = ""):
         return from_dict(cls, data, where)
+
+
+@functools.cache
+def _choices(cls) -> tuple[tuple[str, tuple], ...]:
+    """``(field, its values)`` of each ``Literal`` field of ``cls`` (a ``Literal`` within an optional too)."""
+    out = []
+    for name, hint in _hints(cls).items():
+        options = (
+            typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        )
+        for option in options:
+            if typing.get_origin(option) is typing.Literal:
+                out.append((name, typing.get_args(option) + ((None,) if type(None) in options else ())))
+    return tuple(out)
+
+
+def check_choices(config) -> None:
+    """Raise ``ConfigError`` where a ``Literal`` field of the dataclass ``config`` holds another value."""
+    for name, values in _choices(type(config)):
+        value = getattr(config, name)
+        if value not in values or isinstance(value, bool) != any(isinstance(v, bool) for v in values):
+            shown = [v for v in values if v is not None]
+            raise ConfigError(f"{name}: expected one of {shown}, got {value!r}")
 
 
 def to_dict(config) -> dict:

@@ -55,7 +55,7 @@ def test_config_file_maps_onto_the_dataclasses(tmp_path):
         ("trian: {}\n", {}, "unknown key 'trian' for JobConfig"),
         ("train: {batch_size: '200'}\n", {}, "train: batch_size: expected int, got '200'"),
         ("train: {batch_size: 0}\n", {}, "batch_size must be >= 1"),
-        ("serve: {metric: l2}\n", {}, "serve.metric must be one of"),
+        ("serve: {metric: l2}\n", {}, "serve: metric: expected one of ['cosine', 'dot'], got 'l2'"),
         ("train: {model: {variant: gru}}\n", {}, "expected one of ['tgn', 'jodie', 'tgat']"),
         ("train: {model: {merge: linear_skip}}\n", {}, "train: model: TGNConfig.merge='linear_skip' is no"),
         ("[1, 2]\n", {}, "the top level must be a mapping"),

@@ -4,6 +4,7 @@ dataclasses' defaults."""
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import json
 import math
@@ -58,7 +59,9 @@ def test_a_mistake_names_the_key_the_class_and_where():
         TrainConfig.from_dict({"model": {"memory_dims": 5}}, where="ckpt")
     with pytest.raises(ConfigError, match=r"^model: pair_decays: 1: expected float, got 'x'$"):
         TrainConfig.from_dict({"model": {"pair_decays": [1.0, "x"]}})
-    with pytest.raises(ConfigError, match=r"^sharding: mode must be one of"):  # the class's own check
+    with pytest.raises(
+        ConfigError, match=r"^sharding: mode: expected one of \[.exact., .comm_free.\], got .fast.$"
+    ):  # a Literal
         TrainConfig.from_dict({"sharding": {"mode": "fast"}})
     with pytest.raises(ConfigError, match=r"^partitioner: expected PartitionerConfig \| str, got \[1\]$"):
         StoreConfig.from_dict({"partitioner": [1]})
@@ -117,3 +120,36 @@ def test_cli_help_takes_its_defaults_from_the_dataclasses():
     }
     # flocking's own config_defaults win over the dataclass's
     assert taps["flocking"].endswith("(default 3)") and taps["source-loc"].endswith("(default 5)")
+
+
+def test_a_choice_is_checked_once_however_the_config_is_built():
+    """A ``Literal`` field holds one of its values whether the config came from a dict (the converter) or
+    from Python (``Config``'s one check, before the class's own), in the same words; a subclass that adds
+    a ``__post_init__`` of its own keeps the check."""
+    from streamgnn.serve.config import ServeConfig
+    from streamgnn.train.config import FollowConfig
+
+    with pytest.raises(ConfigError, match=r"^mode: expected one of \['every_event', 'budget'\], got 'fast'$"):
+        FollowConfig(mode="fast")
+    with pytest.raises(
+        ConfigError, match=r"^follow: mode: expected one of \['every_event', 'budget'\], got 'fast'$"
+    ):
+        TrainConfig.from_dict({"follow": {"mode": "fast"}})
+    with pytest.raises(ConfigError, match=r"^query_time: expected one of \['batch', 'event'\], got 'now'$"):
+        TrainConfig(query_time="now")
+    with pytest.raises(ConfigError, match=r"^metric: expected one of"):
+        ServeConfig(metric="l2")
+
+    @dataclasses.dataclass(frozen=True)
+    class Checked(FollowConfig):
+        extra: int = 0
+
+        def __post_init__(self) -> None:
+            if self.extra < 0:
+                raise ConfigError("extra must be >= 0")
+
+    with pytest.raises(ConfigError, match="^mode: expected one of"):
+        Checked(mode="fast")
+    with pytest.raises(ConfigError, match="^extra must be"):
+        Checked(extra=-1)
+    assert FollowConfig(mode="budget").mode == "budget"

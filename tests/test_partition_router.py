@@ -115,7 +115,7 @@ def _read(bootstrap, topic, k):
 
 def test_killed_router_resumes_without_loss_duplicates_or_moves(kafka_bootstrap, make_topic, tmp_path):
     from streamgnn.connectors.kafka import EventProducer
-    from streamgnn.jobs.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter, RouterConfig
 
     events = stream(n=2000, nodes=300, seed=1)
     raw = make_topic(1)
@@ -124,9 +124,10 @@ def test_killed_router_resumes_without_loss_duplicates_or_moves(kafka_bootstrap,
         out.flush()
     k = 4
     dead = len(_dead({"name": "fennel", "buffer_edges": 3}, events))
-    common = dict(partitioner={"name": "fennel", "buffer_edges": 3}, checkpoint_every=150, fmt="json")
+    options = dict(partitioner={"name": "fennel", "buffer_edges": 3}, checkpoint_every=150)
     whole = make_topic(k)
-    report = PartitionRouter(kafka_bootstrap, raw, whole, k, checkpoint_dir=tmp_path / "a", **common).run(
+    config = RouterConfig(checkpoint_dir=tmp_path / "a", **options)
+    report = PartitionRouter(kafka_bootstrap, raw, whole, k, config, fmt="json").run(
         max_events=len(events), flush=True
     )
     assert report.events == len(events) and report.dead_letters == dead and report.held == 0
@@ -170,12 +171,17 @@ def _latest(root):
 
 def test_router_refuses_rebalancing_and_bad_settings():
     from streamgnn.errors import ConfigError
-    from streamgnn.jobs.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter, RouterConfig
 
     with pytest.raises(ConfigError, match="rebalance"):
-        PartitionRouter("x:1", "a", "b", 2, partitioner={"name": "ldg", "rebalance": {"every_edges": 5}})
+        RouterConfig(partitioner={"name": "ldg", "rebalance": {"every_edges": 5}})
     with pytest.raises(ConfigError, match="reads"):
         PartitionRouter("x:1", "a", "a", 2)
+    with pytest.raises(ConfigError, match=r"^partitioner: a RouterConfig option"):  # not a client setting
+        PartitionRouter("x:1", "a", "b", 2, partitioner="ldg")
+    for bad in (dict(checkpoint_every=0), dict(batch_size=0), dict(allowed_lateness=-1.0)):
+        with pytest.raises(ConfigError):
+            RouterConfig(**bad)
 
 
 def test_readme_partition_snippet_runs(kafka_bootstrap, tmp_path, monkeypatch):
@@ -294,7 +300,7 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
     from kafka import KafkaProducer
 
     from streamgnn.codec import encode_binary
-    from streamgnn.jobs.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter, RouterConfig
 
     events = stream(n=600, nodes=150, seed=4)
     k, spec = 4, {"name": "fennel", "buffer_edges": 3}
@@ -316,7 +322,7 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
     send(first)
     resumed, ckpt = make_topic(k), tmp_path / "ckpt"
     life = PartitionRouter(
-        kafka_bootstrap, raw, resumed, k, partitioner=spec, checkpoint_dir=ckpt, dead_letter_topic=dlq_resumed
+        kafka_bootstrap, raw, resumed, k, RouterConfig(spec, ckpt), dead_letter_topic=dlq_resumed
     ).run(max_events=300)
     assert life.events == 300 and life.dead_letters >= 1 and life.held > 0  # held unweighted events
     send(second)
@@ -333,7 +339,7 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
 
     whole = make_topic(k)
     report = PartitionRouter(
-        kafka_bootstrap, raw, whole, k, partitioner=spec, dead_letter_topic=dlq_whole
+        kafka_bootstrap, raw, whole, k, RouterConfig(spec), dead_letter_topic=dlq_whole
     ).run(max_events=600, flush=True)
     routing_letters = len(_dead(spec, events))
     assert report.events == 600 and report.held == 0 and report.dead_letters == 3 + routing_letters

@@ -29,7 +29,7 @@ def good_stream(n: int) -> EventBatch:
 def test_hostile_records_are_dead_letters_and_every_good_event_is_routed_once(kafka_bootstrap, make_topic):
     from kafka import KafkaProducer
 
-    from streamgnn.jobs.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter, RouterConfig
 
     good = good_stream(HUGE + 400)
     rng = np.random.default_rng(3)
@@ -57,7 +57,9 @@ def test_hostile_records_are_dead_letters_and_every_good_event_is_routed_once(ka
     producer.flush()
     producer.close()
 
-    router = PartitionRouter(kafka_bootstrap, raw, out, 4, dead_letter_topic=dlq, checkpoint_every=5000)
+    router = PartitionRouter(
+        kafka_bootstrap, raw, out, 4, RouterConfig(checkpoint_every=5000), dead_letter_topic=dlq
+    )
     end = {f"{raw}:0": len(messages)}
     while router.positions != end:  # wait for the event (every record read), not for time
         report = router.run(idle_timeout_s=1.0, flush=True)

@@ -82,7 +82,7 @@ def test_the_index_is_rebuilt_as_the_table_grows_and_cleared_with_it():
 
 def test_config_names_the_bad_setting():
     for bad, match in (
-        (dict(topk="fast"), "serve.topk must be one of"),
+        (dict(topk="fast"), "topk: expected one of"),
         (dict(topk_candidates=0), "serve.topk_candidates"),
         (dict(topk_exact_below=0), "serve.topk_exact_below"),
     ):

@@ -51,7 +51,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
 def test_router_placement_is_the_sharded_ownership(kafka_bootstrap, make_topic, tmp_path, spawn_ranks,
                                                    monkeypatch):  # fmt: skip
     from streamgnn.connectors.kafka import EventProducer
-    from streamgnn.jobs.router import PartitionRouter
+    from streamgnn.jobs.router import PartitionRouter, RouterConfig
     from streamgnn.partition import hash_partition
 
     events = one.make_events()
@@ -59,7 +59,7 @@ def test_router_placement_is_the_sharded_ownership(kafka_bootstrap, make_topic, 
     with EventProducer(kafka_bootstrap, raw, fmt="binary", batch_size=100) as producer:
         producer.send(events)
         producer.flush()
-    router = PartitionRouter(kafka_bootstrap, raw, routed, PARTITIONS, partitioner="fennel", batch_size=50)
+    router = PartitionRouter(kafka_bootstrap, raw, routed, PARTITIONS, RouterConfig("fennel", batch_size=50))
     report = router.run(max_events=len(events), flush=True)
     assert report.published == len(events) and report.held == 0
     ids, labels = router.state.ids, router.state.labels

@@ -18,7 +18,7 @@ dataclasses, overridden by environment variables and then by command-line flags.
     produce:          # ProduceConfig (below): streamgnn produce
       source: jodie_wikipedia
       rate: 1000
-    partition:        # RouterConfig (below): streamgnn partition (reads kafka.raw_topic)
+    partition:        # PartitionSection (below): streamgnn.jobs.router.RouterConfig for streamgnn partition
       partitioner: {name: fennel, buffer_edges: 4}   # streamgnn.partition.PartitionerConfig
     snapshots:        # SnapshotsConfig (below): streamgnn snapshots
       spec: {kind: window, every: 86400}             # streamgnn.snapshots.SnapshotSpec
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -48,9 +47,9 @@ import yaml
 
 from ..agents.experiments import DecentralizedSetup, FlockingSetup, SweepConfig
 from ..agents.source_loc import SourceLocConfig
-from ..configs import field_default, from_dict
+from ..configs import Config, field_default, from_dict
 from ..errors import ConfigError
-from ..partition import PartitionerConfig
+from ..jobs.router import RouterConfig
 from ..serve.config import ServeConfig
 from ..snapshots import NextLinks, NodeTarget, SnapshotSpec
 from ..store import StoreConfig
@@ -62,7 +61,7 @@ ENV_PREFIX = "STREAMGNN_"
 
 
 @dataclass(frozen=True)
-class KafkaConfig:
+class KafkaConfig(Config):
     """The topics a deployment shares: events (``partitions`` of them, keyed by graph partition; None: an
     existing topic's count, 1 for a new one, so producing into what ``streamgnn topics`` made just works),
     the compacted embeddings topic the trainer publishes and the service reads, and an optional dead-letter
@@ -79,15 +78,13 @@ class KafkaConfig:
     embeddings_topic: str = "embeddings"
     embeddings_partitions: int = 1
     dead_letter_topic: str | None = None
-    format: str = "binary"
+    format: Literal["binary", "json"] = "binary"
     connect_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         for name in ("partitions", "embeddings_partitions", "raw_partitions"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"kafka.{name} must be >= 1, got {getattr(self, name)}")
-        if self.format not in ("binary", "json"):
-            raise ConfigError(f"kafka.format must be 'binary' or 'json', got {self.format!r}")
         if not self.connect_timeout_s > 0:
             raise ConfigError(f"kafka.connect_timeout_s must be > 0, got {self.connect_timeout_s}")
 
@@ -121,25 +118,16 @@ class ProduceConfig:
 
 
 @dataclass(frozen=True)
-class RouterConfig:
-    """``streamgnn partition`` (``PartitionRouter``'s arguments): it reads ``kafka.raw_topic`` and writes the
-    ``kafka`` section's events topic with ``kafka.partitions`` partitions in ``kafka.format``, placing each
-    vertex with ``partitioner`` (a ``PartitionerConfig``); ``checkpoint_dir``/``checkpoint_every`` (input
-    events) make a restart resume; an event more than ``allowed_lateness`` (stream time) behind the newest
-    routed one is a dead letter (inf: none is); ``log_every_s`` seconds between status lines (0: none)."""
+class PartitionSection(RouterConfig):
+    """``streamgnn partition``: the router's options (``jobs.router.RouterConfig``, defined there once); it
+    reads ``kafka.raw_topic`` and writes the ``kafka`` section's events topic with ``kafka.partitions``
+    partitions in ``kafka.format``. The command's own: ``log_every_s`` seconds between status lines (0:
+    none)."""
 
-    partitioner: PartitionerConfig = field(default_factory=lambda: PartitionerConfig("fennel"))
-    checkpoint_dir: str | None = None
-    checkpoint_every: int = 100_000
-    batch_size: int = 1000
-    allowed_lateness: float = math.inf
     log_every_s: float = 10.0
 
     def __post_init__(self) -> None:
-        if min(self.checkpoint_every, self.batch_size) < 1:
-            raise ConfigError("partition.checkpoint_every and partition.batch_size must be >= 1")
-        if not self.allowed_lateness >= 0:
-            raise ConfigError(f"partition.allowed_lateness must be >= 0, got {self.allowed_lateness}")
+        super().__post_init__()
         if self.log_every_s < 0:
             raise ConfigError(f"partition.log_every_s must be >= 0, got {self.log_every_s}")
 
@@ -179,7 +167,7 @@ class JobConfig:
     resume: ResumeConfig = field(default_factory=ResumeConfig)
     serve: ServeConfig = field(default_factory=ServeConfig)
     produce: ProduceConfig = field(default_factory=ProduceConfig)
-    partition: RouterConfig = field(default_factory=RouterConfig)
+    partition: PartitionSection = field(default_factory=PartitionSection)
     snapshots: SnapshotsConfig = field(default_factory=SnapshotsConfig)
     agents: AgentsConfig = field(default_factory=AgentsConfig)
 

@@ -32,18 +32,9 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         raise ConfigError("give the topic to read: --in-topic, or kafka.raw_topic in --config")
     k.check_reachable()
     router = PartitionRouter(
-        k.bootstrap,
-        k.raw_topic,
-        k.events_topic,
-        k.partitions,
-        partitioner=r.partitioner,
-        checkpoint_dir=r.checkpoint_dir,
-        checkpoint_every=r.checkpoint_every,
-        fmt=k.format,
-        batch_size=r.batch_size,
+        k.bootstrap, k.raw_topic, k.events_topic, k.partitions, r, fmt=k.format,
         dead_letter_topic=k.dead_letter_topic,
-        allowed_lateness=r.allowed_lateness,
-    )
+    )  # fmt: skip
     speed = IntervalRate()
 
     def status() -> str:

@@ -26,15 +26,16 @@ time-ordered merge, as for the store.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import checkpoint
 from ..codec import CONTENT_BINARY, CONTENT_JSON, decode, encode_binary, encode_json_lines
+from ..configs import Config
 from ..connectors.kafka import CONTENT_TYPE_HEADER, KafkaSource, Producer, TopicReader, create_topic
 from ..connectors.kafka.decoding import Schema
 from ..connectors.kafka.settings import consumer_settings, producer_settings
@@ -42,6 +43,7 @@ from ..errors import CheckpointError, ConfigError, ConnectorError
 from ..events import EventBatch
 from ..partition.config import PartitionerConfig
 from ..partition.metrics import PartitionReport, PartitionTimeline
+from ..store.config import check_lateness
 from .routing import RoutingState
 
 FORMATS = ("binary", "json")
@@ -62,15 +64,37 @@ class RouterReport:
     partitioning: PartitionReport
 
 
-class PartitionRouter:
-    """Routes ``in_topic`` into ``out_topic`` (created with ``num_partitions`` partitions if absent).
+@dataclass(frozen=True)
+class RouterConfig(Config):
+    """A partition router's options, defined once: ``PartitionRouter``'s and the ``partition`` section of
+    ``--config``'s. ``partitioner``: a method name, mapping or ``PartitionerConfig`` (stored as one;
+    rebalancing needs the store's adjacency, which a router does not hold, so it is refused).
+    ``checkpoint_dir``: where state and offsets go (None: no resume), every ``checkpoint_every`` input events
+    and at the end. ``batch_size``: events per binary output message. ``allowed_lateness``: how far (stream
+    time) an event may lag the newest routed one; a later one is a dead letter (inf: none is)."""
 
-    ``partitioner``: a method name, mapping or ``PartitionerConfig`` (rebalancing needs the store's
-    adjacency, which a router does not hold, so it is refused here). ``checkpoint_dir``: where state and
-    offsets go (None: no resume), every ``checkpoint_every`` input events and at the end. ``fmt``: output
-    messages as binary batches of up to ``batch_size`` events, or JSON lines. ``allowed_lateness``: how far
-    (stream time) an event may lag the newest routed one; a later one is a dead letter. Other keyword
-    arguments go to the Kafka clients (kafka-python spelling).
+    partitioner: PartitionerConfig | str = field(default_factory=lambda: PartitionerConfig("fennel"))
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 100_000
+    batch_size: int = 1000
+    allowed_lateness: float = math.inf
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "partitioner", PartitionerConfig.parse(self.partitioner))
+        if self.partitioner.rebalance.every_edges:
+            raise ConfigError("the router cannot rebalance (it holds no adjacency); leave rebalance unset")
+        if self.checkpoint_dir is not None:
+            object.__setattr__(self, "checkpoint_dir", str(self.checkpoint_dir))  # (a Path given in Python)
+        if min(self.checkpoint_every, self.batch_size) < 1:
+            raise ConfigError("checkpoint_every and batch_size must be >= 1")
+        check_lateness(self.allowed_lateness)
+
+
+class PartitionRouter:
+    """Routes ``in_topic`` into ``out_topic`` (created with ``num_partitions`` partitions if absent), as
+    ``config`` (a ``RouterConfig``; default: its defaults) says. ``fmt``: output messages as binary batches
+    of up to ``config.batch_size`` events, or JSON lines (the ``kafka`` section's format, with the topics).
+    Other keyword arguments go to the Kafka clients (kafka-python spelling).
     """
 
     def __init__(
@@ -79,31 +103,30 @@ class PartitionRouter:
         in_topic: str,
         out_topic: str,
         num_partitions: int,
+        config: RouterConfig | None = None,
         *,
-        partitioner: str | Mapping | PartitionerConfig = "fennel",
-        checkpoint_dir: str | Path | None = None,
-        checkpoint_every: int = 100_000,
         fmt: str = "binary",
-        batch_size: int = 1000,
         dead_letter_topic: str | None = None,
-        allowed_lateness: float = math.inf,
         **client_config,
     ) -> None:
-        config = PartitionerConfig.parse(partitioner)
-        if config.rebalance.every_edges:
-            raise ConfigError("the router cannot rebalance (it holds no adjacency); leave rebalance unset")
+        config = RouterConfig() if config is None else config
+        options = sorted(set(client_config) & {f.name for f in dataclasses.fields(RouterConfig)})
+        if options:
+            raise ConfigError(
+                f"{', '.join(options)}: a RouterConfig option, not a client setting: pass "
+                f"PartitionRouter(..., RouterConfig({options[0]}=...))"
+            )
         if fmt not in FORMATS:
             raise ConfigError(f"unknown output format {fmt!r}; use one of {FORMATS}")
-        if min(checkpoint_every, batch_size) < 1:
-            raise ConfigError("checkpoint_every and batch_size must be >= 1")
         if in_topic == out_topic:
             raise ConfigError("the router cannot write to the topic it reads")
+        self.config = config
         self.bootstrap, self.in_topic, self.out_topic = bootstrap_servers, in_topic, out_topic
-        self.fmt, self.batch_size, self.checkpoint_every = fmt, batch_size, checkpoint_every
+        self.fmt, self.batch_size, self.checkpoint_every = fmt, config.batch_size, config.checkpoint_every
         self.dead_letter_topic = dead_letter_topic
-        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self.checkpoint_dir = None if config.checkpoint_dir is None else Path(config.checkpoint_dir)
         self.client_config = dict(client_config)
-        self.state = RoutingState(config, num_partitions, allowed_lateness)
+        self.state = RoutingState(config.partitioner, num_partitions, config.allowed_lateness)
         self.k = self.state.k
         self.positions: dict[str, int] = {}
         self.out_offsets: dict[int, int] = {}
@@ -303,7 +326,7 @@ class PartitionRouter:
 
     def write_report(self, path: str | Path) -> None:
         r = self.report()
-        Path(path).write_text(json.dumps({**r.__dict__, "partitioning": r.partitioning.to_dict()}, indent=1))
+        checkpoint.write_atomic(Path(path), json.dumps(dataclasses.asdict(r), indent=1).encode())
 
 
-__all__ = ["FORMATS", "PartitionRouter", "RouterReport"]
+__all__ = ["FORMATS", "PartitionRouter", "RouterConfig", "RouterReport"]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
+from ..configs import Config
 from ..embeddings.ann import TOPK, ApproximateTopK
 from ..embeddings.table import METRICS
 from ..errors import ConfigError
@@ -32,7 +34,7 @@ def int_id(value: int | str) -> int:
 
 
 @dataclass(frozen=True)
-class ServeConfig:
+class ServeConfig(Config):
     """``streamgnn serve``. The service reads the embeddings topic (``kafka.embeddings_topic`` in a config
     file) from its start into an ``EmbeddingTable`` and answers over HTTP.
 
@@ -59,8 +61,8 @@ class ServeConfig:
 
     host: str = "127.0.0.1"
     port: int = 8000
-    metric: str = "cosine"
-    node_ids: str = "int"
+    metric: Literal[METRICS] = "cosine"
+    node_ids: Literal[NODE_IDS] = "int"
     max_k: int = 1000
     max_ids: int = 10_000
     max_body_bytes: int = 1 << 20
@@ -70,15 +72,11 @@ class ServeConfig:
     ssl_certfile: str | None = None
     log_every_s: float = 10.0
     checkpoint_dir: str | None = None
-    topk: str = "approximate"
+    topk: Literal[TOPK] = "approximate"
     topk_exact_below: int = 100_000
     topk_candidates: int = 50
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise ConfigError(f"serve.metric must be one of {METRICS}, got {self.metric!r}")
-        if self.node_ids not in NODE_IDS:
-            raise ConfigError(f"serve.node_ids must be one of {NODE_IDS}, got {self.node_ids!r}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"serve.port must be in [0, 65535], got {self.port}")
         for name in ("max_k", "max_ids", "max_body_bytes", "max_url_bytes"):
@@ -93,8 +91,6 @@ class ServeConfig:
             raise ConfigError("serve.ssl_keyfile and serve.ssl_certfile go together: give both or neither")
         if self.log_every_s < 0:
             raise ConfigError(f"serve.log_every_s must be >= 0, got {self.log_every_s}")
-        if self.topk not in TOPK:
-            raise ConfigError(f"serve.topk must be one of {TOPK}, got {self.topk!r}")
         self.approximate_topk()  # its own checks
 
     @property

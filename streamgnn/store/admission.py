@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..configs import Config
-from ..errors import EventValidationError
 from ..events import DeadLetter, EventBatch, EventKind
 from . import kernels as K
+from .config import check_lateness
 from .dedup import SeenIds
 from .denseids import DenseIds
 from .idmap import NodeIdMap
@@ -104,8 +104,7 @@ class AdmissionConfig(Config):
     dense_ids: bool = False
 
     def __post_init__(self) -> None:
-        if not (self.allowed_lateness >= 0):
-            raise EventValidationError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
+        check_lateness(self.allowed_lateness)
 
 
 @dataclass

@@ -7,8 +7,15 @@ import math
 from dataclasses import dataclass
 
 from ..configs import Config
-from ..errors import EventValidationError
+from ..errors import ConfigError, EventValidationError
 from ..partition import PartitionerConfig, partition_count_problem
+
+
+def check_lateness(value, name: str = "allowed_lateness") -> None:
+    """The one check of an allowed lateness, wherever a run takes one (admission, store, trainer, router):
+    a number >= 0 in stream time, ``inf`` for any order; ``ConfigError`` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(f"{name} must be a number >= 0 (inf: any order), got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -30,6 +37,5 @@ class StoreConfig(Config):
         problem = partition_count_problem(self.num_partitions)
         if problem is not None:
             raise EventValidationError(problem)
-        if not (self.allowed_lateness >= 0):
-            raise EventValidationError(f"allowed_lateness must be >= 0, got {self.allowed_lateness}")
+        check_lateness(self.allowed_lateness)
         object.__setattr__(self, "partitioner", PartitionerConfig.parse(self.partitioner))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from ..configs import Config, from_dict, pick_variant
 from ..errors import ConfigError
@@ -12,11 +13,20 @@ from ..nn import DyGFormerConfig, TGNConfig
 from ..partition import partition_count_problem
 from ..sampling.negative import STRATEGIES as NEGATIVE_STRATEGIES
 from ..sampling.sampler import STRATEGIES as SAMPLING_STRATEGIES
+from ..store.config import check_lateness
 from .negatives import POOLS as NEGATIVE_POOLS
 
-QUERY_TIMES = ("batch", "event")
-SHARD_MODES = ("exact", "comm_free")
-PLACEMENTS = ("hash", "stream")
+# each choice a Literal, checked by the config converter (``configs.Config``) wherever a config is built
+QueryTime = Literal["batch", "event"]
+ShardMode = Literal["exact", "comm_free"]
+Placement = Literal["hash", "stream"]
+FollowMode = Literal["every_event", "budget"]
+SamplingStrategy = Literal[SAMPLING_STRATEGIES]
+NegativeStrategy = Literal[NEGATIVE_STRATEGIES]
+NegativePool = Literal[NEGATIVE_POOLS]
+QUERY_TIMES, SHARD_MODES, PLACEMENTS, FOLLOW_MODES = map(
+    get_args, (QueryTime, ShardMode, Placement, FollowMode)
+)
 
 
 @dataclass(frozen=True)
@@ -34,26 +44,19 @@ class ShardConfig(Config):
     so that ranks own vertices exactly where the router put them (``num_partitions``: the router's)."""
 
     num_partitions: int = 8
-    mode: str = "exact"
+    mode: ShardMode = "exact"
     staleness: int = 10
     cache_rows: int = 20_000
-    placement: str = "hash"
+    placement: Placement = "hash"
 
     def __post_init__(self) -> None:
         problem = partition_count_problem(self.num_partitions)
         if problem is not None:
             raise ConfigError(problem)
-        if self.mode not in SHARD_MODES:
-            raise ConfigError(f"mode must be one of {SHARD_MODES}, got {self.mode!r}")
         if not isinstance(self.cache_rows, int) or self.cache_rows < 0:
             raise ConfigError(f"cache_rows must be an int >= 0, got {self.cache_rows!r}")
         if not isinstance(self.staleness, int) or self.staleness < 1:
             raise ConfigError(f"staleness must be an int >= 1 (batches), got {self.staleness!r}")
-        if self.placement not in PLACEMENTS:
-            raise ConfigError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
-
-
-FOLLOW_MODES = ("every_event", "budget")
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class FollowConfig(Config):
     that a lag drains within about ``drain_s`` seconds of the job falling behind. Behind, batches grow to
     an eighth of the lag, up to ``max_batch_size`` (never under ``batch_size``)."""
 
-    mode: str = "every_event"
+    mode: FollowMode = "every_event"
     eval_fraction: float = 0.01
     eval_per_window: int = 0
     min_eval_rows: int = 50
@@ -83,8 +86,6 @@ class FollowConfig(Config):
     drain_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.mode not in FOLLOW_MODES:
-            raise ConfigError(f"mode must be one of {FOLLOW_MODES}, got {self.mode!r}")
         if not 0.0 < self.eval_fraction <= 1.0:
             raise ConfigError(f"eval_fraction must lie in (0, 1], got {self.eval_fraction!r}")
         for name in ("eval_per_window", "caught_up_events"):
@@ -163,13 +164,13 @@ class TrainConfig(Config):
     batch_size: int = 200
     lr: float = 1e-4
     seed: int = 0
-    sampling: str = "recent"
-    train_negatives: str = "random"
+    sampling: SamplingStrategy = "recent"
+    train_negatives: NegativeStrategy = "random"
     train_negative_fraction: float = 1.0
-    train_negative_pool: str = "seen_blank"
+    train_negative_pool: NegativePool = "seen_blank"
     eval_negatives: int = 100
-    eval_strategy: str = "random"
-    query_time: str = "batch"
+    eval_strategy: NegativeStrategy = "random"
+    query_time: QueryTime = "batch"
     baselines: tuple[str, ...] = ("edgebank", "edgebank_tw")
     edgebank_window_ratio: float = 0.15
     window_events: int = 10_000
@@ -184,10 +185,7 @@ class TrainConfig(Config):
     follow: FollowConfig = field(default_factory=FollowConfig)
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.allowed_lateness, int | float) and self.allowed_lateness >= 0):
-            raise ConfigError(
-                f"allowed_lateness must be a number >= 0 (inf: any order), got {self.allowed_lateness!r}"
-            )
+        check_lateness(self.allowed_lateness)
         if not isinstance(self.model, TGNConfig | DyGFormerConfig):
             raise ConfigError(
                 f"model must be a TGNConfig or DyGFormerConfig, got {type(self.model).__name__}"
@@ -200,11 +198,6 @@ class TrainConfig(Config):
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if self.sampling not in SAMPLING_STRATEGIES:
-            raise ConfigError(f"sampling must be one of {SAMPLING_STRATEGIES}, got {self.sampling!r}")
-        for name in ("train_negatives", "eval_strategy"):
-            if getattr(self, name) not in NEGATIVE_STRATEGIES:
-                raise ConfigError(f"{name} must be one of {NEGATIVE_STRATEGIES}, got {getattr(self, name)!r}")
         if not 0.0 <= self.train_negative_fraction <= 1.0:
             raise ConfigError(
                 f"train_negative_fraction must lie in [0, 1], got {self.train_negative_fraction!r}"
@@ -213,10 +206,6 @@ class TrainConfig(Config):
             raise ConfigError(
                 "train_negatives='inductive' would draw destinations never seen before, but the trainer's "
                 "pool is exactly the destinations seen so far: use 'random' or 'historical'"
-            )
-        if self.train_negative_pool not in NEGATIVE_POOLS:
-            raise ConfigError(
-                f"train_negative_pool must be one of {NEGATIVE_POOLS}, got {self.train_negative_pool!r}"
             )
         if self.train_negative_pool == "id_range" and self.train_negatives != "random":
             raise ConfigError("train_negative_pool='id_range' draws uniformly: use train_negatives='random'")
@@ -228,8 +217,6 @@ class TrainConfig(Config):
             )
         if not self.edgebank_window_ratio > 0:
             raise ConfigError(f"edgebank_window_ratio must be > 0, got {self.edgebank_window_ratio}")
-        if self.query_time not in QUERY_TIMES:
-            raise ConfigError(f"query_time must be one of {QUERY_TIMES}, got {self.query_time!r}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
         if not isinstance(self.follow, FollowConfig):
