@@ -8,20 +8,16 @@ neighbors' ranks. Without ``mpiexec`` all agents run in this process.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigError
 from ._args import output_dir, positive_float, positive_int
 from ._config import add_config_option, config_from_args, override
 
-# --die-round: before MPI start-up finishes; before the setup is shared; before the results are gathered
-STARTUP, SETUP, GATHER = "startup", "setup", "gather"
+# --die-round's names besides a round (streamgnn.jobs.agents: STARTUP, SETUP, GATHER; not imported here, so
+# that parsing loads no job)
+DIE_AT = ("startup", "setup", "gather")
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -46,7 +42,7 @@ def _index(text: str) -> int:
 
 
 def _die_round(text: str) -> int | str:
-    return text if text in (STARTUP, SETUP, GATHER) else _index(text)
+    return text if text in DIE_AT else _index(text)
 
 
 def _names(choices) -> Callable[[str], tuple[str, ...]]:
@@ -58,217 +54,6 @@ def _names(choices) -> Callable[[str], tuple[str, ...]]:
         return values
 
     return parse
-
-
-def _out_dir(path: str) -> Path:
-    """``--out``, made (parsing checked that it can be written)."""
-    out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def _agents(args, num_agents: int):
-    from ..agents.runtime import LocalAgents, MPIAgents
-
-    if "PMI_SIZE" in os.environ or "OMPI_COMM_WORLD_SIZE" in os.environ:
-        import torch
-
-        torch.set_num_threads(1)  # ranks share the cores: one thread each
-        die = _die(args)
-        if die == STARTUP:
-            os.kill(os.getpid(), signal.SIGKILL)  # fault injection: before MPI start-up
-        agents = MPIAgents(
-            num_agents,
-            deadline_s=args.deadline,
-            patience=args.patience,
-            die_at_round=die if isinstance(die, int) else None,
-            die_at_gather=die == GATHER,
-        )
-        if die == SETUP:
-            os.kill(os.getpid(), signal.SIGKILL)  # fault injection: started, the setup not shared yet
-        return agents
-    return LocalAgents(num_agents)
-
-
-def _die(args) -> int | None:
-    rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "-1")))
-    return args.die_round if args.die_rank is not None and rank == args.die_rank else None
-
-
-def _config(args):
-    """The ``agents`` section of ``--config`` with this task's defaults, environment and flags."""
-    return config_from_args(args).agents
-
-
-def _write(out: Path, name: str, summary: dict, quiet: bool) -> None:
-    (out / name).write_text(json.dumps(summary, indent=1))
-    if not quiet:
-        print(f"wrote {out / name}")
-
-
-def _end(agents, code: int = 0) -> int:
-    from ..agents.runtime import finish, supervised
-
-    agents.close()
-    if supervised():
-        finish(code)
-    return code
-
-
-ACCURACY = "test accuracy: the fraction of agents that name the source's community"
-
-
-def _print_curves(curves: dict, probs, fmt: str) -> None:
-    for kind, table in curves.items():
-        print(f"{kind}: " + "  ".join(f"p={p:g}" for p in probs))
-        for v, ys in table.items():
-            print(f"  {v:<26}" + "  ".join(fmt.format(y) for y in ys))
-
-
-def _source_loc(args, rest) -> int:
-    from ..agents.experiments import (
-        ROBUST,
-        plot_curves,
-        retained,
-        sweep_source_loc,
-        train_source_loc,
-        verify_source_loc,
-    )
-    from ..agents.source_loc import SourceLocalization
-
-    out = _out_dir(args.out)
-    cfg = _config(args)
-    task_cfg, sweep = cfg.source_loc, cfg.sweep
-    if 0.0 not in sweep.probs:
-        raise ConfigError("--probs must include 0 (the failure-free accuracy the others are compared with)")
-    task = SourceLocalization(task_cfg)
-    agents = _agents(args, task_cfg.nodes)
-    start = time.perf_counter()
-    models = agents.share(lambda: train_source_loc(task, sweep, quiet=args.quiet))
-    curves = sweep_source_loc(agents, models, task, sweep, rounds=args.rounds, quiet=args.quiet)
-    checks = verify_source_loc(agents, models, task, _verify_sweep(args, sweep)) if args.verify else []
-    failed = agents.gather(agents.failed_ranks)
-    if agents.is_root:
-        chance = 1.0 / task.num_classes
-        summary = {
-            "task": task_cfg.to_dict(),
-            "ranks": agents.size,
-            "probs": list(sweep.probs),
-            "metric": ACCURACY,
-            "chance": chance,
-            "accuracy": curves,
-            "retained_at_0_3": {k: retained(c, sweep.probs) for k, c in curves.items()}
-            if 0.3 in sweep.probs
-            else {},
-            "robust_variant": ROBUST,
-            "verify": {name: ok for name, ok in checks},
-            "failed_ranks_seen": {r: f for r, f in enumerate(failed) if f},
-            "unreported_ranks": [r for r, f in enumerate(failed) if f is None],
-            "seconds": time.perf_counter() - start,
-        }
-        if not args.quiet:
-            print(f"{ACCURACY} (chance: {chance:.3f}) by link failure probability p")
-            _print_curves(curves, sweep.probs, "{:7.3f}")
-            for name, ok in checks:
-                print(f"verify {name}: {'equal' if ok else 'DIFFERENT'}")
-            print(f"failed ranks seen: {summary['failed_ranks_seen']}")
-        _write(out, "source_loc.json", summary, args.quiet)
-        plot_curves(
-            curves,
-            sweep.probs,
-            "test accuracy (every agent)",
-            out / "source_loc.png",
-            f"source localization, {task_cfg.nodes} agents, "
-            + ("one process" if agents.size == 1 else f"{agents.size} MPI ranks"),
-            baselines={f"chance ({task.num_classes} communities)": chance},
-        )
-        if checks and not all(ok for _, ok in checks):
-            return _end(agents, 1)
-    return _end(agents)
-
-
-def _verify_sweep(args, sweep):
-    from dataclasses import replace
-
-    return replace(sweep, probs=args.verify_probs)
-
-
-def _flocking(args, rest) -> int:
-    from ..agents.experiments import (
-        flocking_baselines,
-        plot_curves,
-        sweep_flocking,
-        train_flocking,
-    )
-
-    out = _out_dir(args.out)
-    cfg = _config(args)
-    setup, sweep = cfg.flocking, cfg.sweep
-    agents = _agents(args, setup.env.agents)
-    start = time.perf_counter()
-    models, scale = agents.share(lambda: train_flocking(setup, sweep, quiet=args.quiet))
-    curves = sweep_flocking(agents, models, scale, setup, sweep, quiet=args.quiet)
-    failed = agents.gather(agents.failed_ranks)
-    if agents.is_root:
-        base = flocking_baselines(setup, sweep.seed)
-        summary = {
-            "env": setup.env.to_dict(),
-            "ranks": agents.size,
-            "probs": list(sweep.probs),
-            "velocity_variance": curves,
-            "baselines": base,
-            "failed_ranks_seen": {r: f for r, f in enumerate(failed) if f},
-            "seconds": time.perf_counter() - start,
-        }
-        if not args.quiet:
-            _print_curves(curves, sweep.probs, "{:7.3f}")
-            print("  " + "  ".join(f"{k}: {v:.3f}" for k, v in base.items()))
-        _write(out, "flocking.json", summary, args.quiet)
-        plot_curves(
-            curves,
-            sweep.probs,
-            "mean velocity variance (lower is better)",
-            out / "flocking.png",
-            f"flocking, {setup.env.agents} agents imitating the centralized controller",
-            base,
-        )
-    return _end(agents)
-
-
-def _train(args, rest) -> int:
-    from ..agents.experiments import plot_decentralized, run_decentralized
-    from ..agents.source_loc import SourceLocalization
-
-    out = _out_dir(args.out)
-    cfg = _config(args)
-    task_cfg, setup = cfg.source_loc, cfg.decentralized
-    task = SourceLocalization(task_cfg)
-    agents = _agents(args, task_cfg.nodes)
-    result = run_decentralized(agents, task, setup, quiet=args.quiet)
-    if agents.is_root:
-        central = result["centralized"]["accuracy"]
-        full = result["decentralized"].get("none")
-        for run in result["decentralized"].values():
-            run["accuracy_vs_central"] = run["accuracy"] / central
-            if full:
-                run["mixing_bytes_vs_full"] = run["mixing_bytes"] / full["mixing_bytes"]
-        if not args.quiet:
-            print(f"centralized: accuracy {central:.3f}")
-            for spec, run in result["decentralized"].items():
-                print(
-                    f"decentralized {spec}: accuracy {run['accuracy']:.3f} "
-                    f"({run['accuracy_vs_central']:.3f} of "
-                    f"centralized), mixing {run['mixing_bytes'] / 1e6:.1f} MB, features "
-                    f"{run['feature_bytes'] / 1e6:.1f} MB"
-                )
-        _write(
-            out,
-            "decentralized.json",
-            {"task": task_cfg.to_dict(), "ranks": agents.size, **result},
-            args.quiet,
-        )
-        plot_decentralized(result, out / "decentralized.png")
-    return _end(agents)
 
 
 def _common(p: argparse.ArgumentParser, out: str, task: str) -> None:
@@ -361,25 +146,26 @@ def _source_loc_args(p: argparse.ArgumentParser) -> None:
     override(g, "--test", key=key + "test", type=positive_int, help="test signals")
 
 
-def _check(args: argparse.Namespace) -> None:
-    """What argparse cannot see alone, checked before any work starts."""
-    size = int(os.environ.get("PMI_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", "1")))
-    if args.die_rank is not None and args.die_rank >= size:
-        raise ConfigError(f"--die-rank {args.die_rank}: this job has ranks 0 to {size - 1}")
-    if args.fault_tolerant and args.deadline is None:
-        raise ConfigError(
-            "--fault-tolerant needs --deadline: without one the others would wait for a killed agent forever"
-        )
-
-
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
+    """The flags as the job's ``Faults`` and ``Report``, the config's own checks before any work; a
+    fault-tolerant rank runs the same command again as its supervised child."""
     from ..agents.runtime import supervise, supervised
+    from ..jobs import agents as job
 
-    _check(args)
-    _config(args)  # the config's own checks (codecs, rates), before any work
+    faults = job.Faults(args.deadline, args.patience, args.fault_tolerant, args.die_rank, args.die_round)
+    faults.check()
+    cfg = config_from_args(args).agents  # the config's own checks (codecs, rates), before any work
     if args.fault_tolerant and not supervised():
         return supervise([sys.executable, "-m", "streamgnn.cli", *sys.argv[1:]])
-    return args.agents_func(args, rest)
+    report = job.Report(Path(args.out), args.quiet)
+    if args.task == "source-loc":
+        verify = args.verify_probs if args.verify else None
+        return job.source_loc(cfg, faults, report, args.rounds, verify)
+    return (
+        job.flocking(cfg, faults, report)
+        if args.task == "flocking"
+        else job.decentralized(cfg, faults, report)
+    )
 
 
 EXAMPLE = """example:
@@ -400,6 +186,12 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     tasks = a.add_subparsers(dest="task", required=True, metavar="TASK")
+    _source_loc_parser(tasks)
+    _flocking_parser(tasks)
+    _train_parser(tasks)
+
+
+def _source_loc_parser(tasks) -> None:
     sl = tasks.add_parser(
         "source-loc",
         help="source localization: accuracy against link failures for each variant",
@@ -424,7 +216,10 @@ def register(sub) -> None:
     sl.add_argument(
         "--verify-probs", type=_floats, default=(0.0, 0.3), help="failure rates to verify (0,0.3)"
     )
-    sl.set_defaults(func=_run, agents_func=_source_loc)
+    sl.set_defaults(func=_run)
+
+
+def _flocking_parser(tasks) -> None:
     fl = tasks.add_parser(
         "flocking",
         help="flocking: velocity variance against link failures for each variant",
@@ -447,11 +242,10 @@ def register(sub) -> None:
         help="evaluation runs per point",
     )  # fmt: skip
     _common(fl, "out/agents", "sweep")
-    fl.set_defaults(
-        func=_run,
-        agents_func=_flocking,
-        config_defaults={"agents.sweep.fit.steps": 600, "agents.sweep.taps": 3},
-    )
+    fl.set_defaults(func=_run, config_defaults={"agents.sweep.fit.steps": 600, "agents.sweep.taps": 3})
+
+
+def _train_parser(tasks) -> None:
     tr = tasks.add_parser(
         "train",
         help="decentralized training (gossip SGD over lossy links, optional compression) vs centralized",
@@ -477,4 +271,4 @@ def register(sub) -> None:
         type=float,
         help="gossip step size in (0, 1]",
     )
-    tr.set_defaults(func=_run, agents_func=_train)
+    tr.set_defaults(func=_run)
