@@ -187,7 +187,7 @@ def launch(job: dict, world: int) -> list[dict]:
         return [json.loads(o.read_text()) for o in outs]
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument(
         "--quick", action="store_true", help="Wikipedia prefix and a 1M-event stream (under 2 min)"
@@ -203,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         "--tgn-only", action="store_true", help="TGN without pair features (the default model reads them)"
     )
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.events is not None and args.events <= WARMUP_BATCHES * BATCH:
         ap.error(
@@ -221,9 +226,34 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"load_avg_1m_before": os.getloadavg()[0], "partitions": PARTITIONS, "repeats": repeats,
                      "pair_features": not args.tgn_only}  # fmt: skip
     started = time.perf_counter()
+    w = 2 if 2 in worlds else worlds[1]
+    speed, quality = _run_all(results, worlds, w, wiki, stream, repeats, not args.tgn_only)
+    _summarize(results, speed, quality, w)
+    wiki_events = _stream("wikipedia", wiki)
+    results["fennel_edge_cut"] = fennel_placed(wiki_events)[1]
+    results["hash_edge_cut"] = _hash_cut(wiki_events)
+    results["load_avg_1m_after"] = os.getloadavg()[0]
+    results["wall_s"] = time.perf_counter() - started
+    results["stream_events"] = stream
+    headline = {
+        f"events_per_s_w{w}_vs_w1": f"training speed, {w} ranks vs 1, JODIE Wikipedia (exact mode)",
+        "ap_w1": "online AP, 1 rank, JODIE Wikipedia",
+        f"ap_w{w}": f"online AP, {w} ranks exact, JODIE Wikipedia",
+        "comm_free_ap": f"online AP, {w} ranks communication-free, JODIE Wikipedia",
+        "comm_free_bytes_vs_exact": "bytes sent, communication-free vs exact, JODIE Wikipedia",
+        "bytes_per_rank_vs_single": "largest rank's memory vs one process, {stream_events:,}-event power-law",
+        "fennel_edge_cut": "Fennel edge cut, JODIE Wikipedia",
+        "hash_edge_cut": "hash edge cut, JODIE Wikipedia",
+    }
+    report(results, args.json, "Sharded training: W ranks against one", headline, args.quick)
+    return 0
+
+
+def _run_all(results: dict, worlds: list[int], w: int, wiki: int, stream: int, repeats: int, pairs: bool):
+    """Every run, ``repeats`` times: per-run figures into ``results``; returns the speeds by (world, tag)
+    and the (AP, MRR) per repeat by tag."""
     speed: dict[tuple[int, str], list[float]] = {}
     quality: dict[str, list[tuple[float, float]]] = {}  # (AP, MRR) per repeat (= seed)
-    w = 2 if 2 in worlds else worlds[1]
     runs = [(world, mode, "hash") for world in worlds for mode in ("exact", "comm_free")[: 1 + (world > 1)]]
     runs.append((w, "exact", "fennel"))
     for rep in range(repeats):  # W=1 and the others alternate, so load changes hit both alike
@@ -234,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 "placement": placement,
                 "bytes_events": stream if rep == 0 and mode == "exact" and placement == "hash" else 0,
                 "seed": rep,
-                "pairs": not args.tgn_only,
+                "pairs": pairs,
             }
             ranks = launch(job, world)
             tag = (
@@ -247,19 +277,29 @@ def main(argv: list[str] | None = None) -> int:
             )
             train = [r["train"] for r in ranks]
             quality.setdefault(tag, []).append((train[0]["ap"], train[0]["mrr"]))
-            if rep:
-                continue
-            results[f"{tag}.sent_bytes_per_batch"] = max(sum(t["sent"].values()) / t["steps"] for t in train)
-            results[f"{tag}.grad_bytes_per_batch"] = train[0]["grad_bytes"]
-            results[f"{tag}.cpu_ms_per_batch"] = max(t["cpu_ms_per_batch"] for t in train)
-            results[f"{tag}.collectives_per_batch"] = train[0]["collectives_per_batch"]
-            for purpose in sorted({p for t in train for p in t["sent"]}):
-                results[f"{tag}.sent.{purpose}"] = max(t["sent"].get(purpose, 0) / t["steps"] for t in train)
-            if mode == "exact" and placement == "hash":
-                results[f"{tag}.max_rank_bytes"] = max(r["bytes"]["total"] for r in ranks)
-                results[f"{tag}.max_rank_walk_bytes"] = max(r["bytes"].get("walks", 0) for r in ranks)
-                for part, value in ranks[0]["bytes"].items():
-                    results[f"{tag}.rank0_bytes.{part}"] = value
+            if not rep:
+                _first_run(results, tag, ranks, mode == "exact" and placement == "hash")
+    return speed, quality
+
+
+def _first_run(results: dict, tag: str, ranks: list[dict], exact_hash: bool) -> None:
+    """What the first repeat of a run measures besides speed: bytes sent, CPU, collectives, memory."""
+    train = [r["train"] for r in ranks]
+    results[f"{tag}.sent_bytes_per_batch"] = max(sum(t["sent"].values()) / t["steps"] for t in train)
+    results[f"{tag}.grad_bytes_per_batch"] = train[0]["grad_bytes"]
+    results[f"{tag}.cpu_ms_per_batch"] = max(t["cpu_ms_per_batch"] for t in train)
+    results[f"{tag}.collectives_per_batch"] = train[0]["collectives_per_batch"]
+    for purpose in sorted({p for t in train for p in t["sent"]}):
+        results[f"{tag}.sent.{purpose}"] = max(t["sent"].get(purpose, 0) / t["steps"] for t in train)
+    if exact_hash:
+        results[f"{tag}.max_rank_bytes"] = max(r["bytes"]["total"] for r in ranks)
+        results[f"{tag}.max_rank_walk_bytes"] = max(r["bytes"].get("walks", 0) for r in ranks)
+        for part, value in ranks[0]["bytes"].items():
+            results[f"{tag}.rank0_bytes.{part}"] = value
+
+
+def _summarize(results: dict, speed: dict, quality: dict, w: int) -> None:
+    """Means over seeds, medians over repeats and the ratios the headline reads."""
     for tag, per_seed in quality.items():
         results[f"{tag}.ap"] = statistics.mean(ap for ap, _ in per_seed)
         results[f"{tag}.mrr"] = statistics.mean(mrr for _, mrr in per_seed)
@@ -286,24 +326,6 @@ def main(argv: list[str] | None = None) -> int:
     results["fennel_bytes_vs_hash"] = (
         results[f"w{w}_fennel.sent_bytes_per_batch"] / results[f"w{w}.sent_bytes_per_batch"]
     )
-    wiki_events = _stream("wikipedia", wiki)
-    results["fennel_edge_cut"] = fennel_placed(wiki_events)[1]
-    results["hash_edge_cut"] = _hash_cut(wiki_events)
-    results["load_avg_1m_after"] = os.getloadavg()[0]
-    results["wall_s"] = time.perf_counter() - started
-    results["stream_events"] = stream
-    headline = {
-        f"events_per_s_w{w}_vs_w1": f"training speed, {w} ranks vs 1, JODIE Wikipedia (exact mode)",
-        "ap_w1": "online AP, 1 rank, JODIE Wikipedia",
-        f"ap_w{w}": f"online AP, {w} ranks exact, JODIE Wikipedia",
-        "comm_free_ap": f"online AP, {w} ranks communication-free, JODIE Wikipedia",
-        "comm_free_bytes_vs_exact": "bytes sent, communication-free vs exact, JODIE Wikipedia",
-        "bytes_per_rank_vs_single": "largest rank's memory vs one process, {stream_events:,}-event power-law",
-        "fennel_edge_cut": "Fennel edge cut, JODIE Wikipedia",
-        "hash_edge_cut": "hash edge cut, JODIE Wikipedia",
-    }
-    report(results, args.json, "Sharded training: W ranks against one", headline, args.quick)
-    return 0
 
 
 if __name__ == "__main__":

@@ -263,7 +263,7 @@ def plot(summary: dict, streams: list[str], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser():
     quick = "the first 4,000 events of each stream, 1 epoch, seed 0"
     ap = training_parser(__doc__, quick, "write AP and MRR per stream as a PNG, e.g. quality.png", None)
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="e.g. --seeds 0 1 (default 0 1)")
@@ -304,6 +304,11 @@ def main(argv: list[str] | None = None) -> int:
         help="--protocol dyglib's negative kinds (default random historical; random is always scored: "
         "keys ap_dyglib_<stream>, the others ap_dyglib_<kind>_<stream>)",
     )  # fmt: skip
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     try:  # refuse a bad field or value now, not after hours of training
         ours, recipe = overrides(args.ours, "--ours"), PygRecipe(**overrides(args.pyg, "--pyg"))
@@ -319,7 +324,11 @@ def main(argv: list[str] | None = None) -> int:
         return _main_dyglib(args, ours, seeds, epochs, patience, cap)
     if args.protocol == "tgb":
         return _main_tgb(args, ours, seeds, epochs, patience, cap)
+    return _main_fixed(args, ours, recipe, seeds, epochs, patience, cap)
 
+
+def _main_fixed(args, ours: dict, recipe, seeds: list[int], epochs, patience: int | None, cap) -> int:
+    """``--protocol fixed``: ours, PyG's TGN and EdgeBank on each stream; the demo's scores and speed."""
     runs = []
     bar = tqdm(args.streams, unit="stream", disable=args.json)
     for name in bar:

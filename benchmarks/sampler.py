@@ -242,6 +242,14 @@ def measure(s: Stream, runs: int, batches: int, threads: tuple[int, ...], seed: 
             out[f"{name}_per_s@{th}t"] = statistics.median(rates)
             out[f"{name}_call_ms@{th}t"] = statistics.median(calls) * 1e3
         out[f"{name}_per_s"] = max(out[f"{name}_per_s@{th}t"] for th in threads)
+    _ingest_and_check(s, store, csr, plan, out)
+    return out
+
+
+def _ingest_and_check(s: Stream, store: TemporalGraphStore, csr: NumpyTCSR, plan: Replay, out: dict) -> None:
+    """After the replays: the store's ingest of the replayed batches timed, the ratios, and the same answers
+    from the store and the numpy baseline."""
+    first, runs, batches, roots, times = plan.first, plan.runs, plan.batches, plan.roots, plan.times
     out["after_insert_call_ms"] = out["recent10.ours_call_ms@1t"]
     t0 = time.perf_counter()
     for b in range(runs * batches):
@@ -257,7 +265,6 @@ def measure(s: Stream, runs: int, batches: int, threads: tuple[int, ...], seed: 
     ptr, _, nbr, eid, _, _ = csr.recent(r, t, K)
     if not (np.array_equal(hop.ptr, ptr) and np.array_equal(hop.nbr, nbr) and np.array_equal(hop.eid, eid)):
         raise AssertionError(f"{s.name}: recent-10 differs from the numpy baseline")
-    return out
 
 
 COMPILE_PROBE = """

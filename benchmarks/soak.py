@@ -201,14 +201,26 @@ def soak(events: int, segment: int, query_every: int, samples: int, progress: bo
                 result = trainer.fit(source(lo, min(events, lo + segment)), progress=False)
             seconds = time.perf_counter() - start
         bar.close()
-    at = np.array([e for e, _ in trace])
-    rss = np.array([r for _, r in trace], np.float64)
-    first, second = rss[at <= events / 2], rss[at > events / 2]
+    figures = _figures(trace, events, result, trainer, client)
     return {
         "events": events,
         "segment_events": segment,
         "batch": BATCH,
         "model_dims": model.memory_dim,
+        **figures,
+        "events_per_s": events / seconds,
+        "seconds": seconds,
+        "load_avg_before": load_before[0],
+        "load_avg_after": os.getloadavg()[0],
+    }
+
+
+def _figures(trace: list[tuple[int, int]], events: int, result, trainer, client) -> dict:
+    """The RSS trace's figures (growth over the second half, its slope) and the run's own."""
+    at = np.array([e for e, _ in trace])
+    rss = np.array([r for _, r in trace], np.float64)
+    first, second = rss[at <= events / 2], rss[at > events / 2]
+    return {
         "rss_growth_second_half": float(second.max() / first.max()),
         "rss_target": TARGET,
         "rss_start_mb": rss[0] / 2**20,
@@ -219,8 +231,6 @@ def soak(events: int, segment: int, query_every: int, samples: int, progress: bo
         "rss_slope_second_half_mb_per_m_events": float(
             np.polyfit(at[at > events / 2] / 1e6, second / 2**20, 1)[0] if len(second) > 1 else math.nan
         ),
-        "events_per_s": events / seconds,
-        "seconds": seconds,
         "requests": client.requests,
         "request_ms_mean": 1e3 * client.seconds / max(client.requests, 1),
         "latency_p50_ms": result.latency_p50_ms,
@@ -228,8 +238,6 @@ def soak(events: int, segment: int, query_every: int, samples: int, progress: bo
         "windows_closed": trainer.metrics.closed,
         "ap": result.metrics.ap,
         "mrr": result.metrics.mrr,
-        "load_avg_before": load_before[0],
-        "load_avg_after": os.getloadavg()[0],
         "trace": [[int(e), int(r)] for e, r in trace],
     }
 

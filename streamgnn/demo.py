@@ -78,11 +78,7 @@ def run_demo(
     """Run the demo; ``config`` (default: the demo's own) is the trainer's, whose ``checkpoint_dir`` is
     always ``out/checkpoints`` (every demo is a fresh run). With ``serve_port`` (0: any free port), the
     broker and an embeddings service on that port stay up after the stream until Ctrl-C or SIGTERM."""
-    datasets.info(dataset)  # an unknown name fails here, before a broker starts
-    if serve_port is not None:  # so does a port the service could not take, before minutes of training
-        ServeConfig(port=serve_port)
-        if serve_port and in_use("127.0.0.1", serve_port):
-            raise ConfigError(f"port {serve_port} is in use: serve on another (--port, 0: any free one)")
+    _check(dataset, serve_port)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     # Every demo is a fresh run against a fresh broker: an earlier run's checkpoints would not match it.
@@ -91,13 +87,7 @@ def run_demo(
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         broker = stack.enter_context(LocalBroker())
-        stream = datasets.load(dataset)  # time-ordered
-        stream = stream[:events] if events is not None else stream  # a short run replays only what it uses
-        create_topic(broker.bootstrap, topic, 1)
-        with EventProducer(broker.bootstrap, topic, fmt="binary") as producer:
-            producer.send(stream)
-            producer.flush()
-        print(f"broker {broker.bootstrap}: {len(stream):,} {dataset} events in topic '{topic}'", flush=True)
+        stream = _produce(broker.bootstrap, topic, dataset, events)
         create_topic(broker.bootstrap, embeddings_topic, 1, compacted=True)
         sink = stack.enter_context(
             KafkaSink(broker.bootstrap, embeddings_topic=embeddings_topic, fmt="binary")
@@ -128,32 +118,7 @@ def run_demo(
         )
         sink.flush()
         published = _count_published(broker.bootstrap, embeddings_topic)
-        plot = plot_windows(result.windows, out_dir / "metrics.png", result.baseline_windows)
-        partitioning = timeline.record(trainer.store, force=True)
-        timeline.plot(
-            out_dir / "partition.png", f"{dataset}: Fennel over {PARTITIONS} partitions, as it streams"
-        )
-        result = dataclasses.replace(result, plot_path=plot, summary_path=out_dir / "summary.json")
-        write_summary(result, result.summary_path)
-        summary = json.loads((out_dir / "summary.json").read_text())
-        summary.update(
-            dataset=dataset,
-            broker="tansu (local, stopped)",
-            nodes_with_published_embeddings=published,
-            wall_seconds=time.perf_counter() - started,
-            partition={**partitioning.to_dict(), "plot_path": str(out_dir / "partition.png")},
-        )
-        print(
-            f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
-            f"{scores_text(result)}; arrival->queryable p50 "
-            f"{result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms; "
-            f"embeddings of {published:,} nodes in topic '{embeddings_topic}'"
-        )
-        print(
-            f"partitioned as it streamed (Fennel, {PARTITIONS} partitions): edge cut "
-            f"{partitioning.edge_cut:.3f}, vertex balance {partitioning.vertex_balance:.2f} (max/mean)"
-        )
-        print(f"report: {out_dir / 'summary.json'}, {plot}, {out_dir / 'partition.png'}", flush=True)
+        summary = _report(result, trainer, timeline, out_dir, dataset, embeddings_topic, published, started)
         if serve_port is not None:
             source.close()  # the stream is done; the broker and the service stay
             _serve(
@@ -161,6 +126,59 @@ def run_demo(
             )
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return 0
+
+
+def _check(dataset: str, serve_port: int | None) -> None:
+    """An unknown dataset, or a port the service could not take, fails here: before a broker starts and
+    minutes of training."""
+    datasets.info(dataset)
+    if serve_port is not None:
+        ServeConfig(port=serve_port)
+        if serve_port and in_use("127.0.0.1", serve_port):
+            raise ConfigError(f"port {serve_port} is in use: serve on another (--port, 0: any free one)")
+
+
+def _produce(bootstrap: str, topic: str, dataset: str, events: int | None):
+    """The dataset's events (its first ``events``: a short run replays only what it uses), time-ordered,
+    written into ``topic``; returns them."""
+    stream = datasets.load(dataset)
+    stream = stream[:events] if events is not None else stream
+    create_topic(bootstrap, topic, 1)
+    with EventProducer(bootstrap, topic, fmt="binary") as producer:
+        producer.send(stream)
+        producer.flush()
+    print(f"broker {bootstrap}: {len(stream):,} {dataset} events in topic '{topic}'", flush=True)
+    return stream
+
+
+def _report(result, trainer, timeline, out_dir: Path, dataset: str, topic: str, published: int, started: float
+            ) -> dict:  # fmt: skip
+    """Plots, ``summary.json`` and the lines a user reads at the end of the stream; returns the summary."""
+    plot = plot_windows(result.windows, out_dir / "metrics.png", result.baseline_windows)
+    partitioning = timeline.record(trainer.store, force=True)
+    timeline.plot(out_dir / "partition.png", f"{dataset}: Fennel over {PARTITIONS} partitions, as it streams")
+    result = dataclasses.replace(result, plot_path=plot, summary_path=out_dir / "summary.json")
+    write_summary(result, result.summary_path)
+    summary = json.loads((out_dir / "summary.json").read_text())
+    summary.update(
+        dataset=dataset,
+        broker="tansu (local, stopped)",
+        nodes_with_published_embeddings=published,
+        wall_seconds=time.perf_counter() - started,
+        partition={**partitioning.to_dict(), "plot_path": str(out_dir / "partition.png")},
+    )
+    print(
+        f"{result.events:,} events in {result.seconds:.1f}s ({result.events_per_s:,.0f} events/s); "
+        f"{scores_text(result)}; arrival->queryable p50 "
+        f"{result.latency_p50_ms:.0f} ms, p99 {result.latency_p99_ms:.0f} ms; "
+        f"embeddings of {published:,} nodes in topic '{topic}'"
+    )
+    print(
+        f"partitioned as it streamed (Fennel, {PARTITIONS} partitions): edge cut "
+        f"{partitioning.edge_cut:.3f}, vertex balance {partitioning.vertex_balance:.2f} (max/mean)"
+    )
+    print(f"report: {out_dir / 'summary.json'}, {plot}, {out_dir / 'partition.png'}", flush=True)
+    return summary
 
 
 def _serve(stack, bootstrap, topic, ckpt, port, stream, summary, out_dir, trainer) -> None:

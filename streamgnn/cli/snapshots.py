@@ -114,6 +114,14 @@ def register(sub) -> None:
         help="a new or empty folder for the signal, e.g. --out otc-monthly",
     )
     add_config_option(p, "snapshots, store (allowed_lateness), kafka")
+    _spec_options(p)
+    _target_options(p)
+    _source_options(p)
+    p.set_defaults(func=_run, config_defaults={"store.allowed_lateness": 0.0})
+
+
+def _spec_options(p: argparse.ArgumentParser) -> None:
+    """What each snapshot is and when it is cut (``snapshots.spec``)."""
     spec = "snapshots.spec."
     override(
         p, "--every", key=spec + "every", type=positive_float,
@@ -147,6 +155,10 @@ def register(sub) -> None:
         p, "--degree-features", key=spec + "degree_features", action="store_true",
         help="append log1p(out, in degree) to x",
     )  # fmt: skip
+
+
+def _target_options(p: argparse.ArgumentParser) -> None:
+    """The labels (``snapshots.target``, ``links``, ``node``)."""
     override(
         p, "--target", key="snapshots.target", choices=("none", "links", "node"),
         help="links: next-snapshot links with negatives; node: a feature column ahead",
@@ -165,6 +177,10 @@ def register(sub) -> None:
         type=int,
         help="past values of the column as x (--target node)",
     )
+
+
+def _source_options(p: argparse.ArgumentParser) -> None:
+    """Where the events come from, and how late they may be."""
     override(p, "--lateness", key="store.allowed_lateness", type=float,
              help="allowed lateness in seconds: a snapshot is cut once the watermark passes t + "
              "lateness; older events are dead letters (0: a time-ordered replay)")  # fmt: skip
@@ -180,4 +196,3 @@ def register(sub) -> None:
         "--batch-size", type=positive_int, default=10_000, help="events per batch read from a file"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_run, config_defaults={"store.allowed_lateness": 0.0})
