@@ -38,6 +38,15 @@ NEGATIVE_TIME = "time is negative"
 BAD_WEIGHT = "weight is NaN or infinite"
 BAD_FEATURES = "features hold NaN or infinite values"
 EMPTY_ID = "empty node id"
+# a stream's schema (``schema_refusal``): one id type, one feature width
+ID_TYPE = "batch has {kind} node ids but this stream uses {stream} ids; use one id type per stream"
+FEATURE_WIDTH = "{label} feature width changed from {was} to {now}; use one feature width per stream"
+
+Width = tuple[str, "int | None", tuple[int, ...], bool]
+"""A feature width the caller holds a stream to: (label, width, the event kinds it binds, exact). Not exact:
+a width of None is not fixed yet, and a batch without features fits any (the store pads). Exact: the
+batch's width must equal it, None (no features) included (a router joins batches row-wise)."""
+
 NOT_UTF8 = "node id is not valid UTF-8 (a lone surrogate)"
 
 
@@ -352,6 +361,28 @@ class EventBatch:
 
 
 _FIELDS = ("kind", "src", "dst", "t", "eid", "weight", "features", "placement")
+
+
+def schema_refusal(batch: EventBatch, id_kind: str | None, widths: Sequence[Width] = ()) -> str | None:
+    """Why ``batch`` breaks its stream's schema: node ids of another type than ``id_kind`` ("int", "str";
+    None: not fixed yet), or, for rows of the kinds a ``Width`` binds, another feature width than it (a
+    width of None reads "none": no features). The one check and wording wherever a stream is held to its
+    schema: admission, and a Kafka reader's decoder before a store sees the events."""
+    if not len(batch):
+        return None
+    kind = "str" if batch.string_ids else "int"
+    if id_kind is not None and kind != id_kind:
+        return ID_TYPE.format(kind=kind, stream=id_kind)
+    now = batch.feature_dim
+    for label, was, kinds, exact in widths:
+        differs = was != now and (exact or None not in (was, now))
+        if differs and np.isin(batch.kind, kinds).any():
+            return FEATURE_WIDTH.format(label=label, was=_width(was), now=_width(now))
+    return None
+
+
+def _width(width: int | None) -> str:
+    return "none" if width is None else str(width)
 
 
 def joined_placement(batches: Sequence[EventBatch]) -> np.ndarray | None:

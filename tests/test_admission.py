@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streamgnn.store.admission
-from streamgnn.events import EventBatch
+from streamgnn.events import ID_TYPE, EventBatch
 from streamgnn.jobs.routing import RoutingState
 from streamgnn.shard.ownership import GlobalIndex, Ownership
 from streamgnn.store import StoreConfig, TemporalGraphStore
@@ -110,8 +110,8 @@ def test_a_batch_that_does_not_fit_the_stream_is_refused_whole_by_all_three():
         assert not site_letters(first)
         letters = site_letters(other)
         assert [(d.index, d.reason) for d in letters] == [
-            (0, "batch has str node ids but this stream uses int ids"),
-            (1, "batch has str node ids but this stream uses int ids"),
+            (0, ID_TYPE.format(kind="str", stream="int")),
+            (1, ID_TYPE.format(kind="str", stream="int")),
         ]
     for site in (store, index, router):
         assert site.ids.size == 3 and site.watermark == 2.0 and len(site.seen) == 2

@@ -250,7 +250,7 @@ def test_routing_refuses_another_schema_before_changing_anything():
     before, letters_before = state.state()[0], state.counts["dead_letters"]
     strings = EventBatch.from_columns(src=["a"], dst=["b"], t=[99.0], eid=[999])
     featured = EventBatch.from_columns(src=[1], dst=[2], t=[99.0], eid=[998], features=np.ones((1, 2)))
-    for bad, why in ((strings, "str node ids"), (featured, "feature width changed from None to 2")):
+    for bad, why in ((strings, "str node ids"), (featured, "feature width changed from none to 2")):
         out, letters = state.route(bad)
         assert not out and [d.eid for d in letters] == bad.eid.tolist() and why in letters[0].reason
     after = state.state()[0]
@@ -349,7 +349,7 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
     assert letters == _dead_letters(kafka_bootstrap, dlq_whole)
     assert len(letters) == report.dead_letters
     assert [r for _, _, r in letters].count(
-        "events carry 2 features but this stream carries no features; use one feature width per stream"
+        "event feature width changed from none to 2; use one feature width per stream"  # admission's words
     ) == 1
     assert all("np." not in r for _, _, r in letters)
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from ...codec import CONTENT_JSON, MAGIC, decode, decode_json_lines
 from ...errors import ConfigError
-from ...events import DeadLetter, EventBatch
+from ...events import DeadLetter, EventBatch, EventKind, schema_refusal
 from .consumer import Fetched, partition_key
 from .dead_letters import DeadLetters
 from .fastjson import fast_rows
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 SCHEMA_VERDICT_EVENTS = 100
 _BOM = b"\xef\xbb\xbf"
 _UNFIXED = -1  # a feature width not known yet (None means: no features)
+ALL_KINDS = tuple(int(k) for k in EventKind)
 
 
 @dataclass(frozen=True)
@@ -156,15 +157,10 @@ class StreamDecoder:
         ``count=False``: a trial whose misfits are counted when its messages are decoded one by one."""
         if not len(batch):
             return None
-        reason = None
         width = batch.feature_dim
-        if self._string_ids is not None and batch.string_ids != self._string_ids:
-            have, want = ("str", "int") if batch.string_ids else ("int", "str")
-            reason = f"node ids are {have} but this stream uses {want} ids; use one id type per stream"
-        elif self._width != _UNFIXED and width != self._width:
-            have = "no features" if width is None else f"{width} features"
-            want = "no features" if self._width is None else f"{self._width} features"
-            reason = f"events carry {have} but this stream carries {want}; use one feature width per stream"
+        id_kind = None if self._string_ids is None else ("str" if self._string_ids else "int")
+        fixed = () if self._width == _UNFIXED else (("event", self._width, ALL_KINDS, True),)
+        reason = schema_refusal(batch, id_kind, fixed)  # admission's check and words
         if reason is None:
             self._string_ids = batch.string_ids
             self._width = width

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..configs import Config
-from ..events import DeadLetter, EventBatch, EventKind
+from ..events import FEATURE_WIDTH, ID_TYPE, DeadLetter, EventBatch, EventKind, Width, schema_refusal
 from . import kernels as K
 from .config import check_lateness
 from .dedup import SeenIds
@@ -53,26 +53,21 @@ ADD, DELETE, UPDATE = (int(k) for k in EventKind)
 _NO_WEIGHT = np.empty(0, np.float32)
 
 # Every dead-letter reason of admission and of the deletes after it, one wording each (``str.format``
-# fields). The field checks' reasons are ``EventBatch.validate``'s constants in events.py (``BAD_KIND``...).
+# fields). The field checks' reasons are ``EventBatch.validate``'s constants in events.py (``BAD_KIND``...),
+# and so are the schema's (``ID_TYPE``, ``FEATURE_WIDTH``: ``events.schema_refusal``, which the Kafka
+# reader's decoder, beside the store, asks too).
 TOO_LATE = (
     "event at t={t!r} is {behind:g} behind the stream (newest t={newest!r}), "
     "beyond allowed_lateness={allowed:g}"
 )
 UNKNOWN_NODE = "delete names an unknown node ({src!r} -> {dst!r})"
-ID_TYPE = "batch has {kind} node ids but this stream uses {stream} ids"
 NOT_DENSE = "this stream takes dense node ids (ints >= 0); the batch has {lowest}"
-FEATURE_WIDTH = "{label} feature width changed from {was} to {now}; the width is fixed per stream"
 NO_LIVE_EDGE = "delete matched no live edge {src!r} -> {dst!r} at t={t!r}"
 NO_PARTITION_HOLDS = "delete matched no edge: no partition holds both {src!r} and {dst!r}"
 # the ``where`` of a store's letters (``TemporalGraphStore.ingest``'s): a sharded run's letters carry it too,
 # so that a refused event reads the same however the run was laid out
 INGEST = "ingest"
 REASONS = (TOO_LATE, UNKNOWN_NODE, ID_TYPE, NOT_DENSE, FEATURE_WIDTH, NO_LIVE_EDGE, NO_PARTITION_HOLDS)
-
-Width = tuple[str, "int | None", tuple[int, ...], bool]
-"""A feature width the caller holds a stream to: (label, width, the event kinds it binds, exact). Not exact:
-a width of None is not fixed yet, and a batch without features fits any (the store pads). Exact: the
-batch's width must equal it, None (no features) included (a router joins batches row-wise)."""
 
 
 def plain(x):
@@ -168,19 +163,11 @@ class Admission:
         another feature width than one of ``widths`` for rows of its kinds), or None."""
         if not len(batch):
             return None
-        kind = "str" if batch.string_ids else "int"
-        if self.ids.kind is not None and kind != self.ids.kind:
-            return ID_TYPE.format(kind=kind, stream=self.ids.kind)
-        if self.config.dense_ids:
+        if self.config.dense_ids and not batch.string_ids:
             lowest = min(int(batch.src.min()), int(batch.dst.min(where=batch.kind != UPDATE, initial=0)))
             if lowest < 0:
                 return NOT_DENSE.format(lowest=lowest)
-        now = batch.feature_dim
-        for label, was, kinds, exact in widths:
-            differs = was != now and (exact or None not in (was, now))
-            if differs and np.isin(batch.kind, kinds).any():
-                return FEATURE_WIDTH.format(label=label, was=was, now=now)
-        return None
+        return schema_refusal(batch, self.ids.kind, widths)
 
     def admit(
         self,
