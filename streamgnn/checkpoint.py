@@ -29,12 +29,14 @@ A checkpoint is never written inside another one (``check_root``), and retention
 folder that is a symlink by removing the link: its target, outside the folder, is left as it is.
 
 Names, one per direction: a component gives ``state()`` and is built back by the classmethod
-``from_state(...)`` (``TemporalGraphStore``, ``RoutingState``, ``RebalanceState``, ``SnapshotBuilder``,
-``SnapshotStream``, its queue and pair table); a trainer continues from a checkpoint folder with ``resume``
-(``OnlineTrainer``, ``ShardedTrainer``, ``SnapshotTrainer``); a file or folder is read with ``load(path)``
-(this module's, a store's, ``GraphNN``'s, ``EvalNegatives``'). Not yet converted: parts restored in place
-into an object first built from its config (``restore``: a sharded rank's index, memory, halo and batcher,
-the partitioners; ``load_state``: the snapshot labelers). torch modules keep ``state_dict`` and
+``from_state(...)`` (``TemporalGraphStore``, its ``Admission`` with the id map and seen ids in it,
+``GlobalIndex``, ``RoutingState``, the partitioners, ``RebalanceState``, ``SnapshotBuilder``,
+``SnapshotStream``, its labelers, queue and pair table); a trainer continues from a checkpoint folder with
+``resume`` (``OnlineTrainer``, ``ShardedTrainer``, ``SnapshotTrainer``); a file or folder is read with
+``load(path)`` (this module's, a store's, ``GraphNN``'s, ``EvalNegatives``'). Not yet converted (issue 34):
+the trainers' parts restored in place into an object their trainer built (a sharded rank's memory, halo and
+batcher), the snapshot stream's ``tensor_state`` and a cell's ``inner_state``, and a link model's
+``stream_state`` (a rewind point in memory, not a checkpoint). torch modules keep ``state_dict`` and
 ``load_state_dict``.
 
 Checkpoints written before this container still load: the ``streamgnn-store`` v2 container (stores and

@@ -78,7 +78,8 @@ def test_store_index_and_router_admit_and_refuse_the_same_events_for_the_same_re
         assert np.array_equal(other.ids.all_external(), store.ids.all_external())
         assert other.watermark == store.watermark and len(other.seen) == len(store.seen)
         assert all(
-            np.array_equal(a, b) for a, b in zip(other.seen.to_arrays(), store.seen.to_arrays(), strict=True)
+            np.array_equal(a, b)
+            for a, b in zip(other.seen.state().values(), store.seen.state().values(), strict=True)
         )
     assert not any("np." in r for r in reasons), reasons
 

@@ -174,7 +174,7 @@ class RoutingState(Admits):
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """The state as plain arrays and a JSON-safe dict (for a ``streamgnn.checkpoint`` container)."""
         admitted, admission = self.admission.state()
-        arrays = {f"partitioner_{k}": v for k, v in self.partitioner.state_arrays().items()}
+        arrays = {f"partitioner_{k}": v for k, v in self.partitioner.state().items()}
         arrays.update(admitted)
         arrays["labels"] = self.labels[: self.ids.size]
         held = encode_binary(self.held) if len(self.held) else b""
@@ -198,7 +198,10 @@ class RoutingState(Admits):
         self.labels = a["labels"].astype(np.int32).copy()
         self.counts.update({k: int(v) for k, v in meta["counts"].items()})
         state = {k[len("partitioner_") :]: v for k, v in a.items() if k.startswith("partitioner_")}
-        self.partitioner.restore(state, self.labels, self.counts["edges"])
+        config = self.partitioner.config
+        self.partitioner = self.partitioner.from_state(
+            config, num_partitions, state, self.labels, self.counts["edges"]
+        )
         held = a["held"].tobytes()
         self.held = decode(held, CONTENT_BINARY, "router checkpoint")[0] if held else EventBatch.empty()
         self.held_vertex = a["held_vertex"].astype(np.int64)

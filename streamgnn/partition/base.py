@@ -8,7 +8,7 @@ placed. The partitioner owns the rest of its state. Calls come in stream order:
 - ``observe(labels, kind, src, dst, t)`` with the events it applied, in arrival order (internal ids).
 
 Both are deterministic functions of the events so far, never of batch boundaries, so every process that
-replays a stream computes the same assignment. ``state_arrays``/``restore`` carry the state through the
+replays a stream computes the same assignment. ``state()``/``from_state`` carry the state through the
 store's checkpoint (plain arrays, layout-free: equal states give equal arrays).
 
     >>> import numpy as np
@@ -116,12 +116,24 @@ class Partitioner:
         """The partition holding each edge: its source's for vertex partitioners (-1: source waits)."""
         return labels[src]
 
-    def state_arrays(self) -> dict[str, np.ndarray]:
+    def state(self) -> dict[str, np.ndarray]:
         """The state as plain arrays, in one canonical form (checkpoints and content hashes hold it)."""
         return {"moved": np.array([self.moved], np.int64)} if self.moved else {}
 
-    def restore(self, arrays: dict[str, np.ndarray], labels: np.ndarray, num_edges: int) -> None:
-        """Load ``state_arrays()`` output; raises ValueError where it does not fit ``labels``."""
+    @classmethod
+    def from_state(
+        cls, config, num_partitions: int, arrays: dict[str, np.ndarray], labels: np.ndarray, num_edges: int
+    ) -> Partitioner:
+        """The partitioner ``config`` names over ``num_partitions``, as its ``state()`` was, for the caller's
+        ``labels`` and ``num_edges`` edges; ValueError where the arrays do not fit them."""
+        from . import make_partitioner  # (the package picks the class a config names)
+
+        partitioner = make_partitioner(config, num_partitions)
+        partitioner._load(arrays, labels, num_edges)
+        return partitioner
+
+    def _load(self, arrays: dict[str, np.ndarray], labels: np.ndarray, num_edges: int) -> None:
+        """Take ``state()``'s arrays into this new partitioner (each class loads its own part)."""
         self.moved = int(arrays["moved"][0]) if "moved" in arrays else 0
         if len(labels) and (labels.min() < PENDING or labels.max() >= self.num_partitions):
             raise ValueError(f"partition labels outside [-1, {self.num_partitions})")

@@ -102,9 +102,9 @@ class EdgePartitioner(Partitioner):
     def edge_partitions(self, labels, src, eid) -> np.ndarray:
         return self._edge_part[eid].astype(np.int32)
 
-    def state_arrays(self) -> dict[str, np.ndarray]:
+    def state(self) -> dict[str, np.ndarray]:
         n = self.num_vertices
-        out = super().state_arrays()
+        out = super().state()
         out.update(
             degree=self.deg[:n],
             replicas=self.rep[:n],
@@ -114,8 +114,8 @@ class EdgePartitioner(Partitioner):
         )
         return out
 
-    def restore(self, arrays, labels, num_edges) -> None:
-        super().restore(arrays, labels, num_edges)
+    def _load(self, arrays, labels, num_edges) -> None:
+        super()._load(arrays, labels, num_edges)
         n, k = len(labels), self.num_partitions
         deg, rep, vhash, part = (arrays[x] for x in ("degree", "replicas", "vertex_hash", "edge_partition"))
         if (

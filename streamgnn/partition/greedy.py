@@ -137,10 +137,10 @@ class GreedyPartitioner(Partitioner):
         r = m % w
         return np.concatenate([self.ring[r:], self.ring[:r]])
 
-    def state_arrays(self) -> dict[str, np.ndarray]:
+    def state(self) -> dict[str, np.ndarray]:
         live = np.arange(self.st[G.HEAD], self.st[G.TAIL])
         live = live[self.qv[live] >= 0]
-        out = super().state_arrays()
+        out = super().state()
         out.update(self.rebalance_state.state())
         out.update(
             counts=np.r_[self.st[[G.N_SEEN, G.M_SEEN]], self.sizes],
@@ -153,8 +153,8 @@ class GreedyPartitioner(Partitioner):
         )
         return out
 
-    def restore(self, arrays, labels, num_edges) -> None:
-        super().restore(arrays, labels, num_edges)
+    def _load(self, arrays, labels, num_edges) -> None:
+        super()._load(arrays, labels, num_edges)
         self.rebalance_state = rebalance.RebalanceState.from_state(arrays)
         k, n = self.num_partitions, len(labels)
         counts = arrays["counts"]

@@ -122,7 +122,7 @@ class SnapshotStream:
             if values["labeler"] is None:
                 raise ConfigError("the checkpoint has no labeler state: it was saved without a target")
             lab = {k[8:]: v for k, v in arrays.items() if k.startswith("labeler.")}
-            stream.labeler.load_state(lab, values["labeler"])
+            stream.labeler = type(stream.labeler).from_state(stream.labeler.target, lab, values["labeler"])
         stream.first, stream.next, stream.consumed = (
             values["first"],
             int(values["next"]),

@@ -97,11 +97,15 @@ class NodeLabeler:
             waiting.append(v)
         return arrays, {"history": len(self.history), "waiting": waiting}
 
-    def load_state(self, arrays: dict[str, np.ndarray], values: dict) -> None:
+    @classmethod
+    def from_state(cls, target: NodeTarget, arrays: dict[str, np.ndarray], values: dict) -> NodeLabeler:
+        """The labeler of ``target`` as ``state()`` left it."""
+        self = cls(target)
         self.history.extend(np.array(arrays[f"history.{i}"]) for i in range(values["history"]))
         self.waiting.extend(
             snapshot_from_state(arrays, v, f"waiting.{i}.") for i, v in enumerate(values["waiting"])
         )
+        return self
 
 
 @dataclass(frozen=True)
@@ -180,10 +184,14 @@ class LinkLabeler:
             arrays.update(prev)
         return arrays, values
 
-    def load_state(self, arrays: dict[str, np.ndarray], values: dict) -> None:
+    @classmethod
+    def from_state(cls, target: NextLinks, arrays: dict[str, np.ndarray], values: dict) -> LinkLabeler:
+        """The labeler of ``target`` as ``state()`` left it."""
+        self = cls(target)
         self.pooled, self.seen = int(values["pooled"]), np.array(arrays["seen"])
         if values["previous"] is not None:
             self.previous = snapshot_from_state(arrays, values["previous"], "previous.")
         if self.pooled:
             self.sampler = NegativeSampler(np.arange(self.pooled), seed=self.target.seed)
             self.sampler.observe(*key_pairs(self.seen))
+        return self

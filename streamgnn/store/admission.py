@@ -139,8 +139,7 @@ class Admission:
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """``(arrays, values)``: the id map's arrays (``ext_int``, ``ext_str_*`` or ``dense_ids_size``), the
         seen event ids (``seen_bits``, ``seen_outliers``); the id type (``id_kind``) and ``watermark``."""
-        bits, outliers = self.seen.to_arrays()
-        arrays = {**self.ids.to_arrays(), "seen_bits": bits, "seen_outliers": outliers}
+        arrays = {**self.ids.state(), **self.seen.state()}
         return arrays, {"id_kind": self.ids.kind, "watermark": self.watermark}
 
     @classmethod
@@ -151,10 +150,10 @@ class Admission:
         resumes, not part of the state); ValueError or KeyError where the arrays are malformed."""
         self = cls(config)
         if self.config.dense_ids:
-            self.ids = DenseIds.from_arrays(arrays)
+            self.ids = DenseIds.from_state(arrays)
         else:
-            self.ids = NodeIdMap.from_arrays(values["id_kind"], arrays)
-        self.seen = SeenIds.from_arrays(arrays["seen_bits"], arrays["seen_outliers"])
+            self.ids = NodeIdMap.from_state(arrays, values["id_kind"])
+        self.seen = SeenIds.from_state(arrays)
         self.watermark = float(values["watermark"])
         return self
 

@@ -107,11 +107,12 @@ class SeenIds:
     def nbytes(self) -> int:
         return self.bits.nbytes + 72 * len(self.outliers)
 
-    def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """The set in a canonical form: a bitmap of the ids in ``[0, cut)``, trimmed after its last set byte,
-        and the other ids sorted, where ``cut`` depends only on the set's size. Where an id lives in memory
-        depends on the order ids came in (the bitmap grows with the count), so equal sets could otherwise
-        give different bytes (batch boundaries, a checkpoint restored mid-stream)."""
+    def state(self) -> dict[str, np.ndarray]:
+        """The set in a canonical form: a bitmap of the ids in ``[0, cut)`` (``seen_bits``), trimmed after
+        its last set byte, and the other ids sorted (``seen_outliers``), where ``cut`` depends only on the
+        set's size. Where an id lives in memory depends on the order ids came in (the bitmap grows with the
+        count), so equal sets could otherwise give different bytes (batch boundaries, a checkpoint restored
+        mid-stream)."""
         cut = max(MIN_BYTES, MAX_BYTES_PER_EVENT * self.count)
         bits = np.zeros(cut, np.uint8)
         n = min(cut, len(self.bits))
@@ -123,10 +124,12 @@ class SeenIds:
                 bits[e >> 3] |= np.uint8(1 << (e & 7))
         nz = np.flatnonzero(bits)
         end = int(nz[-1]) + 1 if len(nz) else 0
-        return bits[:end], np.array(sorted(rest + beyond.tolist()), dtype=np.int64)
+        return {"seen_bits": bits[:end], "seen_outliers": np.array(sorted(rest + beyond.tolist()), np.int64)}
 
     @classmethod
-    def from_arrays(cls, bits: np.ndarray, outliers: np.ndarray) -> SeenIds:
+    def from_state(cls, arrays: dict[str, np.ndarray]) -> SeenIds:
+        """The set ``state()`` gave (other arrays beside its two are left alone)."""
+        bits, outliers = arrays["seen_bits"], arrays["seen_outliers"]
         s = cls()
         s.outliers = set(outliers.tolist())
         s.bits = np.zeros(0, np.uint8)

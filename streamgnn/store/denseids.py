@@ -58,9 +58,9 @@ class DenseIds:
     def nbytes(self) -> int:
         return 0
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
+    def state(self) -> dict[str, np.ndarray]:
         return {"dense_ids_size": np.array([self.size], np.int64)}
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> DenseIds:
+    def from_state(cls, arrays: dict[str, np.ndarray]) -> DenseIds:
         return cls(int(arrays["dense_ids_size"][0]))

@@ -472,7 +472,7 @@ class TemporalGraphStore(Admits):
             "id_map": self.ids.nbytes(),
             "seen_event_ids": self.seen.nbytes(),
             "change_journal": self._log.nbytes(),
-            "partitioner": sum(a.nbytes for a in self.partitioner.state_arrays().values()),
+            "partitioner": sum(a.nbytes for a in self.partitioner.state().values()),
         }
         parts["total"] = sum(parts.values())
         return parts

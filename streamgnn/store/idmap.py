@@ -211,7 +211,7 @@ class NodeIdMap:
             return sum(len(s) + 57 for s in self._ext_str) + 100 * len(self._dict)
         return self._keys.nbytes + self._vals.nbytes + self._ext_int.nbytes
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
+    def state(self) -> dict[str, np.ndarray]:
         """The external ids as plain arrays (checkpoints): ``ext_int``, or UTF-8 ``ext_str_bytes`` cut at
         ``ext_str_offsets``."""
         if self.kind == "str":
@@ -225,8 +225,9 @@ class NodeIdMap:
         return {"ext_int": self.all_external().astype(np.int64)}
 
     @classmethod
-    def from_arrays(cls, kind: str | None, arrays: dict[str, np.ndarray]) -> NodeIdMap:
-        """The map ``to_arrays`` saved; ValueError (or KeyError) where the arrays are malformed."""
+    def from_state(cls, arrays: dict[str, np.ndarray], kind: str | None) -> NodeIdMap:
+        """The map of id type ``kind`` that ``state()`` gave; ValueError (or KeyError) where the arrays are
+        malformed."""
         if kind == "str":
             offs, raw = arrays["ext_str_offsets"], arrays["ext_str_bytes"].tobytes()
             ext = np.empty(len(offs) - 1, dtype=object)

@@ -40,7 +40,7 @@ def logical_arrays(store) -> dict[str, np.ndarray]:
                             ("node_feat", store.node_feat, u)):  # fmt: skip
         if arr is not None:
             out[name] = arr[:rows]
-    out.update({f"partitioner_{k}": v for k, v in store.partitioner.state_arrays().items()})
+    out.update({f"partitioner_{k}": v for k, v in store.partitioner.state().items()})
     out.update(store.admission.state()[0])
     return out
 
@@ -96,7 +96,9 @@ def fill(store, a: dict[str, np.ndarray], values: dict) -> None:
     check_structure(store, a)
     prefix = "partitioner_"
     saved = {k[len(prefix) :]: v for k, v in a.items() if k.startswith(prefix)}
-    store.partitioner.restore(saved, store.partition, store.num_edges)
+    store.partitioner = store.partitioner.from_state(
+        store.config.partitioner, store.config.num_partitions, saved, store.partition, store.num_edges
+    )
 
 
 def check_structure(store, a: dict[str, np.ndarray]) -> None:
