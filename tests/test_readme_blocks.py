@@ -399,4 +399,4 @@ def test_readme_blocks_run_in_document_order_against_one_broker(tmp_path):
     seen = {int(r): f for r, f in killed["failed_ranks_seen"].items()}
     assert seen and all(f == [2] for f in seen.values())  # its neighbors treat it as failed, nobody else
     # The store and sampling blocks: their files
-    assert (work / "store-ckpt/LATEST").exists() and (work / "eval_negatives.npy").exists()
+    assert (work / "store-ckpt/LATEST").exists() and (work / "eval_negatives/LATEST").exists()
