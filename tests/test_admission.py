@@ -74,7 +74,7 @@ def test_store_index_and_router_admit_and_refuse_the_same_events_for_the_same_re
         reasons.update(r for _, _, r in refused(adm.dead_letters))
     assert router.counts["duplicates"] == duplicates
     for other in (index, router):
-        assert other.ids.kind == store.ids.kind
+        assert other.ids.id_type == store.ids.id_type
         assert np.array_equal(other.ids.all_external(), store.ids.all_external())
         assert other.watermark == store.watermark and len(other.seen) == len(store.seen)
         assert all(

@@ -129,7 +129,7 @@ def test_digit_strings_in_a_text_array_are_string_ids_not_ints():
     assert b.string_ids and b.src.tolist() == ["1", "2"]
     s = TemporalGraphStore()
     s.ingest(b)
-    assert s.ids.kind == "str" and s.node_index(["1"]).tolist() == [0]
+    assert s.ids.id_type == "str" and s.node_index(["1"]).tolist() == [0]
     assert s.node_index([1], strict=False).tolist() == [-1]
 
 

@@ -187,7 +187,7 @@ def test_stream_schema_comes_from_the_store_not_from_where_the_source_resumes(
     topic = make_topic(1)
     store = TemporalGraphStore(StoreConfig(num_partitions=2))
     store.ingest(EventBatch.from_columns(src=[1], dst=[2], t=[0.0], eid=[0], features=[[0.5, 0.5]]))
-    assert store.ids.kind == "int" and store.edge_feature_dim == 2
+    assert store.ids.id_type == "int" and store.edge_feature_dim == 2
     producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
     for src, dst, eid, features in [("a", "b", 1, None), (1, 2, 2, None), (1, 2, 3, [1.0, 2.0, 3.0]),
                                     (1, 2, 4, [1.0, 2.0]), (2, 3, 5, [3.0, 4.0])]:  # fmt: skip

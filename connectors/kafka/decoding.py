@@ -70,7 +70,7 @@ class StreamDecoder:
     def __init__(self, dead_letters: DeadLetters, store=None, schema: Schema | None = None) -> None:
         self.dead_letters = dead_letters
         self.messages = 0  # messages decoded
-        kind = None if store is None else store.ids.kind
+        kind = None if store is None else store.ids.id_type
         self._string_ids: bool | None = None if kind is None else kind == "str"
         width = None if store is None else store.edge_feature_dim
         width = store.node_feature_dim if width is None and store is not None else width

@@ -102,7 +102,7 @@ class EmbeddingTable:
             n = self._ids.size
             ids = self._ids.all_external()
             return {
-                "ids": ids.tolist() if self._ids.kind == "str" else ids.astype(np.int64),
+                "ids": ids.tolist() if self._ids.id_type == "str" else ids.astype(np.int64),
                 "vectors": self._vectors[:n].copy(),
                 "time": self._time[:n].copy(),
                 "unsent": self._version[:n] != self._sent[:n],

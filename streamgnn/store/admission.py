@@ -140,7 +140,7 @@ class Admission:
         """``(arrays, values)``: the id map's arrays (``ext_int``, ``ext_str_*`` or ``dense_ids_size``), the
         seen event ids (``seen_bits``, ``seen_outliers``); the id type (``id_kind``) and ``watermark``."""
         arrays = {**self.ids.state(), **self.seen.state()}
-        return arrays, {"id_kind": self.ids.kind, "watermark": self.watermark}
+        return arrays, {"id_kind": self.ids.id_type, "watermark": self.watermark}
 
     @classmethod
     def from_state(
@@ -166,7 +166,7 @@ class Admission:
             lowest = min(int(batch.src.min()), int(batch.dst.min(where=batch.kind != UPDATE, initial=0)))
             if lowest < 0:
                 return NOT_DENSE.format(lowest=lowest)
-        return schema_refusal(batch, self.ids.kind, widths)
+        return schema_refusal(batch, self.ids.id_type, widths)
 
     def admit(
         self,

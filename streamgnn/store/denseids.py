@@ -23,9 +23,9 @@ from .idmap import ADD, DELETE, UPDATE
 
 
 class DenseIds:
-    """Identity map over ``[0, size)``; ``kind`` is always "int"."""
+    """Identity map over ``[0, size)``; ``id_type`` is always "int"."""
 
-    kind = "int"
+    id_type = "int"
 
     def __init__(self, size: int = 0) -> None:
         self.size = int(size)

@@ -276,7 +276,7 @@ class TemporalGraphStore(Admits):
 
     def node_index(self, ext_ids, *, strict: bool = True) -> np.ndarray:
         """Internal ids of external ids; unknown ids raise (``strict``) or map to -1."""
-        arr = np.asarray(ext_ids, dtype=object if self.ids.kind == "str" else None)
+        arr = np.asarray(ext_ids, dtype=object if self.ids.id_type == "str" else None)
         if arr.ndim == 0:
             arr = arr.reshape(1)
         if arr.ndim != 1:

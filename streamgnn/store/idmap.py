@@ -90,10 +90,11 @@ def _rehash(keys, vals, new_keys, new_vals):
 
 
 class NodeIdMap:
-    """Bidirectional map; ``kind`` ("int" or "str") is fixed by the first ids it sees."""
+    """Bidirectional map; ``id_type`` ("int" or "str") is fixed by the first ids it sees (an event's
+    ``kind`` is another thing: add, delete, update)."""
 
-    def __init__(self, kind: str | None = None) -> None:
-        self.kind = kind
+    def __init__(self, id_type: str | None = None) -> None:
+        self.id_type = id_type
         self.size = 0
         self._keys = np.zeros(1024, np.int64)
         self._vals = np.full(1024, _EMPTY, np.int64)
@@ -101,23 +102,23 @@ class NodeIdMap:
         self._dict: dict[str, int] = {}
         self._ext_str: list[str] = []
 
-    def _check_kind(self, ids: np.ndarray) -> None:
-        kind = "str" if ids.dtype == object else "int"
-        if self.kind is None:
-            self.kind = kind
-        elif kind != self.kind and len(ids):
+    def _check_id_type(self, ids: np.ndarray) -> None:
+        id_type = "str" if ids.dtype == object else "int"
+        if self.id_type is None:
+            self.id_type = id_type
+        elif id_type != self.id_type and len(ids):
             raise EventValidationError(
-                f"this stream uses {self.kind} node ids but the batch has {kind} ids;"
+                f"this stream uses {self.id_type} node ids but the batch has {id_type} ids;"
                 " use one id type per stream"
             )
 
     def map(self, ids: np.ndarray, insert: np.ndarray | bool = True) -> np.ndarray:
         """Internal ids (int64); unknown ids get -1 where ``insert`` is False, else a new id."""
-        self._check_kind(ids)
+        self._check_id_type(ids)
         n = len(ids)
         ins = np.broadcast_to(np.asarray(insert, dtype=bool), (n,))
         out = np.empty(n, np.int64)
-        if self.kind == "str":
+        if self.id_type == "str":
             for i, key in enumerate(ids.tolist()):
                 got = self._dict.get(key)
                 if got is None and ins[i]:
@@ -140,9 +141,9 @@ class NodeIdMap:
         """Internal (src, dst) of events: ids enter in order of appearance (src before dst), a src
         unless the event deletes, a dst only when it adds; unknown ids are -1; an update's dst is its src.
         """
-        self._check_kind(src)
+        self._check_id_type(src)
         n = len(kind)
-        if self.kind == "str":
+        if self.id_type == "str":
             both = np.empty(2 * n, dtype=object)
             both[0::2], both[1::2] = src, dst
             insert = np.empty(2 * n, bool)
@@ -178,10 +179,10 @@ class NodeIdMap:
 
     def lookup(self, ids) -> np.ndarray:
         """Internal ids, -1 for ids never seen (also before the first insert, of either id type)."""
-        if self.kind is None:
+        if self.id_type is None:
             return np.full(len(np.asarray(ids, dtype=object).reshape(-1)), -1, np.int64)
-        ids = np.asarray(ids, dtype=object if self.kind == "str" else None)
-        if self.kind == "str":
+        ids = np.asarray(ids, dtype=object if self.id_type == "str" else None)
+        if self.id_type == "str":
             return self.map(ids.astype(object), insert=False)
         if ids.dtype.kind not in "iuf":
             return np.full(len(ids), -1, np.int64)
@@ -197,7 +198,7 @@ class NodeIdMap:
 
     def external(self, internal) -> np.ndarray:
         internal = np.asarray(internal, dtype=np.int64)
-        if self.kind == "str":
+        if self.id_type == "str":
             ext = np.empty(len(self._ext_str), dtype=object)
             ext[:] = self._ext_str
             return ext[internal]
@@ -207,14 +208,14 @@ class NodeIdMap:
         return self.external(np.arange(self.size))
 
     def nbytes(self) -> int:
-        if self.kind == "str":
+        if self.id_type == "str":
             return sum(len(s) + 57 for s in self._ext_str) + 100 * len(self._dict)
         return self._keys.nbytes + self._vals.nbytes + self._ext_int.nbytes
 
     def state(self) -> dict[str, np.ndarray]:
         """The external ids as plain arrays (checkpoints): ``ext_int``, or UTF-8 ``ext_str_bytes`` cut at
         ``ext_str_offsets``."""
-        if self.kind == "str":
+        if self.id_type == "str":
             encoded = [s.encode() for s in self.all_external().tolist()]
             return {
                 "ext_str_offsets": np.cumsum([0] + [len(b) for b in encoded], dtype=np.int64),
@@ -225,10 +226,10 @@ class NodeIdMap:
         return {"ext_int": self.all_external().astype(np.int64)}
 
     @classmethod
-    def from_state(cls, arrays: dict[str, np.ndarray], kind: str | None) -> NodeIdMap:
-        """The map of id type ``kind`` that ``state()`` gave; ValueError (or KeyError) where the arrays are
+    def from_state(cls, arrays: dict[str, np.ndarray], id_type: str | None) -> NodeIdMap:
+        """The map of ``id_type`` that ``state()`` gave; ValueError (or KeyError) where the arrays are
         malformed."""
-        if kind == "str":
+        if id_type == "str":
             offs, raw = arrays["ext_str_offsets"], arrays["ext_str_bytes"].tobytes()
             ext = np.empty(len(offs) - 1, dtype=object)
             ext[:] = [raw[offs[i] : offs[i + 1]].decode() for i in range(len(offs) - 1)]
@@ -236,12 +237,12 @@ class NodeIdMap:
             ext = arrays.get("ext_int", np.zeros(0, np.int64))
             if ext.ndim != 1 or ext.dtype != np.int64:
                 raise ValueError(f"ext_int must be 1-D int64, got {ext.dtype} {ext.shape}")
-        return cls.from_external(kind, ext)
+        return cls.from_external(id_type, ext)
 
     @classmethod
-    def from_external(cls, kind: str | None, ext: np.ndarray) -> NodeIdMap:
-        m = cls(kind)
-        if kind is not None and len(ext):
+    def from_external(cls, id_type: str | None, ext: np.ndarray) -> NodeIdMap:
+        m = cls(id_type)
+        if id_type is not None and len(ext):
             got = m.map(ext)
             if not np.array_equal(got, np.arange(len(ext))):
                 raise EventValidationError("external id list holds duplicates")

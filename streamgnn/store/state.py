@@ -48,7 +48,7 @@ def logical_arrays(store) -> dict[str, np.ndarray]:
 def content_hash(store) -> str:
     """SHA-256 over the logical content: equal stores hash equal whatever their batch history."""
     h = hashlib.sha256()
-    h.update(repr((store.ids.kind, store.config.num_partitions, store.watermark)).encode())
+    h.update(repr((store.ids.id_type, store.config.num_partitions, store.watermark)).encode())
     if store.config.partitioner.stateful:
         h.update(repr(store.config.partitioner).encode())
     for name, arr in sorted(logical_arrays(store).items()):
