@@ -130,7 +130,7 @@ def test_killed_router_resumes_without_loss_duplicates_or_moves(kafka_bootstrap,
     report = PartitionRouter(kafka_bootstrap, raw, whole, k, config, fmt="json").run(
         max_events=len(events), flush=True
     )
-    assert report.events == len(events) and report.dead_letters == dead and report.held == 0
+    assert report.events == len(events) and report.dead_letter_count == dead and report.held == 0
 
     resumed = make_topic(k)
     ckpt = tmp_path / "b"
@@ -324,7 +324,7 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
     life = PartitionRouter(
         kafka_bootstrap, raw, resumed, k, RouterConfig(spec, ckpt), dead_letter_topic=dlq_resumed
     ).run(max_events=300)
-    assert life.events == 300 and life.dead_letters >= 1 and life.held > 0  # held unweighted events
+    assert life.events == 300 and life.dead_letter_count >= 1 and life.held > 0  # held unweighted events
     send(second)
     producer.close()
     cmd = [
@@ -342,12 +342,12 @@ def test_a_restarted_router_keeps_the_stream_schema_held_events_and_dead_letter_
         kafka_bootstrap, raw, whole, k, RouterConfig(spec), dead_letter_topic=dlq_whole
     ).run(max_events=600, flush=True)
     routing_letters = len(_dead(spec, events))
-    assert report.events == 600 and report.held == 0 and report.dead_letters == 3 + routing_letters
-    assert f"{report.dead_letters:,} dead letters" in proc.stdout, proc.stdout
+    assert report.events == 600 and report.held == 0 and report.dead_letter_count == 3 + routing_letters
+    assert f"{report.dead_letter_count:,} dead letters" in proc.stdout, proc.stdout
     assert _read(kafka_bootstrap, resumed, k) == _read(kafka_bootstrap, whole, k)
     letters = _dead_letters(kafka_bootstrap, dlq_resumed)
     assert letters == _dead_letters(kafka_bootstrap, dlq_whole)
-    assert len(letters) == report.dead_letters
+    assert len(letters) == report.dead_letter_count
     assert [r for _, _, r in letters].count(
         "event feature width changed from none to 2; use one feature width per stream"  # admission's words
     ) == 1

@@ -63,7 +63,7 @@ def test_hostile_records_are_dead_letters_and_every_good_event_is_routed_once(ka
     end = {f"{raw}:0": len(messages)}
     while router.positions != end:  # wait for the event (every record read), not for time
         report = router.run(idle_timeout_s=1.0, flush=True)
-    assert report.dead_letters == 60  # counted once each, whichever run read them
+    assert report.dead_letter_count == 60  # counted once each, whichever run read them
     letters = _dead_letters(kafka_bootstrap, dlq)
     # each bad record, named by where it was, with a reason; a run that stopped before handing out what it
     # had read sends those letters again after its restart (at least once, as ``KafkaSource`` documents)

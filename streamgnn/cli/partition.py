@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
             f"{counts['events']:,} events routed ({speed(counts['events']):,.0f} events/s), "
             f"{counts['published']:,} published, {len(router.state.held):,} held, edge cut "
             f"{counts['cut_edges'] / max(counts['placed_edges'], 1):.3f}, "
-            f"{counts['dead_letters'] + router.decode_dead_letters:,} dead letters"
+            f"{counts['dead_letters'] + router.decode_dead_letter_count:,} dead letters"
         )
 
     log = IntervalLog("partition", status, r.log_every_s)
@@ -61,7 +61,8 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     )
     print(
         f"routed {report.events:,} events into {k.events_topic} ({k.partitions} partitions, {quality}, "
-        f"edge balance {part.edge_balance:.2f}); {report.held:,} held, {report.dead_letters:,} dead letters"
+        f"edge balance {part.edge_balance:.2f}); {report.held:,} held, "
+        f"{report.dead_letter_count:,} dead letters"
     )
     print(json.dumps({"published": report.published, "skipped_on_resume": report.skipped_on_resume}))
     return 0

@@ -55,7 +55,9 @@ KIND = "partition-router"  # what its checkpoints are, in the container's manife
 class RouterReport:
     events: int  # distinct input events routed (over the router's whole life)
     duplicates: int
-    dead_letters: int  # those of decoding (undecodable, of another schema) and of routing, over its life
+    # a count (``dead_letters`` elsewhere are the records): those of decoding (undecodable, of another schema)
+    # and of routing, over the router's life
+    dead_letter_count: int
     published: int
     held: int  # events waiting for their vertex to be placed
     skipped_on_resume: int  # events found already published by a previous life, not sent again
@@ -132,7 +134,7 @@ class PartitionRouter:
         self.out_offsets: dict[int, int] = {}
         self.timeline = PartitionTimeline(every_edges=1)
         self.schema = Schema()  # the stream's id type and feature width, once its first events fixed them
-        self.decode_dead_letters = 0  # dead letters of decoding, for the input before the positions
+        self.decode_dead_letter_count = 0  # dead letters of decoding, for the input before the positions
         self._decode_letters_saved = 0
         self._skip: dict[int, list[int]] = {}
         self._skipped = 0
@@ -151,7 +153,7 @@ class PartitionRouter:
         start = time.perf_counter()
         create_topic(self.bootstrap, self.out_topic, self.k)
         self._restore()
-        self._decode_letters_saved = self.decode_dead_letters
+        self._decode_letters_saved = self.decode_dead_letter_count
         since = self.state.counts["events"]
         with (
             Producer(BACKEND, self.bootstrap, self._producer_settings()) as out,
@@ -172,7 +174,7 @@ class PartitionRouter:
                 self._save(source, out)
             while max_events is None or self.state.counts["events"] < max_events:
                 batch = source.poll(1.0 if idle_timeout_s is None else idle_timeout_s)
-                self.decode_dead_letters = self._decode_letters_saved + source.passed_dead_letters()
+                self.decode_dead_letter_count = self._decode_letters_saved + source.passed_dead_letters()
                 if batch is None:
                     if idle_timeout_s is not None and source.assignment():
                         break
@@ -233,7 +235,7 @@ class PartitionRouter:
         self.out_offsets = self._end_offsets()
         self.positions = source.positions()
         self.schema = source.schema()
-        self.decode_dead_letters = self._decode_letters_saved + source.passed_dead_letters()
+        self.decode_dead_letter_count = self._decode_letters_saved + source.passed_dead_letters()
         if self.checkpoint_dir is None:
             self._record()
             return
@@ -244,7 +246,7 @@ class PartitionRouter:
             "num_partitions": self.k,
             "state": state,
             "schema": self.schema.to_dict(),
-            "decode_dead_letters": self.decode_dead_letters,
+            "decode_dead_letters": self.decode_dead_letter_count,  # (the manifest's key since it began)
             "source_offsets": self.positions,
             "output_offsets": {str(p): o for p, o in self.out_offsets.items()},
         }
@@ -277,7 +279,7 @@ class PartitionRouter:
             older = {"string_ids": None if ids is None else ids == "str",
                      "feature_width": held.feature_dim if len(held) else -1}  # fmt: skip
             self.schema = Schema.from_dict(manifest.get("schema", older))
-            self.decode_dead_letters = int(manifest.get("decode_dead_letters", 0))
+            self.decode_dead_letter_count = int(manifest.get("decode_dead_letters", 0))
         except (KeyError, ValueError, TypeError, IndexError) as exc:
             raise CheckpointError(
                 f"router checkpoint in {self.checkpoint_dir} is inconsistent: {exc!r}"
@@ -319,7 +321,7 @@ class PartitionRouter:
         c = self.state.counts
         return RouterReport(
             events=c["events"], duplicates=c["duplicates"],
-            dead_letters=c["dead_letters"] + self.decode_dead_letters,
+            dead_letter_count=c["dead_letters"] + self.decode_dead_letter_count,
             published=c["published"], held=len(self.state.held), skipped_on_resume=self._skipped,
             checkpoints=self._checkpoints, seconds=seconds, partitioning=self.state.report(),
         )  # fmt: skip
