@@ -289,7 +289,7 @@ def test_a_store_from_another_stream_stops_the_source_with_one_loud_error(
     caplog.set_level(logging.ERROR)
     with (
         KafkaSource(topic, bootstrap_servers=kafka_bootstrap, backend=backend, store=store) as source,
-        pytest.raises(ConfigError, match="none of the first 100 events .* fits the store .*str but this"),
+        pytest.raises(ConfigError, match="none of the first 100 events .* fits the store .*has str node ids"),
     ):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
