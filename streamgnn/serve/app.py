@@ -8,6 +8,11 @@
 - ``GET /score?src=1&dst=2``, ``POST /score {"pairs": [[1, 2], ...]}``:
   ``{"scorer", "scores": [{"src", "dst", "score"}]}``, with ``"checkpoint"``, ``"pair_features"`` or
   ``"why"`` where they apply (see ``streamgnn.serve.scoring``)
+- ``GET /predict?nodes=1,2``, ``POST /predict {"nodes": [1, 2]}`` (an edge task: ``?src=1&dst=2``,
+  ``{"pairs": [[1, 2]]}``): ``{"task", "checkpoint", "predictions": [{"node" (or "src", "dst"),
+  "probability", "label"}]}`` by the task head of the trainer's checkpoint (``streamgnn.serve.predict``;
+  ``"probabilities"`` for classes, ``"value"`` for regression); 404 when there is no head, 400 for node
+  ids to an edge task or pairs to a node task
 - ``GET /metrics``: Prometheus text format
 
 Errors are ``{"error": "..."}``: 400 for malformed input (the message names the field), 401 without the
@@ -44,6 +49,7 @@ from ..errors import UnknownNodeError
 from .config import ServeConfig, int_id
 from .guard import RequestGuard
 from .metrics import ServiceMetrics
+from .predict import TaskPredictor
 from .reader import EmbeddingsReader
 from .scoring import LinkScorer
 
@@ -66,8 +72,15 @@ class _Reject(Exception):
         self.status, self.body = status, {"error": message, **extra}
 
 
-def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer) -> Starlette:
-    """The ASGI app over ``reader.table`` (which the reader may create after the first message)."""
+def create_app(
+    config: ServeConfig,
+    reader: EmbeddingsReader,
+    scorer: LinkScorer,
+    predictor: TaskPredictor | None = None,
+) -> Starlette:
+    """The ASGI app over ``reader.table`` (which the reader may create after the first message);
+    ``predictor``: the task head ``/predict`` answers with (None: a 404 saying there is none)."""
+    predictor = predictor or TaskPredictor(None)
     metrics: ServiceMetrics = reader.metrics
     int_ids = config.node_ids == "int"
 
@@ -202,6 +215,43 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
             ],
         }
 
+    async def predict(request: Request):
+        data = await body(request) if request.method == "POST" else dict(request.query_params)
+        head, checkpoint, why = await run_in_threadpool(predictor.head)
+        if head is None:
+            raise _Reject(404, f"no task head: {why}")
+        edges = head.task.on_edges
+        if edges != ("pairs" in data or "src" in data):
+            want = "pairs (POST {'pairs': [[src, dst]]}) or src and dst" if edges else "nodes (or node)"
+            raise _Reject(400, f"the task is {head.config.kind}: give {want}")
+        if not edges:
+            nodes = data.get("nodes", data.get("node"))
+            ids = id_list(nodes if isinstance(nodes, list) else [s for s in str(nodes or "").split(",") if s],
+                          "nodes")  # fmt: skip
+            tab, z, _ = rows(ids, "nodes")
+            keys = [{"node": i} for i in ids]
+        else:
+            pairs = data.get("pairs") if "pairs" in data else [[data.get("src"), data.get("dst")]]
+            if not (
+                isinstance(pairs, list) and pairs and all(isinstance(p, list) and len(p) == 2 for p in pairs)
+            ):
+                raise _Reject(400, "pairs: give a non-empty list of [src, dst] pairs")
+            src, dst = (
+                id_list([p[0] for p in pairs], "pairs (src)"),
+                id_list([p[1] for p in pairs], "pairs (dst)"),
+            )
+            tab, both, _ = rows(src + dst, "pairs")
+            z = np.concatenate([both[: len(src)], both[len(src) :]], axis=1)
+            keys = [{"src": a, "dst": b} for a, b in zip(src, dst, strict=True)]
+        if z.shape[1] != head.in_dim:
+            raise _Reject(404, f"no task head for these embeddings: the head of {checkpoint} reads "
+                          f"{head.in_dim}-d inputs, these are {z.shape[1]}-d")  # fmt: skip
+        out = predictor.predict(head, z)
+        return {
+            "task": head.config.kind, "checkpoint": checkpoint,
+            "predictions": [{**k, **p} for k, p in zip(keys, out, strict=True)],
+        }  # fmt: skip
+
     async def prometheus(request: Request):
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -241,6 +291,7 @@ def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer
             Route("/embeddings", endpoint("embeddings", embeddings), methods=both),
             Route("/topk", endpoint("topk", topk), methods=both),
             Route("/score", endpoint("score", score), methods=both),
+            Route("/predict", endpoint("predict", predict), methods=both),
             Route("/metrics", endpoint("metrics", prometheus)),
         ],
     )
