@@ -1,0 +1,176 @@
+"""Labels on the live job (issue 35): a labels file read by ``streamgnn train``'s job beside its events,
+each label scored by the online head before it is learned from, bad labels dead letters naming their line,
+the head's state in the checkpoints (a resumed job continues exactly), and the head's round trip through
+the checkpoint container."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from streamgnn.checkpoint import tensor_blob, tensors
+from streamgnn.connectors.files import CsvSource
+from streamgnn.errors import CheckpointError, ConfigError
+from streamgnn.jobs import TrainJob
+from streamgnn.nn import TGNConfig
+from streamgnn.tasks.config import TaskConfig
+from streamgnn.tasks.online import OnlineHead
+from streamgnn.train import TrainConfig
+
+torch.set_num_threads(1)
+
+N_EVENTS = 1200
+MODEL = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, dropout=0.0)
+
+
+def write_events(tmp_path, n: int = N_EVENTS):
+    """A CSV of ``n`` events: sources 0..39 rate destinations 40..59, one per time unit (t == row)."""
+    rng = np.random.default_rng(3)
+    src, dst = rng.integers(0, 40, n), rng.integers(40, 60, n)
+    path = tmp_path / "events.csv"
+    path.write_text("".join(f"{s},{d},{t}\n" for t, (s, d) in enumerate(zip(src, dst, strict=True))))
+    return path, src, dst
+
+
+def node_labels(src: np.ndarray, every: int = 3) -> list[dict]:
+    """A label on every ``every``-th event's source at the event's time: 1 for even nodes."""
+    return [
+        {"node": int(src[i]), "t": float(i), "y": int(src[i] % 2 == 0)} for i in range(0, len(src), every)
+    ]
+
+
+def write_lines(path, rows: list) -> None:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+
+def run(tmp_path, events, labels_path, *, max_events=None, ckpt=None, kind="node_classification", **task):
+    config = TrainConfig(
+        model=MODEL, batch_size=50, eval_negatives=5, checkpoint_dir=None if ckpt is None else str(ckpt),
+        checkpoint_every=4 if ckpt is not None else 0, serve_every=0,
+    )  # fmt: skip
+    job = TrainJob(
+        config, source=CsvSource(events, batch_size=200), log_every_s=3600,
+        task=TaskConfig(kind=kind, labels_file=str(labels_path), **task),
+    )  # fmt: skip
+    job.run(max_events=max_events, progress=False)
+    return job
+
+
+def scores(job) -> np.ndarray:
+    return np.concatenate(job.labelled.head.records["score"])
+
+
+def test_bad_labels_are_dead_letters_naming_their_line_and_the_rest_are_scored(tmp_path):
+    events, src, _ = write_events(tmp_path)
+    good = node_labels(src)
+    bad = [
+        "not json",
+        {"node": 1, "t": 5.0},  # no y
+        {"node": 1, "t": 5.0, "y": 2},  # not a class of a binary task
+        {"node": 1, "t": "soon", "y": 1},  # not a time
+        {"node": 1, "t": 5.0, "y": 1, "dst": 41},  # an edge label for a node task
+        {"node": 1, "t": 5.0, "y": 1, "colour": "red"},  # unknown field
+        {"node": 12345, "t": 7.0, "y": 1},  # a node no event has
+    ]
+    rows = good[:10] + bad + good[10:]
+    write_lines(tmp_path / "labels.jsonl", rows)
+    job = run(tmp_path, events, tmp_path / "labels.jsonl")
+    lab = job.labelled
+    assert lab.head.seen == len(good) and lab.waiting() == 0
+    assert lab.dead_letters == len(bad)
+    where = sorted(int(d.where.rsplit("line ", 1)[1]) for d in lab.letters)
+    assert where == list(range(11, 11 + len(bad)))  # each names its own line
+    reasons = " | ".join(d.reason for d in lab.letters)
+    for part in ("not JSON", "missing field 'y'", "not a class", "not a finite number", "has no 'dst'",
+                 "unknown field 'colour'", "unknown node 12345"):  # fmt: skip
+        assert part in reasons
+    # the labels were scored in time order, and the job learned from them
+    assert np.all(np.diff(np.concatenate(lab.head.records["t"])) >= 0) and lab.head.steps > 0
+    figures = json.loads(json.dumps(lab.figures()))
+    assert set(figures["all"]["head"]) == {"auc", "ap"} and figures["scored"] == len(good)
+
+
+def test_a_label_is_scored_before_it_is_learned_from(tmp_path):
+    """Flipping one label's value changes no score up to its own, and changes later ones (the head learned
+    from it after scoring it)."""
+    events, src, _ = write_events(tmp_path, 600)
+    labels = node_labels(src)
+    write_lines(tmp_path / "a.jsonl", labels)
+    k = 60
+    flipped = [dict(r, y=1 - r["y"]) if i == k else r for i, r in enumerate(labels)]
+    write_lines(tmp_path / "b.jsonl", flipped)
+    a, b = (scores(run(tmp_path, events, tmp_path / f"{x}.jsonl")) for x in "ab")
+    assert len(a) == len(b) == len(labels)
+    np.testing.assert_array_equal(a[: k + 1], b[: k + 1])
+    assert not np.allclose(a[k + 1 :], b[k + 1 :])
+
+
+def test_a_resumed_job_continues_the_task_exactly(tmp_path):
+    events, src, _ = write_events(tmp_path)
+    write_lines(tmp_path / "labels.jsonl", node_labels(src, every=2))
+    whole = run(tmp_path, events, tmp_path / "labels.jsonl", ckpt=tmp_path / "whole")
+    first = run(tmp_path, events, tmp_path / "labels.jsonl", ckpt=tmp_path / "parts", max_events=500)
+    assert 0 < first.labelled.head.seen < whole.labelled.head.seen
+    resumed = run(tmp_path, events, tmp_path / "labels.jsonl", ckpt=tmp_path / "parts")
+    assert resumed.trainer.position == N_EVENTS
+    np.testing.assert_array_equal(scores(resumed), scores(whole))
+    for name, value in whole.labelled.head.head.state_dict().items():
+        torch.testing.assert_close(resumed.labelled.head.head.state_dict()[name], value, rtol=0, atol=0)
+    assert resumed.labelled.figures() == whole.labelled.figures()
+
+
+def test_a_checkpoint_of_another_task_is_refused(tmp_path):
+    events, src, dst = write_events(tmp_path, 300)
+    write_lines(tmp_path / "labels.jsonl", node_labels(src))
+    run(tmp_path, events, tmp_path / "labels.jsonl", ckpt=tmp_path / "ckpt", max_events=200)
+    edges = [{"node": int(src[i]), "dst": int(dst[i]), "t": float(i), "y": 1} for i in range(0, 300, 5)]
+    write_lines(tmp_path / "edges.jsonl", edges)
+    with pytest.raises(CheckpointError, match="node_classification.*edge_classification"):
+        run(tmp_path, events, tmp_path / "edges.jsonl", ckpt=tmp_path / "ckpt", kind="edge_classification")
+
+
+def test_edge_labels_read_both_ends_and_regression_reports_errors(tmp_path):
+    events, src, dst = write_events(tmp_path, 600)
+    rows = [
+        {"node": int(src[i]), "dst": int(dst[i]), "t": float(i), "y": float(dst[i] - 50)} for i in range(600)
+    ]
+    write_lines(tmp_path / "edges.jsonl", rows)
+    job = run(tmp_path, events, tmp_path / "edges.jsonl", kind="edge_regression")
+    assert job.labelled.head.in_dim == 2 * 8 and job.labelled.head.seen == 600
+    figures = job.labelled.figures()["all"]
+    assert set(figures["head"]) == {"mae", "rmse"} and figures["head"]["mae"] > 0
+
+
+@pytest.mark.parametrize("kind,classes", [("node_classification", 2), ("node_classification", 3),
+                                          ("edge_regression", 2)])  # fmt: skip
+def test_the_head_s_state_round_trips_through_the_container_and_continues_alike(kind, classes):
+    config = TaskConfig(kind=kind, classes=classes, labels_file="x", replay=64, replay_batch=16)
+    dim = 12 if kind.startswith("edge") else 6
+    rng = np.random.default_rng(0)
+
+    def batch(n=20):
+        y = rng.integers(0, classes, n) if kind.endswith("classification") else rng.normal(size=n)
+        return rng.normal(size=(n, dim)).astype(np.float32), y, np.sort(rng.random(n))
+
+    head = OnlineHead(config, dim, seed=1)
+    for _ in range(5):
+        head.observe(*batch(), learn=True)
+    state = tensors(tensor_blob(head.state()), "test")  # what a checkpoint writes and reads back
+    copy = OnlineHead.from_state(state)
+    x, y, t = batch()
+    np.testing.assert_array_equal(head.observe(x, y, t, learn=True), copy.observe(x, y, t, learn=True))
+    x, y, t = batch()
+    np.testing.assert_array_equal(head.predict(x), copy.predict(x))
+    assert head.figures() == copy.figures()
+
+
+def test_task_config_is_strict():
+    with pytest.raises(ConfigError, match="labels_file or labels_topic"):
+        TaskConfig()
+    with pytest.raises(ConfigError, match="unknown key 'clases'"):
+        TaskConfig.from_dict({"kind": "node_classification", "clases": 3, "labels_file": "x"})
+    with pytest.raises(ConfigError, match="node_regresion"):
+        TaskConfig.from_dict({"kind": "node_regresion", "labels_file": "x"})
