@@ -40,12 +40,11 @@ def merge(a: Labels, b: Labels) -> Labels:
         return a
     if not len(a):
         return b
-    both = Labels(
-        *(np.concatenate([x, z]) for x, z in ((a.node, b.node), (a.t, b.t), (a.y, b.y))),
-        None if a.dst is None else np.concatenate([a.dst, b.dst]),
-        None if a.origin is None or b.origin is None else np.concatenate([a.origin, b.origin]),
-    )
-    return both.take(np.argsort(both.t, kind="stable"))
+    order = np.argsort(np.concatenate([a.t, b.t]), kind="stable")
+    dst = None if a.dst is None else np.concatenate([a.dst, b.dst])[order]
+    origin = None if a.origin is None or b.origin is None else np.concatenate([a.origin, b.origin])[order]
+    node, t, y = (np.concatenate([x, z])[order] for x, z in ((a.node, b.node), (a.t, b.t), (a.y, b.y)))
+    return Labels(node, t, y, dst, origin)
 
 
 class FileLabels:
