@@ -6,7 +6,8 @@ are admitted and those due are scored:
 
 - a label at or before the newest event time the job has already stepped is late (its moment was
   scored: the state holds events at or after its time) and becomes a dead letter, as does a label whose
-  node (or edge end) no event has, in the store or in the batch about to be stepped;
+  node (or edge end) no event has, in the store or in the batch about to be stepped (a label at that
+  batch's newest time apart: the next batch may hold its node's first event at the same time);
 - the others wait until the events reach their time: a label is due before the first batch whose newest
   event is at or after it, so the state it is read from holds only events strictly before it (a label
   never sees its own event, nor any later one);
@@ -85,7 +86,7 @@ class LabelledStream:
         due = int(np.searchsorted(self.pending.t, until, side="right"))
         if due:
             flush, self.pending = self.pending.take(slice(0, due)), self.pending.take(slice(due, None))
-            flush, unknown = self._known(flush, batch)
+            flush, unknown = self._known(flush, batch, until)
             letters += unknown
             if len(flush):
                 self.head.observe(self._inputs(flush), flush.y, flush.t, learn=learn)
@@ -93,15 +94,17 @@ class LabelledStream:
         self._letters(letters)
         self._export()
 
-    def _known(self, labels: Labels, batch: EventBatch) -> tuple[Labels, list[DeadLetter]]:
-        """The labels whose node (and edge destination) an event has, and a dead letter for each other."""
+    def _known(self, labels: Labels, batch: EventBatch, until: float) -> tuple[Labels, list[DeadLetter]]:
+        """The labels whose node (and edge destination) an event has, and a dead letter for each other.
+        A label at ``until``, the batch's newest time, is kept whatever its node: the source's next batch
+        may hold more events of that time, its node's first among them (it reads the blank row)."""
         store = self.trainer.store
         seen = np.ones(len(labels), bool)
         letters = []
         for name, ids in (("node", labels.node), ("edge destination", labels.dst)):
             if ids is None:
                 continue
-            known = np.isin(ids, batch.src) | np.isin(ids, batch.dst)
+            known = np.isin(ids, batch.src) | np.isin(ids, batch.dst) | (labels.t >= until)
             if store.num_nodes:
                 known |= store.node_index(ids, strict=False) >= 0
             for i in np.flatnonzero(~known & seen):
