@@ -174,3 +174,49 @@ def test_task_config_is_strict():
         TaskConfig.from_dict({"kind": "node_classification", "clases": 3, "labels_file": "x"})
     with pytest.raises(ConfigError, match="node_regresion"):
         TaskConfig.from_dict({"kind": "node_regresion", "labels_file": "x"})
+
+
+def test_streamgnn_train_learns_the_task_of_its_yaml_and_reports_it(tmp_path, capsys):
+    from streamgnn.cli import main
+
+    events, src, _ = write_events(tmp_path, 600)
+    write_lines(tmp_path / "labels.jsonl", node_labels(src) + [{"node": 1, "t": 9.0}])
+    (tmp_path / "job.yaml").write_text(
+        "train: {batch_size: 100, model: {memory_dim: 8, time_dim: 4, embedding_dim: 8, num_neighbors: 3}}\n"
+        f"task: {{kind: node_classification, labels_file: {tmp_path / 'labels.jsonl'}, window: 50}}\n"
+    )
+    out = tmp_path / "out"
+    argv = [
+        "train",
+        "--config",
+        str(tmp_path / "job.yaml"),
+        "--file",
+        str(events),
+        "--quiet",
+        "--out",
+        str(out),
+    ]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "task node_classification: 200 labels scored before learned: AUC" in text
+    assert "1 label dead letters" in text and "labels.jsonl:line 201: missing field 'y'" in text
+    figures = json.loads((out / "task.json").read_text())
+    assert figures["scored"] == 200 and figures["window"]["labels"]["n"] == 50
+
+    (tmp_path / "bad.yaml").write_text(f"task: {{kind: node_clasification, labels_file: {tmp_path}}}\n")
+    assert main(["train", "--config", str(tmp_path / "bad.yaml"), "--file", str(events), "--quiet"]) == 2
+    assert "node_clasification" in capsys.readouterr().err
+
+
+def test_the_task_s_figures_are_prometheus_gauges(tmp_path):
+    events, src, _ = write_events(tmp_path, 600)
+    write_lines(tmp_path / "labels.jsonl", node_labels(src) + ["oops"])
+    job = run(tmp_path, events, tmp_path / "labels.jsonl", window=40)
+    registry = job.metrics.registry
+    assert registry.get_sample_value("streamgnn_task_labels") == 200
+    assert registry.get_sample_value("streamgnn_task_dead_letters") == 1
+    assert registry.get_sample_value("streamgnn_task_pending") == 0
+    window = job.labelled.head.figures(40)
+    for model in ("head", "prior"):
+        got = registry.get_sample_value("streamgnn_task_window", {"model": model, "metric": "ap"})
+        assert got == pytest.approx(window[model]["ap"])
