@@ -140,7 +140,14 @@ def test_predict_serves_the_job_s_head_over_http(kafka_bootstrap, make_topic, tm
         task=TaskConfig(kind=kind, labels_file=str(tmp_path / "labels.jsonl")),
     )  # fmt: skip
     job.run(progress=False)
+    lab = job.labelled
     saved = OnlineHead.from_state(load_state(tmp_path / "ckpt")[2]["task"]["head"])
+
+    def features(src, dst=None):  # the job's stream features of these nodes as of its newest event
+        index = job.trainer.store.node_index
+        return lab.features.rows(
+            index(src), None if dst is None else index(dst), np.full(len(src), lab.watermark)
+        )
 
     served = ServeConfig(port=0, log_every_s=0, checkpoint_dir=str(tmp_path / "ckpt"))
     with EmbeddingService(served, kafka_bootstrap, embeddings) as service:
@@ -151,10 +158,12 @@ def test_predict_serves_the_job_s_head_over_http(kafka_bootstrap, make_topic, tm
         if edges:
             status, got = call(f"{url}/predict", {"pairs": [[0, 41], [1, 41]]})
             x = np.stack([np.concatenate([z[0], z[41]]), np.concatenate([z[1], z[41]])])
+            x = np.concatenate([x, features(np.array([0, 1]), np.array([41, 41]))], axis=1)
             keys = [{"src": 0, "dst": 41}, {"src": 1, "dst": 41}]
         else:
             status, got = call(f"{url}/predict?nodes=0,1")
             x, keys = np.stack([z[0], z[1]]), [{"node": 0}, {"node": 1}]
+            x = np.concatenate([x, features(np.array([0, 1]))], axis=1)
         assert status == 200 and got["task"] == kind and got["checkpoint"].startswith("ckpt-")
         expect = saved.predict(x)
         np.testing.assert_allclose(

@@ -14,9 +14,12 @@ import torch
 from streamgnn.checkpoint import tensor_blob, tensors
 from streamgnn.connectors.files import CsvSource
 from streamgnn.errors import CheckpointError, ConfigError
+from streamgnn.events import EventBatch
 from streamgnn.jobs import TrainJob
 from streamgnn.nn import TGNConfig
+from streamgnn.tasks import Labels, stream_features
 from streamgnn.tasks.config import TaskConfig
+from streamgnn.tasks.live_features import LiveFeatures
 from streamgnn.tasks.online import OnlineHead
 from streamgnn.train import TrainConfig
 
@@ -128,7 +131,7 @@ def test_a_checkpoint_of_another_task_is_refused(tmp_path):
     run(tmp_path, events, tmp_path / "labels.jsonl", ckpt=tmp_path / "ckpt", max_events=200)
     edges = [{"node": int(src[i]), "dst": int(dst[i]), "t": float(i), "y": 1} for i in range(0, 300, 5)]
     write_lines(tmp_path / "edges.jsonl", edges)
-    with pytest.raises(CheckpointError, match="node_classification.*edge_classification"):
+    with pytest.raises(CheckpointError, match="kind node_classification.*kind edge_classification"):
         run(tmp_path, events, tmp_path / "edges.jsonl", ckpt=tmp_path / "ckpt", kind="edge_classification")
 
 
@@ -139,7 +142,8 @@ def test_edge_labels_read_both_ends_and_regression_reports_errors(tmp_path):
     ]
     write_lines(tmp_path / "edges.jsonl", rows)
     job = run(tmp_path, events, tmp_path / "edges.jsonl", kind="edge_regression")
-    assert job.labelled.head.in_dim == 2 * 8 and job.labelled.head.seen == 600
+    # both ends' 8-d embeddings, both ends' 4 stream features and the 4 reputation ones
+    assert job.labelled.head.in_dim == 2 * 8 + 12 and job.labelled.head.seen == 600
     figures = job.labelled.figures()["all"]
     assert set(figures["head"]) == {"mae", "rmse"} and figures["head"]["mae"] > 0
 
@@ -220,3 +224,38 @@ def test_the_task_s_figures_are_prometheus_gauges(tmp_path):
     for model in ("head", "prior"):
         got = registry.get_sample_value("streamgnn_task_window", {"model": model, "metric": "ap"})
         assert got == pytest.approx(window[model]["ap"])
+
+
+@pytest.mark.parametrize("ids", ["int", "str"])
+def test_live_features_batch_by_batch_equal_the_offline_sweep(ids):
+    """``LiveFeatures`` updated a batch at a time reads what ``stream_features`` computes event by event
+    (self-loops, repeated pairs and ratings included), for labels after each batch."""
+    rng = np.random.default_rng(4)
+    n, bs = 900, 100
+    src, dst = rng.integers(0, 30, n), rng.integers(0, 30, n)
+    t = np.cumsum(rng.exponential(300.0, n))
+    w = rng.integers(-10, 11, n).astype(float)
+    names = (lambda a: a.astype(str).astype(object)) if ids == "str" else (lambda a: a)
+    events = EventBatch.from_columns(src=names(src), dst=names(dst), t=t, eid=np.arange(n), weight=w)
+    starts = np.arange(bs, n, bs)  # a label at each batch's first event, on that event's edge
+    labels = Labels(events.src[starts], t[starts], np.zeros(len(starts), np.int64), events.dst[starts])
+    offline = stream_features(events, labels, tau=3600.0)
+    keep = [i for i, name in enumerate(offline.names) if name != "pair_count"]
+
+    live, dense = LiveFeatures(3600.0, rated=True), {}
+    code = np.vectorize(lambda v: dense.setdefault(v, len(dense)), otypes=[np.int64])
+    rows = []
+    for k, lo in enumerate(range(0, n, bs)):
+        if k:  # the label at this batch's start reads the batches before it
+            i = k - 1
+            s_, d_ = code(labels.node[i : i + 1]), code(labels.dst[i : i + 1])
+            rows.append(live.rows(s_, d_, labels.t[i : i + 1])[0])
+        part = slice(lo, lo + bs)
+        s_, d_ = code(events.src[part]), code(events.dst[part])
+        external = {v: key for key, v in dense.items()}
+        live.observe(s_, d_, t[part], w[part], lambda a, b, e=external: np.array([e[j] for j in range(a, b)]))
+    np.testing.assert_allclose(np.array(rows), offline.x[:, keep], rtol=1e-5, atol=1e-5)
+    assert live.index(names(np.array([src[0], 999]))).tolist()[1] == -1
+    back = LiveFeatures.from_state(tensors(tensor_blob(live.state()), "test"))
+    np.testing.assert_array_equal(back.rows(np.arange(5), np.arange(5), np.full(5, t[-1])),
+                                  live.rows(np.arange(5), np.arange(5), np.full(5, t[-1])))  # fmt: skip

@@ -31,10 +31,11 @@ import torch
 from prometheus_client import Gauge
 
 from ..errors import CheckpointError, ConfigError
-from ..events import DeadLetter, EventBatch
+from ..events import DeadLetter, EventBatch, EventKind
 from ..tasks.config import TaskConfig
 from ..tasks.feed import FileLabels, KafkaLabels, empty_labels, merge
 from ..tasks.labels import Labels
+from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
 
 LETTERS_KEPT = 100  # the first dead letters, as the summary quotes them
@@ -49,7 +50,10 @@ class LabelledStream:
         dim = trainer.link_model.out_dim
         if dim is None:
             raise ConfigError(f"task: {type(trainer.link_model).__name__} embeds nothing for a head to read")
-        self.head = OnlineHead(config, dim * (2 if self.task.on_edges else 1), trainer.config.seed)
+        edges = self.task.on_edges
+        self.features = LiveFeatures(config.tau, rated=edges) if config.features else None
+        width = 0 if self.features is None else self.features.width(edges)
+        self.head = OnlineHead(config, dim * (2 if edges else 1) + width, trainer.config.seed)
         self.pending = empty_labels(self.task)
         self.watermark = -math.inf
         self.dead_letters = 0
@@ -117,17 +121,33 @@ class LabelledStream:
 
     def _inputs(self, labels: Labels) -> np.ndarray:
         """The head's inputs: each label's node (edge: both ends') embedding from the model now, at the
-        earliest label time (nodes the store has not seen yet read the blank row, as ``step`` does)."""
+        earliest label time (nodes the store has not seen yet read the blank row, as ``step`` does), and
+        its stream features at its own time."""
         store, tr = self.trainer.store, self.trainer
         ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
         blank = store.num_nodes
         rows = [store.node_index(e, strict=False) if blank else np.full(len(e), -1) for e in ends]
         nodes = np.concatenate(rows)
-        nodes = np.where(nodes >= 0, nodes, blank)
         with torch.no_grad():
-            z = tr.link_model.embed(nodes, float(labels.t[0]), blank, tr.steps)
+            z = tr.link_model.embed(np.where(nodes >= 0, nodes, blank), float(labels.t[0]), blank, tr.steps)
         z = z.reshape(len(ends), len(labels), -1)
-        return self.task.inputs(z[0], z[1] if labels.dst is not None else None)
+        x = self.task.inputs(z[0], z[1] if labels.dst is not None else None)
+        if self.features is None:
+            return x
+        return np.concatenate(
+            [x, self.features.rows(rows[0], rows[1] if len(rows) > 1 else None, labels.t)], 1
+        )
+
+    def after_step(self, batch: EventBatch, letters: list[DeadLetter]) -> None:
+        """Count a stepped batch's learned edges (not its refused rows) into the stream features."""
+        if self.features is None or not len(batch):
+            return
+        ok = batch.kind == EventKind.EDGE_ADD
+        ok[[letter.index for letter in letters if 0 <= letter.index < len(batch)]] = False
+        store = self.trainer.store
+        src, dst = store.node_index(batch.src[ok]), store.node_index(batch.dst[ok])
+        w = None if batch.weight is None else batch.weight[ok]
+        self.features.observe(src, dst, batch.t[ok], w, lambda lo, hi: store.external_ids(np.arange(lo, hi)))
 
     def _letters(self, letters: list[DeadLetter]) -> None:
         self.dead_letters += len(letters)
@@ -184,6 +204,7 @@ class LabelledStream:
         p = self.pending
         return {
             "head": self.head.state(), "watermark": self.watermark, "feed": self.feed.position(),
+            "features": None if self.features is None else self.features.state(),
             "dead_letters": self.dead_letters, "reasons": dict(self.reasons),
             "pending": {"node": p.node.tolist(), "t": p.t.tolist(), "y": p.y.tolist(),
                         "dst": None if p.dst is None else p.dst.tolist(),
@@ -192,13 +213,17 @@ class LabelledStream:
 
     def restore(self, state: dict, where: str) -> None:
         """Continue from ``state()`` of a checkpoint (the same task, or a refusal naming both)."""
-        saved = state["head"]["config"]
-        if saved.get("kind") != self.config.kind or saved.get("classes") != self.config.classes:
+        saved, mine = state["head"]["config"], self.config.to_dict()
+        keys = ("kind", "classes", "features", "hidden")
+        if any(saved.get(k) != mine[k] for k in keys):
+            was, now = (", ".join(f"{k} {c.get(k)}" for k in keys) for c in (saved, mine))
             raise CheckpointError(
-                f"{where} learned task {saved.get('kind')} ({saved.get('classes')} classes); this run's is "
-                f"{self.config.kind} ({self.config.classes}): resume with the same task, or another folder"
+                f"{where} learned task {was}; this run's is {now}: resume with the same task, or use "
+                "another checkpoint folder"
             )
         self.head = OnlineHead.from_state(state["head"], f"{where}: task")
+        if state.get("features") is not None:
+            self.features = LiveFeatures.from_state(state["features"])
         self.watermark, self.dead_letters = float(state["watermark"]), int(state["dead_letters"])
         self.reasons = Counter(state.get("reasons", {}))
         p = state["pending"]

@@ -223,6 +223,8 @@ class TrainJob:
     # ------------------------------------------------------------------ monitoring
     def _on_step(self, batch, result, arrival: float) -> None:
         m, trainer = self.metrics, self.trainer
+        if self.labelled is not None:
+            self.labelled.after_step(batch, result.dead_letters)
         m.ingested.inc(len(batch))
         for letter in result.dead_letters:
             m.dead_letter(letter.reason)

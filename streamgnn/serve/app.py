@@ -215,40 +215,46 @@ def create_app(
             ],
         }
 
+    def pairs_of(data: dict) -> tuple[list, list]:
+        pairs = data.get("pairs") if "pairs" in data else [[data.get("src"), data.get("dst")]]
+        if not (
+            isinstance(pairs, list) and pairs and all(isinstance(p, list) and len(p) == 2 for p in pairs)
+        ):
+            raise _Reject(400, "pairs: give a non-empty list of [src, dst] pairs")
+        return id_list([p[0] for p in pairs], "pairs (src)"), id_list([p[1] for p in pairs], "pairs (dst)")
+
     async def predict(request: Request):
         data = await body(request) if request.method == "POST" else dict(request.query_params)
-        head, checkpoint, why = await run_in_threadpool(predictor.head)
+        loaded = await run_in_threadpool(predictor.load)
+        head = loaded.head
         if head is None:
-            raise _Reject(404, f"no task head: {why}")
+            raise _Reject(404, f"no task head: {loaded.why}")
         edges = head.task.on_edges
-        if edges != ("pairs" in data or "src" in data):
-            want = "pairs (POST {'pairs': [[src, dst]]}) or src and dst" if edges else "nodes (or node)"
+        if edges != ("pairs" in data or "src" in data or "dst" in data):
+            want = "pairs (POST {'pairs': [[src, dst]]}) or src and dst" if edges else "nodes"
             raise _Reject(400, f"the task is {head.config.kind}: give {want}")
-        if not edges:
-            nodes = data.get("nodes", data.get("node"))
-            ids = id_list(nodes if isinstance(nodes, list) else [s for s in str(nodes or "").split(",") if s],
-                          "nodes")  # fmt: skip
-            tab, z, _ = rows(ids, "nodes")
-            keys = [{"node": i} for i in ids]
-        else:
-            pairs = data.get("pairs") if "pairs" in data else [[data.get("src"), data.get("dst")]]
-            if not (
-                isinstance(pairs, list) and pairs and all(isinstance(p, list) and len(p) == 2 for p in pairs)
-            ):
-                raise _Reject(400, "pairs: give a non-empty list of [src, dst] pairs")
-            src, dst = (
-                id_list([p[0] for p in pairs], "pairs (src)"),
-                id_list([p[1] for p in pairs], "pairs (dst)"),
+        if edges:
+            src, dst = pairs_of(data)
+            _, z, _ = rows(src + dst, "pairs")
+            kind = np.int64 if int_ids else object
+            x = predictor.inputs(
+                loaded, z[: len(src)], np.array(src, kind), z[len(src) :], np.array(dst, kind)
             )
-            tab, both, _ = rows(src + dst, "pairs")
-            z = np.concatenate([both[: len(src)], both[len(src) :]], axis=1)
             keys = [{"src": a, "dst": b} for a, b in zip(src, dst, strict=True)]
-        if z.shape[1] != head.in_dim:
-            raise _Reject(404, f"no task head for these embeddings: the head of {checkpoint} reads "
-                          f"{head.in_dim}-d inputs, these are {z.shape[1]}-d")  # fmt: skip
-        out = predictor.predict(head, z)
+        else:
+            nodes = data.get("nodes")
+            if request.method == "GET":
+                nodes = [s for s in str(nodes or "").split(",") if s]
+            ids = id_list(nodes, "nodes")
+            _, z, _ = rows(ids, "nodes")
+            x = predictor.inputs(loaded, z, np.array(ids, dtype=np.int64 if int_ids else object))
+            keys = [{"node": i} for i in ids]
+        if x.shape[1] != head.in_dim:
+            raise _Reject(404, f"no task head for these embeddings: the head of {loaded.checkpoint} reads "
+                          f"{head.in_dim} inputs, these give {x.shape[1]}")  # fmt: skip
+        out = predictor.predict(head, x)
         return {
-            "task": head.config.kind, "checkpoint": checkpoint,
+            "task": head.config.kind, "checkpoint": loaded.checkpoint,
             "predictions": [{**k, **p} for k, p in zip(keys, out, strict=True)],
         }  # fmt: skip
 

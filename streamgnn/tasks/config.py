@@ -34,7 +34,9 @@ class TaskConfig(Config):
     messages; the events' broker), one of the two. The head: an MLP of ``hidden`` widths over the model's
     embeddings, Adam at ``lr``; each learning step reads the new labels and ``replay_batch`` earlier ones
     drawn from the last ``replay`` (a rare class is otherwise seen once and forgotten). ``window``: labels
-    per prequential window (the status line's and Prometheus' figures)."""
+    per prequential window (the status line's and Prometheus' figures). ``features``: the head also reads
+    the label's causal stream features (``live_features``: degree, activity decayed over ``tau``, recency;
+    for edges both ends' and the reputation ones), which a memory-based embedding lacks."""
 
     kind: TaskKind = "node_classification"
     classes: int = 2
@@ -45,6 +47,8 @@ class TaskConfig(Config):
     replay: int = 4096
     replay_batch: int = 256
     window: int = 1000
+    features: bool = True
+    tau: float = 86400.0
 
     def __post_init__(self) -> None:
         if (self.labels_file is None) == (self.labels_topic is None):
@@ -53,8 +57,8 @@ class TaskConfig(Config):
             raise ConfigError(f"task.classes must be an int >= 2, got {self.classes!r}")
         if any(not isinstance(w, int) or w < 1 for w in self.hidden):
             raise ConfigError(f"task.hidden: widths are ints >= 1, got {list(self.hidden)}")
-        if not self.lr > 0:
-            raise ConfigError(f"task.lr must be > 0, got {self.lr}")
+        if not (self.lr > 0 and self.tau > 0):
+            raise ConfigError(f"task.lr and task.tau must be > 0, got {self.lr} and {self.tau}")
         for name in ("replay", "replay_batch", "window"):
             if getattr(self, name) < (0 if name != "window" else 1):
                 raise ConfigError(f"task.{name} must be >= {0 if name != 'window' else 1}")
