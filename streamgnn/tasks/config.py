@@ -43,7 +43,7 @@ class TaskConfig(Config):
     labels_file: str | None = None
     labels_topic: str | None = None
     hidden: tuple[int, ...] = (80,)
-    lr: float = 1e-3
+    lr: float = 1e-2
     replay: int = 4096
     replay_batch: int = 256
     window: int = 1000
