@@ -42,6 +42,8 @@ class OnlineHead:
         self.rng = np.random.default_rng(seed)
         self.steps = 0
         self.records: dict[str, list[np.ndarray]] = {name: [] for name in RECORDS}
+        # what the prior has seen: labels per class, or the values' sum and number
+        self._counts = np.zeros(self.task.classes if isinstance(self.task, Classification) else 2)
 
     @property
     def seen(self) -> int:
@@ -66,14 +68,14 @@ class OnlineHead:
         return scores
 
     def _record(self, t: np.ndarray, y: np.ndarray, scores: np.ndarray) -> None:
-        ys = self._all("y")
         n = len(y)
         if isinstance(self.task, Classification):
-            counts = np.bincount(ys.astype(np.int64), minlength=self.task.classes) + 1.0
-            share = counts / counts.sum()
+            share = (self._counts + 1.0) / (self._counts.sum() + self.task.classes)  # Laplace: none yet
             prior = np.full(n, share[1]) if self.task.binary else np.tile(share, (n, 1))
+            self._counts += np.bincount(np.asarray(y, np.int64), minlength=self.task.classes)
         else:
-            prior = np.full(n, ys.mean() if len(ys) else 0.0)
+            prior = np.full(n, self._counts[0] / self._counts[1] if self._counts[1] else 0.0)
+            self._counts += [float(np.sum(y)), n]
         for name, value in zip(RECORDS, (t, y, scores, prior), strict=True):
             self.records[name].append(np.asarray(value))
 
@@ -143,6 +145,7 @@ class OnlineHead:
             "replay_x": torch.from_numpy(self.replay_x.copy()),
             "replay_y": torch.from_numpy(self.replay_y.copy()), "replayed": self.replayed,
             "rng": json.dumps(self.rng.bit_generator.state), "steps": self.steps,
+            "prior_counts": torch.from_numpy(self._counts.copy()),
             "records": {name: torch.from_numpy(np.ascontiguousarray(self._all(name))) for name in RECORDS},
         }  # fmt: skip
 
@@ -160,6 +163,7 @@ class OnlineHead:
             head.replayed, head.steps = int(state["replayed"]), int(state["steps"])
             head.rng.bit_generator.state = json.loads(state["rng"])
             head.records = {name: [state["records"][name].numpy().copy()] for name in RECORDS}
+            head._counts = state["prior_counts"].numpy().copy()
         except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CheckpointError(f"{where}: not a task head's state ({first})") from None
