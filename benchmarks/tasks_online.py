@@ -6,8 +6,8 @@ rating signs on each rating), the training job (``jobs.TrainJob``, test-then-tra
 twice on the same events, back to back: link prediction alone, then with the task (its labels from a
 JSON-lines file, ``task.labels_file``). Reported:
 
-- ``cost_ratio_<key>``: the job's seconds with the task over without (the issue's target: at most 1.3),
-  with each run's events per second;
+- ``cost_ratio_<key>``: the job's seconds with the task over without (the issue's target: at most 1.3;
+  medians over ``--repeats`` runs of each, alternating which goes first), with events per second;
 - ``auc_online_<key>``: the head's AUC-ROC on the test period's labels (the last 15% of the stream's
   time, as ``bench tasks`` splits it), each scored before the head learned from it, and ``auc_online_all_
   <key>`` over every label; ``auc_online_prior_<key>`` the running class share's;
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -65,7 +66,7 @@ def run_job(events, config: TrainConfig, task: TaskConfig | None) -> tuple[float
     return time.perf_counter() - started, job
 
 
-def run_stream(name: str, cap: int | None, seed: int, folder: Path) -> dict:
+def run_stream(name: str, cap: int | None, seed: int, folder: Path, repeats: int) -> dict:
     stream = STREAMS[name]
     events, labels = prepare(stream, cap)
     path = folder / f"{name}.jsonl"
@@ -73,8 +74,15 @@ def run_stream(name: str, cap: int | None, seed: int, folder: Path) -> dict:
     kind = "edge_classification" if labels.on_edges else "node_classification"
     model = TGNConfig(edge_feature_dim=1 if stream.ratings else 0)
     config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model, serve_every=0)
-    link_s, _ = run_job(events, config, None)
-    task_s, job = run_job(events, config, TaskConfig(kind=kind, labels_file=str(path)))
+    task_config = TaskConfig(kind=kind, labels_file=str(path))
+    link_s, task_s, jobs = [], [], []
+    for r in range(repeats):  # alternating which runs first: a host whose load drifts favours neither
+        for with_task in (False, True) if r % 2 == 0 else (True, False):
+            seconds, job = run_job(events, config, task_config if with_task else None)
+            (task_s if with_task else link_s).append(seconds)
+            jobs += [job] if with_task else []
+    link_s, task_s = statistics.median(link_s), statistics.median(task_s)
+    job = jobs[-1]  # every run with the task scores alike (the same seed, every event learned)
     head = job.labelled.head
     t, y, score, prior = (np.concatenate(head.records[k]) for k in ("t", "y", "score", "prior"))
     if len(t) != len(labels) or not np.array_equal(t, labels.t):
@@ -112,14 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--events", type=positive_int, default=None, help="cap each stream at its first N events")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--repeats", type=positive_int, default=1,
+        help="runs of each job, alternating which goes first; the cost ratio is of their medians",
+    )  # fmt: skip
     ap.add_argument("--threads", type=positive_int, default=1, help="torch and Numba threads")
     args = ap.parse_args(argv)
     set_threads(args.threads)
     cap = args.events or (QUICK_EVENTS if args.quick else None)
-    summary: dict = {"seed": args.seed, "threads": args.threads}
+    summary: dict = {"seed": args.seed, "threads": args.threads, "repeats": args.repeats}
     with tempfile.TemporaryDirectory() as folder:
         for name in args.streams:
-            summary.update(run_stream(name, cap, args.seed, Path(folder)))
+            summary.update(run_stream(name, cap, args.seed, Path(folder), args.repeats))
     headline = {}
     for name in args.streams:
         key = STREAMS[name].key
