@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +56,6 @@ class LabelledStream:
         self.pending = empty_labels(self.task)
         self.watermark = -math.inf
         self.dead_letters = 0
-        self.reasons: Counter[str] = Counter()
         self.letters: list[DeadLetter] = []
         self.gauges = None if registry is None else _gauges(registry)
 
@@ -151,8 +149,6 @@ class LabelledStream:
 
     def _letters(self, letters: list[DeadLetter]) -> None:
         self.dead_letters += len(letters)
-        for letter in letters:
-            self.reasons[_reason_kind(letter.reason)] += 1
         self.letters += letters[: max(0, LETTERS_KEPT - len(self.letters))]
 
     # ------------------------------------------------------------------ figures
@@ -205,7 +201,7 @@ class LabelledStream:
         return {
             "head": self.head.state(), "watermark": self.watermark, "feed": self.feed.position(),
             "features": None if self.features is None else self.features.state(),
-            "dead_letters": self.dead_letters, "reasons": dict(self.reasons),
+            "dead_letters": self.dead_letters,
             "pending": {"node": p.node.tolist(), "t": p.t.tolist(), "y": p.y.tolist(),
                         "dst": None if p.dst is None else p.dst.tolist(),
                         "origin": [] if p.origin is None else p.origin.tolist()},
@@ -225,7 +221,6 @@ class LabelledStream:
         if state.get("features") is not None:
             self.features = LiveFeatures.from_state(state["features"])
         self.watermark, self.dead_letters = float(state["watermark"]), int(state["dead_letters"])
-        self.reasons = Counter(state.get("reasons", {}))
         p = state["pending"]
         y = np.asarray(p["y"], self.pending.y.dtype)
         dst = None if p["dst"] is None else _ids(p["dst"])
@@ -262,11 +257,6 @@ def _payload(labels: Labels, i: int) -> str:
     if labels.dst is not None:
         parts["dst"] = labels.dst[i]
     return json.dumps({k: _plain(v) for k, v in parts.items()})
-
-
-def _reason_kind(reason: str) -> str:
-    """A reason without its values ("late label", "unknown node", "missing field 'y'"): a metric label."""
-    return reason.split(":")[0][:60]
 
 
 def _gauges(r):
