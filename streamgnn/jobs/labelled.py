@@ -57,7 +57,8 @@ class LabelledStream:
         self.watermark = -math.inf
         self.dead_letters = 0
         self.letters: list[DeadLetter] = []
-        self.gauges = None if registry is None else _gauges(registry)
+        if registry is not None:
+            self._export(registry)
 
     @classmethod
     def open(cls, config: TaskConfig, trainer, *, bootstrap: str | None, registry=None) -> LabelledStream:
@@ -94,7 +95,6 @@ class LabelledStream:
                 self.head.observe(self._inputs(flush), flush.y, flush.t, learn=learn)
         self.watermark = max(self.watermark, until)
         self._letters(letters)
-        self._export()
 
     def _known(self, labels: Labels, batch: EventBatch, until: float) -> tuple[Labels, list[DeadLetter]]:
         """The labels whose node (and edge destination) an event has, and a dead letter for each other.
@@ -125,9 +125,11 @@ class LabelledStream:
         ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
         blank = store.num_nodes
         rows = [store.node_index(e, strict=False) if blank else np.full(len(e), -1) for e in ends]
-        nodes = np.concatenate(rows)
-        with torch.no_grad():
-            z = tr.link_model.embed(np.where(nodes >= 0, nodes, blank), float(labels.t[0]), blank, tr.steps)
+        nodes, back = np.unique(
+            np.where(np.concatenate(rows) >= 0, np.concatenate(rows), blank), return_inverse=True
+        )
+        with torch.no_grad():  # each node once (a node with many labels in the batch, an edge's ends)
+            z = tr.link_model.embed(nodes, float(labels.t[0]), blank, tr.steps)[back]
         z = z.reshape(len(ends), len(labels), -1)
         x = self.task.inputs(z[0], z[1] if labels.dst is not None else None)
         if self.features is None:
@@ -183,17 +185,20 @@ class LabelledStream:
             + f"; {self.waiting():,} pending; {self.dead_letters:,} label dead letters"
         )
 
-    def _export(self) -> None:
-        if self.gauges is None:
-            return
-        labels, pending, dead, window = self.gauges
-        labels.set(self.head.seen)
-        pending.set(self.waiting())
-        dead.set(self.dead_letters)
-        figures = self.head.figures(self.config.window)
+    def _export(self, registry) -> None:
+        """Gauges read when scraped (nothing is computed per batch): counts, and the last ``window``
+        labels' figures of the head and of the prior, one child per figure the task reports."""
+        labels, pending, dead, window = _gauges(registry)
+        labels.set_function(lambda: self.head.seen)
+        pending.set_function(self.waiting)
+        dead.set_function(lambda: self.dead_letters)
+        out = self.task.out_dim
+        names = self.task.metrics(np.zeros((0, out)) if out > 1 else np.zeros(0), np.zeros(0, np.int64))
         for model in ("head", "prior"):
-            for name, value in figures[model].items():
-                window.labels(model, name).set(value)
+            for name in names:
+                window.labels(model, name).set_function(
+                    lambda m=model, n=name: self.head.figures(self.config.window)[m].get(n, math.nan)
+                )
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:
