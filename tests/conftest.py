@@ -92,7 +92,7 @@ INTEGRATION = {
     "test_interval_logs", "test_kafka_bench", "test_kafka_fuzz", "test_kafka_group", "test_kafka_order",
     "test_kafka_recovery", "test_kafka_security", "test_kafka_sink", "test_kafka_source",
     "test_partition_router", "test_router_hostile", "test_serve_hostile", "test_serve_http",
-    "test_snapshots_live", "test_train_kafka",
+    "test_snapshots_live", "test_tasks_kafka", "test_train_kafka",
     # several real processes: MPI ranks, torch.distributed groups, commands killed and restarted
     "test_agents_mpi", "test_rank_failure", "test_shard_dygformer", "test_shard_faults", "test_shard_job",
     "test_shard_letters", "test_shard_router", "test_shard_train", "test_shard_walks",

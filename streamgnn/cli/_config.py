@@ -24,6 +24,9 @@ dataclasses, overridden by environment variables and then by command-line flags.
       spec: {kind: window, every: 86400}             # streamgnn.snapshots.SnapshotSpec
     agents:           # AgentsConfig (below): streamgnn agents
       source_loc: {nodes: 100}                       # streamgnn.agents.source_loc.SourceLocConfig
+    task:             # streamgnn.tasks.TaskConfig: a labelled task streamgnn train learns (docs/tasks.md)
+      kind: node_classification
+      labels_file: labels.jsonl
 
 Environment: ``STREAMGNN_<SECTION>__<KEY>[__<KEY>]=value`` (a YAML scalar), e.g.
 ``STREAMGNN_TRAIN__MODEL__MEMORY_DIM=64``. An unknown section or key, in the file or the environment, is an
@@ -53,6 +56,7 @@ from ..jobs.router import RouterConfig
 from ..serve.config import ServeConfig
 from ..snapshots import NextLinks, NodeTarget, SnapshotSpec
 from ..store import StoreConfig
+from ..tasks.config import TaskConfig
 from ..train.config import TrainConfig
 from ..train.resume import ResumeConfig
 from ._args import check_output_dir
@@ -170,6 +174,7 @@ class JobConfig:
     partition: PartitionSection = field(default_factory=PartitionSection)
     snapshots: SnapshotsConfig = field(default_factory=SnapshotsConfig)
     agents: AgentsConfig = field(default_factory=AgentsConfig)
+    task: TaskConfig | None = None  # a labelled task streamgnn train learns beside link prediction
 
 
 def load_config(

@@ -22,6 +22,7 @@ BENCHMARKS = (
     "soak",
     "pairs",
     "tasks",
+    "tasks_online",
     "follow",
 )
 

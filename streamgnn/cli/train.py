@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..tasks.config import KINDS
 from ..train.config import DEFAULT_CHECKPOINT_EVERY, FOLLOW_MODES
 from ._args import device, input_file, non_negative, output_dir, port, positive_float, positive_int, seconds
 from ._config import add_config_option, config_from_args, override
@@ -78,9 +79,11 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         kafka["source"] = tally = Tally(source, str(args.file or args.dataset))
     if args.publish:
         kafka["embeddings_topic"] = cfg.kafka.embeddings_topic
+    if cfg.task is not None and cfg.task.labels_topic is not None:
+        kafka["bootstrap"] = cfg.kafka.bootstrap
     job = TrainJob(
         train, metrics_port=args.metrics_port, log_every_s=args.log_every, out_dir=args.out,
-        resume=cfg.resume, **kafka,
+        resume=cfg.resume, task=cfg.task, **kafka,
     )  # fmt: skip
     result = job.run(
         idle_timeout_s=args.idle_timeout, max_events=args.events, progress=not args.quiet, total=total
@@ -96,6 +99,10 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         )
         if result.summary_path:
             print(f"report: {result.summary_path}, {result.plot_path}")
+    if job.dist.is_main and job.labelled is not None:
+        print(job.labelled.text())
+        for letter in job.labelled.letters[:5]:
+            print(f"  label dead letter: {letter.where}: {letter.reason}")
     return 0
 
 
@@ -122,7 +129,7 @@ def register(sub) -> None:
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_config_option(p, "kafka, train, resume")
+    add_config_option(p, "kafka, train, resume, task")
     add_source_options(p)
     p.add_argument(
         "--events",
@@ -168,6 +175,15 @@ def register(sub) -> None:
         "dead letter, e.g. 60",
     )  # fmt: skip
     add_follow_option(p)
+    override(
+        p, "--task", key="task.kind", choices=sorted(KINDS),
+        help="learn a labelled task beside link prediction, its labels from --labels or task.labels_topic "
+        "(docs/tasks.md)",
+    )  # fmt: skip
+    override(
+        p, "--labels", key="task.labels_file", metavar="FILE", type=input_file,
+        help="the task's labels, JSON lines {node, t, y[, dst]}, e.g. labels.jsonl",
+    )  # fmt: skip
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (1)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")
     p.add_argument(

@@ -32,22 +32,29 @@ from ..serve.metrics import WorkerMetrics
 from ..shard.run import local_source
 from ..shard.source import KafkaPartitions
 from ..shard.trainer import ShardedTrainer
+from ..tasks.config import TaskConfig
 from ..train.broadcast import BroadcastSource
 from ..train.config import TrainConfig
 from ..train.distributed import collective, init_distributed
 from ..train.report import write_report
 from ..train.resume import Expectation, ResumeConfig, trainer_kind
 from ..train.trainer import OnlineResult, OnlineTrainer
+from .labelled import LabelledStream
 from .resume import check_folder, choose, source_identity
 
 
 class Monitored:
-    """A trainer that calls ``on_step(batch, result, arrival)`` after every global batch."""
+    """A trainer that calls ``on_step(batch, result, arrival)`` after every global batch, and a labelled
+    task's ``before_step(batch, learn)`` before it (``labelled``: its labels are scored from the state
+    before the batch, learned from when the batch is)."""
 
     on_step = None
+    labelled: LabelledStream | None = None
 
     def step(self, batch, **kw):
         arrival = kw.get("arrival") or time.perf_counter()
+        if self.labelled is not None:
+            self.labelled.before_step(batch, kw.get("train", True))
         result = super().step(batch, **kw)
         if self.on_step is not None:
             self.on_step(batch, result, arrival)
@@ -55,7 +62,13 @@ class Monitored:
 
 
 class MonitoredTrainer(Monitored, OnlineTrainer):
-    """The replicated job's trainer."""
+    """The replicated job's trainer; its checkpoints hold the labelled task's state too."""
+
+    def state(self) -> tuple[dict, dict]:
+        tensors, values = super().state()
+        if self.labelled is not None:
+            tensors["task"] = self.labelled.state()
+        return tensors, values
 
 
 class MonitoredShardedTrainer(Monitored, ShardedTrainer):
@@ -78,6 +91,7 @@ class TrainJob:
     log_every_s: float = 10.0
     out_dir: str | None = None
     resume: ResumeConfig = field(default_factory=ResumeConfig)
+    task: TaskConfig | None = None
 
     def __post_init__(self) -> None:
         if (self.source is None) == (self.topic is None):
@@ -91,6 +105,13 @@ class TrainJob:
         self._rate = IntervalRate()
         self._lag_reader = None
         self._source = None  # the KafkaSource this rank reads (replicated: rank 0's)
+        self._chosen = None  # the checkpoint this run resumed from
+        self.labelled: LabelledStream | None = None
+        if self.task is not None and (self.sharded or self.dist.world_size > 1):
+            raise ConfigError(
+                "task: a labelled task is learned by a one-process job for now (not sharded, not under "
+                "torchrun); drop train.sharding or run one process"
+            )
 
     # ------------------------------------------------------------------ build
     def _expectation(self) -> Expectation:
@@ -123,6 +144,7 @@ class TrainJob:
         if error is not None:
             raise CheckpointError(error)
         expect = self._expectation()
+        self._chosen = chosen
         if chosen is None:
             trainer = MonitoredTrainer(self.config, sink=sink, dist=self.dist)
             trainer.source_identity = expect.source
@@ -178,6 +200,22 @@ class TrainJob:
         self._source = local.source
         return trainer, local
 
+    def _labelled(self, trainer) -> LabelledStream:
+        """The task's label stream, continued from the checkpoint resumed when it holds the task's state."""
+        labelled = LabelledStream.open(
+            self.task, trainer, bootstrap=self.bootstrap, registry=self.metrics.registry
+        )
+        if self._chosen is not None:
+            from ..train.checkpoint import load_state
+
+            path, _, state = load_state(self._chosen)
+            if "task" in state:
+                labelled.restore(state["task"], str(path))
+            else:
+                print(f"{path} holds no task state: the task's head starts now", flush=True)
+        trainer.labelled = labelled
+        return labelled
+
     def _max_batch(self) -> int:
         """Events per source batch: room for the batches the budget grows to (``FollowConfig``)."""
         return max(10 * self.config.batch_size, self.config.follow.max_batch_size)
@@ -185,6 +223,8 @@ class TrainJob:
     # ------------------------------------------------------------------ monitoring
     def _on_step(self, batch, result, arrival: float) -> None:
         m, trainer = self.metrics, self.trainer
+        if self.labelled is not None:
+            self.labelled.after_step(batch, result.dead_letters)
         m.ingested.inc(len(batch))
         for letter in result.dead_letters:
             m.dead_letter(letter.reason)
@@ -246,6 +286,8 @@ class TrainJob:
         if budget is not None and budget.follow.budgeted and budget.events:  # what the figures are of
             share = budget.learned_events / budget.events
             quality += f" (a sample: {budget.evaluated:,} events scored), learned from {share:.0%} of events"
+        if self.labelled is not None:
+            quality += f"; {self.labelled.text()}"
         lag = sum(self._lag().values()) if self._source is not None else None
         return (
             f"rank {self.dist.rank}/{self.dist.world_size}: {pos:,} events ({rate:,.0f}/s), "
@@ -290,6 +332,9 @@ class TrainJob:
                 if self._source is not None:
                     stack.callback(self._source.close)
             self.trainer = trainer
+            if self.task is not None:
+                self.labelled = self._labelled(trainer)
+                stack.callback(self.labelled.close)
             # computed when scraped, not per step (a CRC of every parameter took 4 ms a batch, a third of
             # a state-only step on a quiet host: benchmarks/RESULTS.md, issue 32)
             self.metrics.fingerprint.set_function(lambda: self._fingerprint(trainer))
@@ -309,4 +354,6 @@ class TrainJob:
             print(f"nothing left to do: the source holds no events after the {trainer.position:,} learned")
         if self.out_dir and self.dist.is_main and result.windows:
             result = write_report(result, self.out_dir)
+        if self.out_dir and self.labelled is not None:
+            self.labelled.write(Path(self.out_dir) / "task.json")
         return result

@@ -8,6 +8,11 @@
 - ``GET /score?src=1&dst=2``, ``POST /score {"pairs": [[1, 2], ...]}``:
   ``{"scorer", "scores": [{"src", "dst", "score"}]}``, with ``"checkpoint"``, ``"pair_features"`` or
   ``"why"`` where they apply (see ``streamgnn.serve.scoring``)
+- ``GET /predict?nodes=1,2``, ``POST /predict {"nodes": [1, 2]}`` (an edge task: ``?src=1&dst=2``,
+  ``{"pairs": [[1, 2]]}``): ``{"task", "checkpoint", "predictions": [{"node" (or "src", "dst"),
+  "probability", "label"}]}`` by the task head of the trainer's checkpoint (``streamgnn.serve.predict``;
+  ``"probabilities"`` for classes, ``"value"`` for regression); 404 when there is no head, 400 for node
+  ids to an edge task or pairs to a node task
 - ``GET /metrics``: Prometheus text format
 
 Errors are ``{"error": "..."}``: 400 for malformed input (the message names the field), 401 without the
@@ -45,6 +50,7 @@ from ..errors import UnknownNodeError
 from .config import ServeConfig, int_id
 from .guard import RequestGuard
 from .metrics import ServiceMetrics
+from .predict import TaskPredictor
 from .reader import EmbeddingsReader
 from .scoring import LinkScorer
 
@@ -72,8 +78,10 @@ class Api:
     checks (each refusal a ``_Reject`` naming the field). A route is a handler ``(api, request)`` in
     ``ROUTES``."""
 
-    def __init__(self, config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer) -> None:
-        self.config, self.reader, self.scorer = config, reader, scorer
+    def __init__(
+        self, config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer, predictor: TaskPredictor
+    ) -> None:
+        self.config, self.reader, self.scorer, self.predictor = config, reader, scorer, predictor
         self.metrics: ServiceMetrics = reader.metrics
         self.int_ids = config.node_ids == "int"
 
@@ -213,6 +221,50 @@ async def score(api: Api, request: Request):
     return {**info, "scores": scores}
 
 
+def _pairs_of(api: Api, data: dict) -> tuple[list, list]:
+    pairs = data.get("pairs") if "pairs" in data else [[data.get("src"), data.get("dst")]]
+    if not (isinstance(pairs, list) and pairs and all(isinstance(p, list) and len(p) == 2 for p in pairs)):
+        raise _Reject(400, "pairs: give a non-empty list of [src, dst] pairs")
+    return api.id_list([p[0] for p in pairs], "pairs (src)"), api.id_list(
+        [p[1] for p in pairs], "pairs (dst)"
+    )
+
+
+async def predict(api: Api, request: Request):
+    """The task head's predictions (node or edge, as the newest checkpoint's task says) for the given ids."""
+    data = await api.body(request) if request.method == "POST" else dict(request.query_params)
+    predictor = api.predictor
+    loaded = await run_in_threadpool(predictor.load)
+    head = loaded.head
+    if head is None:
+        raise _Reject(404, f"no task head: {loaded.why}")
+    edges = head.task.on_edges
+    if edges != ("pairs" in data or "src" in data or "dst" in data):
+        want = "pairs (POST {'pairs': [[src, dst]]}) or src and dst" if edges else "nodes"
+        raise _Reject(400, f"the task is {head.config.kind}: give {want}")
+    if edges:
+        src, dst = _pairs_of(api, data)
+        _, z, _ = api.rows(src + dst, "pairs")
+        x = predictor.inputs(loaded, z[: len(src)], api.ids_array(src), z[len(src) :], api.ids_array(dst))
+        keys = [{"src": a, "dst": b} for a, b in zip(src, dst, strict=True)]
+    else:
+        nodes = data.get("nodes")
+        if request.method == "GET":
+            nodes = [s for s in str(nodes or "").split(",") if s]
+        ids = api.id_list(nodes, "nodes")
+        _, z, _ = api.rows(ids, "nodes")
+        x = predictor.inputs(loaded, z, api.ids_array(ids))
+        keys = [{"node": i} for i in ids]
+    if x.shape[1] != head.in_dim:
+        raise _Reject(404, f"no task head for these embeddings: the head of {loaded.checkpoint} reads "
+                      f"{head.in_dim} inputs, these give {x.shape[1]}")  # fmt: skip
+    out = predictor.predict(head, x)
+    return {
+        "task": head.config.kind, "checkpoint": loaded.checkpoint,
+        "predictions": [{**k, **p} for k, p in zip(keys, out, strict=True)],
+    }  # fmt: skip
+
+
 async def prometheus(api: Api, request: Request):
     return Response(generate_latest(api.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -225,6 +277,7 @@ ROUTES: tuple[tuple[str, str, Handler, tuple[str, ...] | None], ...] = (
     ("/embeddings", "embeddings", embeddings, _BOTH),
     ("/topk", "topk", topk, _BOTH),
     ("/score", "score", score, _BOTH),
+    ("/predict", "predict", predict, _BOTH),
     ("/metrics", "metrics", prometheus, None),
 )
 
@@ -253,9 +306,12 @@ async def _http_error(request: Request, exc: HTTPException):  # routing's own 40
     return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
-def create_app(config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer) -> Starlette:
-    """The ASGI app over ``reader.table`` (which the reader may create after the first message)."""
-    api = Api(config, reader, scorer)
+def create_app(
+    config: ServeConfig, reader: EmbeddingsReader, scorer: LinkScorer, predictor: TaskPredictor | None = None
+) -> Starlette:
+    """The ASGI app over ``reader.table`` (which the reader may create after the first message);
+    ``predictor``: the task head ``/predict`` answers with (None: a 404 saying there is none)."""
+    api = Api(config, reader, scorer, predictor or TaskPredictor(None))
     guard = Middleware(
         RequestGuard,
         max_url_bytes=config.max_url_bytes,

@@ -27,6 +27,7 @@ from ..progress import IntervalLog, IntervalRate
 from .app import create_app
 from .config import ServeConfig
 from .metrics import ServiceMetrics
+from .predict import TaskPredictor
 from .reader import EmbeddingsReader
 from .scoring import LinkScorer
 
@@ -55,7 +56,8 @@ class EmbeddingService:
             **consumer_config,
         )  # fmt: skip
         self.scorer = LinkScorer(config.checkpoint_dir, store)
-        self.app = create_app(config, self.reader, self.scorer)
+        self.predictor = TaskPredictor(config.checkpoint_dir)
+        self.app = create_app(config, self.reader, self.scorer, self.predictor)
         self._server = uvicorn.Server(
             uvicorn.Config(
                 self.app, host=config.host, port=config.port, log_level="warning", access_log=False,

@@ -6,15 +6,21 @@ and their chronological split; ``features`` the causal stream features; ``baseli
 persistence and logistic regression; ``protocol`` trains and scores a head; ``stream`` takes a link
 model's embeddings at the labels' times; ``evaluate`` runs all of it on one stream; ``admit`` decodes
 labels sent as JSON lines, each bad one a dead letter.
+
+On the live job (``streamgnn train`` with a ``task``, ``jobs.labelled``): ``config`` is the YAML's ``task``
+section, ``feed`` reads labels from a file or a Kafka topic, ``online`` is the head scored before it learns
+(prequential), ``live_features`` the stream features kept a batch at a time.
 """
 
 from .admit import decode_labels
 from .baselines import logistic_regression, majority, persistence
+from .config import TaskConfig
 from .edge import EdgeClassification, EdgeRegression
 from .evaluate import TaskResult, evaluate
 from .features import REPUTATION, StreamFeatures, stream_features
 from .labels import Labels, LabelSplit
 from .node import NodeClassification, NodeRegression
+from .online import OnlineHead
 from .protocol import HeadConfig, HeadResult, fit_head
 from .stream import embed_at_labels, pretrain
 from .task import Classification, Regression, Task
@@ -30,9 +36,11 @@ __all__ = [
     "Labels",
     "NodeClassification",
     "NodeRegression",
+    "OnlineHead",
     "Regression",
     "StreamFeatures",
     "Task",
+    "TaskConfig",
     "TaskResult",
     "decode_labels",
     "embed_at_labels",

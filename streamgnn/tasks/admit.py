@@ -100,7 +100,8 @@ def decode_labels(
     y = np.array([g["y"] for g in good], np.int64 if isinstance(task, Classification) else np.float64)
     t = np.array([g["t"] for g in good], np.float64)
     dst = _ids([g["dst"] for g in good]) if task.on_edges else None
-    return Labels(_ids([g["node"] for g in good]), t, y, dst), letters
+    origin = np.array([f"{where}:line {g['line']}" for g in good], dtype=object)
+    return Labels(_ids([g["node"] for g in good]), t, y, dst, origin), letters
 
 
 def _ids(values: list) -> np.ndarray:

@@ -18,16 +18,19 @@ from ..events import EventBatch
 @dataclass(frozen=True)
 class Labels:
     """``n`` labels in time order: ``node`` (external ids; an edge label's source), ``t``, ``y`` (int64
-    classes or float64 values) and, for edge labels, ``dst``."""
+    classes or float64 values) and, for edge labels, ``dst``; ``origin``, where each was read (a file's
+    line, a message's offset: what a dead letter about it names), when it was read from records."""
 
     node: np.ndarray
     t: np.ndarray
     y: np.ndarray
     dst: np.ndarray | None = None
+    origin: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.node)
-        columns = {"t": self.t, "y": self.y, **({} if self.dst is None else {"dst": self.dst})}
+        columns = {"t": self.t, "y": self.y}
+        columns.update({k: v for k, v in (("dst", self.dst), ("origin", self.origin)) if v is not None})
         for name, column in columns.items():
             if np.ndim(column) != 1 or len(column) != n:
                 raise ConfigError(f"Labels.{name} has shape {np.shape(column)}, need ({n},) like Labels.node")
@@ -50,9 +53,8 @@ class Labels:
         return cls(events.src, events.t, np.asarray(y), events.dst if on_edges else None)
 
     def take(self, rows) -> Labels:
-        return Labels(
-            self.node[rows], self.t[rows], self.y[rows], None if self.dst is None else self.dst[rows]
-        )
+        dst, origin = (None if c is None else c[rows] for c in (self.dst, self.origin))
+        return Labels(self.node[rows], self.t[rows], self.y[rows], dst, origin)
 
 
 @dataclass(frozen=True)

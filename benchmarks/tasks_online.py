@@ -1,0 +1,149 @@
+"""Labelled tasks learned online by the live training job (issue 35): what a task head costs, and how
+well it predicts each label before it has seen it.
+
+For each stream (``tasks.py``'s: JODIE Wikipedia's bans on each edit's editor, Bitcoin OTC's and Alpha's
+rating signs on each rating), the training job (``jobs.TrainJob``, test-then-train on every event) runs
+twice on the same events, back to back: link prediction alone, then with the task (its labels from a
+JSON-lines file, ``task.labels_file``). Reported:
+
+- ``cost_ratio_<key>``: the job's seconds with the task over without (the issue's target: at most 1.3;
+  medians over ``--repeats`` runs of each, alternating which goes first), with events per second;
+- ``auc_online_<key>``: the head's AUC-ROC on the test period's labels (the last 15% of the stream's
+  time, as ``bench tasks`` splits it), each scored before the head learned from it, and ``auc_online_all_
+  <key>`` over every label; ``auc_online_prior_<key>`` the running class share's;
+- on the same test rows, the logistic regression on causal stream features (``auc_<key>_features``) and,
+  for ratings, on the reputation features (``auc_<key>_reputation``), trained on the training part's labels
+  as ``bench tasks`` trains them, and ``margin_online_<key>``: the head minus the best of them.
+
+The head learns from each label once, right after scoring it, from the link model's embeddings alone (the
+service answers from those): the offline protocol's head (``bench tasks``) also reads the stream features
+and trains for epochs on the whole training part; RESULTS.md compares the two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    from .common import report, set_threads
+    from .tasks import BATCH_SIZE, STREAMS, prepare
+except ImportError:  # run as a script
+    from common import report, set_threads
+    from tasks import BATCH_SIZE, STREAMS, prepare
+
+from streamgnn.cli._args import positive_int
+from streamgnn.jobs import TrainJob
+from streamgnn.nn import TGNConfig
+from streamgnn.tasks import REPUTATION, Labels, LabelSplit, logistic_regression, stream_features
+from streamgnn.tasks.config import TaskConfig
+from streamgnn.train import TrainConfig
+
+QUICK_EVENTS = 4_000
+SOURCE_BATCH = 10 * BATCH_SIZE
+
+
+def write_labels(labels: Labels, path: Path) -> None:
+    """``labels`` as the JSON lines a job reads (``tasks.admit``)."""
+    with path.open("w") as out:
+        for i in range(len(labels)):
+            row = {"node": int(labels.node[i]), "t": float(labels.t[i]), "y": int(labels.y[i])}
+            if labels.dst is not None:
+                row["dst"] = int(labels.dst[i])
+            out.write(json.dumps(row) + "\n")
+
+
+def run_job(events, config: TrainConfig, task: TaskConfig | None) -> tuple[float, TrainJob]:
+    job = TrainJob(config, source=events.split(SOURCE_BATCH), task=task, log_every_s=3600)
+    started = time.perf_counter()
+    job.run(progress=False)
+    return time.perf_counter() - started, job
+
+
+def run_stream(name: str, cap: int | None, seed: int, folder: Path, repeats: int) -> dict:
+    stream = STREAMS[name]
+    events, labels = prepare(stream, cap)
+    path = folder / f"{name}.jsonl"
+    write_labels(labels, path)
+    kind = "edge_classification" if labels.on_edges else "node_classification"
+    model = TGNConfig(edge_feature_dim=1 if stream.ratings else 0)
+    config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model, serve_every=0)
+    task_config = TaskConfig(kind=kind, labels_file=str(path))
+    link_s, task_s, jobs = [], [], []
+    for r in range(repeats):  # alternating which runs first: a host whose load drifts favours neither
+        for with_task in (False, True) if r % 2 == 0 else (True, False):
+            seconds, job = run_job(events, config, task_config if with_task else None)
+            (task_s if with_task else link_s).append(seconds)
+            jobs += [job] if with_task else []
+    link_s, task_s = statistics.median(link_s), statistics.median(task_s)
+    job = jobs[-1]  # every run with the task scores alike (the same seed, every event learned)
+    head = job.labelled.head
+    t, y, score, prior = (np.concatenate(head.records[k]) for k in ("t", "y", "score", "prior"))
+    if len(t) != len(labels) or not np.array_equal(t, labels.t):
+        raise RuntimeError(f"{name}: the job scored {len(t)} of {len(labels)} labels")
+    split = LabelSplit.by_time(labels, events.t)
+    test = split.test
+    key = stream.key
+    task = head.task
+    out = {
+        f"events_{key}": len(events), f"labels_{key}": len(labels), f"test_labels_{key}": len(test),
+        f"test_positive_{key}": int(np.sum(labels.y[test] == 1)),
+        f"events_per_s_link_{key}": len(events) / link_s, f"events_per_s_task_{key}": len(events) / task_s,
+        f"cost_ratio_{key}": task_s / link_s,
+        f"auc_online_{key}": task.metrics(score[test], y[test])["auc"],
+        f"auc_online_all_{key}": task.metrics(score, y)["auc"],
+        f"auc_online_prior_{key}": task.metrics(prior[test], y[test])["auc"],
+    }  # fmt: skip
+    feats = stream_features(events, labels)
+    baselines = {"features": feats.x}
+    if REPUTATION[0] in feats.names:
+        baselines["reputation"] = feats.select(REPUTATION)
+    for base, x in baselines.items():
+        scores = logistic_regression(task, x, labels, split, seed).scores
+        out[f"auc_{key}_{base}"] = task.metrics(scores[test], labels.y[test])["auc"]
+    out[f"margin_online_{key}"] = out[f"auc_online_{key}"] - max(out[f"auc_{key}_{b}"] for b in baselines)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help=f"the first {QUICK_EVENTS:,} events of each stream")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument(
+        "--streams", nargs="+", choices=list(STREAMS), default=list(STREAMS), help="e.g. bitcoin_otc"
+    )
+    ap.add_argument("--events", type=positive_int, default=None, help="cap each stream at its first N events")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--repeats", type=positive_int, default=1,
+        help="runs of each job, alternating which goes first; the cost ratio is of their medians",
+    )  # fmt: skip
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch and Numba threads")
+    args = ap.parse_args(argv)
+    set_threads(args.threads)
+    cap = args.events or (QUICK_EVENTS if args.quick else None)
+    summary: dict = {"seed": args.seed, "threads": args.threads, "repeats": args.repeats}
+    with tempfile.TemporaryDirectory() as folder:
+        for name in args.streams:
+            summary.update(run_stream(name, cap, args.seed, Path(folder), args.repeats))
+    headline = {}
+    for name in args.streams:
+        key = STREAMS[name].key
+        headline[f"cost_ratio_{key}"] = f"seconds with the task / link prediction alone, {name}"
+        headline[f"auc_online_{key}"] = (
+            f"test AUC-ROC, online head (each label scored before learned), {name}"
+        )
+        headline[f"auc_{key}_features"] = f"test AUC-ROC, logistic regression on stream features, {name}"
+        headline[f"margin_online_{key}"] = f"online head minus the best baseline, {name}"
+    report(summary, args.json, "tasks_online: labelled tasks learned by the live job", headline, args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

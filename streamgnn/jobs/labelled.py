@@ -1,0 +1,276 @@
+"""A labelled task in the live training job: labels from their feed (``tasks.feed``) routed to an online
+head (``tasks.online``) over the job's model, predicted before they are learned from.
+
+Before each global batch is stepped (``TrainJob``'s trainer calls ``before_step``), the feed's new labels
+are admitted and those due are scored:
+
+- a label at or before the newest event time the job has already stepped is late (its moment was
+  scored: the state holds events at or after its time) and becomes a dead letter, as does a label whose
+  node (or edge end) no event has, in the store or in the batch about to be stepped (a label at that
+  batch's newest time apart: the next batch may hold its node's first event at the same time);
+- the others wait until the events reach their time: a label is due before the first batch whose newest
+  event is at or after it, so the state it is read from holds only events strictly before it (a label
+  never sees its own event, nor any later one);
+- due labels are embedded from the model as it is (the embedding at the earliest of their times), scored
+  by the head, then learned from when the job learns on this batch (its budget, ``train.follow``).
+
+Labels after the stream's last event stay pending (counted; a checkpoint keeps them, and a resumed job
+scores them once the events reach them). ``state()`` is the head's, the pending labels, the feed's
+position and the counters: a resumed job continues exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+from prometheus_client import Gauge
+
+from ..errors import CheckpointError, ConfigError
+from ..events import DeadLetter, EventBatch, EventKind
+from ..tasks.config import TaskConfig
+from ..tasks.feed import FileLabels, KafkaLabels, empty_labels, merge
+from ..tasks.labels import Labels
+from ..tasks.live_features import LiveFeatures
+from ..tasks.online import OnlineHead
+
+LETTERS_KEPT = 100  # the first dead letters, as the summary quotes them
+
+
+class LabelledStream:
+    """Routes ``feed``'s labels through ``trainer``'s model to an ``OnlineHead`` (module docstring);
+    ``registry``: where its Prometheus gauges go (None: none)."""
+
+    def __init__(self, config: TaskConfig, feed, trainer, registry=None) -> None:
+        self.config, self.task, self.feed, self.trainer = config, config.task(), feed, trainer
+        dim = trainer.link_model.out_dim
+        if dim is None:
+            raise ConfigError(f"task: {type(trainer.link_model).__name__} embeds nothing for a head to read")
+        edges = self.task.on_edges
+        self.features = LiveFeatures(config.tau, rated=edges) if config.features else None
+        width = 0 if self.features is None else self.features.width(edges)
+        self.head = OnlineHead(config, dim * (2 if edges else 1) + width, trainer.config.seed)
+        self.pending = empty_labels(self.task)
+        self.watermark = -math.inf
+        self.dead_letters = 0
+        self.letters: list[DeadLetter] = []
+        if registry is not None:
+            self._export(registry)
+
+    @classmethod
+    def open(cls, config: TaskConfig, trainer, *, bootstrap: str | None, registry=None) -> LabelledStream:
+        """The stream with its feed: ``config.labels_file``, or ``labels_topic`` at ``bootstrap``."""
+        task = config.task()
+        if config.labels_file is not None:
+            feed = FileLabels(config.labels_file, task)
+        elif bootstrap is None:
+            raise ConfigError("task.labels_topic needs the broker's bootstrap address (kafka.bootstrap)")
+        else:
+            feed = KafkaLabels(config.labels_topic, bootstrap, task)
+        return cls(config, feed, trainer, registry)
+
+    # ------------------------------------------------------------------ per batch
+    def before_step(self, batch: EventBatch, learn: bool) -> None:
+        """Admit the feed's new labels and score (and learn from) those due before ``batch``."""
+        if not len(batch):
+            return
+        until = float(np.max(batch.t))
+        new, letters = self.feed.take(until)
+        late = new.t <= self.watermark
+        for i in np.flatnonzero(late):
+            letters.append(DeadLetter(
+                f"late label: time {new.t[i]} is not after {self.watermark}, the newest event already "
+                f"learned (its moment was scored)", _origin(new, i), _payload(new, i), -1,
+            ))  # fmt: skip
+        self.pending = merge(self.pending, new.take(~late))
+        due = int(np.searchsorted(self.pending.t, until, side="right"))
+        if due:
+            flush, self.pending = self.pending.take(slice(0, due)), self.pending.take(slice(due, None))
+            flush, unknown = self._known(flush, batch, until)
+            letters += unknown
+            if len(flush):
+                self.head.observe(self._inputs(flush), flush.y, flush.t, learn=learn)
+        self.watermark = max(self.watermark, until)
+        self._letters(letters)
+
+    def _known(self, labels: Labels, batch: EventBatch, until: float) -> tuple[Labels, list[DeadLetter]]:
+        """The labels whose node (and edge destination) an event has, and a dead letter for each other.
+        A label at ``until``, the batch's newest time, is kept whatever its node: the source's next batch
+        may hold more events of that time, its node's first among them (it reads the blank row)."""
+        store = self.trainer.store
+        seen = np.ones(len(labels), bool)
+        letters = []
+        for name, ids in (("node", labels.node), ("edge destination", labels.dst)):
+            if ids is None:
+                continue
+            known = np.isin(ids, batch.src) | np.isin(ids, batch.dst) | (labels.t >= until)
+            if store.num_nodes:
+                known |= store.node_index(ids, strict=False) >= 0
+            for i in np.flatnonzero(~known & seen):
+                letters.append(DeadLetter(
+                    f"unknown {name} {_plain(ids[i])!r}: no event up to the label's time has it",
+                    _origin(labels, i), _payload(labels, i), -1,
+                ))  # fmt: skip
+            seen &= known
+        return labels.take(seen), letters
+
+    def _inputs(self, labels: Labels) -> np.ndarray:
+        """The head's inputs: each label's node (edge: both ends') embedding from the model now, at the
+        earliest label time (nodes the store has not seen yet read the blank row, as ``step`` does), and
+        its stream features at its own time."""
+        store, tr = self.trainer.store, self.trainer
+        ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
+        blank = store.num_nodes
+        rows = [store.node_index(e, strict=False) if blank else np.full(len(e), -1) for e in ends]
+        nodes, back = np.unique(
+            np.where(np.concatenate(rows) >= 0, np.concatenate(rows), blank), return_inverse=True
+        )
+        with torch.no_grad():  # each node once (a node with many labels in the batch, an edge's ends)
+            z = tr.link_model.embed(nodes, float(labels.t[0]), blank, tr.steps)[back]
+        z = z.reshape(len(ends), len(labels), -1)
+        x = self.task.inputs(z[0], z[1] if labels.dst is not None else None)
+        if self.features is None:
+            return x
+        return np.concatenate(
+            [x, self.features.rows(rows[0], rows[1] if len(rows) > 1 else None, labels.t)], 1
+        )
+
+    def after_step(self, batch: EventBatch, letters: list[DeadLetter]) -> None:
+        """Count a stepped batch's learned edges (not its refused rows) into the stream features."""
+        if self.features is None or not len(batch):
+            return
+        ok = batch.kind == EventKind.EDGE_ADD
+        ok[[letter.index for letter in letters if 0 <= letter.index < len(batch)]] = False
+        store = self.trainer.store
+        src, dst = store.node_index(batch.src[ok]), store.node_index(batch.dst[ok])
+        w = None if batch.weight is None else batch.weight[ok]
+        self.features.observe(src, dst, batch.t[ok], w, lambda lo, hi: store.external_ids(np.arange(lo, hi)))
+
+    def _letters(self, letters: list[DeadLetter]) -> None:
+        self.dead_letters += len(letters)
+        self.letters += letters[: max(0, LETTERS_KEPT - len(self.letters))]
+
+    # ------------------------------------------------------------------ figures
+    def figures(self) -> dict:
+        """Prequential figures of every label scored and of the last ``config.window``, the counts."""
+        return {
+            "kind": self.config.kind, "all": self.head.figures(),
+            "window": self.head.figures(self.config.window),
+            "scored": self.head.seen, "pending": self.waiting(), "dead_letters": self.dead_letters,
+            "head_steps": self.head.steps,
+        }  # fmt: skip
+
+    def waiting(self) -> int:
+        """Labels the events have not reached yet (held here, or not yet handed out by a file)."""
+        return len(self.pending) + self.feed.waiting()
+
+    def write(self, path: Path) -> Path:
+        """``figures()`` as JSON (an undefined figure, NaN, as null)."""
+        path.write_text(json.dumps(_nulls(self.figures()), indent=1))
+        return path
+
+    def text(self) -> str:
+        """One line: labels scored, the head's figures beside the prior's, pending, dead letters."""
+        figures = self.head.figures()
+        shown = "; ".join(
+            f"{name.upper()} {value:.4f} (prior {figures['prior'][name]:.4f})"
+            for name, value in figures["head"].items()
+        )
+        return (
+            f"task {self.config.kind}: {self.head.seen:,} labels scored before learned"
+            + (f": {shown}" if shown else "")
+            + f"; {self.waiting():,} pending; {self.dead_letters:,} label dead letters"
+        )
+
+    def _export(self, registry) -> None:
+        """Gauges read when scraped (nothing is computed per batch): counts, and the last ``window``
+        labels' figures of the head and of the prior, one child per figure the task reports."""
+        labels, pending, dead, window = _gauges(registry)
+        labels.set_function(lambda: self.head.seen)
+        pending.set_function(self.waiting)
+        dead.set_function(lambda: self.dead_letters)
+        out = self.task.out_dim
+        names = self.task.metrics(np.zeros((0, out)) if out > 1 else np.zeros(0), np.zeros(0, np.int64))
+        for model in ("head", "prior"):
+            for name in names:
+                window.labels(model, name).set_function(
+                    lambda m=model, n=name: self.head.figures(self.config.window)[m].get(n, math.nan)
+                )
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self) -> dict:
+        p = self.pending
+        return {
+            "head": self.head.state(), "watermark": self.watermark, "feed": self.feed.position(),
+            "features": None if self.features is None else self.features.state(),
+            "dead_letters": self.dead_letters,
+            "pending": {"node": p.node.tolist(), "t": p.t.tolist(), "y": p.y.tolist(),
+                        "dst": None if p.dst is None else p.dst.tolist(),
+                        "origin": [] if p.origin is None else p.origin.tolist()},
+        }  # fmt: skip
+
+    def restore(self, state: dict, where: str) -> None:
+        """Continue from ``state()`` of a checkpoint (the same task, or a refusal naming both)."""
+        saved, mine = state["head"]["config"], self.config.to_dict()
+        keys = ("kind", "classes", "features", "hidden")
+        if any(saved.get(k) != mine[k] for k in keys):
+            was, now = (", ".join(f"{k} {c.get(k)}" for k in keys) for c in (saved, mine))
+            raise CheckpointError(
+                f"{where} learned task {was}; this run's is {now}: resume with the same task, or use "
+                "another checkpoint folder"
+            )
+        self.head = OnlineHead.from_state(state["head"], f"{where}: task")
+        if state.get("features") is not None:
+            self.features = LiveFeatures.from_state(state["features"])
+        self.watermark, self.dead_letters = float(state["watermark"]), int(state["dead_letters"])
+        p = state["pending"]
+        y = np.asarray(p["y"], self.pending.y.dtype)
+        dst = None if p["dst"] is None else _ids(p["dst"])
+        origin = np.array(p["origin"], dtype=object) if len(p["origin"]) == len(y) else None
+        self.pending = Labels(_ids(p["node"]), np.asarray(p["t"], np.float64), y, dst, origin)
+        self.feed.seek(state["feed"])
+
+    def close(self) -> None:
+        self.feed.close()
+
+
+def _ids(values: list) -> np.ndarray:
+    """Saved ids back as the labels held them: int64, or objects where any is a string."""
+    return np.array(values, dtype=object if any(isinstance(v, str) for v in values) else np.int64)
+
+
+def _nulls(value):
+    if isinstance(value, dict):
+        return {k: _nulls(v) for k, v in value.items()}
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+def _origin(labels: Labels, i: int) -> str:
+    """Where label ``i`` was read (a file's line, a message's offset), as its dead letter names it."""
+    return "labels" if labels.origin is None else str(labels.origin[i])
+
+
+def _payload(labels: Labels, i: int) -> str:
+    parts = {"node": labels.node[i], "t": labels.t[i], "y": labels.y[i]}
+    if labels.dst is not None:
+        parts["dst"] = labels.dst[i]
+    return json.dumps({k: _plain(v) for k, v in parts.items()})
+
+
+def _gauges(r):
+    return (
+        Gauge("streamgnn_task_labels", "labels scored before learned (restored on resume)", registry=r),
+        Gauge("streamgnn_task_pending", "labels waiting for the events to reach their time", registry=r),
+        Gauge("streamgnn_task_dead_letters", "labels refused (bad, late, unknown node)", registry=r),
+        Gauge(
+            "streamgnn_task_window", "prequential figure of the last task.window labels",
+            ["model", "metric"], registry=r,
+        ),
+    )  # fmt: skip

@@ -1,0 +1,112 @@
+"""Node and edge label predictions from served embeddings, by the task head the training job learned
+(``streamgnn train`` with a ``task``: ``tasks.online.OnlineHead``).
+
+The head lives in the trainer's checkpoints beside the link model (``task`` in their tensor state); with
+``serve.checkpoint_dir`` the predictor loads the newest checkpoint's head and reloads it when ``LATEST``
+moves, as ``scoring.LinkScorer`` does for the link predictor, so ``/predict`` answers what the job's head
+would answer for these embeddings; its weights may be up to one checkpoint interval older than them. A
+node task reads a node's embedding, an edge task the pair ``[z_src, z_dst]``; a head that also reads the
+stream features (``task.features``) reads them from the same checkpoint, as of its newest event (the
+service has no store of its own).
+
+    predictor = TaskPredictor("out/ckpt")
+    loaded = predictor.load()                      # None-headed, with the reason, when there is none
+    out = predictor.predict(loaded, z_src, src)    # [{"probability": ..., "label": ...}, ...]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CheckpointError, ConfigError
+from ..tasks.live_features import LiveFeatures
+from ..tasks.online import OnlineHead
+from ..tasks.task import Classification
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadedTask:
+    """One checkpoint's head (None: none to use, ``why``), its stream features and their time."""
+
+    checkpoint: str
+    head: OnlineHead | None
+    features: LiveFeatures | None = None
+    t: float = 0.0
+    why: str = ""
+
+
+class TaskPredictor:
+    """The newest checkpoint's task head under ``checkpoint_dir`` (None: the service has none)."""
+
+    def __init__(self, checkpoint_dir: str | Path | None) -> None:
+        self.checkpoint_dir = None if checkpoint_dir is None else Path(checkpoint_dir)
+        self._lock = threading.Lock()
+        self._loaded: LoadedTask | None = None
+
+    def load(self) -> LoadedTask:
+        """The newest checkpoint's head, reloaded when ``LATEST`` moves."""
+        if self.checkpoint_dir is None:
+            return LoadedTask(
+                "", None, why="the service has no serve.checkpoint_dir to read a task head from"
+            )
+        from ..train.checkpoint import step_path
+
+        with self._lock:
+            try:
+                latest = step_path(self.checkpoint_dir).name
+            except CheckpointError:
+                return LoadedTask("", None, why=f"{self.checkpoint_dir} holds no usable checkpoint yet")
+            if self._loaded is None or self._loaded.checkpoint != latest:
+                self._loaded = self._read(latest)
+            return self._loaded
+
+    def _read(self, latest: str) -> LoadedTask:
+        from ..train.checkpoint import load_state
+
+        try:
+            _, _, state = load_state(self.checkpoint_dir / latest)
+            if "task" not in state:
+                return LoadedTask(
+                    latest, None, why=f"checkpoint {latest} holds no task head (no task learned)"
+                )
+            task = state["task"]
+            head = OnlineHead.from_state(task["head"], f"{latest}: task")
+            features = None if task.get("features") is None else LiveFeatures.from_state(task["features"])
+            t = float(task["watermark"])
+            return LoadedTask(latest, head, features, t if math.isfinite(t) else 0.0)
+        except (CheckpointError, ConfigError, KeyError, OSError) as exc:
+            log.warning("task predictor: cannot use %s (%s)", latest, exc)
+            return LoadedTask(
+                latest, None, why=f"cannot use checkpoint {latest} (the service's log says why)"
+            )
+
+    @staticmethod
+    def inputs(loaded: LoadedTask, z: np.ndarray, ids: np.ndarray, z_dst=None, dst=None) -> np.ndarray:
+        """The head's input rows: the embeddings (an edge's two ends side by side) and, when it reads
+        them, the nodes' stream features as of the checkpoint's newest event."""
+        x = z if z_dst is None else np.concatenate([z, z_dst], axis=1)
+        if loaded.features is None:
+            return x
+        f = loaded.features
+        t = np.full(len(ids), loaded.t)
+        rows = f.rows(f.index(ids), None if dst is None else f.index(dst), t)
+        return np.concatenate([x, rows], axis=1)
+
+    @staticmethod
+    def predict(head: OnlineHead, x: np.ndarray) -> list[dict]:
+        """Each input row's prediction: a binary task's probability of class 1 and the label it implies
+        (``probability >= 0.5``), a multi-class task's probabilities and most likely class, a value."""
+        out = head.predict(x)
+        if not isinstance(head.task, Classification):
+            return [{"value": float(v)} for v in out]
+        if head.task.binary:
+            return [{"probability": float(p), "label": int(p >= 0.5)} for p in out]
+        return [{"probabilities": row.tolist(), "label": int(np.argmax(row))} for row in out]

@@ -1,0 +1,69 @@
+"""The ``task`` section of a job's YAML: which labelled task ``streamgnn train`` learns beside link
+prediction, where its labels come from, and how its online head learns.
+
+    task:
+      kind: node_classification     # node_regression, edge_classification, edge_regression
+      classes: 2
+      labels_file: labels.jsonl     # or labels_topic: labels (with --kafka)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..configs import Config
+from ..errors import ConfigError
+from .edge import EdgeClassification, EdgeRegression
+from .node import NodeClassification, NodeRegression
+from .task import Task
+
+TaskKind = Literal["node_classification", "node_regression", "edge_classification", "edge_regression"]
+KINDS = {
+    "node_classification": NodeClassification,
+    "node_regression": NodeRegression,
+    "edge_classification": EdgeClassification,
+    "edge_regression": EdgeRegression,
+}
+
+
+@dataclass(frozen=True)
+class TaskConfig(Config):
+    """A labelled task learned online (``tasks.online``): its ``kind`` and ``classes`` (classification);
+    its labels from ``labels_file`` (JSON lines) or ``labels_topic`` (a Kafka topic of JSON-lines
+    messages; the events' broker), one of the two. The head: an MLP of ``hidden`` widths over the model's
+    embeddings, Adam at ``lr``; each learning step reads the new labels and ``replay_batch`` earlier ones
+    drawn from the last ``replay`` (a rare class is otherwise seen once and forgotten). ``window``: labels
+    per prequential window (the status line's and Prometheus' figures). ``features``: the head also reads
+    the label's causal stream features (``live_features``: degree, activity decayed over ``tau``, recency;
+    for edges both ends' and the reputation ones), which a memory-based embedding lacks."""
+
+    kind: TaskKind = "node_classification"
+    classes: int = 2
+    labels_file: str | None = None
+    labels_topic: str | None = None
+    hidden: tuple[int, ...] = (80,)
+    lr: float = 1e-2
+    replay: int = 4096
+    replay_batch: int = 256
+    window: int = 1000
+    features: bool = True
+    tau: float = 86400.0
+
+    def __post_init__(self) -> None:
+        if (self.labels_file is None) == (self.labels_topic is None):
+            raise ConfigError("task: give its labels as labels_file or labels_topic (one of the two)")
+        if not isinstance(self.classes, int) or self.classes < 2:
+            raise ConfigError(f"task.classes must be an int >= 2, got {self.classes!r}")
+        if any(not isinstance(w, int) or w < 1 for w in self.hidden):
+            raise ConfigError(f"task.hidden: widths are ints >= 1, got {list(self.hidden)}")
+        if not (self.lr > 0 and self.tau > 0):
+            raise ConfigError(f"task.lr and task.tau must be > 0, got {self.lr} and {self.tau}")
+        for name in ("replay", "replay_batch", "window"):
+            if getattr(self, name) < (0 if name != "window" else 1):
+                raise ConfigError(f"task.{name} must be >= {0 if name != 'window' else 1}")
+
+    def task(self) -> Task:
+        """The ``Task`` this names."""
+        cls = KINDS[self.kind]
+        return cls(self.classes) if self.kind.endswith("classification") else cls()

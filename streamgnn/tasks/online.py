@@ -1,0 +1,170 @@
+"""A task's head learned online, as labels arrive: predicted first, learned from after (prequential).
+
+Each label is scored by the head as it is before the label is seen (``observe`` records the score, and
+the prior's: the share of each class, or the mean value, of the labels before it), then, when the job
+learns on that batch (its budget, ``train.follow``), the head takes one Adam step on the new labels and
+``replay_batch`` earlier ones drawn from the last ``replay``. Inputs are standardised by the running mean
+and spread of every input learned from so far, so the head sees embeddings on one scale however their
+norm drifts as the link model learns.
+
+Everything is in ``state()`` (weights, optimizer, normaliser, replay, its random draws, every prediction
+so far) and ``from_state`` builds it back exactly: a resumed job predicts and learns as the run it
+continues would have. The embeddings service builds its ``/predict`` head from the same state.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from ..errors import CheckpointError
+from .config import TaskConfig
+from .task import Classification
+
+RECORDS = ("t", "y", "score", "prior")
+
+
+class OnlineHead:
+    """``task``'s head over ``in_dim`` inputs, learned online (module docstring)."""
+
+    def __init__(self, config: TaskConfig, in_dim: int, seed: int = 0) -> None:
+        self.config, self.in_dim, self.task = config, int(in_dim), config.task()
+        with torch.random.fork_rng(devices=[]):  # the job's own random draws are left as they were
+            torch.manual_seed(seed)
+            self.head = self.task.head(self.in_dim, config.hidden, 0.0)
+        self.optimizer = torch.optim.Adam(self.head.parameters(), lr=config.lr)
+        self.count, self.mean, self.m2 = 0, np.zeros(self.in_dim), np.zeros(self.in_dim)
+        self.replay_x = np.zeros((config.replay, self.in_dim), np.float32)
+        self.replay_y = np.zeros(config.replay, np.float64)
+        self.replayed = 0  # labels ever pushed into the replay ring
+        self.rng = np.random.default_rng(seed)
+        self.steps = 0
+        self.records: dict[str, list[np.ndarray]] = {name: [] for name in RECORDS}
+        # what the prior has seen: labels per class, or the values' sum and number
+        self._counts = np.zeros(self.task.classes if isinstance(self.task, Classification) else 2)
+
+    @property
+    def seen(self) -> int:
+        """Labels scored so far."""
+        return sum(len(part) for part in self.records["y"])
+
+    # ------------------------------------------------------------------ predicting and learning
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """``Task.predict`` of the head now: P(class 1) ``[n]``, class probabilities ``[n, C]`` or values."""
+        self.head.eval()
+        with torch.no_grad():
+            return self.task.predict(self.head(self._standardised(x)))
+
+    def observe(self, x: np.ndarray, y: np.ndarray, t: np.ndarray, *, learn: bool) -> np.ndarray:
+        """Score the labels ``y`` at times ``t`` from inputs ``x``, record the scores and the prior's, then
+        learn from them when ``learn``; returns the scores."""
+        x = np.asarray(x, np.float32)
+        scores = self.predict(x)
+        self._record(t, y, scores)
+        if learn and len(y):
+            self._learn(x, y)
+        return scores
+
+    def _record(self, t: np.ndarray, y: np.ndarray, scores: np.ndarray) -> None:
+        n = len(y)
+        if isinstance(self.task, Classification):
+            share = (self._counts + 1.0) / (self._counts.sum() + self.task.classes)  # Laplace: none yet
+            prior = np.full(n, share[1]) if self.task.binary else np.tile(share, (n, 1))
+            self._counts += np.bincount(np.asarray(y, np.int64), minlength=self.task.classes)
+        else:
+            prior = np.full(n, self._counts[0] / self._counts[1] if self._counts[1] else 0.0)
+            self._counts += [float(np.sum(y)), n]
+        for name, value in zip(RECORDS, (t, y, scores, prior), strict=True):
+            self.records[name].append(np.asarray(value))
+
+    def _learn(self, x: np.ndarray, y: np.ndarray) -> None:
+        self._normalise(x)
+        old = min(self.replayed, self.config.replay)
+        take = min(old, self.config.replay_batch)
+        rows = self.rng.choice(old, size=take, replace=False) if take else np.zeros(0, np.int64)
+        inputs = np.concatenate([x, self.replay_x[rows]])
+        targets = np.concatenate([np.asarray(y, np.float64), self.replay_y[rows]])
+        self.head.train()
+        self.optimizer.zero_grad()
+        out = self.head(self._standardised(inputs))
+        self.task.loss(out, self.task.target(targets.astype(np.asarray(y).dtype))).backward()
+        self.optimizer.step()
+        self.steps += 1
+        size = self.config.replay
+        if size:  # the newest ``size`` of them, over the oldest in the ring
+            keep = min(len(y), size)
+            at = (self.replayed + len(y) - keep + np.arange(keep)) % size
+            self.replay_x[at], self.replay_y[at] = x[-keep:], np.asarray(y)[-keep:]
+            self.replayed += len(y)
+
+    def _normalise(self, x: np.ndarray) -> None:
+        """Chan et al.'s parallel update of the running mean and sum of squared deviations."""
+        n, mean = len(x), x.mean(axis=0, dtype=np.float64)
+        m2 = ((x - mean) ** 2).sum(axis=0, dtype=np.float64)
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean = self.mean + delta * n / total
+        self.m2 = self.m2 + m2 + delta**2 * self.count * n / total
+        self.count = total
+
+    def _standardised(self, x: np.ndarray) -> torch.Tensor:
+        std = np.sqrt(self.m2 / self.count) if self.count > 1 else np.ones(self.in_dim)
+        z = (np.asarray(x, np.float64) - self.mean) / np.where(std > 0, std, 1.0)
+        return torch.from_numpy(z.astype(np.float32))
+
+    # ------------------------------------------------------------------ figures
+    def _all(self, name: str) -> np.ndarray:
+        parts = self.records[name]
+        if parts:
+            return np.concatenate(parts)
+        if name == "y":
+            return np.zeros(0, np.int64 if isinstance(self.task, Classification) else np.float64)
+        return np.zeros(0)
+
+    def figures(self, last: int | None = None) -> dict[str, dict[str, float]]:
+        """The prequential figures (``Task.metrics``) of the head and the prior over every label scored,
+        or its ``last`` ones: ``{"head": {...}, "prior": {...}, "labels": {"n": ...}}``."""
+        y, score, prior = (self._all(name) for name in ("y", "score", "prior"))
+        if last is not None:
+            y, score, prior = y[-last:], score[-last:], prior[-last:]
+        return {
+            "head": self.task.metrics(score, y) if len(y) else {},
+            "prior": self.task.metrics(prior, y) if len(y) else {},
+            "labels": {"n": float(len(y))},
+        }
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self) -> dict:
+        """Everything ``from_state`` needs to continue exactly (tensors, arrays, JSON-able values)."""
+        return {
+            "config": self.config.to_dict(), "in_dim": self.in_dim, "head": self.head.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "count": self.count,
+            "mean": torch.from_numpy(self.mean.copy()), "m2": torch.from_numpy(self.m2.copy()),
+            "replay_x": torch.from_numpy(self.replay_x.copy()),
+            "replay_y": torch.from_numpy(self.replay_y.copy()), "replayed": self.replayed,
+            "rng": json.dumps(self.rng.bit_generator.state), "steps": self.steps,
+            "prior_counts": torch.from_numpy(self._counts.copy()),
+            "records": {name: torch.from_numpy(np.ascontiguousarray(self._all(name))) for name in RECORDS},
+        }  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: dict, where: str = "task state") -> OnlineHead:
+        """An ``OnlineHead`` exactly as ``state()`` left it; a state that does not fit is one line."""
+        try:
+            config = TaskConfig.from_dict(state["config"], where)
+            head = cls(config, int(state["in_dim"]))
+            head.head.load_state_dict(state["head"])
+            head.optimizer.load_state_dict(state["optimizer"])
+            head.count = int(state["count"])
+            head.mean, head.m2 = state["mean"].numpy().copy(), state["m2"].numpy().copy()
+            head.replay_x, head.replay_y = state["replay_x"].numpy().copy(), state["replay_y"].numpy().copy()
+            head.replayed, head.steps = int(state["replayed"]), int(state["steps"])
+            head.rng.bit_generator.state = json.loads(state["rng"])
+            head.records = {name: [state["records"][name].numpy().copy()] for name in RECORDS}
+            head._counts = state["prior_counts"].numpy().copy()
+        except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CheckpointError(f"{where}: not a task head's state ({first})") from None
+        return head
