@@ -26,16 +26,15 @@ def uncached(monkeypatch) -> None:
 
 
 def counting(monkeypatch) -> list[int]:
-    """Rows the GRU steps per call, recorded."""
+    """Rows computed without autograd per read or commit (each goes into the cache), recorded."""
     rows: list[int] = []
-    gru = NodeMemory._gru
+    put = UpdateCache.put
 
-    def counted(self, parts, h, pad=0):
-        if pad or torch.is_grad_enabled():
-            rows.append(len(h))
-        return gru(self, parts, h, pad)
+    def counted(self, nodes, values):
+        rows.append(len(nodes))
+        return put(self, nodes, values)
 
-    monkeypatch.setattr(NodeMemory, "_gru", counted)
+    monkeypatch.setattr(UpdateCache, "put", counted)
     return rows
 
 

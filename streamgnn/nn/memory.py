@@ -70,6 +70,13 @@ _STATE = ("memory", "last_update", *_MESSAGE_STATE)
 MIN_ROWS = 32
 
 
+def padded(index: Tensor, rows: int) -> Tensor:
+    """``index`` with its first entry repeated to at least ``rows`` entries and one more than it has (as it
+    is for ``rows`` 0 or no entries): for rows that must not depend on how many are computed (MIN_ROWS)."""
+    n = len(index)
+    return torch.cat([index, index[:1].expand(max(rows - n, 1))]) if rows and n else index
+
+
 class NodeMemory(nn.Module):
     """TGN memory: a state vector and last-update time per node, a pending-message store and a GRU updater.
 
@@ -264,25 +271,22 @@ class NodeMemory(nn.Module):
             # Only each node's latest message counts: build just those (the same values, far less work).
             last = last_messages(index, t, len(uniq))
             rows = (last >= 0).nonzero().squeeze(1)
-            parts = self._messages(sel[last[rows]], pad)
+            parts = self._messages(padded(sel[last[rows]], pad))
         else:
-            aggregated, has = self.aggregate(torch.cat(self._messages(sel, pad), 1), index, t, len(uniq))
+            msg = torch.cat(self._messages(padded(sel, pad)), 1)[: len(sel)]
+            aggregated, has = self.aggregate(msg, index, t, len(uniq))
             rows = has.nonzero().squeeze(1)
-            parts = [aggregated[rows]]
+            parts = [aggregated[padded(rows, pad)]]
         if rows.numel():
             # Only nodes with messages step the GRU: GRU(0, h) != h, so stepping all would drift idle nodes.
-            updated = self._gru(parts, memory[rows], pad)
+            updated = self._gru(parts, memory[padded(rows, pad)])[: len(rows)]
             memory = memory.index_put((rows,), updated)
             if cache is not None:
                 cache.put(uniq[rows], updated)
         return memory, last_update
 
-    def _messages(self, sel: Tensor, pad: int = 0) -> list[Tensor]:
-        """Messages of the pending entries ``sel`` from committed memory, as column blocks of one message.
-        With ``pad``, computed as ``_gru`` is (``MIN_ROWS``), each side's MLP over every row."""
-        n = len(sel)
-        if n and pad:
-            sel = torch.cat([sel, sel[:1].expand(max(pad - n, 1))])
+    def _messages(self, sel: Tensor) -> list[Tensor]:
+        """Messages of the pending entries ``sel`` from committed memory, as column blocks of one message."""
         node = self.msg_node[sel]
         raw = [
             torch.cat([gather_rows(self.memory, node), gather_rows(self.memory, self.msg_other[sel])], 1),
@@ -290,25 +294,19 @@ class NodeMemory(nn.Module):
             self.msg_feat[sel],
         ]
         if self.msg_src is None:
-            return [part[:n] for part in raw if part.size(1)]
+            return [part for part in raw if part.size(1)]
         raw = torch.cat(raw, 1)
         from_src = self.msg_from_src[sel]
-        if pad:  # (a side's rows alone would be a product of any size)
-            return [torch.where(from_src.unsqueeze(1), self.msg_src(raw), self.msg_dst(raw))[:n]]
+        if not torch.is_grad_enabled():  # one product per side over every row: see ``MIN_ROWS``
+            return [torch.where(from_src.unsqueeze(1), self.msg_src(raw), self.msg_dst(raw))]
         msg = raw.new_empty(len(sel), self.message_dim)
         msg[from_src] = self.msg_src(raw[from_src])
         msg[~from_src] = self.msg_dst(raw[~from_src])
         return [msg]
 
-    def _gru(self, parts: list[Tensor], h: Tensor, pad: int = 0) -> Tensor:
+    def _gru(self, parts: list[Tensor], h: Tensor) -> Tensor:
         """``GRUCell(cat(parts), h)`` with each block through its own columns of the input weights: autograd
-        then computes input gradients only for blocks that need them (the time encoding, not memory rows).
-        With ``pad`` (``MIN_ROWS``), computed with at least that many rows and one more than ``h`` has (the
-        first repeated): see ``MIN_ROWS``."""
-        n = len(h)
-        if n and pad:
-            index = torch.cat([torch.arange(n), torch.zeros(max(pad - n, 1), dtype=torch.long)]).to(h.device)
-            return self._gru([part[index] for part in parts], h[index])[:n]
+        then computes input gradients only for blocks that need them (the time encoding, not memory rows)."""
         gru = self.gru
         gi, col = gru.bias_ih, 0
         for part in parts:
