@@ -38,8 +38,9 @@ def demo_config(events: int, checkpoint_dir: str | Path, follow: str = "every_ev
     the demo replays a finished stream to show what the model learns, test-then-train on every event, beside
     both EdgeBanks) or "budget" (a live job's: state for every event, learning as the lag allows, a sample
     of the events evaluated; ``FollowConfig``). The demo's topic is all backlog when it starts, so on a
-    budget it runs in larger batches and learns from fewer of them: 3-4x faster here, but its online MRR
-    falls under EdgeBank's (benchmarks/RESULTS.md, issue 32's section)."""
+    budget it learns from the share of its events the host's speed allows, and below test-then-train on
+    every event: at a third learned its online MRR falls under EdgeBank's (benchmarks/RESULTS.md,
+    "Following: hot paths and learning in parts")."""
     mode = FollowConfig(mode=follow)
     scored = events * (mode.eval_fraction if mode.budgeted else 1.0)  # what the online evaluation scores
     return TrainConfig(

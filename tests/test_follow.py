@@ -170,3 +170,24 @@ def test_the_jobs_gauges_say_what_was_learned_and_sampled():
     # the replicas' fingerprint, computed when scraped: the parameters as they are now
     params = torch.cat([p.detach().reshape(-1) for p in job.trainer.model.parameters()])
     assert value("streamgnn_replica_fingerprint") == zlib.crc32(params.numpy().tobytes())
+
+
+def test_behind_it_learns_and_scores_in_parts_of_batch_size_and_updates_state_in_grown_batches():
+    events = stream(6000)
+    steps = []
+    for drain_s in (1e-3, 1e9):  # no time to learn; time to learn everything
+        trainer = OnlineTrainer(config(drain_s=drain_s, eval_fraction=0.2))
+        step = trainer.step
+
+        def recorded(batch, step=step, drain_s=drain_s, **kw):
+            steps.append((len(batch), kw["train"], kw["score"], drain_s))
+            return step(batch, **kw)
+
+        trainer.step = recorded
+        result = trainer.fit(Behind(events, 1000), progress=False)
+        assert result.events == len(events) and trainer.store.num_edges == len(events)
+    learning = [s for s in steps if s[1] or s[2]]
+    assert learning and all(size <= 100 for size, *_ in learning)  # batch_size, as a job that keeps up
+    assert any(size > 100 for size, learn, score, _ in steps if not (learn or score))  # state: grown
+    everything = [s for s in steps if s[3] == 1e9]
+    assert all(learn for _, learn, _, _ in everything) and sum(s[0] for s in everything) == len(events)

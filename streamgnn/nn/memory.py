@@ -5,6 +5,12 @@ features: no memory snapshot, so the store stays small and checkpointable). They
 next time the node is read: ``get`` applies them inside the reader's autograd graph (which is how the message
 function and GRU receive gradients), and the next ``store_messages`` touching the node commits them. So a
 batch never sees its own events, and every node holds pending messages from its latest batch only.
+
+Applying a node's pending messages is the same computation every time until something it reads changes, and
+a stream job that does not learn on a batch repeats it: the served rows' refresh applies a batch's messages
+to embed its nodes, the next batch's commit applies them again. Reads without autograd keep what they
+computed (``UpdateCache``), and later reads and commits take it, for as long as the node's inputs stay the
+same.
 """
 
 from __future__ import annotations
@@ -57,6 +63,18 @@ AGGREGATORS: dict[str, Callable[[Tensor, Tensor, Tensor, int], tuple[Tensor, Ten
 MESSAGE_FUNCTIONS = ("identity", "mlp")
 _MESSAGE_STATE = ("msg_node", "msg_other", "msg_t", "msg_feat", "msg_from_src")
 _STATE = ("memory", "last_update", *_MESSAGE_STATE)
+# Rows a message or GRU update without autograd is computed with at least, and one more than it has: a CPU
+# GEMM of up to 15 rows rounds a row otherwise than a larger one does, and elementwise kernels (tanh, cos) run
+# a tensor's last elements through scalar code, which rounds otherwise than the vector code. Padded, a row has
+# the same bits whichever rows it is computed with, so a cached row equals its recomputation.
+MIN_ROWS = 32
+
+
+def padded(index: Tensor, rows: int) -> Tensor:
+    """``index`` with its first entry repeated to at least ``rows`` entries and one more than it has (as it
+    is for ``rows`` 0 or no entries): for rows that must not depend on how many are computed (MIN_ROWS)."""
+    n = len(index)
+    return torch.cat([index, index[:1].expand(max(rows - n, 1))]) if rows and n else index
 
 
 class NodeMemory(nn.Module):
@@ -109,6 +127,7 @@ class NodeMemory(nn.Module):
         self.register_buffer("msg_t", torch.zeros(0, dtype=torch.float64))
         self.register_buffer("msg_feat", torch.zeros(0, edge_dim))
         self.register_buffer("msg_from_src", torch.zeros(0, dtype=torch.bool))
+        self.cache = UpdateCache()
 
     @property
     def capacity(self) -> int:
@@ -129,7 +148,10 @@ class NodeMemory(nn.Module):
         memory[:old] = self.memory
         last_update = self.last_update.new_zeros(new)
         last_update[:old] = self.last_update
+        kept = self.cache.valid_for(self)
         self.memory, self.last_update = memory, last_update
+        if kept:
+            self.cache.grow(self)
 
     def get(self, nodes: Tensor) -> tuple[Tensor, Tensor]:
         """``(memory [n, memory_dim], last_update float64 [n])`` of ``nodes``, pending messages applied.
@@ -166,6 +188,7 @@ class NodeMemory(nn.Module):
         if n == 0:
             return
         self.flush(torch.cat([src, dst]))
+        kept = self.cache.valid_for(self)  # (messages go to the endpoints just flushed: the cache holds none)
         # Interleave (src side, dst side) per event so that storage order is arrival order ("last" tie-break).
         self.msg_node = torch.cat([self.msg_node, torch.stack([src, dst], 1).reshape(-1)])
         self.msg_other = torch.cat([self.msg_other, torch.stack([dst, src], 1).reshape(-1)])
@@ -173,17 +196,24 @@ class NodeMemory(nn.Module):
         self.msg_feat = torch.cat([self.msg_feat, edge_feat.repeat_interleave(2, 0)])
         side = torch.tensor([True, False], device=src.device).repeat(n)
         self.msg_from_src = torch.cat([self.msg_from_src, side])
+        if kept:
+            self.cache.adopt(self)
 
     def flush(self, nodes: Tensor | None = None) -> None:
         """Commit and drop the pending messages of ``nodes`` (default: all), e.g. before serving."""
         uniq = torch.unique(self.msg_node if nodes is None else self._ids(nodes))
         memory, last_update = self._updated(uniq)
+        kept = self.cache.valid_for(self)
         self.memory[uniq] = memory
         self.last_update[uniq] = last_update
         keep = torch.ones_like(self.msg_from_src)
         keep[self._pending(uniq)[0]] = False
+        if kept:  # committed rows change the messages of the pending entries that name them as the other end
+            self.cache.forget(uniq, self.msg_node[keep & self._addressed(uniq, self.msg_other)])
         for name in _MESSAGE_STATE:
             setattr(self, name, getattr(self, name)[keep])
+        if kept:
+            self.cache.adopt(self)
 
     def detach(self) -> None:
         """Cut the autograd history carried by memory committed with grad enabled (truncated BPTT)."""
@@ -204,36 +234,56 @@ class NodeMemory(nn.Module):
             self.ensure_capacity(int(nodes.max()) + 1)
         return nodes
 
-    def _pending(self, uniq: Tensor) -> tuple[Tensor, Tensor]:
-        """Pending entries addressed to the distinct ``uniq``, and each one's position in ``uniq``.
-
-        A position table over all rows: linear in the store, where ``isin`` would sort it.
-        """
+    def _positions(self, uniq: Tensor) -> Tensor:
+        """Each row's position in the distinct ``uniq``, -1 for rows not in it: a table over all rows, linear
+        in the store, where ``isin`` would sort it."""
         pos = torch.full((self.capacity,), -1, dtype=torch.long, device=uniq.device)
         pos[uniq] = torch.arange(len(uniq), device=uniq.device)
-        index = pos[self.msg_node]
+        return pos
+
+    def _addressed(self, uniq: Tensor, column: Tensor) -> Tensor:
+        """Which pending entries name one of the distinct ``uniq`` in ``column`` (e.g. ``msg_other``)."""
+        return self._positions(uniq)[column] >= 0
+
+    def _pending(self, uniq: Tensor) -> tuple[Tensor, Tensor]:
+        """Pending entries addressed to the distinct ``uniq``, and each one's position in ``uniq``."""
+        index = self._positions(uniq)[self.msg_node]
         sel = (index >= 0).nonzero().squeeze(1)
         return sel, index[sel]
 
     def _updated(self, uniq: Tensor) -> tuple[Tensor, Tensor]:
-        """Memory and last update of the distinct ``uniq`` after applying their pending messages."""
+        """Memory and last update of the distinct ``uniq`` after applying their pending messages. Without
+        autograd, rows the cache holds come from it, and the rows computed go into it."""
         memory, last_update = self.memory[uniq], self.last_update[uniq]
         sel, index = self._pending(uniq)
         if sel.numel() == 0:
             return memory, last_update
         t = self.msg_t[sel]
+        last_update = last_update.scatter_reduce(0, index, t, "amax")
+        pad, cache = (0, None) if torch.is_grad_enabled() else (MIN_ROWS, self.cache.ready(self))
+        if cache is not None:
+            hit = cache.held[uniq]
+            rows = hit.nonzero().squeeze(1)
+            memory = memory.index_put((rows,), cache.rows[uniq[rows]])
+            fresh = ~hit[index]
+            sel, index, t = sel[fresh], index[fresh], t[fresh]
         if self.aggregate is aggregate_last:
             # Only each node's latest message counts: build just those (the same values, far less work).
             last = last_messages(index, t, len(uniq))
             rows = (last >= 0).nonzero().squeeze(1)
-            parts = self._messages(sel[last[rows]])
+            parts = self._messages(padded(sel[last[rows]], pad))
         else:
-            aggregated, has = self.aggregate(torch.cat(self._messages(sel), 1), index, t, len(uniq))
+            msg = torch.cat(self._messages(padded(sel, pad)), 1)[: len(sel)]
+            aggregated, has = self.aggregate(msg, index, t, len(uniq))
             rows = has.nonzero().squeeze(1)
-            parts = [aggregated[rows]]
-        # Only nodes with messages step the GRU: GRU(0, h) != h, so stepping all would drift idle nodes.
-        memory = memory.index_put((rows,), self._gru(parts, memory[rows]))
-        return memory, last_update.scatter_reduce(0, index, t, "amax")
+            parts = [aggregated[padded(rows, pad)]]
+        if rows.numel():
+            # Only nodes with messages step the GRU: GRU(0, h) != h, so stepping all would drift idle nodes.
+            updated = self._gru(parts, memory[padded(rows, pad)])[: len(rows)]
+            memory = memory.index_put((rows,), updated)
+            if cache is not None:
+                cache.put(uniq[rows], updated)
+        return memory, last_update
 
     def _messages(self, sel: Tensor) -> list[Tensor]:
         """Messages of the pending entries ``sel`` from committed memory, as column blocks of one message."""
@@ -247,6 +297,8 @@ class NodeMemory(nn.Module):
             return [part for part in raw if part.size(1)]
         raw = torch.cat(raw, 1)
         from_src = self.msg_from_src[sel]
+        if not torch.is_grad_enabled():  # one product per side over every row: see ``MIN_ROWS``
+            return [torch.where(from_src.unsqueeze(1), self.msg_src(raw), self.msg_dst(raw))]
         msg = raw.new_empty(len(sel), self.message_dim)
         msg[from_src] = self.msg_src(raw[from_src])
         msg[~from_src] = self.msg_dst(raw[~from_src])
@@ -273,7 +325,73 @@ class NodeMemory(nn.Module):
             saved = state_dict.get(prefix + name)
             if saved is not None:
                 setattr(self, name, getattr(self, name).new_empty(saved.shape))
+        self.cache.clear()  # (the parameters loaded may equal the old ones, the state rows not)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class UpdateCache:
+    """Rows of a ``NodeMemory`` with their pending messages applied (``rows`` where ``held``), computed by
+    reads without autograd, for later reads and commits to take instead of computing them again.
+
+    A node's applied row depends on its committed row and last update, its pending messages, the committed
+    rows of their other ends, and the message, time and GRU parameters. The memory's own mutations keep the
+    cache true: a commit (``flush``) forgets the rows it commits and those whose pending messages name one
+    of them, and new messages go only to rows just committed. Everything else is checked before each use
+    (``ready``): the state tensors must be those the cache was built on (``reset_state``,
+    ``load_state_dict``, ``detach`` and a state lent by ``shard.memory.lend_state`` replace them) and the
+    parameters equal, value for value, those it was built with (an optimizer step changes them in place,
+    and a fused one leaves no version mark). Rows are computed at least ``MIN_ROWS`` at a time, so a cached
+    row has the bits its recomputation would have."""
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        self.held: Tensor | None = None
+        self.rows: Tensor | None = None
+        self._state: tuple[Tensor, ...] = ()
+        self._params: list[Tensor] = []
+
+    def valid_for(self, memory: NodeMemory) -> bool:
+        """Whether the cache was built on ``memory``'s state tensors as they are (parameters unchecked)."""
+        state = _state_tensors(memory)
+        return len(self._state) == len(state) and all(a is b for a, b in zip(self._state, state, strict=True))
+
+    def ready(self, memory: NodeMemory) -> UpdateCache:
+        """The cache, emptied first unless it is still true of ``memory``'s state and parameters."""
+        params = [p.detach() for p in memory.parameters()]
+        same = len(params) == len(self._params) and all(
+            torch.equal(a, b) for a, b in zip(params, self._params, strict=True)
+        )
+        if not (same and self.valid_for(memory)):
+            self.held = torch.zeros(memory.capacity, dtype=torch.bool, device=memory.memory.device)
+            self.rows = memory.memory.new_zeros(memory.capacity, memory.memory_dim)
+            self._params = [p.clone() for p in params]
+            self.adopt(memory)
+        return self
+
+    def put(self, nodes: Tensor, rows: Tensor) -> None:
+        self.held[nodes] = True
+        self.rows[nodes] = rows
+
+    def forget(self, *nodes: Tensor) -> None:
+        for part in nodes:
+            self.held[part] = False
+
+    def adopt(self, memory: NodeMemory) -> None:
+        """Follow ``memory``'s state tensors after one of its own mutations replaced some."""
+        self._state = _state_tensors(memory)
+
+    def grow(self, memory: NodeMemory) -> None:
+        """Follow ``memory``'s growth (new rows hold nothing)."""
+        more = memory.capacity - len(self.held)
+        self.held = torch.cat([self.held, self.held.new_zeros(more)])
+        self.rows = torch.cat([self.rows, self.rows.new_zeros(more, self.rows.size(1))])
+        self.adopt(memory)
+
+
+def _state_tensors(memory: NodeMemory) -> tuple[Tensor, ...]:
+    return tuple(getattr(memory, name) for name in _STATE)
 
 
 def _mlp(in_dim: int, out_dim: int) -> nn.Sequential:
