@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Sized
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..events import EventBatch
 from ..progress import progress_bar
@@ -27,6 +28,8 @@ from .sampled import EvalSample
 
 # (global batch or snapshot, arrival time, whether a checkpoint may follow it)
 Batches = Generator[tuple[EventBatch, float, bool], None, None]
+# called after each item is stepped and counted: (item, what ``trainer.step`` returned, its arrival time)
+StepHook = Callable[[Any, Any, float], None]
 
 
 class Drive:
@@ -35,15 +38,18 @@ class Drive:
 
     ``size`` counts an item (events in a batch: ``len``); ``postfix`` gives the progress bar's figures after
     a step (None: unchanged), by default the latest closed window of ``trainer.metrics``' AP and MRR.
-    ``progress`` is whether this process shows a bar (only the main rank of a distributed run should)."""
+    ``progress`` is whether this process shows a bar (only the main rank of a distributed run should).
+    ``on_step``: a hook after each item (a job's metrics and dead-letter reports), with the trainer's
+    counters already past it."""
 
     def __init__(
         self, trainer, *, every: int, limit: int | None, progress: bool, total: int | None = None,
         unit: str = "ev", size: Callable[[Sized], int] = len,
         postfix: Callable[[], dict[str, str] | None] | None = None, budget: Budget | None = None,
+        on_step: StepHook | None = None,
     ) -> None:  # fmt: skip
         self.trainer, self.every, self.limit, self.size = trainer, every, limit, size
-        self.budget = budget
+        self.budget, self.on_step = budget, on_step
         self.postfix = postfix or self._window_postfix
         self.start = trainer.position
         self._closed = None  # windows closed when the bar last showed one
@@ -71,11 +77,13 @@ class Drive:
         try:
             for item, arrival, boundary in batches:
                 if self.budget is None:
-                    tr.step(item, arrival=arrival)
+                    result = tr.step(item, arrival=arrival)
                 else:
-                    self.budget.step(item, arrival)
+                    result = self.budget.step(item, arrival)
                 n = self.size(item)
                 tr.position += n
+                if self.on_step is not None:
+                    self.on_step(item, result, arrival)
                 bar.update(n)
                 if (shown := self.postfix()) is not None:
                     bar.set_postfix(**shown, refresh=False)
@@ -205,16 +213,14 @@ class Budget:
         self.timeline: deque[list] = deque(maxlen=TIMELINE_POINTS)
         self._point = (self.started, 0, 0)  # (time, events, learned events) of the last timeline point
 
-    def step(self, item: EventBatch, arrival: float) -> None:
-        """Step ``item`` through the trainer: whole (every event), or as the plan says (budget)."""
+    def step(self, item: EventBatch, arrival: float):
+        """Step ``item`` through the trainer: whole (every event), or as the plan says (budget); returns
+        the trainer's ``StepResult``."""
         n = len(item)
-        if not self.follow.budgeted:
-            self._timed(item, arrival, True, True)
-            self._count(n, True)
-            return
-        learn, evaluate = self._plan(n)
-        self._timed(item, arrival, learn, evaluate)
+        learn, evaluate = self._plan(n) if self.follow.budgeted else (True, True)
+        result = self._timed(item, arrival, learn, evaluate)
         self._count(n, learn)
+        return result
 
     def report(self) -> FollowReport:
         figures = {n: {k: e.as_dict() for k, e in f.items()} for n, f in self.sample.figures().items()}
@@ -303,7 +309,7 @@ class Budget:
             self._mark = (now, self.events, lag)
 
     # ------------------------------------------------------------------ steps and counts
-    def _timed(self, part: EventBatch, arrival: float, learn: bool, evaluate: bool) -> None:
+    def _timed(self, part: EventBatch, arrival: float, learn: bool, evaluate: bool):
         """One ``trainer.step``; its seconds per event go into the costs, its scores into the sample."""
         began = time.perf_counter()
         result = self.trainer.step(part, arrival=arrival, train=learn, score=evaluate)
@@ -315,6 +321,7 @@ class Budget:
         if evaluate and len(result.pos):
             self.sample.add({EVALUATED: (result.pos, result.neg, result.rr), **result.baselines})
             self.evaluated += len(result.pos)
+        return result
 
     def _count(self, n: int, learned: bool) -> None:
         self.events += n
