@@ -137,7 +137,10 @@ class TrainJob:
         if self.config.checkpoint_dir:
             check_folder(Path(self.config.checkpoint_dir), sharded=True)
         expect = self._expectation()
-        trainer, offsets = ShardedTrainer.resume(self.config, dist=self.dist, sink=sink, expect=expect)
+        trainer = ShardedTrainer.resume(
+            self.config.checkpoint_dir, config=self.config, dist=self.dist, sink=sink, expect=expect
+        )
+        offsets = trainer.start_offsets
         if trainer.steps and self.dist.is_main:
             for line in expect.notes:
                 print(line, flush=True)

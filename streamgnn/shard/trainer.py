@@ -131,6 +131,7 @@ class ShardedTrainer(StreamTrainer):
         )  # fmt: skip
         self.steps = self.learned = self.position = self.dead_letter_count = 0
         self.batcher: GlobalBatcher | None = None
+        self.start_offsets: dict[str, int] = {}  # where this rank's source resumes (``resume``'s)
         self._batcher_state: dict[str, np.ndarray] | None = None  # from a checkpoint, for the next batcher
 
     @property
@@ -198,25 +199,32 @@ class ShardedTrainer(StreamTrainer):
     @classmethod
     def resume(
         cls,
-        config: TrainConfig,
+        checkpoint_dir: str | Path | None,
         *,
+        config: TrainConfig | None = None,
+        expect: Expectation | None = None,
         dist: DistContext | None = None,
         sink: EmbeddingSink | None = None,
-        expect: Expectation | None = None,
-    ) -> tuple[ShardedTrainer, dict[str, int]]:
-        """A trainer at the newest step every rank checkpointed under ``config.checkpoint_dir`` (a fresh one
-        if there is none), and the source offsets this rank resumes at (give them to its source). A resumed
-        trainer serves every vertex it owns at once (checkpoints do not hold the served rows). ``expect``:
-        what this run is (``train.resume``): a checkpoint that does not fit it is refused."""  # fmt: skip
+    ) -> ShardedTrainer:
+        """A trainer at the newest step every rank checkpointed under ``checkpoint_dir`` (the one resume
+        signature: ``train.resume``; None: ``config.checkpoint_dir``; a fresh trainer if there is none),
+        and in ``start_offsets`` the source offsets this rank resumes at (give them to its source).
+        ``config`` defaults to the one this rank's newest checkpoint saved. A resumed trainer serves every
+        vertex it owns at once (checkpoints do not hold the served rows)."""
+        dist = dist or init_distributed()
+        if checkpoint_dir is None and config is not None and config.checkpoint_dir:
+            checkpoint_dir = config.checkpoint_dir
+        root = Path(checkpoint_dir) if checkpoint_dir else None
+        if config is None:
+            config = dataclasses.replace(checkpoint.saved_config(root, dist.rank), checkpoint_dir=str(root))
         trainer = cls(config, dist=dist, sink=sink)
         trainer.source_identity = expect.source if expect is not None else None
-        root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
         step = None if root is None else checkpoint.common_step(trainer, root)
         if step is None:
-            return trainer, {}
-        offsets = checkpoint.load(trainer, root, step, expect)
+            return trainer
+        trainer.start_offsets = checkpoint.load(trainer, root, step, expect)
         trainer.serving.refresh(trainer.index, trainer._embed, owned_vertices(trainer.index))
-        return trainer, offsets
+        return trainer
 
     def batcher_state(self) -> dict[str, np.ndarray]:
         if self.batcher is None:

@@ -40,16 +40,18 @@ class Drive:
     a step (None: unchanged), by default the latest closed window of ``trainer.metrics``' AP and MRR.
     ``progress`` is whether this process shows a bar (only the main rank of a distributed run should).
     ``on_step``: a hook after each item (a job's metrics and dead-letter reports), with the trainer's
-    counters already past it."""
+    counters already past it. ``step(item, arrival)`` steps an item (default ``trainer.step``; an offline
+    phase's steps with its own flags, ``offline.run_phase``)."""
 
     def __init__(
         self, trainer, *, every: int, limit: int | None, progress: bool, total: int | None = None,
         unit: str = "ev", size: Callable[[Sized], int] = len,
         postfix: Callable[[], dict[str, str] | None] | None = None, budget: Budget | None = None,
-        on_step: StepHook | None = None,
+        on_step: StepHook | None = None, step: Callable[[Any, float], Any] | None = None,
     ) -> None:  # fmt: skip
         self.trainer, self.every, self.limit, self.size = trainer, every, limit, size
         self.budget, self.on_step = budget, on_step
+        self.step = step or (lambda item, arrival: trainer.step(item, arrival=arrival))
         self.postfix = postfix or self._window_postfix
         self.start = trainer.position
         self._closed = None  # windows closed when the bar last showed one
@@ -76,10 +78,8 @@ class Drive:
         bar = progress_bar(**self._bar)
         try:
             for item, arrival, boundary in batches:
-                if self.budget is None:
-                    result = tr.step(item, arrival=arrival)
-                else:
-                    result = self.budget.step(item, arrival)
+                step = self.step if self.budget is None else self.budget.step
+                result = step(item, arrival)
                 n = self.size(item)
                 tr.position += n
                 if self.on_step is not None:

@@ -332,20 +332,16 @@ class OnlineTrainer(StreamTrainer):
         checkpoint_dir: str | Path,
         *,
         config: TrainConfig | None = None,
+        expect: Expectation | None = None,
         table: EmbeddingTable | None = None,
         sink: EmbeddingSink | None = None,
         dist: DistContext | None = None,
         link_model: LinkModel | None = None,
-        expect: Expectation | None = None,
     ) -> OnlineTrainer:
-        """A trainer in exactly the state of the newest checkpoint under ``checkpoint_dir``.
-
-        ``config`` defaults to the saved one; pass one to change e.g. the device or checkpoint cadence
-        (the model shape must match the saved parameters). ``link_model``: the same kind of model the
-        checkpoint was written by, if not the default TGN. ``expect``: what this run is (``train.resume``):
-        a checkpoint that does not fit it is refused before its state is parsed, and the trainer's
-        checkpoints record ``expect.source`` from now on (default: the checkpoint's own).
-        """
+        """A trainer in exactly the state of the newest checkpoint under ``checkpoint_dir`` (or of that
+        checkpoint, if it is one), by the one resume signature (``train.resume``). Its own parts:
+        ``table``, ``sink``, ``dist`` as the constructor's; ``link_model``: the same kind of model the
+        checkpoint was written by, if not the default TGN."""
         ckpt = checkpoint.load(Path(checkpoint_dir), expect=expect)
         man = ckpt.manifest
         # Saved config: checkpoints go on where they were loaded from, even if the folder moved.
