@@ -56,7 +56,7 @@ from ..errors import ConfigError
 from ..events import EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
-from ..train.distributed import DistContext, collective, init_distributed, local_device
+from ..train.distributed import DistContext, init_distributed, local_device
 from ..train.driver import Batches, Drive, StepHook, source_dead_letters
 from ..train.edgebank import make_baseline
 from ..train.metrics import RunningMetrics
@@ -134,11 +134,6 @@ class ShardedTrainer(StreamTrainer):
         self.start_offsets: dict[str, int] = {}  # where this rank's source resumes (``resume``'s)
         self._batcher_state: dict[str, np.ndarray] | None = None  # from a checkpoint, for the next batcher
 
-    @property
-    def table(self) -> EmbeddingTable | None:
-        """The served rows of this rank's vertices (None when ``serve_every`` is 0)."""
-        return self.serving.table
-
     def rebind_store(self) -> None:
         """Point every model at ``self.store`` (after a checkpoint replaced it)."""
         for model in self.stream_models():
@@ -187,14 +182,9 @@ class ShardedTrainer(StreamTrainer):
         self.batcher.dead_letters.clear()
         return now
 
-    def save_checkpoint(self, offsets: dict[str, int]) -> Path:
-        """This rank's checkpoint at the current step (every rank calls it after the same step)."""
-        if not self.config.checkpoint_dir:
-            raise ConfigError("save_checkpoint needs config.checkpoint_dir")
-        path = checkpoint.save(self, Path(self.config.checkpoint_dir), offsets)
-        if self.dist.active:
-            collective("barrier")
-        return path
+    def _write_checkpoint(self, root: Path, offsets: dict[str, int]) -> Path:
+        """Every rank writes its own (``shard.checkpoint``)."""
+        return checkpoint.save(self, root, offsets)
 
     @classmethod
     def resume(

@@ -31,8 +31,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..embeddings import EmbeddingTable
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch
+from .distributed import collective
 from .driver import Batches, Budget, Drive, FollowReport, StepHook
 from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
 from .negatives import EVAL, TRAIN
@@ -121,6 +123,11 @@ class StreamTrainer:
     def model(self) -> torch.nn.Module | None:
         """The torch module of the model (``TGN`` by default), if it has one."""
         return getattr(self.link_model, "model", None)
+
+    @property
+    def table(self) -> EmbeddingTable | None:
+        """The served rows (a sharded rank's: of the vertices it owns; None when ``serve_every`` is 0)."""
+        return self.serving.table
 
     def stream_models(self) -> list[LinkModel]:
         """The learned model and the baselines: every model that follows the stream."""
@@ -260,9 +267,25 @@ class StreamTrainer:
         """Internal ids of external ones, -1 where unknown (for given negatives)."""
         raise NotImplementedError
 
+    def _write_checkpoint(self, root: Path, offsets: dict[str, int]) -> Path | None:
+        """Write this process's part of a checkpoint of the current step (None: it writes none)."""
+        raise NotImplementedError
+
     def _all_dead_letters(self) -> int:
         """The run's dead letters, every rank's."""
         return self.dead_letter_count
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, source_offsets: dict[str, int] | None = None) -> Path | None:
+        """Write a checkpoint of the current step to ``config.checkpoint_dir``, with the source's offsets
+        (every rank calls it after the same step; a replicated run's rank 0 writes the one checkpoint, a
+        sharded run's every rank its own). Returns this rank's (None: it wrote none)."""
+        if not self.config.checkpoint_dir:
+            raise ConfigError("save_checkpoint needs config.checkpoint_dir")
+        path = self._write_checkpoint(Path(self.config.checkpoint_dir), dict(source_offsets or {}))
+        if self.dist.active:
+            collective("barrier")
+        return path
 
     # ------------------------------------------------------------------ the stream
     def drive(

@@ -29,7 +29,7 @@ from ..events import DeadLetter, EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
-from .distributed import DistContext, collective, init_distributed, local_device
+from .distributed import DistContext, init_distributed, local_device
 from .driver import Batches, Drive, StepHook, source_dead_letters
 from .edgebank import make_baseline
 from .metrics import RunningMetrics
@@ -104,10 +104,6 @@ class OnlineTrainer(StreamTrainer):
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:
         return getattr(self.link_model, "optimizer", None)
-
-    @property
-    def table(self) -> EmbeddingTable | None:
-        return self.serving.table
 
     @property
     def sink(self) -> EmbeddingSink | None:
@@ -303,20 +299,13 @@ class OnlineTrainer(StreamTrainer):
         return store
 
     # ------------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, source_offsets: dict[str, int] | None = None) -> Path | None:
-        """Write a checkpoint to ``config.checkpoint_dir`` (rank 0 writes; every rank must call)."""
-        cfg = self.config
-        if not cfg.checkpoint_dir:
-            raise ConfigError("save_checkpoint needs config.checkpoint_dir")
-        path = None
-        if self.dist.is_main:
-            path = checkpoint.save(
-                Path(cfg.checkpoint_dir), self.steps, self.store, dict(source_offsets or {}),
-                *self.state(), cfg.checkpoint_keep,
-            )  # fmt: skip
-        if self.dist.active:
-            collective("barrier")
-        return path
+    def _write_checkpoint(self, root: Path, offsets: dict[str, int]) -> Path | None:
+        """Rank 0 writes the replicas' one checkpoint."""
+        if not self.dist.is_main:
+            return None
+        return checkpoint.save(
+            root, self.steps, self.store, offsets, *self.state(), self.config.checkpoint_keep
+        )  # fmt: skip
 
     def state(self) -> tuple[dict, dict]:
         """``(tensors, values)`` a resume continues from bit for bit (the store apart: a checkpoint saves it
