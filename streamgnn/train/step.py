@@ -219,8 +219,9 @@ class StreamTrainer:
         """The batch's evaluation negatives: the given external ids, or drawn from the stream so far."""
         cfg = self.config
         m = len(rows)
-        if negatives is not None:
+        if negatives is not None:  # (looked up after admission: a node the batch adds is not known before it)
             neg_ids = self._known(np.asarray(negatives)[rows].reshape(-1)).reshape(m, -1)
+            neg_ids = np.where(neg_ids < view.blank, neg_ids, -1)
             neg_ok = np.ones(neg_ids.shape, bool) if valid is None else valid[rows]
             return Candidates(neg_ids, neg_ok, neg_ids.shape[1] > 0 and cfg.eval_negatives > 0)
         if cfg.eval_strategy == "inductive":
