@@ -53,7 +53,7 @@ def main() -> None:
     target = NextLinks(negatives=args.negatives, seed=0)
     source = DatasetSource(args.dataset, batch_size=1000)
     if (ckpt / "LATEST").exists():
-        trainer = SnapshotTrainer.resume(ckpt, GConvGRU(2, 32, 2), target=target)
+        trainer = SnapshotTrainer.resume(ckpt, cell=GConvGRU(2, 32, 2), target=target)
         print(f"resumed after {trainer.steps} snapshots")
         left = None if args.max_snapshots is None else max(0, args.max_snapshots - trainer.steps)
         result = trainer.run_live(source, max_snapshots=left)

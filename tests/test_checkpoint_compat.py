@@ -83,7 +83,8 @@ def test_an_old_sharded_rank_resumes(old):
     config = TrainConfig(model=TGNConfig(**TGN), batch_size=40, lr=1e-3, eval_negatives=2, serve_every=0,
                          checkpoint_dir=str(old / "sharded"), checkpoint_every=3,
                          sharding=ShardConfig(num_partitions=2))  # fmt: skip
-    trainer, offsets = ShardedTrainer.resume(config)
+    trainer = ShardedTrainer.resume(None, config=config)
+    offsets = trainer.start_offsets
     assert (trainer.steps, trainer.position) == (3, 120)
     assert sum(offsets.values()) == 120 and trainer.store.num_edges > 0
 
@@ -94,7 +95,7 @@ def test_an_old_snapshot_trainer_resumes(old):
     from streamgnn.snapshots import NextLinks, SnapshotTrainer
 
     trainer = SnapshotTrainer.resume(
-        old / "snapshot", R.GConvGRU(2, 2, 1), target=NextLinks(negatives=2, seed=2)
+        old / "snapshot", cell=R.GConvGRU(2, 2, 1), target=NextLinks(negatives=2, seed=2)
     )
     assert trainer.steps == 2 and len(trainer.metrics) == 2 and trainer.stream.consumed > 0
 

@@ -102,7 +102,8 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     first.fit(
         PartitionedReplay(events, first.ownership, chunk=37), max_events=len(events) // 2, progress=False
     )
-    resumed, offsets = ShardedTrainer.resume(cut, dist=dist)
+    resumed = ShardedTrainer.resume(None, config=cut, dist=dist)
+    offsets = resumed.start_offsets
     resumed_steps = resumed.steps
     resumed.fit(PartitionedReplay(events, resumed.ownership, chunk=37, start_offsets=offsets), progress=False)
     # communication-free

@@ -33,7 +33,8 @@ def worker(out: Path, kill: bool) -> None:
     config = TrainConfig(model=model, batch_size=BATCH, lr=1e-3, eval_negatives=4, serve_every=0,
                          checkpoint_dir=str(out / "ckpt"), checkpoint_every=EVERY,
                          sharding=ShardConfig(num_partitions=4))  # fmt: skip
-    trainer, offsets = ShardedTrainer.resume(config)
+    trainer = ShardedTrainer.resume(None, config=config)
+    offsets = trainer.start_offsets
     source = PartitionedReplay(events, trainer.ownership, chunk=15, start_offsets=offsets)
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     if kill and first_attempt and trainer.dist.rank == 1:

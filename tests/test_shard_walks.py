@@ -103,7 +103,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     walks = trainer.link_model.pairs.walks
     held = walks.held()  # the vertices whose rows this rank keeps: only its own
     assert trainer.index.owned(held).all()
-    resumed, _ = ShardedTrainer.resume(trainer.config, dist=trainer.dist)
+    resumed = ShardedTrainer.resume(None, config=trainer.config, dist=trainer.dist)
     assert resumed.steps == RESUME_AT
     again = sharded(resumed, range(RESUME_AT, len(CUTS) - 1), events)
     torch.save({"walks": first + rest, "resumed": again, "held": held}, out)

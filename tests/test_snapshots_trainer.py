@@ -139,7 +139,7 @@ def test_online_link_prediction_over_a_live_file_source_resumes_bit_for_bit(tmp_
         progress=False,
         max_snapshots=13,
     )  # fmt: skip  (stops after the checkpoint at 12)
-    resumed = SnapshotTrainer.resume(ckpt, R.GConvGRU(2, 16, 2), target=TARGET)
+    resumed = SnapshotTrainer.resume(ckpt, cell=R.GConvGRU(2, 16, 2), target=TARGET)
     assert resumed.steps == 12
     rest = resumed.run_live(source(), progress=False)
     assert [m.auc for m in rest.metrics] == [m.auc for m in whole.metrics]

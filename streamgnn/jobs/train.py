@@ -43,38 +43,6 @@ from .labelled import LabelledStream
 from .resume import check_folder, choose, source_identity
 
 
-class Monitored:
-    """A trainer that calls ``on_step(batch, result, arrival)`` after every global batch, and a labelled
-    task's ``before_step(batch, learn)`` before it (``labelled``: its labels are scored from the state
-    before the batch, learned from when the batch is)."""
-
-    on_step = None
-    labelled: LabelledStream | None = None
-
-    def step(self, batch, **kw):
-        arrival = kw.get("arrival") or time.perf_counter()
-        if self.labelled is not None:
-            self.labelled.before_step(batch, kw.get("train", True))
-        result = super().step(batch, **kw)
-        if self.on_step is not None:
-            self.on_step(batch, result, arrival)
-        return result
-
-
-class MonitoredTrainer(Monitored, OnlineTrainer):
-    """The replicated job's trainer; its checkpoints hold the labelled task's state too."""
-
-    def state(self) -> tuple[dict, dict]:
-        tensors, values = super().state()
-        if self.labelled is not None:
-            tensors["task"] = self.labelled.state()
-        return tensors, values
-
-
-class MonitoredShardedTrainer(Monitored, ShardedTrainer):
-    """The sharded job's trainer (one rank's)."""
-
-
 @dataclass
 class TrainJob:
     """One worker of the job; see the module docstring. Give ``topic`` + ``bootstrap`` for Kafka, or
@@ -101,7 +69,7 @@ class TrainJob:
         self.dist = init_distributed()
         self.metrics = WorkerMetrics()
         self.sharded = self.config.sharding is not None
-        self.trainer: MonitoredTrainer | MonitoredShardedTrainer | None = None
+        self.trainer: OnlineTrainer | ShardedTrainer | None = None
         self._rate = IntervalRate()
         self._lag_reader = None
         self._source = None  # the KafkaSource this rank reads (replicated: rank 0's)
@@ -128,7 +96,7 @@ class TrainJob:
             allow=self.resume.mismatch == "allow",
         )  # fmt: skip
 
-    def _trainer(self, sink) -> MonitoredTrainer:
+    def _trainer(self, sink) -> OnlineTrainer:
         """A trainer resumed from the checkpoint rank 0 chose (every rank the same one, even while a newer
         one lands), or a new one; a refusal rank 0 met is every rank's."""
         chosen = note = error = None
@@ -146,19 +114,17 @@ class TrainJob:
         expect = self._expectation()
         self._chosen = chosen
         if chosen is None:
-            trainer = MonitoredTrainer(self.config, sink=sink, dist=self.dist)
+            trainer = OnlineTrainer(self.config, sink=sink, dist=self.dist)
             trainer.source_identity = expect.source
             return trainer
-        trainer = MonitoredTrainer.resume(
-            chosen, config=self.config, sink=sink, dist=self.dist, expect=expect
-        )
+        trainer = OnlineTrainer.resume(chosen, config=self.config, sink=sink, dist=self.dist, expect=expect)
         if self.dist.is_main:
             for line in ([note] if note else []) + expect.notes:
                 print(line, flush=True)
             print(f"resumed from {chosen}: {trainer.position:,} events already learned", flush=True)
         return trainer
 
-    def _stream(self, trainer: MonitoredTrainer, idle_timeout_s: float | None):
+    def _stream(self, trainer: OnlineTrainer, idle_timeout_s: float | None):
         if self.topic is None:
             return self.source, None
         from ..connectors.kafka import KafkaSource
@@ -182,9 +148,10 @@ class TrainJob:
         if self.config.checkpoint_dir:
             check_folder(Path(self.config.checkpoint_dir), sharded=True)
         expect = self._expectation()
-        trainer, offsets = MonitoredShardedTrainer.resume(
-            self.config, dist=self.dist, sink=sink, expect=expect
+        trainer = ShardedTrainer.resume(
+            self.config.checkpoint_dir, config=self.config, dist=self.dist, sink=sink, expect=expect
         )
+        offsets = trainer.start_offsets
         if trainer.steps and self.dist.is_main:
             for line in expect.notes:
                 print(line, flush=True)
@@ -213,7 +180,7 @@ class TrainJob:
                 labelled.restore(state["task"], str(path))
             else:
                 print(f"{path} holds no task state: the task's head starts now", flush=True)
-        trainer.labelled = labelled
+        trainer.attached["task"] = labelled  # told of each step, saved in its checkpoints
         return labelled
 
     def _max_batch(self) -> int:
@@ -241,7 +208,7 @@ class TrainJob:
                 gauge.set(getattr(w, name))
             m.loss.set(w.loss)
         m.steps.set(trainer.steps)
-        m.position.set(trainer.position + len(batch))  # fit advances it after the step
+        m.position.set(trainer.position)
         m.learned.set(trainer.learned)
         if trainer.budget is not None:  # what the budget learned from and evaluated so far
             budget = trainer.budget
@@ -338,14 +305,17 @@ class TrainJob:
             # computed when scraped, not per step (a CRC of every parameter took 4 ms a batch, a third of
             # a state-only step on a quiet host: benchmarks/RESULTS.md, issue 32)
             self.metrics.fingerprint.set_function(lambda: self._fingerprint(trainer))
-            trainer.on_step = self._on_step
             log = IntervalLog(f"train rank {self.dist.rank}", self._status, self.log_every_s)
             stack.callback(log.stop)
             # where the job ends, counted from the stream's start: the same command ends at the same
             # point whether or not an earlier run was interrupted
             more = None if max_events is None else max(0, max_events - trainer.position)
             result = trainer.fit(
-                stream, max_events=more, progress=progress and self.dist.is_main, total=total
+                stream,
+                max_events=more,
+                progress=progress and self.dist.is_main,
+                total=total,
+                on_step=self._on_step,
             )
         if self._lag_reader is not None:  # a status asked after the run opens a new one
             self._lag_reader.close()

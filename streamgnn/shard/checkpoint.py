@@ -24,8 +24,9 @@ import numpy as np
 import torch
 
 from .. import checkpoint
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError
 from ..train import checkpoint as trainer_checkpoint
+from ..train.config import TrainConfig
 from ..train.resume import Expectation
 from .ownership import GlobalIndex
 
@@ -66,6 +67,17 @@ def state(trainer) -> tuple[dict, dict]:
         "rank": trainer.dist.rank,
     }
     return tensors, values
+
+
+def saved_config(root: Path | None, rank: int) -> TrainConfig:
+    """The config this rank's newest checkpoint under ``root`` saved (for a resume given none)."""
+    steps = [] if root is None else checkpoint.numbers(rank_root(root, rank))
+    if not steps:
+        raise ConfigError(
+            f"no sharded checkpoint of rank {rank} under {root} to take the config from: give one"
+        )
+    path = checkpoint.directory(rank_root(root, rank), steps[-1])
+    return TrainConfig.from_checkpoint(checkpoint.manifest(path)["config"], f"{path}: config")
 
 
 def common_step(trainer, root: Path) -> int | None:

@@ -56,15 +56,15 @@ from ..errors import ConfigError
 from ..events import EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
-from ..train.distributed import DistContext, collective, init_distributed, local_device
-from ..train.driver import Batches, Budget, Drive, source_dead_letters
+from ..train.distributed import DistContext, init_distributed, local_device
+from ..train.driver import Batches, Drive, StepHook, source_dead_letters
 from ..train.edgebank import make_baseline
 from ..train.metrics import RunningMetrics
 from ..train.models import make_link_model
-from ..train.negatives import EVAL, TRAIN, StreamNegatives
-from ..train.protocol import Candidates, LinkModel, StepInput
+from ..train.negatives import StreamNegatives
+from ..train.protocol import StepInput
 from ..train.resume import Expectation
-from ..train.trainer import OnlineResult, StepResult, edge_features, local_scores, run_metrics
+from ..train.step import OnlineResult, Positives, StreamTrainer
 from . import checkpoint
 from .batches import GlobalBatcher
 from .comm import Collectives
@@ -78,7 +78,7 @@ from .tgn_backend import shard_backends
 ADD, UPDATE = int(EventKind.EDGE_ADD), int(EventKind.NODE_UPDATE)
 
 
-class ShardedTrainer:
+class ShardedTrainer(StreamTrainer):
     """One rank of a sharded run; ``step`` takes each global batch (every rank the same one, in step), ``fit``
     reads this rank's ``LocalSource`` and agrees on the global batches with the other ranks.
 
@@ -91,8 +91,6 @@ class ShardedTrainer:
     >>> trainer.fit(PartitionedReplay(events, trainer.ownership), progress=False).events
     600
     """
-
-    source_identity: dict | None = None  # the stream read, as checkpoints record it (``train.resume``)
 
     def __init__(
         self, config: TrainConfig, *, dist: DistContext | None = None, sink: EmbeddingSink | None = None
@@ -132,23 +130,10 @@ class ShardedTrainer:
             total=lambda n: int(self.dist.all_sum([n], self.device)[0]),
         )  # fmt: skip
         self.steps = self.learned = self.position = self.dead_letter_count = 0
-        self.budget: Budget | None = None  # the latest ``fit``'s (what it learned and evaluated so far)
+        self.attached = {}  # a labelled task is refused by the sharded job: nothing attaches here yet
         self.batcher: GlobalBatcher | None = None
+        self.start_offsets: dict[str, int] = {}  # where this rank's source resumes (``resume``'s)
         self._batcher_state: dict[str, np.ndarray] | None = None  # from a checkpoint, for the next batcher
-
-    @property
-    def table(self) -> EmbeddingTable | None:
-        """The served rows of this rank's vertices (None when ``serve_every`` is 0)."""
-        return self.serving.table
-
-    @property
-    def model(self) -> torch.nn.Module | None:
-        """The torch module of the model (``TGN`` by default), if it has one."""
-        return getattr(self.link_model, "model", None)
-
-    def stream_models(self) -> list[LinkModel]:
-        """The learned model and the baselines: every model that follows the stream."""
-        return [self.link_model, *self.baselines.values()]
 
     def rebind_store(self) -> None:
         """Point every model at ``self.store`` (after a checkpoint replaced it)."""
@@ -158,11 +143,11 @@ class ShardedTrainer:
     # ------------------------------------------------------------------ the stream
     def fit(
         self, source: LocalSource, *, max_events: int | None = None, progress: bool = True,
-        total: int | None = None,
+        total: int | None = None, on_step: StepHook | None = None,
     ) -> OnlineResult:  # fmt: skip
         """Train on this rank's ``source`` (every rank calls ``fit`` with its own) until every source is done
         or ``max_events`` more global events; checkpoints every ``checkpoint_every`` global batches (at the
-        same batch on every rank) and at the end."""
+        same batch on every rank) and at the end. ``on_step``: as ``OnlineTrainer.fit``'s."""
         cfg = self.config
         self.batcher = GlobalBatcher(  # while the stream is idle, the last refreshed rows go out
             source, self.ownership, self.exchange, cfg.batch_size, on_idle=self.serving.publish
@@ -170,23 +155,10 @@ class ShardedTrainer:
         if self._batcher_state is not None:
             self.batcher.restore(self._batcher_state, self.index.seen.contains)
             self._batcher_state = None
-        show = progress and self.dist.is_main
-        self.budget = Budget(self, getattr(source, "lag", None))
-        drive = Drive(
-            self, every=self.config.checkpoint_interval, limit=max_events, progress=show, total=total,
-            budget=self.budget,
-        )  # fmt: skip
-        saved, events = drive.run(
-            self._global_batches(drive), lambda: self.save_checkpoint(source.positions())
-        )
-        self.serving.finish(self.index, self._embed)
-        seconds = drive.elapsed()
-        letters = int(self.dist.all_sum([self.dead_letter_count], self.device)[0])
-        return OnlineResult(
-            events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
-            latency_p50_ms=1e3 * self.serving.latency.percentile(50),
-            latency_p99_ms=1e3 * self.serving.latency.percentile(99), dead_letters=letters, checkpoint=saved,
-            follow=self.budget.report(), **run_metrics(self.link_model, self.metrics, self.baseline_metrics),
+        return self.drive(
+            self._global_batches, lambda: self.save_checkpoint(source.positions()),
+            lag=getattr(source, "lag", None), max_events=max_events, progress=progress, total=total,
+            on_step=on_step,
         )  # fmt: skip
 
     def _global_batches(self, drive: Drive) -> Batches:
@@ -211,37 +183,39 @@ class ShardedTrainer:
         self.batcher.dead_letters.clear()
         return now
 
-    def save_checkpoint(self, offsets: dict[str, int]) -> Path:
-        """This rank's checkpoint at the current step (every rank calls it after the same step)."""
-        if not self.config.checkpoint_dir:
-            raise ConfigError("save_checkpoint needs config.checkpoint_dir")
-        path = checkpoint.save(self, Path(self.config.checkpoint_dir), offsets)
-        if self.dist.active:
-            collective("barrier")
-        return path
+    def _write_checkpoint(self, root: Path, offsets: dict[str, int]) -> Path:
+        """Every rank writes its own (``shard.checkpoint``)."""
+        return checkpoint.save(self, root, offsets)
 
     @classmethod
     def resume(
         cls,
-        config: TrainConfig,
+        checkpoint_dir: str | Path | None,
         *,
+        config: TrainConfig | None = None,
+        expect: Expectation | None = None,
         dist: DistContext | None = None,
         sink: EmbeddingSink | None = None,
-        expect: Expectation | None = None,
-    ) -> tuple[ShardedTrainer, dict[str, int]]:
-        """A trainer at the newest step every rank checkpointed under ``config.checkpoint_dir`` (a fresh one
-        if there is none), and the source offsets this rank resumes at (give them to its source). A resumed
-        trainer serves every vertex it owns at once (checkpoints do not hold the served rows). ``expect``:
-        what this run is (``train.resume``): a checkpoint that does not fit it is refused."""  # fmt: skip
+    ) -> ShardedTrainer:
+        """A trainer at the newest step every rank checkpointed under ``checkpoint_dir`` (the one resume
+        signature: ``train.resume``; None: ``config.checkpoint_dir``; a fresh trainer if there is none),
+        and in ``start_offsets`` the source offsets this rank resumes at (give them to its source).
+        ``config`` defaults to the one this rank's newest checkpoint saved. A resumed trainer serves every
+        vertex it owns at once (checkpoints do not hold the served rows)."""
+        dist = dist or init_distributed()
+        if checkpoint_dir is None and config is not None and config.checkpoint_dir:
+            checkpoint_dir = config.checkpoint_dir
+        root = Path(checkpoint_dir) if checkpoint_dir else None
+        if config is None:
+            config = dataclasses.replace(checkpoint.saved_config(root, dist.rank), checkpoint_dir=str(root))
         trainer = cls(config, dist=dist, sink=sink)
         trainer.source_identity = expect.source if expect is not None else None
-        root = Path(config.checkpoint_dir) if config.checkpoint_dir else None
         step = None if root is None else checkpoint.common_step(trainer, root)
         if step is None:
-            return trainer, {}
-        offsets = checkpoint.load(trainer, root, step, expect)
+            return trainer
+        trainer.start_offsets = checkpoint.load(trainer, root, step, expect)
         trainer.serving.refresh(trainer.index, trainer._embed, owned_vertices(trainer.index))
-        return trainer, offsets
+        return trainer
 
     def batcher_state(self) -> dict[str, np.ndarray]:
         if self.batcher is None:
@@ -264,86 +238,51 @@ class ShardedTrainer:
         parts["total"] = sum(parts.values())
         return parts
 
-    # ------------------------------------------------------------------ per batch
-    def step(
-        self, batch: EventBatch, *, train: bool = True, score: bool = True, arrival: float | None = None
-    ) -> StepResult:
-        """One global batch (every rank passes the same one), in the online loop's order (see the module)."""
-        started = time.perf_counter()
-        arrival = started if arrival is None else arrival
-        cfg, lm = self.config, self.link_model
+    # ------------------------------------------------------------------ the step's backend
+    @property
+    def served(self) -> GlobalIndex:
+        return self.index
+
+    def _admit(self, batch: EventBatch, ingest: bool) -> Positives:
+        """``GlobalIndex.admit`` (the same on every rank); the rank states get the vertices it added that
+        this rank owns. Each positive is scored and trained by the owner of its source: the rank that
+        read it."""
+        if not ingest:
+            raise ConfigError("a sharded step ingests every batch it steps (ingest=False is one process's)")
         before = self.index.num_nodes
         adm = self.index.admit(batch)
         new = np.arange(before, self.index.num_nodes)
         for state in self.states:
             state.add_vertices(new[self.index.owned(new)])
         add = batch.kind[adm.rows] == ADD
-        rows = adm.rows[add]
-        m = len(rows)
-        pre_src, pre_dst, post_src, post_dst = adm.pre_src[add], adm.pre_dst[add], adm.src[add], adm.dst[add]
-        t = batch.t[rows].copy()
-        feat = edge_features(batch, rows, cfg.model.edge_feature_dim)
-        scoring = score and m > 0 and self.negatives.ready
-        training = train and m > 0 and self.negatives.ready and lm.trainable
-        t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
-        # each event is scored and trained by the owner of its source: the rank that read it
-        scorer = self.index.owner(post_src).astype(np.int64)
-        view = StepInput(pre_src, pre_dst, t, t_query, before, scorer, self.dist.rank, self.steps)
-        # every rank draws for the whole batch (a draw is keyed by its row), right for its own rows (a
-        # historical draw needs the source's history, which its owner holds), as one process draws them
-        candidates = train_neg = None
-        if scoring:
-            neg = self.negatives.draw(
-                pre_src, pre_dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy, step=self.steps,
-                purpose=EVAL, groups=t,
-            )  # fmt: skip
-            candidates = Candidates(neg, neg >= 0, cfg.eval_negatives > 0)
-        if training:
-            train_neg = self.negatives.draw(
-                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN,
-                frac=cfg.train_negative_fraction,
-            )[:, 0]  # fmt: skip
-        prepared = lm.prepare(view, candidates, train_neg) if scoring or training else None
-        base_prepared = (
-            {n: b.prepare(view, candidates, None) for n, b in self.baselines.items()} if scoring else {}
-        )
+        src, dst = adm.src[add], adm.dst[add]
+        scorer = self.index.owner(src).astype(np.int64)
+        return Positives(adm.rows[add], adm.pre_src[add], adm.pre_dst[add], src, dst, before, scorer, adm)
 
-        letters = self._ingest(batch, adm)
-        keep = np.ones(m, bool)  # the shards take every admitted event
-        local = []
-        if scoring:
-            mine = view.rows
-            local = [local_scores(lm, prepared, candidates, mine)]
-            local += [local_scores(self.baselines[n], p, candidates, mine) for n, p in base_prepared.items()]
-        loss = lm.train(prepared, keep) if training else math.nan
-        pos = neg = rr = np.zeros(0)
-        base_scores = {}
-        if scoring:  # one exchange for the model's and the baselines' scores
-            full = self._gather_rows(np.concatenate(local, 1), scorer, m)
-            pos, neg, rr = full[:, 0], full[:, 1], full[:, 2]
-            base_scores = {
-                n: tuple(full[:, 3 * i + j] for j in range(3)) for i, n in enumerate(base_prepared, 1)
-            }
-        for model in self.stream_models():
-            model.observe(post_src, post_dst, t, feat)
-        self.negatives.observe(post_src, post_dst, history=self.index.owned(post_src))
-        self.learned += m
-        self.steps += 1
+    def _apply(self, batch: EventBatch, pos: Positives) -> list:
+        return self._ingest(batch, pos.admitted)
+
+    def _gather(self, local: np.ndarray, view: StepInput) -> np.ndarray:
+        return self._gather_rows(local, view.scorer, len(view.scorer))
+
+    def _observed(self, pos: Positives) -> None:
+        """The pool is replicated, the history of owned sources only; the rank states step."""
+        self.negatives.observe(pos.src, pos.dst, history=self.index.owned(pos.src))
         for state in self.states:
             state.stepped(self.steps)
+
+    def _touched(self, batch: EventBatch, pos: Positives) -> np.ndarray:
+        """The owned vertices of every admitted event."""
+        adm = pos.admitted
         touched = np.concatenate([adm.src, adm.dst])
         touched = np.unique(touched[touched >= 0])
-        touched = touched[self.index.owned(touched)]
-        self.serving.after_step(self.index, self._embed, touched, arrival, len(batch), self.steps)
-        scored = rows if scoring else rows[:0]
-        seconds = time.perf_counter() - started
-        if scoring or training:
-            self.metrics.add(pos, neg, rr, batch.t[scored], loss, seconds)
-        for name, scores in base_scores.items():
-            self.baseline_metrics[name].add(*scores, batch.t[scored], math.nan, seconds)
-        return StepResult(
-            len(batch), m, batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters, base_scores
-        )
+        return touched[self.index.owned(touched)]
+
+    def _known(self, ext: np.ndarray) -> np.ndarray:
+        raise ConfigError("a sharded step draws its own negatives (fixed ones are fit_offline's)")
+
+    def _all_dead_letters(self) -> int:
+        return int(self.dist.all_sum([self.dead_letter_count], self.device)[0])
 
     def _embed(self, gids: np.ndarray, t: float) -> np.ndarray:
         """Served rows of owned ``gids`` at time ``t`` (a collective: every rank calls)."""

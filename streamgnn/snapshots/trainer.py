@@ -40,6 +40,7 @@ from ..errors import ConfigError
 from ..progress import progress_bar
 from ..train import checkpoint
 from ..train.driver import Batches, Drive
+from ..train.resume import Expectation
 from .cells import RecurrentCell
 from .metrics import SnapshotMetrics, SnapshotTrainResult, link_snapshot_metrics, plot_metrics
 from .snapshot import Snapshot
@@ -189,19 +190,14 @@ class SnapshotTrainer:
         started = time.perf_counter()
         bar = progress_bar(iterable=range(cfg.epochs), unit="epoch", disable=not progress)
         for epoch in bar:
-            self.hidden, window, last = None, [], epoch == cfg.epochs - 1
+            self.hidden, self._window, last = None, [], epoch == cfg.epochs - 1
             self.cell.reset()
             self.model.train()
             for i, data in enumerate(snaps[:cut]):
-                loss, _, m = self._forward(data)
-                window.append(loss)
-                if last:
-                    self._record(m, i, "train")
-                if cfg.bptt is not None and len(window) == cfg.bptt:
-                    self._learn(window)
-                    window = []
-            self._learn(window)
-            bar.set_postfix(loss=f"{float(loss.detach()):.4f}", refresh=False)
+                m = self._step(data, (i, "train") if last else None, cfg.bptt)
+            self._learn(self._window)
+            self._window = []
+            bar.set_postfix(loss=f"{m.loss:.4f}", refresh=False)
         self.model.eval()
         with torch.no_grad():
             for i, data in enumerate(snaps[cut:], start=cut):
@@ -235,10 +231,17 @@ class SnapshotTrainer:
     def step(self, snapshot, *, arrival: float | None = None) -> SnapshotMetrics:
         """Score ``snapshot``, record its metrics and add its loss to the open window, which learns once it
         holds ``bptt`` snapshots. (``arrival`` is the driver's; snapshots are not timed.)"""
-        loss, _, m = self._forward(_data(snapshot))
-        m = self._record(m, self.steps, "online")
+        return self._step(_data(snapshot), (self.steps, "online"), self.config.bptt or 1)
+
+    def _step(self, data, record: tuple[int, str] | None, window: int | None) -> SnapshotMetrics:
+        """The step of ``step`` and of ``fit``'s training passes: score the snapshot, record its metrics as
+        ``record`` (index, phase; None: not recorded) and add its loss to the open window, which learns once
+        it holds ``window`` snapshots (None: only at the end of the pass)."""
+        loss, _, m = self._forward(data)
+        if record is not None:
+            m = self._record(m, *record)
         self._window.append(loss)
-        if len(self._window) == (self.config.bptt or 1):
+        if window is not None and len(self._window) == window:
             self._learn(self._window)
             self._window = []
         return m
@@ -314,18 +317,21 @@ class SnapshotTrainer:
     def resume(
         cls,
         checkpoint_dir: str | Path,
-        cell: torch.nn.Module,
         *,
+        config: SnapshotTrainConfig | None = None,
+        expect: Expectation | None = None,
+        cell: torch.nn.Module,
         target: NodeTarget | NextLinks | None = None,
         hidden: int | None = None,
     ) -> SnapshotTrainer:
         """A trainer (with its store and snapshot stream) as the newest checkpoint under ``checkpoint_dir``
-        left it; ``cell`` is a layer of the same shape, ``target`` the one the run used. Continue with
-        ``run_live(source)``: a file source is replayed and skips what was consumed; build a KafkaSource with
-        ``store=trainer.stream.store`` so it seeks to the offsets the checkpoint holds."""
-        ckpt = checkpoint.load(Path(checkpoint_dir), kind=KIND)
+        left it, by the one resume signature (``train.resume``); ``cell`` is a layer of the same shape,
+        ``target`` the one the run used. Continue with ``run_live(source)``: a file source is replayed and
+        skips what was consumed; build a KafkaSource with ``store=trainer.stream.store`` so it seeks to the
+        offsets the checkpoint holds."""
+        ckpt = checkpoint.load(Path(checkpoint_dir), kind=KIND, expect=expect)
         man = ckpt.manifest
-        config = dataclasses.replace(
+        config = config or dataclasses.replace(
             SnapshotTrainConfig.from_dict(man["config"], f"{checkpoint_dir}: config"),
             checkpoint_dir=str(checkpoint_dir),
         )

@@ -22,7 +22,16 @@ from ..growth import grow
 from ..partition import make_partitioner
 from . import kernels as K
 from . import state as persist
-from .admission import INGEST, NO_LIVE_EDGE, Admission, AdmissionConfig, Admits, event_payload, plain
+from .admission import (
+    INGEST,
+    NO_LIVE_EDGE,
+    Admission,
+    AdmissionConfig,
+    Admits,
+    Admitted,
+    event_payload,
+    plain,
+)
 from .changes import ChangeFeed, ChangeLog, LogPosition, StoreChanges, pair_edges
 from .config import StoreConfig
 from .contract import FeatureView, TCSRView
@@ -101,9 +110,16 @@ class TemporalGraphStore(Admits):
     # ------------------------------------------------------------------ ingest
     def ingest(self, batch: EventBatch, where: str = INGEST) -> IngestReport:
         """Apply a batch; bad, late or unmatched events become dead letters, duplicates are skipped."""
-        report = IngestReport()
         if not len(batch):
-            return report
+            return IngestReport()
+        return self.apply(batch, self.admit(batch, where), where)
+
+    def admit(self, batch: EventBatch, where: str = INGEST) -> Admitted:
+        """The first half of ``ingest``: admission's decision on ``batch`` (new nodes get their ids and empty
+        rows; no edge is applied yet), for a caller that reads the graph as it was before ``apply``."""
+        if not len(batch):
+            none = np.zeros(0, np.int64)
+            return Admitted(batch, none, none, none, np.zeros(0, bool), 0, self.ids.size)
         self._changed()
         widths = (
             ("edge", self.edge_feature_dim, (ADD,), False),
@@ -112,6 +128,14 @@ class TemporalGraphStore(Admits):
         adm = self.admission.admit(batch, where, widths)
         if self.ids.size > adm.first_new:
             self._add_nodes(adm.first_new, self.ids.size)
+        return adm
+
+    def apply(self, batch: EventBatch, adm: Admitted, where: str = INGEST) -> IngestReport:
+        """The second half of ``ingest``: apply what ``admit`` admitted of ``batch``."""
+        report = IngestReport()
+        if not len(batch):
+            return report
+        self._changed()  # (the views handed out between admit and apply are of the graph before)
         letters, ev = adm.dead_letters, adm.events
         report.duplicates, report.late = adm.duplicates, adm.n_late
         if len(ev):

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Generator, Sized
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..events import EventBatch
 from ..progress import progress_bar
@@ -27,6 +28,8 @@ from .sampled import EvalSample
 
 # (global batch or snapshot, arrival time, whether a checkpoint may follow it)
 Batches = Generator[tuple[EventBatch, float, bool], None, None]
+# called after each item is stepped and counted: (item, what ``trainer.step`` returned, its arrival time)
+StepHook = Callable[[Any, Any, float], None]
 
 
 class Drive:
@@ -35,15 +38,21 @@ class Drive:
 
     ``size`` counts an item (events in a batch: ``len``); ``postfix`` gives the progress bar's figures after
     a step (None: unchanged), by default the latest closed window of ``trainer.metrics``' AP and MRR.
-    ``progress`` is whether this process shows a bar (only the main rank of a distributed run should)."""
+    ``progress`` is whether this process shows a bar (only the main rank of a distributed run should).
+    ``on_step``: a hook after each step (a job's metrics and dead-letter reports) with the part stepped
+    (the item, or each part a budget cut it into) and its result, the trainer's counters already past it.
+    ``step(item, arrival)`` steps an item (default ``trainer.step``; an offline
+    phase's steps with its own flags, ``offline.run_phase``)."""
 
     def __init__(
         self, trainer, *, every: int, limit: int | None, progress: bool, total: int | None = None,
         unit: str = "ev", size: Callable[[Sized], int] = len,
         postfix: Callable[[], dict[str, str] | None] | None = None, budget: Budget | None = None,
+        on_step: StepHook | None = None, step: Callable[[Any, float], Any] | None = None,
     ) -> None:  # fmt: skip
         self.trainer, self.every, self.limit, self.size = trainer, every, limit, size
-        self.budget = budget
+        self.budget, self.on_step = budget, on_step
+        self.step = step or (lambda item, arrival: trainer.step(item, arrival=arrival))
         self.postfix = postfix or self._window_postfix
         self.start = trainer.position
         self._closed = None  # windows closed when the bar last showed one
@@ -71,11 +80,14 @@ class Drive:
         try:
             for item, arrival, boundary in batches:
                 if self.budget is None:
-                    tr.step(item, arrival=arrival)
-                else:
-                    self.budget.step(item, arrival)
+                    stepped = [(item, self.step(item, arrival))]
+                else:  # the parts it was stepped in, each with its result
+                    stepped = self.budget.step(item, arrival)
                 n = self.size(item)
                 tr.position += n
+                if self.on_step is not None:
+                    for part, result in stepped:
+                        self.on_step(part, result, arrival)
                 bar.update(n)
                 if (shown := self.postfix()) is not None:
                     bar.set_postfix(**shown, refresh=False)
@@ -209,18 +221,21 @@ class Budget:
         self.timeline: deque[list] = deque(maxlen=TIMELINE_POINTS)
         self._point = (self.started, 0, 0)  # (time, events, learned events) of the last timeline point
 
-    def step(self, item: EventBatch, arrival: float) -> None:
-        """Step ``item`` through the trainer: whole (every event), or as the plan says (budget)."""
+    def step(self, item: EventBatch, arrival: float) -> list[tuple[EventBatch, Any]]:
+        """Step ``item`` through the trainer: whole (every event), or as the plan says (budget): a batch that
+        learns or is evaluated goes in parts of the configured batch size, only the state path in the grown
+        batch. Returns each part with the trainer's ``StepResult`` for it."""
         n = len(item)
         if not self.follow.budgeted:
-            self._timed(item, arrival, True, True)
+            stepped = [(item, self._timed(item, arrival, True, True))]
             self._count(n, True)
-            return
+            return stepped
         learn, evaluate = self._plan(n)
         size = self.base if learn or evaluate else max(n, 1)
-        for lo in range(0, max(n, 1), size):
-            self._timed(item[lo : lo + size], arrival, learn, evaluate)
+        parts = [item[lo : lo + size] for lo in range(0, max(n, 1), size)]
+        stepped = [(part, self._timed(part, arrival, learn, evaluate)) for part in parts]
         self._count(n, learn)
+        return stepped
 
     def report(self) -> FollowReport:
         figures = {n: {k: e.as_dict() for k, e in f.items()} for n, f in self.sample.figures().items()}
@@ -309,7 +324,7 @@ class Budget:
             self._mark = (now, self.events, lag)
 
     # ------------------------------------------------------------------ steps and counts
-    def _timed(self, part: EventBatch, arrival: float, learn: bool, evaluate: bool) -> None:
+    def _timed(self, part: EventBatch, arrival: float, learn: bool, evaluate: bool):
         """One ``trainer.step``; its seconds per event go into the costs, its scores into the sample."""
         began = time.perf_counter()
         result = self.trainer.step(part, arrival=arrival, train=learn, score=evaluate)
@@ -321,6 +336,7 @@ class Budget:
         if evaluate and len(result.pos):
             self.sample.add({EVALUATED: (result.pos, result.neg, result.rr), **result.baselines})
             self.evaluated += len(result.pos)
+        return result
 
     def _count(self, n: int, learned: bool) -> None:
         self.events += n

@@ -24,7 +24,9 @@ from ..events import EventBatch
 from ..progress import progress_bar
 from ..sampling import EvalNegatives
 from .config import TrainConfig
+from .driver import Batches, Drive
 from .metrics import LinkMetrics, batch_mean_metrics, losses_to_baselines
+from .step import StepResult
 from .trainer import OnlineTrainer
 
 
@@ -174,6 +176,9 @@ def fit_offline(
     part (the store already holds it, as for ``test_with``): ``OfflineResult.test_with[name]``.
     ``score_val=False`` replays validation into memory and graph without scoring it. ``progress``: a bar
     over epochs with each one's loss and validation AP (converged training can run for hours).
+
+    Every part is a ``Phase``: the online trainers' step (``StreamTrainer.step``) over its batches, driven
+    by their loop (``driver.Drive``), with the phase's flags (train, score, ingest) and negatives.
     """
     if epochs < 1:
         raise ConfigError(f"epochs must be >= 1, got {epochs}")
@@ -181,117 +186,178 @@ def fit_offline(
         raise ConfigError(f"patience must be an int >= 1 (epochs) or None, got {patience!r}")
     split = split or ChronologicalSplit.make(events)
     config = dataclasses.replace(config, serve_every=0, checkpoint_every=0)
-    trainer = OnlineTrainer(config)
-    bs = config.batch_size
-    unscored = LinkMetrics(*[float("nan")] * 3, 0)
-    baselines: dict[str, dict[str, LinkMetrics]] = {name: {} for name in trainer.baselines}
+    run = OfflineRun(events, split, config, OnlineTrainer(config))
+    more = {k: run.given(f"test_with[{k!r}]", v) for k, v in (test_with or {}).items()}
+    test_negatives = run.given("test_negatives", test_negatives)
+    training = run.train(epochs, patience, progress)
+    val, val_new = run.validate(score_val)
+    test, test_new, scored_with = run.test(test_negatives, more, test_by or {})
+    label = getattr(run.trainer.link_model, "name", "model")
+    flags = [
+        f"{part}: {line}"
+        for part, ours in (("test", test), ("test_inductive", test_new))
+        for line in losses_to_baselines(label, ours, {b: parts[part] for b, parts in run.baselines.items()})
+    ]
+    rates, losses, val_aps, best_epoch = training
+    return OfflineResult(
+        rates, losses, val, val_new, test, test_new, run.baselines, flags, len(rates), best_epoch, val_aps,
+        scored_with,
+    )  # fmt: skip
 
-    def run(name: str, rows: np.ndarray, *, ingest: bool, scored: bool, negatives=None) -> LinkMetrics:
+
+@dataclass(frozen=True)
+class Phase:
+    """One part of an offline run: the steps over ``rows`` of the events, in batches, all with the same
+    flags (``StreamTrainer.step``'s) and, when scored, ``negatives`` ``(ids, valid)`` one row per row."""
+
+    rows: np.ndarray
+    train: bool = False
+    score: bool = False
+    ingest: bool = True
+    negatives: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def run_phase(trainer: OnlineTrainer, events: EventBatch, phase: Phase) -> list[StepResult]:
+    """``phase``'s batches of ``config.batch_size`` through the online trainers' loop (``driver.Drive``:
+    no checkpoints, no bar), each one step with the phase's flags; their results in order."""
+    results: list[StepResult] = []
+    flags = dict(train=phase.train, score=phase.score, ingest=phase.ingest)
+    drive = Drive(
+        trainer, every=0, limit=None, progress=False, size=lambda item: len(item[0]),
+        step=lambda item, arrival: trainer.step(item[0], arrival=arrival, **flags, **item[1]),
+        on_step=lambda _item, result, _arrival: results.append(result),
+    )  # fmt: skip
+    drive.run(phase_batches(events, phase, trainer.config.batch_size), lambda: None)
+    return results
+
+
+def phase_batches(events: EventBatch, phase: Phase, size: int) -> Batches:
+    """``Drive``'s items of a phase: each batch of ``size`` rows with its negatives (when scored)."""
+    rows, neg = phase.rows, phase.negatives
+    for lo in range(0, len(rows), size):
+        part = slice(lo, lo + size)
+        given = {} if neg is None else dict(negatives=neg[0][part], negatives_valid=neg[1][part])
+        yield (events.take(rows[part]), given), time.perf_counter(), True
+
+
+class OfflineRun:
+    """One ``fit_offline`` run: the trainer over ``events`` split by ``split``, and each baseline's scores
+    per part (``baselines[name][part]``)."""
+
+    def __init__(self, events: EventBatch, split: ChronologicalSplit, config: TrainConfig, trainer) -> None:
+        self.events, self.split, self.config, self.trainer = events, split, config, trainer
+        self.baselines: dict[str, dict[str, LinkMetrics]] = {name: {} for name in trainer.baselines}
+
+    def part(self, name: str, rows: np.ndarray, *, ingest: bool, scored: bool, negatives=None) -> LinkMetrics:
         """Score (or only replay) part ``name``; the baselines' scores go to ``baselines[...][name]``."""
         if scored and negatives is None:
-            negatives = fixed_negatives(events, split, rows, config)
-        results = []
-        for lo in range(0, len(rows), bs):
-            batch = events.take(rows[lo : lo + bs])
-            part = slice(lo, lo + bs)
-            neg = dict(negatives=negatives[0][part], negatives_valid=negatives[1][part]) if scored else {}
-            res = trainer.step(batch, train=False, score=scored, ingest=ingest, **neg)
-            results.append(((res.pos, res.neg, res.rr), res.baselines))
-        for base, parts in baselines.items():
-            scores = [b[base] for _, b in results if base in b]  # (a batch with no positive has none)
+            negatives = fixed_negatives(self.events, self.split, rows, self.config)
+        phase = Phase(rows, score=scored, ingest=ingest, negatives=negatives if scored else None)
+        results = run_phase(self.trainer, self.events, phase)
+        unscored = LinkMetrics(*[float("nan")] * 3, 0)
+        for base, parts in self.baselines.items():
+            scores = [r.baselines[base] for r in results if base in r.baselines]  # (a batch with no positive)
             parts[name] = batch_mean_metrics(scores) if scored else unscored
-        return batch_mean_metrics([r for r, _ in results]) if scored else unscored
+        return batch_mean_metrics([(r.pos, r.neg, r.rr) for r in results]) if scored else unscored
 
-    def memory() -> list:
-        return [model.stream_state() for model in trainer.stream_models()]
+    def memory(self) -> list:
+        """Every stream model's state (memory, pending messages, banks)."""
+        return [model.stream_state() for model in self.trainer.stream_models()]
 
-    def restore(states: list) -> None:
-        for model, state in zip(trainer.stream_models(), states, strict=True):
+    def restore(self, states: list) -> None:
+        for model, state in zip(self.trainer.stream_models(), states, strict=True):
             model.load_stream_state(state)
 
-    rates, losses, val_aps = [], [], []
-    part = events.take(split.train)
-    select = None if patience is None else fixed_negatives(events, split, split.val, config)
-    best = (-np.inf, 0, None, None)  # validation AP, epoch, weights, memory before validation
-    bar = progress_bar(total=epochs, unit="epoch", disable=not progress)
-    for epoch in range(1, epochs + 1):
-        trainer.reset_stream()
-        start = time.perf_counter()
-        epoch_loss = [trainer.step(b, score=False).loss for b in part.split(bs)]
-        rates.append(len(part) / (time.perf_counter() - start))
-        losses.append(float(np.nanmean(epoch_loss)) if epoch_loss else float("nan"))
-        bar.update()
-        bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
+    def train(self, epochs: int, patience: int | None, progress: bool) -> tuple[list, list, list, int]:
+        """The training epochs (with ``patience``, until validation AP stops improving, then back to the
+        best epoch's weights, store and memory as they were before its validation), the held-out edges
+        joined after them. ``(events/s per epoch, mean loss per epoch, validation AP per epoch, best)``."""
+        trainer, split = self.trainer, self.split
+        rates, losses, val_aps = [], [], []
+        part = self.events.take(split.train)
+        select = None if patience is None else fixed_negatives(self.events, split, split.val, self.config)
+        best = (-np.inf, 0, None, None)  # validation AP, epoch, weights, memory before validation
+        bar = progress_bar(total=epochs, unit="epoch", disable=not progress)
+        for epoch in range(1, epochs + 1):
+            trainer.reset_stream()
+            start = time.perf_counter()
+            epoch_loss = [r.loss for r in run_phase(trainer, self.events, Phase(split.train, train=True))]
+            rates.append(len(part) / (time.perf_counter() - start))
+            losses.append(float(np.nanmean(epoch_loss)) if epoch_loss else float("nan"))
+            bar.update()
+            bar.set_postfix(loss=f"{losses[-1]:.4f}", refresh=False)
+            if patience is None:
+                continue
+            trainer.store.ingest(self.events.take(split.held_out))
+            before = self.memory()
+            ap_only = (select[0][:, :1], select[1][:, :1])  # selection needs AP only: skip ranking
+            val_aps.append(self.part("val", split.val, ingest=True, scored=True, negatives=ap_only).ap)
+            if val_aps[-1] > best[0]:
+                weights = copy.deepcopy(trainer.link_model.state_dict())
+                best = (val_aps[-1], epoch, weights, copy.deepcopy(before))
+            bar.set_postfix(loss=f"{losses[-1]:.4f}", val_ap=f"{val_aps[-1]:.4f}", best_epoch=best[1])
+            if epoch - best[1] >= patience:
+                break
+        bar.close()
         if patience is None:
-            continue
-        trainer.store.ingest(events.take(split.held_out))
-        before = memory()
-        ap_only = (select[0][:, :1], select[1][:, :1])  # selection needs AP only: skip ranking
-        val_aps.append(run("val", split.val, ingest=True, scored=True, negatives=ap_only).ap)
-        if val_aps[-1] > best[0]:
-            best = (val_aps[-1], epoch, copy.deepcopy(trainer.link_model.state_dict()), copy.deepcopy(before))
-        bar.set_postfix(loss=f"{losses[-1]:.4f}", val_ap=f"{val_aps[-1]:.4f}", best_epoch=best[1])
-        if epoch - best[1] >= patience:
-            break
-    bar.close()
-    if patience is None:
-        trainer.store.ingest(events.take(split.held_out))
-        best_epoch = epochs
-    else:  # the best epoch's weights, store and memory as they were before its validation
+            trainer.store.ingest(self.events.take(split.held_out))
+            return rates, losses, val_aps, epochs
         _, best_epoch, weights, before = best
         trainer.link_model.load_state_dict(weights)
         store = trainer.new_store()
         store.ingest(part)
         trainer.reset_stream(store)
-        store.ingest(events.take(split.held_out))
-        restore(before)
+        store.ingest(self.events.take(split.held_out))
+        self.restore(before)
+        return rates, losses, val_aps, best_epoch
 
-    before_val = memory()
-    val = run("val", split.val, ingest=True, scored=score_val)
-    after_val = memory()
-    if score_val:
-        restore(before_val)
-        val_new = run("val_inductive", split.val_new, ingest=False, scored=True)
-        restore(after_val)
-    else:
-        val_new = val
-        for parts in baselines.values():
-            parts["val_inductive"] = parts["val"]
+    def validate(self, score_val: bool) -> tuple[LinkMetrics, LinkMetrics]:
+        """Validation (transductive, then inductive from the memory before it); the memory after it stays.
+        ``score_val=False``: replayed, not scored (the inductive figures are the same unscored ones)."""
+        split = self.split
+        before_val = self.memory()
+        val = self.part("val", split.val, ingest=True, scored=score_val)
+        self.after_val = self.memory()
+        if not score_val:
+            for parts in self.baselines.values():
+                parts["val_inductive"] = parts["val"]
+            return val, val
+        self.restore(before_val)
+        val_new = self.part("val_inductive", split.val_new, ingest=False, scored=True)
+        self.restore(self.after_val)
+        return val, val_new
 
-    def given(name: str, negatives) -> tuple[np.ndarray, np.ndarray] | None:
+    def test(
+        self, negatives, more: dict, by: dict
+    ) -> tuple[LinkMetrics, LinkMetrics, dict[str, LinkMetrics]]:
+        """The test part (its transductive figures, then each of ``more`` negative sets and ``by``
+        protocols, then the inductive figures, each from the memory after validation)."""
+        split = self.split
+        test = self.part("test", split.test, ingest=True, scored=True, negatives=negatives)
+        scored_with = {}
+        for name, given in more.items():  # the store holds the test part now: sampling still stops before t
+            self.restore(self.after_val)
+            scored_with[name] = self.part(
+                f"test_{name}", split.test, ingest=False, scored=True, negatives=given
+            )
+        for name, protocol in by.items():
+            self.restore(self.after_val)
+            scored_with[name] = protocol(self.trainer, split.test)
+        self.restore(self.after_val)
+        test_new = self.part("test_inductive", split.test_new, ingest=False, scored=True)
+        return test, test_new, scored_with
+
+    def given(self, name: str, negatives) -> tuple[np.ndarray, np.ndarray] | None:
+        """Negatives given for the test part as ``(ids, valid)`` (None: none given), their shape checked."""
         if negatives is None:
             return None
         ids, valid = negatives if isinstance(negatives, tuple) else (negatives, None)
         ids = np.asarray(ids)
         valid = np.ones(ids.shape, bool) if valid is None else np.asarray(valid, bool)
-        if ids.ndim != 2 or ids.shape[0] != len(split.test):
+        if ids.ndim != 2 or ids.shape[0] != len(self.split.test):
             raise ConfigError(
-                f"{name} has shape {ids.shape}: need {len(split.test)} rows, one per test event"
+                f"{name} has shape {ids.shape}: need {len(self.split.test)} rows, one per test event"
             )
         if valid.shape != ids.shape:
             raise ConfigError(f"{name}: its mask has shape {valid.shape}, its ids {ids.shape}")
         return ids, valid
-
-    more = {k: given(f"test_with[{k!r}]", v) for k, v in (test_with or {}).items()}
-    test = run(
-        "test", split.test, ingest=True, scored=True, negatives=given("test_negatives", test_negatives)
-    )
-    scored_with = {}
-    for name, negatives in more.items():  # the store holds the test part now: sampling still stops before t
-        restore(after_val)
-        scored_with[name] = run(f"test_{name}", split.test, ingest=False, scored=True, negatives=negatives)
-    for name, protocol in (test_by or {}).items():
-        restore(after_val)
-        scored_with[name] = protocol(trainer, split.test)
-    restore(after_val)
-    test_new = run("test_inductive", split.test_new, ingest=False, scored=True)
-    label = getattr(trainer.link_model, "name", "model")
-    flags = [
-        f"{part}: {line}"
-        for part, ours in (("test", test), ("test_inductive", test_new))
-        for line in losses_to_baselines(label, ours, {b: parts[part] for b, parts in baselines.items()})
-    ]
-    return OfflineResult(
-        rates, losses, val, val_new, test, test_new, baselines, flags, len(rates), best_epoch, val_aps,
-        scored_with,
-    )  # fmt: skip

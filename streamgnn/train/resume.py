@@ -20,6 +20,25 @@ compares a checkpoint's manifest with the run about to resume from it, before an
   no longer repeats an uninterrupted one bit for bit);
 - a checkpoint written before the source and trainer kind were recorded resumes with one line saying
   they could not be checked.
+
+Every trainer resumes through one signature (``OnlineTrainer``, ``shard.ShardedTrainer`` and
+``snapshots.SnapshotTrainer``)::
+
+    Trainer.resume(checkpoint_dir, *, config=None, expect=None, **parts) -> Trainer
+
+- ``checkpoint_dir``: the folder the run checkpointed into (its newest checkpoint is resumed), or one
+  checkpoint in it; a sharded run's folder holds every rank's (None there: ``config.checkpoint_dir``, and
+  a fresh trainer when it holds nothing yet);
+- ``config``: the run's settings (default: the saved ones, checkpointing on into ``checkpoint_dir``); the
+  model's shape must be the saved one's;
+- ``expect``: what this run is (``Expectation``): a checkpoint that does not fit it is refused before its
+  state is parsed, and the trainer's checkpoints record ``expect.source`` from then on;
+- ``parts``: what the trainer's constructor takes besides its config (a sink, the distributed context, a
+  model of another kind, a snapshot trainer's recurrent cell and target), keyword-only.
+
+It returns the trainer; where its source resumes is the checkpoint's: a one-process trainer's store holds
+the offsets (a ``KafkaSource`` built with ``store=trainer.store`` seeks to them), a sharded rank's are its
+``start_offsets``.
 """
 
 from __future__ import annotations

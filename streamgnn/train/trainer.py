@@ -1,15 +1,10 @@
 """OnlineTrainer: prequential (test-then-train) training of a link model (TGN by default) on any stream.
 
-Per global batch, in this order:
-
-1. the edge additions the store will apply as new (valid, first of their event id) are the batch's
-   positives; negatives are drawn from destinations seen *before* the batch;
-2. neighborhoods are sampled from the store before it holds the batch, strictly before the query time: the
-   batch's first event time (``query_time="batch"``: each distinct node embedded once) or each event's time;
-3. the batch is ingested (rows the store rejects are dropped from everything below);
-4. it is scored with the model as it was (AP/AUC against one negative per positive, MRR against
-   ``eval_negatives`` fixed ones), then trained on, then fed to the model (``LinkModel.observe``);
-5. touched nodes get fresh embeddings in the ``EmbeddingTable``.
+Per global batch, ``step.StreamTrainer.step`` (the step every online trainer runs, written once): the
+store's admission decides the batch's positives (``TemporalGraphStore.admit``), neighborhoods are sampled
+from the store before it holds the batch (``apply``), strictly before the query time (the batch's first
+event time, ``query_time="batch"``: each distinct node embedded once, or each event's time), the batch is
+scored with the model as it was, trained on, fed to the model, and touched nodes get fresh embeddings.
 
 So no score of an event depends on that event or on any later one: the memory holds earlier batches only,
 neighbors are earlier events, and negatives come from the past. Nodes first seen in the batch read a blank
@@ -18,11 +13,10 @@ memory row, exactly as their own rows would before ``observe``.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,69 +29,21 @@ from ..events import DeadLetter, EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
-from .distributed import DistContext, collective, init_distributed, local_device
-from .driver import Batches, Budget, Drive, FollowReport, source_dead_letters
+from .distributed import DistContext, init_distributed, local_device
+from .driver import Batches, Drive, StepHook, source_dead_letters
 from .edgebank import make_baseline
-from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
+from .metrics import RunningMetrics
 from .models import make_link_model
-from .negatives import EVAL, TRAIN, StreamNegatives
+from .negatives import StreamNegatives
 from .protocol import Candidates, LinkModel, StepInput
 from .resume import Expectation
 from .serving import Serving
+from .step import OnlineResult, Positives, StepResult, StreamTrainer, local_scores
+
+__all__ = ["OnlineResult", "OnlineTrainer", "StepResult"]
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """One global batch. Score rows are the scored positives in batch order (empty when not scored)."""
-
-    events: int
-    learned: int  # edge additions applied and fed to memory
-    eid: np.ndarray
-    t: np.ndarray
-    pos: np.ndarray  # logit of each positive
-    neg: np.ndarray  # logit of its AP/AUC negative (NaN where none could be drawn)
-    rr: np.ndarray  # reciprocal rank among its fixed negatives (NaN where none)
-    loss: float  # NaN when not trained
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    baselines: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
-        default_factory=dict
-    )  # (pos, neg, rr)
-
-
-@dataclass(frozen=True)
-class OnlineResult:
-    """What an online run reports; ``windows`` are the running metrics over stream time (the last
-    ``metrics.MAX_WINDOWS``; ``metrics`` covers them all). ``baselines`` and
-    ``baseline_windows``: the same for each baseline, on the same positives and negatives; ``flags`` says
-    where the learned model loses to one. ``follow``: what the run learned from and evaluated, the sampled
-    figures with their intervals and the source's lag (``driver.FollowReport``)."""
-
-    events: int
-    learned: int
-    batches: int
-    seconds: float
-    events_per_s: float
-    metrics: LinkMetrics
-    windows: list[WindowMetrics]
-    latency_p50_ms: float
-    latency_p99_ms: float
-    dead_letters: int
-    checkpoint: Path | None = None
-    plot_path: Path | None = None
-    summary_path: Path | None = None
-    baselines: dict[str, LinkMetrics] = field(default_factory=dict)
-    baseline_windows: dict[str, list[WindowMetrics]] = field(default_factory=dict)
-    flags: list[str] = field(default_factory=list)
-    follow: FollowReport | None = None
-
-    def as_dict(self) -> dict:
-        """Plain JSON-able values (paths as strings)."""
-        plain = {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
-        plain["follow"] = None if self.follow is None else self.follow.as_dict()
-        return plain
-
-
-class OnlineTrainer:
+class OnlineTrainer(StreamTrainer):
     """Test-then-train over a stream, with running metrics, serving, checkpoints and data parallelism.
 
     ``store`` may already hold history (its memory starts blank). On rank 0 an ``EmbeddingTable`` is kept
@@ -105,12 +51,11 @@ class OnlineTrainer:
     ``config.publish_every`` refreshes. ``link_model``: any ``LinkModel`` to drive instead of the model that
     ``config.model`` describes (``models.make_link_model``).
 
-    The per-batch protocol is this class; the stream loop is ``driver``'s (the sharded trainer's too); the
+    The per-batch step and the stream loop are ``step.StreamTrainer``'s (the sharded trainer's too); this
+    class is its one-process / replicated backend (the store's admission, the replicated score rows); the
     seams are modules of their own: the model (``protocol.LinkModel``, TGN's in ``tgn_model``), negatives
     (``negatives``), serving (``serving``) and checkpoints (``checkpoint``).
     """
-
-    source_identity: dict | None = None  # the stream read, as checkpoints record it (``resume``'s identities)
 
     def __init__(
         self,
@@ -145,9 +90,9 @@ class OnlineTrainer:
         self.baselines = {name: make_baseline(name, config) for name in config.baselines}
         self.baseline_metrics = {name: RunningMetrics(config.window_events) for name in self.baselines}
         self.steps = 0
+        self.attached = {}
         self.position = 0  # events consumed from the source
         self._replayed = 0  # events a replayed source must skip (set by ``resume``)
-        self.budget: Budget | None = None  # the latest ``fit``'s (what it learned and evaluated so far)
         self.learned = 0
         self.dead_letter_count = 0
         self.negatives = StreamNegatives(config.seed, config.train_negative_pool)
@@ -158,17 +103,8 @@ class OnlineTrainer:
             self.refresh(np.arange(self.store.num_nodes))  # history nodes are servable before any step
 
     @property
-    def model(self) -> torch.nn.Module | None:
-        """The torch module of the model (``TGN`` by default), if it has one."""
-        return getattr(self.link_model, "model", None)
-
-    @property
     def optimizer(self) -> torch.optim.Optimizer | None:
         return getattr(self.link_model, "optimizer", None)
-
-    @property
-    def table(self) -> EmbeddingTable | None:
-        return self.serving.table
 
     @property
     def sink(self) -> EmbeddingSink | None:
@@ -178,84 +114,49 @@ class OnlineTrainer:
     def latency(self) -> LatencyTracker:
         return self.serving.latency
 
-    # ------------------------------------------------------------------ per batch
-    def step(
-        self,
-        batch: EventBatch,
-        *,
-        train: bool = True,
-        score: bool = True,
-        ingest: bool = True,
-        negatives: np.ndarray | None = None,
-        negatives_valid: np.ndarray | None = None,
-        arrival: float | None = None,
-    ) -> StepResult:
-        """Process one global batch (every rank passes the same one); see the module docstring.
+    # ------------------------------------------------------------------ the step's backend
+    @property
+    def served(self) -> TemporalGraphStore:
+        return self.store
 
-        ``ingest=False``: the store already holds the batch (offline evaluation on a prebuilt graph), so every
-        valid edge addition is a positive and sampling still sees only events strictly before the query times.
-        ``negatives``: external ids ``[len(batch), q]`` to score against instead of online draws (column 0 is
-        the AP/AUC negative), with ``negatives_valid`` marking real entries.
-        """
-        started = time.perf_counter()
-        arrival = started if arrival is None else arrival
-        cfg, store, d, lm = self.config, self.store, self.dist, self.link_model
-        rows = self._fresh_rows(batch) if ingest else self._edge_rows(batch)
-        m = len(rows)
-        t = batch.t[rows].copy()
-        feat = edge_features(batch, rows, cfg.model.edge_feature_dim)
-        pre_src, pre_dst = self._known(batch.src[rows]), self._known(batch.dst[rows])
-        scoring = score and m > 0 and (negatives is not None or self.negatives.ready)
-        training = train and m > 0 and self.negatives.ready and lm.trainable
-        t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
-        # store.num_nodes: a row no node owns yet (zero memory, no pending messages)
-        view = StepInput(pre_src, pre_dst, t, t_query, store.num_nodes, d.scorers(m), d.rank, self.steps)
-        candidates = self._candidates(view, rows, negatives, negatives_valid) if scoring else None
-        train_neg = None
-        if training:
-            train_neg = self.negatives.draw(
-                pre_src, pre_dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN,
-                frac=cfg.train_negative_fraction,
-            )[:, 0]  # fmt: skip
-        prepared = lm.prepare(view, candidates, train_neg) if scoring or training else None
-        base_prepared = (
-            {n: b.prepare(view, candidates, None) for n, b in self.baselines.items()} if scoring else {}
-        )
+    def _admit(self, batch: EventBatch, ingest: bool) -> Positives:
+        """The store's admission decides (``TemporalGraphStore.admit``: nothing applied yet); its edge
+        additions are the positives. ``ingest=False``: the store already holds the batch, every valid edge
+        addition is one (duplicates included) and the graph stays as it is."""
+        if not ingest:
+            _, letters = batch.validate()
+            ok = batch.kind == EventKind.EDGE_ADD
+            ok[[letter.index for letter in letters]] = False
+            rows = np.flatnonzero(ok)
+            src, dst = self._known(batch.src[rows]), self._known(batch.dst[rows])
+            return Positives(rows, src, dst, src, dst, self.store.num_nodes, self.dist.scorers(len(rows)))
+        adm = self.store.admit(batch)
+        add = batch.kind[adm.rows] == EventKind.EDGE_ADD
+        src, dst = adm.src[add], adm.dst[add]
+        pre_src, pre_dst = adm.known_before(src), adm.known_before(dst)
+        rows = adm.rows[add]
+        return Positives(rows, pre_src, pre_dst, src, dst, adm.first_new, self.dist.scorers(len(rows)), adm)
 
-        letters: list[DeadLetter] = []
-        if ingest:
-            letters = store.ingest(batch).dead_letters
-            self.dead_letter_count += len(letters)
-        keep = ~np.isin(rows, [letter.index for letter in letters])
+    def _apply(self, batch: EventBatch, pos: Positives) -> list[DeadLetter]:
+        if pos.admitted is None:  # (ingest=False)
+            return []
+        letters = self.store.apply(batch, pos.admitted).dead_letters
+        self.dead_letter_count += len(letters)
+        return letters
 
-        pos = neg = rr = np.zeros(0)
-        if scoring:
-            pos, neg, rr = (x[keep] for x in self._score(lm, prepared, candidates, view))
-        base_scores = {
-            name: tuple(x[keep] for x in self._score(self.baselines[name], p, candidates, view))
-            for name, p in base_prepared.items()
-        }
-        loss = lm.train(prepared, keep) if training else math.nan
+    def _gather(self, local: np.ndarray, view: StepInput) -> np.ndarray:
+        return self.dist.gather_rows(local, len(view.scorer), self.device)
 
-        kept = rows[keep]
-        post_src, post_dst = store.node_index(batch.src[kept]), store.node_index(batch.dst[kept])
-        for model in self.stream_models():
-            model.observe(post_src, post_dst, t[keep], None if feat is None else feat[keep])
-        self.negatives.observe(post_src, post_dst)
-        self.learned += len(kept)
-        self.steps += 1
-        touched = np.concatenate([post_src, post_dst, self._touched_otherwise(batch)])
-        self.serving.after_step(store, self._embed, touched, arrival, len(batch), self.steps)
-        scored = kept if scoring else kept[:0]
-        seconds = time.perf_counter() - started
-        if scoring or training:
-            self.metrics.add(pos, neg, rr, batch.t[scored], loss, seconds)
-        for name, scores in base_scores.items():
-            self.baseline_metrics[name].add(*scores, batch.t[scored], math.nan, seconds)
-        return StepResult(
-            len(batch), len(kept), batch.eid[scored], batch.t[scored], pos, neg, rr, loss, letters,
-            base_scores,
-        )  # fmt: skip
+    def _observed(self, pos: Positives) -> None:
+        self.negatives.observe(pos.src, pos.dst)
+
+    def _touched(self, batch: EventBatch, pos: Positives) -> np.ndarray:
+        """The positives' nodes and the known nodes of the batch's node updates and edge deletions."""
+        upd, dele = batch.kind == EventKind.NODE_UPDATE, batch.kind == EventKind.EDGE_DELETE
+        if not (upd.any() or dele.any()):
+            return np.concatenate([pos.src, pos.dst])
+        nodes = self._known(np.concatenate([batch.src[upd | dele], batch.dst[dele]]))
+        return np.concatenate([pos.src, pos.dst, nodes[nodes >= 0]])
 
     def score_pairs(
         self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, candidates: np.ndarray | None = None
@@ -274,7 +175,8 @@ class OnlineTrainer:
         view = StepInput(pre_src, pre_dst, t, t_query, self.store.num_nodes, d.scorers(m), d.rank, self.steps)
         if candidates is None:
             cands = Candidates(pre_dst[:, None], np.ones((m, 1), bool), False)  # (column 0 is unused)
-            return self._score(lm, lm.prepare(view, cands, None), cands, view)[0]
+            local = local_scores(lm, lm.prepare(view, cands, None), cands, view.rows)
+            return d.gather_rows(local, m, self.device)[:, 0]
         if d.world_size > 1:
             raise ConfigError("score_pairs with candidates runs in one process (its logits are not gathered)")
         valid = np.asarray(candidates) >= 0
@@ -282,67 +184,6 @@ class OnlineTrainer:
         cands = Candidates(ids, valid, True)
         _, ranked = lm.score(lm.prepare(view, cands, None)) if m else (None, np.zeros((0, 1 + ids.shape[1])))
         return np.where(np.c_[np.ones((m, 1), bool), valid], ranked, np.nan)
-
-    def stream_models(self) -> list[LinkModel]:
-        """The learned model and the baselines: every model that follows the stream."""
-        return [self.link_model, *self.baselines.values()]
-
-    def _candidates(
-        self, view: StepInput, rows: np.ndarray, negatives: np.ndarray | None, valid: np.ndarray | None
-    ) -> Candidates:
-        """The batch's evaluation negatives: the given external ids, or drawn from the stream so far."""
-        cfg = self.config
-        m = len(rows)
-        if negatives is not None:
-            neg_ids = self._known(np.asarray(negatives)[rows].reshape(-1)).reshape(m, -1)
-            neg_ok = np.ones(neg_ids.shape, bool) if valid is None else valid[rows]
-            return Candidates(neg_ids, neg_ok, neg_ids.shape[1] > 0 and cfg.eval_negatives > 0)
-        if cfg.eval_strategy == "inductive":
-            raise ConfigError(
-                "eval_strategy='inductive' needs fixed negatives (fit_offline draws them against the "
-                "training split): online, every destination already seen is history"
-            )
-        neg_ids = self.negatives.draw(
-            view.src, view.dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy,
-            groups=view.t, step=self.steps, purpose=EVAL,
-        )  # fmt: skip
-        return Candidates(neg_ids, neg_ids >= 0, cfg.eval_negatives > 0)
-
-    def _score(
-        self, model: LinkModel, prepared, candidates: Candidates, view: StepInput
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(pos, neg, rr)`` of every row from ``model``'s logits of this rank's slice (``local_scores``)."""
-        local = local_scores(model, prepared, candidates, view.rows)
-        full = self.dist.gather_rows(local, len(view.scorer), self.device)
-        return full[:, 0], full[:, 1], full[:, 2]
-
-    def _touched_otherwise(self, batch: EventBatch) -> np.ndarray:
-        """Known nodes of the batch's node updates and edge deletions: their embeddings change too."""
-        upd, dele = batch.kind == EventKind.NODE_UPDATE, batch.kind == EventKind.EDGE_DELETE
-        if not (upd.any() or dele.any()):
-            return np.zeros(0, np.int64)
-        nodes = self._known(np.concatenate([batch.src[upd | dele], batch.dst[dele]]))
-        return nodes[nodes >= 0]
-
-    def _fresh_rows(self, batch: EventBatch) -> np.ndarray:
-        """Rows the store will apply as new edge additions: valid, first of their id, never applied before."""
-        _, letters = batch.validate()
-        ok = np.ones(len(batch), bool)
-        ok[[letter.index for letter in letters]] = False
-        idx = np.flatnonzero(ok)
-        eids = batch.eid[idx]
-        first = np.zeros(len(idx), bool)
-        first[np.unique(eids, return_index=True)[1]] = True
-        idx = idx[first & ~self.store.seen.contains(eids)]
-        return idx[batch.kind[idx] == EventKind.EDGE_ADD]
-
-    @staticmethod
-    def _edge_rows(batch: EventBatch) -> np.ndarray:
-        """Valid edge additions, duplicates included (the store already holds them)."""
-        _, letters = batch.validate()
-        ok = batch.kind == EventKind.EDGE_ADD
-        ok[[letter.index for letter in letters]] = False
-        return np.flatnonzero(ok)
 
     def _known(self, ext: np.ndarray) -> np.ndarray:
         """Internal ids, -1 where unknown (an empty store knows nothing, whatever the id type)."""
@@ -369,6 +210,7 @@ class OnlineTrainer:
         progress: bool = True,
         total: int | None = None,
         lag: Callable[[], int | None] | None = None,
+        on_step: StepHook | None = None,
     ) -> OnlineResult:
         """Consume ``source`` to its end (or ``max_events`` more events), test-then-train, checkpointing
         every ``checkpoint_every`` batches and at the end.
@@ -380,28 +222,16 @@ class OnlineTrainer:
         agree. Any other source is replayed from its start: right after ``resume``, the events the
         checkpoint had consumed are skipped. ``lag`` (default: the source's own ``lag`` method, as
         ``KafkaSource`` has) gives the events the source is behind, for ``config.follow``'s budget.
+        ``on_step(batch, result, arrival)``: called after each global batch (``driver.Drive``'s hook).
         """
         positions = positions or getattr(source, "positions", None)
-        self.budget = Budget(self, lag or getattr(source, "lag", None))
         skip = 0 if positions is not None else self._replayed
         self._replayed = 0
-        show = progress and self.dist.is_main
-        drive = Drive(
-            self, every=self.config.checkpoint_interval, limit=max_events, progress=show, total=total,
-            budget=self.budget,
-        )  # fmt: skip
-        batches = self._global_batches(source, skip, drive, by_offsets=positions is not None)
-        saved, events = drive.run(
-            batches, lambda: self.save_checkpoint(None if positions is None else positions())
-        )
-        self.serving.finish(self.store, self._embed)
-        seconds = drive.elapsed()
-        return OnlineResult(
-            events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
-            latency_p50_ms=1e3 * self.latency.percentile(50),
-            latency_p99_ms=1e3 * self.latency.percentile(99), dead_letters=self.dead_letter_count,
-            checkpoint=saved, follow=self.budget.report(),
-            **run_metrics(self.link_model, self.metrics, self.baseline_metrics),
+        return self.drive(
+            lambda drive: self._global_batches(source, skip, drive, by_offsets=positions is not None),
+            lambda: self.save_checkpoint(None if positions is None else positions()),
+            lag=lag or getattr(source, "lag", None), max_events=max_events, progress=progress, total=total,
+            on_step=on_step,
         )  # fmt: skip
 
     def _global_batches(
@@ -470,20 +300,13 @@ class OnlineTrainer:
         return store
 
     # ------------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, source_offsets: dict[str, int] | None = None) -> Path | None:
-        """Write a checkpoint to ``config.checkpoint_dir`` (rank 0 writes; every rank must call)."""
-        cfg = self.config
-        if not cfg.checkpoint_dir:
-            raise ConfigError("save_checkpoint needs config.checkpoint_dir")
-        path = None
-        if self.dist.is_main:
-            path = checkpoint.save(
-                Path(cfg.checkpoint_dir), self.steps, self.store, dict(source_offsets or {}),
-                *self.state(), cfg.checkpoint_keep,
-            )  # fmt: skip
-        if self.dist.active:
-            collective("barrier")
-        return path
+    def _write_checkpoint(self, root: Path, offsets: dict[str, int]) -> Path | None:
+        """Rank 0 writes the replicas' one checkpoint."""
+        if not self.dist.is_main:
+            return None
+        return checkpoint.save(
+            root, self.steps, self.store, offsets, *self.state(), self.config.checkpoint_keep
+        )  # fmt: skip
 
     def state(self) -> tuple[dict, dict]:
         """``(tensors, values)`` a resume continues from bit for bit (the store apart: a checkpoint saves it
@@ -491,6 +314,8 @@ class OnlineTrainer:
         state = checkpoint.stream_tensors(self)
         if self.table is not None:  # the served rows, so a resume serves what this run served
             state["serving"] = self.serving.state_dict()
+        for name, follower in self.attached.items():  # a labelled task's head, feeds and scores
+            state[name] = follower.state()
         return state, checkpoint.TrainerState.of(self).values()
 
     @classmethod
@@ -499,20 +324,16 @@ class OnlineTrainer:
         checkpoint_dir: str | Path,
         *,
         config: TrainConfig | None = None,
+        expect: Expectation | None = None,
         table: EmbeddingTable | None = None,
         sink: EmbeddingSink | None = None,
         dist: DistContext | None = None,
         link_model: LinkModel | None = None,
-        expect: Expectation | None = None,
     ) -> OnlineTrainer:
-        """A trainer in exactly the state of the newest checkpoint under ``checkpoint_dir``.
-
-        ``config`` defaults to the saved one; pass one to change e.g. the device or checkpoint cadence
-        (the model shape must match the saved parameters). ``link_model``: the same kind of model the
-        checkpoint was written by, if not the default TGN. ``expect``: what this run is (``train.resume``):
-        a checkpoint that does not fit it is refused before its state is parsed, and the trainer's
-        checkpoints record ``expect.source`` from now on (default: the checkpoint's own).
-        """
+        """A trainer in exactly the state of the newest checkpoint under ``checkpoint_dir`` (or of that
+        checkpoint, if it is one), by the one resume signature (``train.resume``). Its own parts:
+        ``table``, ``sink``, ``dist`` as the constructor's; ``link_model``: the same kind of model the
+        checkpoint was written by, if not the default TGN."""
         ckpt = checkpoint.load(Path(checkpoint_dir), expect=expect)
         man = ckpt.manifest
         # Saved config: checkpoints go on where they were loaded from, even if the folder moved.
@@ -534,46 +355,3 @@ class OnlineTrainer:
         elif trainer.table is not None:  # the run served nothing (serve_every=0): embed every node now
             trainer.refresh(np.arange(trainer.store.num_nodes))
         return trainer
-
-
-def run_metrics(model: LinkModel, metrics: RunningMetrics, baselines: dict[str, RunningMetrics]) -> dict:
-    """An ``OnlineResult``'s metric fields, the running metrics closed: the model's, each baseline's, and
-    where the learned model scores below a baseline (none when it learns nothing)."""
-    for running in (metrics, *baselines.values()):
-        running.close()
-    summary = metrics.summary()
-    base = {name: running.summary() for name, running in baselines.items()}
-    name = getattr(model, "name", type(model).__name__)
-    return {
-        "metrics": summary, "windows": list(metrics.windows), "baselines": base,
-        "baseline_windows": {n: list(r.windows) for n, r in baselines.items()},
-        "flags": losses_to_baselines(name, summary, base) if model.trainable else [],
-    }  # fmt: skip
-
-
-def local_scores(model: LinkModel, prepared, candidates: Candidates, rows: np.ndarray) -> np.ndarray:
-    """``[pos, neg, rr]`` (float64 ``[n, 3]``) of this rank's ``rows`` from ``model``'s logits: the metric
-    definitions are the loop's, the same for every model and trainer (NaN where a row has no negative)."""
-    local = np.full((len(rows), 3), math.nan)
-    if len(rows):
-        ap, ranked = model.score(prepared)
-        ok = candidates.valid[rows]
-        local[:, 0] = ap[:, 0]
-        local[:, 1] = np.where(ok[:, 0], ap[:, 1], np.nan)
-        if ranked is not None:
-            local[:, 2] = reciprocal_ranks(ranked[:, 0], ranked[:, 1:], ok)
-    return local
-
-
-def edge_features(batch: EventBatch, rows: np.ndarray, dim: int) -> np.ndarray | None:
-    """The ``dim`` edge features of ``batch``'s ``rows`` the model reads (None: it reads none); a batch with
-    another width is refused (the online and the sharded trainer)."""
-    if not dim:
-        return None
-    if not len(rows):
-        return np.zeros((0, dim), np.float32)
-    if batch.feature_dim != dim:
-        raise ConfigError(
-            f"the model expects {dim} edge features per event, the batch has {batch.feature_dim or 0}"
-        )
-    return batch.features[rows]

@@ -79,7 +79,8 @@ def main(out: Path) -> None:
         checkpoint_every=3,
         sharding=ShardConfig(num_partitions=2),
     )
-    sharded, offsets = ShardedTrainer.resume(cfg)  # rank-00000/step-000000003/{store,trainer}
+    sharded = ShardedTrainer.resume(None, config=cfg)
+    offsets = sharded.start_offsets  # rank-00000/step-000000003/{store,trainer}
     sharded.fit(PartitionedReplay(ev, sharded.ownership, chunk=15, start_offsets=offsets), progress=False)
 
     torch.manual_seed(0)

@@ -1,0 +1,377 @@
+"""The per-batch step of every online trainer, written once: ``StreamTrainer.step``.
+
+Per global batch, in this order (the same for the one-process, the replicated and the sharded trainer):
+
+1. admission decides the batch's positives (``Positives``: the edge additions it admits as new) and their
+   internal ids before and after it; negatives are drawn from destinations seen *before* the batch;
+2. the models ``prepare`` from the graph before it holds the batch, at the query times (the batch's first
+   event time, ``query_time="batch"``, or each event's);
+3. the batch is applied (the store, or each rank's shard);
+4. it is scored with the models as they were (AP/AUC against one negative per positive, MRR against
+   ``eval_negatives`` fixed ones; every rank's score rows gathered in one exchange), then trained on, then
+   fed to every model that follows the stream (``LinkModel.observe``);
+5. touched nodes get fresh served rows; the running metrics take the scores.
+
+What differs between the trainers is a small backend each implements (``StreamTrainer``'s ``_admit``,
+``_apply``, ``_gather``, ``_observed``, ``_touched``, ``_embed`` and ``served``): where
+admission's state lives, how the batch is applied, who scores which rows and how the scores come together.
+The stream loop around the step is ``driver.Drive`` (with ``driver.Budget`` deciding, per batch, whether it
+learns and is scored), run by ``StreamTrainer.drive`` for both trainers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from ..embeddings import EmbeddingTable
+from ..errors import ConfigError
+from ..events import DeadLetter, EventBatch
+from .distributed import collective
+from .driver import Batches, Budget, Drive, FollowReport, StepHook
+from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
+from .negatives import EVAL, TRAIN
+from .protocol import Candidates, LinkModel, StepInput
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One global batch. Score rows are the scored positives in batch order (empty when not scored)."""
+
+    events: int
+    learned: int  # edge additions applied and fed to memory
+    eid: np.ndarray
+    t: np.ndarray
+    pos: np.ndarray  # logit of each positive
+    neg: np.ndarray  # logit of its AP/AUC negative (NaN where none could be drawn)
+    rr: np.ndarray  # reciprocal rank among its fixed negatives (NaN where none)
+    loss: float  # NaN when not trained
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    baselines: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(
+        default_factory=dict
+    )  # (pos, neg, rr)
+
+
+@dataclass(frozen=True)
+class OnlineResult:
+    """What an online run reports; ``windows`` are the running metrics over stream time (the last
+    ``metrics.MAX_WINDOWS``; ``metrics`` covers them all). ``baselines`` and
+    ``baseline_windows``: the same for each baseline, on the same positives and negatives; ``flags`` says
+    where the learned model loses to one. ``follow``: what the run learned from and evaluated, the sampled
+    figures with their intervals and the source's lag (``driver.FollowReport``)."""
+
+    events: int
+    learned: int
+    batches: int
+    seconds: float
+    events_per_s: float
+    metrics: LinkMetrics
+    windows: list[WindowMetrics]
+    latency_p50_ms: float
+    latency_p99_ms: float
+    dead_letters: int
+    checkpoint: Path | None = None
+    plot_path: Path | None = None
+    summary_path: Path | None = None
+    baselines: dict[str, LinkMetrics] = field(default_factory=dict)
+    baseline_windows: dict[str, list[WindowMetrics]] = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    follow: FollowReport | None = None
+
+    def as_dict(self) -> dict:
+        """Plain JSON-able values (paths as strings)."""
+        plain = {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(self).items()}
+        plain["follow"] = None if self.follow is None else self.follow.as_dict()
+        return plain
+
+
+@dataclass(frozen=True)
+class Positives:
+    """A batch's positives as admission decided them (a backend's ``_admit``): their ``rows`` in the batch,
+    internal ids before the batch (``pre_*``, -1 for a node it adds) and after it, ``num_nodes`` known
+    before it (the row no node owns yet), ``scorer`` (the rank that scores each) and the backend's own
+    record of the admission (``admitted``), for its ``_apply``."""
+
+    rows: np.ndarray
+    pre_src: np.ndarray
+    pre_dst: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    num_nodes: int
+    scorer: np.ndarray
+    admitted: object = None
+
+
+class Attached(Protocol):
+    """What a trainer carries beside its model (``StreamTrainer.attached``): told of each batch before it
+    is stepped (whether it will be learned from), and part of the trainer's checkpoint state."""
+
+    def before_step(self, batch: EventBatch, learn: bool) -> None: ...
+
+    def state(self) -> dict: ...
+
+
+class StreamTrainer:
+    """The step and the stream loop of an online trainer; a subclass is a backend (module docstring).
+
+    A subclass sets ``config``, ``dist``, ``device``, ``link_model``, ``baselines`` (name -> ``LinkModel``)
+    with their ``baseline_metrics``, ``metrics``, ``negatives`` (``StreamNegatives``), ``serving`` and the
+    counters ``steps``, ``learned``, ``position``, ``dead_letter_count``."""
+
+    source_identity: dict | None = None  # the stream read, as checkpoints record it (``resume``'s identities)
+    budget: Budget | None = None  # the latest ``fit``'s (what it learned and evaluated so far)
+    # what follows the steps beside the model, by name (a job's labelled task): told ``before_step(batch,
+    # learn)`` before each step, and its ``state()`` saved under its name in the trainer's checkpoints
+    attached: dict[str, Attached]
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The torch module of the model (``TGN`` by default), if it has one."""
+        return getattr(self.link_model, "model", None)
+
+    @property
+    def table(self) -> EmbeddingTable | None:
+        """The served rows (a sharded rank's: of the vertices it owns; None when ``serve_every`` is 0)."""
+        return self.serving.table
+
+    def stream_models(self) -> list[LinkModel]:
+        """The learned model and the baselines: every model that follows the stream."""
+        return [self.link_model, *self.baselines.values()]
+
+    # ------------------------------------------------------------------ the step
+    def step(
+        self,
+        batch: EventBatch,
+        *,
+        train: bool = True,
+        score: bool = True,
+        ingest: bool = True,
+        negatives: np.ndarray | None = None,
+        negatives_valid: np.ndarray | None = None,
+        arrival: float | None = None,
+    ) -> StepResult:
+        """Process one global batch (every rank passes the same one); see the module docstring.
+
+        ``ingest=False``: the store already holds the batch (offline evaluation on a prebuilt graph), so every
+        valid edge addition is a positive and sampling still sees only events strictly before the query times.
+        ``negatives``: external ids ``[len(batch), q]`` to score against instead of online draws (column 0 is
+        the AP/AUC negative), with ``negatives_valid`` marking real entries.
+        """
+        started = time.perf_counter()
+        arrival = started if arrival is None else arrival
+        for follower in self.attached.values():
+            follower.before_step(batch, train)
+        cfg, lm = self.config, self.link_model
+        pos = self._admit(batch, ingest)
+        rows, m = pos.rows, len(pos.rows)
+        t = batch.t[rows].copy()
+        feat = edge_features(batch, rows, cfg.model.edge_feature_dim)
+        scoring = score and m > 0 and (negatives is not None or self.negatives.ready)
+        training = train and m > 0 and self.negatives.ready and lm.trainable
+        t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
+        view = StepInput(pos.pre_src, pos.pre_dst, t, t_query, pos.num_nodes, pos.scorer, self.dist.rank,
+                         self.steps)  # fmt: skip
+        candidates = self._candidates(view, rows, negatives, negatives_valid) if scoring else None
+        train_neg = None
+        if training:
+            train_neg = self.negatives.draw(
+                view.src, view.dst, num=1, strategy=cfg.train_negatives, step=self.steps, purpose=TRAIN,
+                frac=cfg.train_negative_fraction,
+            )[:, 0]  # fmt: skip
+            # (drawn after admission: a node the batch adds is not known before it)
+            train_neg = np.where(train_neg < pos.num_nodes, train_neg, -1)
+        prepared = lm.prepare(view, candidates, train_neg) if scoring or training else None
+        base_prepared = (
+            {n: b.prepare(view, candidates, None) for n, b in self.baselines.items()} if scoring else {}
+        )
+        letters = self._apply(batch, pos)
+        local = []
+        if scoring:
+            local = [local_scores(lm, prepared, candidates, view.rows)]
+            local += [
+                local_scores(self.baselines[n], p, candidates, view.rows) for n, p in base_prepared.items()
+            ]
+        loss = lm.train(prepared, np.ones(m, bool)) if training else math.nan
+        scores = self._gather(np.concatenate(local, 1), view) if scoring else np.zeros((0, 3))
+        # (one exchange for the model's and the baselines' scores: three columns each)
+        by_model = {
+            n: tuple(scores[:, 3 * i + j] for j in range(3)) for i, n in enumerate(["", *base_prepared])
+        }
+        self._stepped(batch, pos, t, feat, arrival)
+        scored = rows if scoring else rows[:0]
+        seconds = time.perf_counter() - started
+        p, neg, rr = by_model.pop("", (np.zeros(0),) * 3)
+        if scoring or training:
+            self.metrics.add(p, neg, rr, batch.t[scored], loss, seconds)
+        for name, s in by_model.items():
+            self.baseline_metrics[name].add(*s, batch.t[scored], math.nan, seconds)
+        return StepResult(
+            len(batch), m, batch.eid[scored], batch.t[scored], p, neg, rr, loss, letters, by_model
+        )
+
+    def _stepped(self, batch: EventBatch, pos: Positives, t: np.ndarray, feat, arrival: float) -> None:
+        """After the scores and the training: every model and the negatives see the batch, the counters
+        move, the touched nodes' served rows are refreshed."""
+        for model in self.stream_models():
+            model.observe(pos.src, pos.dst, t, feat)
+        self.learned += len(pos.rows)
+        self.steps += 1
+        self._observed(pos)
+        touched = self._touched(batch, pos)
+        self.serving.after_step(self.served, self._embed, touched, arrival, len(batch), self.steps)
+
+    def _candidates(
+        self, view: StepInput, rows: np.ndarray, negatives: np.ndarray | None, valid: np.ndarray | None
+    ) -> Candidates:
+        """The batch's evaluation negatives: the given external ids, or drawn from the stream so far."""
+        cfg = self.config
+        m = len(rows)
+        if negatives is not None:  # (looked up after admission: a node the batch adds is not known before it)
+            neg_ids = self._known(np.asarray(negatives)[rows].reshape(-1)).reshape(m, -1)
+            neg_ids = np.where(neg_ids < view.blank, neg_ids, -1)
+            neg_ok = np.ones(neg_ids.shape, bool) if valid is None else valid[rows]
+            return Candidates(neg_ids, neg_ok, neg_ids.shape[1] > 0 and cfg.eval_negatives > 0)
+        if cfg.eval_strategy == "inductive":
+            raise ConfigError(
+                "eval_strategy='inductive' needs fixed negatives (fit_offline draws them against the "
+                "training split): online, every destination already seen is history"
+            )
+        # a draw is keyed by its row: each rank draws for the whole batch, right for the rows it scores
+        neg_ids = self.negatives.draw(
+            view.src, view.dst, num=max(cfg.eval_negatives, 1), strategy=cfg.eval_strategy,
+            groups=view.t, step=self.steps, purpose=EVAL,
+        )  # fmt: skip
+        return Candidates(neg_ids, neg_ids >= 0, cfg.eval_negatives > 0)
+
+    # ------------------------------------------------------------------ the backend
+    served: object  # what ``serving`` reads node ids and times from (the store, or the global index)
+
+    def _admit(self, batch: EventBatch, ingest: bool) -> Positives:
+        """Admission's decision on ``batch``, before anything reads the graph for it."""
+        raise NotImplementedError
+
+    def _apply(self, batch: EventBatch, pos: Positives) -> list[DeadLetter]:
+        """Apply the admitted batch to the graph; the dead letters this rank reports (counted)."""
+        raise NotImplementedError
+
+    def _gather(self, local: np.ndarray, view: StepInput) -> np.ndarray:
+        """Every rank's score rows (``local``: this rank's ``view.rows``) in batch order."""
+        raise NotImplementedError
+
+    def _observed(self, pos: Positives) -> None:
+        """After the models saw the batch and it was counted: the negatives' pool and history take its
+        positives (and whatever else of the backend's follows the step)."""
+        raise NotImplementedError
+
+    def _touched(self, batch: EventBatch, pos: Positives) -> np.ndarray:
+        """Nodes whose served rows the batch changed (this rank's)."""
+        raise NotImplementedError
+
+    def _embed(self, nodes: np.ndarray, t: float) -> np.ndarray:
+        """Served rows of ``nodes`` at time ``t``."""
+        raise NotImplementedError
+
+    def _known(self, ext: np.ndarray) -> np.ndarray:
+        """Internal ids of external ones, -1 where unknown (for given negatives)."""
+        raise NotImplementedError
+
+    def _write_checkpoint(self, root: Path, offsets: dict[str, int]) -> Path | None:
+        """Write this process's part of a checkpoint of the current step (None: it writes none)."""
+        raise NotImplementedError
+
+    def _all_dead_letters(self) -> int:
+        """The run's dead letters, every rank's."""
+        return self.dead_letter_count
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, source_offsets: dict[str, int] | None = None) -> Path | None:
+        """Write a checkpoint of the current step to ``config.checkpoint_dir``, with the source's offsets
+        (every rank calls it after the same step; a replicated run's rank 0 writes the one checkpoint, a
+        sharded run's every rank its own). Returns this rank's (None: it wrote none)."""
+        if not self.config.checkpoint_dir:
+            raise ConfigError("save_checkpoint needs config.checkpoint_dir")
+        path = self._write_checkpoint(Path(self.config.checkpoint_dir), dict(source_offsets or {}))
+        if self.dist.active:
+            collective("barrier")
+        return path
+
+    # ------------------------------------------------------------------ the stream
+    def drive(
+        self,
+        batches: Callable[[Drive], Batches],
+        save: Callable[[], Path | None],
+        *,
+        lag: Callable[[], int | None] | None,
+        max_events: int | None,
+        progress: bool,
+        total: int | None,
+        on_step: StepHook | None,
+    ) -> OnlineResult:
+        """The stream loop (``driver.Drive`` over ``batches(drive)``, learning and evaluating on the
+        ``driver.Budget``), then the end of the stream's serving and the run's ``OnlineResult``."""
+        self.budget = Budget(self, lag)
+        drive = Drive(
+            self, every=self.config.checkpoint_interval, limit=max_events, total=total, budget=self.budget,
+            progress=progress and self.dist.is_main, on_step=on_step,
+        )  # fmt: skip
+        saved, events = drive.run(batches(drive), save)
+        self.serving.finish(self.served, self._embed)
+        seconds = drive.elapsed()
+        latency = self.serving.latency
+        return OnlineResult(
+            events, self.learned, self.steps, seconds, events / seconds if seconds > 0 else math.nan,
+            latency_p50_ms=1e3 * latency.percentile(50), latency_p99_ms=1e3 * latency.percentile(99),
+            dead_letters=self._all_dead_letters(), checkpoint=saved, follow=self.budget.report(),
+            **run_metrics(self.link_model, self.metrics, self.baseline_metrics),
+        )  # fmt: skip
+
+
+def run_metrics(model: LinkModel, metrics: RunningMetrics, baselines: dict[str, RunningMetrics]) -> dict:
+    """An ``OnlineResult``'s metric fields, the running metrics closed: the model's, each baseline's, and
+    where the learned model scores below a baseline (none when it learns nothing)."""
+    for running in (metrics, *baselines.values()):
+        running.close()
+    summary = metrics.summary()
+    base = {name: running.summary() for name, running in baselines.items()}
+    name = getattr(model, "name", type(model).__name__)
+    return {
+        "metrics": summary, "windows": list(metrics.windows), "baselines": base,
+        "baseline_windows": {n: list(r.windows) for n, r in baselines.items()},
+        "flags": losses_to_baselines(name, summary, base) if model.trainable else [],
+    }  # fmt: skip
+
+
+def local_scores(model: LinkModel, prepared, candidates: Candidates, rows: np.ndarray) -> np.ndarray:
+    """``[pos, neg, rr]`` (float64 ``[n, 3]``) of this rank's ``rows`` from ``model``'s logits: the metric
+    definitions are the loop's, the same for every model and trainer (NaN where a row has no negative)."""
+    local = np.full((len(rows), 3), math.nan)
+    if len(rows):
+        ap, ranked = model.score(prepared)
+        ok = candidates.valid[rows]
+        local[:, 0] = ap[:, 0]
+        local[:, 1] = np.where(ok[:, 0], ap[:, 1], np.nan)
+        if ranked is not None:
+            local[:, 2] = reciprocal_ranks(ranked[:, 0], ranked[:, 1:], ok)
+    return local
+
+
+def edge_features(batch: EventBatch, rows: np.ndarray, dim: int) -> np.ndarray | None:
+    """The ``dim`` edge features of ``batch``'s ``rows`` the model reads (None: it reads none); a batch with
+    another width is refused (the online and the sharded trainer)."""
+    if not dim:
+        return None
+    if not len(rows):
+        return np.zeros((0, dim), np.float32)
+    if batch.feature_dim != dim:
+        raise ConfigError(
+            f"the model expects {dim} edge features per event, the batch has {batch.feature_dim or 0}"
+        )
+    return batch.features[rows]
