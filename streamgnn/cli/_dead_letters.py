@@ -14,8 +14,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator
 
-from ..errors import ConnectorError
+from ..errors import ConfigError, ConnectorError
 from ..events import DeadLetter, EventBatch
+from ..sources import ReplaySource, as_source
 
 _SHOWN = 3  # dead letters printed one per line; the summary counts them all
 
@@ -26,11 +27,18 @@ def count_text(n: int) -> str:
 
 
 class Tally:
-    """Wraps a file or dataset source: counts the events it yields and collects the store's refusals, which
+    """Wraps a file or dataset source (a ``ReplaySource``; batches held in memory are wrapped too) and is an
+    ``EventSource`` itself: counts the events it yields and collects the store's refusals, which
     ``live_snapshots`` (or the caller) hands to ``report_dead_letters`` as it does to a Kafka source."""
 
-    def __init__(self, source: Iterable[EventBatch], name: str = "") -> None:
-        self.source, self.name = source, name or str(getattr(source, "path", getattr(source, "name", "")))
+    def __init__(self, source: ReplaySource | Iterable[EventBatch], name: str = "") -> None:
+        inner = as_source(source)
+        if not isinstance(inner, ReplaySource):
+            raise ConfigError(
+                f"a tally counts a file's or a dataset's dead letters, not a {type(inner).__name__}'s"
+            )
+        self.source, self.name = inner, name
+        self.replay = True
         self.events = 0
         self.refused: list[DeadLetter] = []
 
@@ -42,13 +50,32 @@ class Tally:
             self.events += len(batch)
             yield batch
 
-    def report_dead_letters(self, letters: Iterable[DeadLetter]) -> None:
+    def positions(self) -> dict[str, int]:
+        return self.source.positions()
+
+    def seek(self, positions) -> None:
+        self.source.seek(positions)
+
+    def lag(self) -> int | None:
+        return self.source.lag()
+
+    @property
+    def ended(self) -> bool:
+        return self.source.ended
+
+    def dead_letter_count(self) -> int:
+        return self.source.dead_letter_count()
+
+    def close(self) -> None:
+        self.source.close()
+
+    def report_dead_letters(self, letters: Iterable[DeadLetter], origins=None) -> None:
         self.refused.extend(letters)
 
     @property
     def dead_letters(self) -> list[DeadLetter]:
         """The source's own (its unreadable lines), as a trainer counts them on the source it reads."""
-        return getattr(self.source, "dead_letters", [])
+        return self.source.dead_letters
 
     @property
     def letters(self) -> list[DeadLetter]:

@@ -57,7 +57,7 @@ from ..events import EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, collective, init_distributed, local_device
-from ..train.driver import Batches, Budget, Drive, source_dead_letters
+from ..train.driver import Batches, Budget, Drive
 from ..train.edgebank import make_baseline
 from ..train.metrics import RunningMetrics
 from ..train.models import make_link_model
@@ -171,7 +171,7 @@ class ShardedTrainer:
             self.batcher.restore(self._batcher_state, self.index.seen.contains)
             self._batcher_state = None
         show = progress and self.dist.is_main
-        self.budget = Budget(self, getattr(source, "lag", None))
+        self.budget = Budget(self, None if source.replay else source.lag)
         drive = Drive(
             self, every=self.config.checkpoint_interval, limit=max_events, progress=show, total=total,
             budget=self.budget,
@@ -193,7 +193,7 @@ class ShardedTrainer:
         """The global batches the ranks agree on (``drive``'s generator), of ``drive.batch_size`` events (the
         budget's plan: the same on every rank), the last cut at ``drive.room()``. Counts the rows this rank's
         source could not take (undecodable, invalid) as they come, so checkpoints hold them."""
-        seen = source_dead_letters(self.batcher.source)
+        seen = self.batcher.source.dead_letter_count()
         try:
             while True:
                 self.batcher.batch_size = drive.batch_size(self.config.batch_size)
@@ -206,7 +206,7 @@ class ShardedTrainer:
 
     def _count_source_letters(self, seen: int) -> int:
         """Add the letters the batcher and the source made since the source's count was ``seen``."""
-        now = source_dead_letters(self.batcher.source)
+        now = self.batcher.source.dead_letter_count()
         self.dead_letter_count += len(self.batcher.dead_letters) + now - seen
         self.batcher.dead_letters.clear()
         return now
