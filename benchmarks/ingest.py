@@ -35,9 +35,9 @@ except ImportError:  # run as a script
     from common import report, set_threads
 
 from streamgnn.cli._args import positive_int
+from streamgnn.codec import fast_rows
 from streamgnn.connectors.broker import LocalBroker
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, available_backends, create_topic
-from streamgnn.connectors.kafka.fastjson import fast_rows
 from streamgnn.datasets import load
 from streamgnn.events import EventBatch, concat
 from streamgnn.store import StoreConfig, TemporalGraphStore
