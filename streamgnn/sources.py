@@ -72,6 +72,9 @@ class ReplaySource:
     position_key = "replay"
     dead_letters: list[DeadLetter]
 
+    def __iter__(self) -> Iterator[EventBatch]:
+        return self._begin(self._pass(self._batches()))
+
     def _batches(self) -> Iterator[EventBatch]:
         raise NotImplementedError
 
@@ -169,9 +172,6 @@ class IterableSource(ReplaySource):
     def __init__(self, batches: Iterable[EventBatch]) -> None:
         self.batches = batches
         self.dead_letters: list[DeadLetter] = []
-
-    def __iter__(self) -> Iterator[EventBatch]:
-        return self._begin(self._pass(self._batches()))
 
     def _batches(self) -> Iterator[EventBatch]:
         yield from self.batches
