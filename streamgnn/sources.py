@@ -22,7 +22,8 @@ sharded stream all answer the same questions.
 - ``close()``: releases files, threads and sockets; calling it again does nothing.
 
 ``ReplaySource`` implements all of it for a source that only has to say how to read one pass;
-``as_source`` turns a plain iterable of batches (a list, a generator) into an ``EventSource``.
+``as_source`` turns a plain iterable of batches (a list, a generator) into an ``EventSource``;
+``SourceWrapper`` is one over another, which it hands every question to (a subclass changes what it must).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Protocol, runtime_checkable
 from .errors import ConfigError, ConnectorError
 from .events import DeadLetter, EventBatch
 
-__all__ = ["EventSource", "IterableSource", "ReplaySource", "as_source"]
+__all__ = ["EventSource", "IterableSource", "ReplaySource", "SourceWrapper", "as_source"]
 
 
 @runtime_checkable
@@ -191,3 +192,38 @@ def as_source(source: EventSource | EventBatch | Iterable[EventBatch]) -> EventS
     if not isinstance(source, Iterable):
         raise ConfigError(f"a source of EventBatches is needed, got {type(source).__name__}")
     return IterableSource(source)
+
+
+class SourceWrapper:
+    """An ``EventSource`` over ``source`` (made one with ``as_source``) that answers every question with its
+    answer: a subclass overrides what it adds to (``cli``'s tally counts the events and keeps the store's
+    refusals). What the stream is (a file, a dataset) is ``source``'s, for whoever records it."""
+
+    def __init__(self, source: EventSource | Iterable[EventBatch]) -> None:
+        self.source = as_source(source)
+        self.replay = self.source.replay
+
+    def __iter__(self) -> Iterator[EventBatch]:
+        return iter(self.source)
+
+    def positions(self) -> dict[str, int]:
+        return self.source.positions()
+
+    def seek(self, positions: Mapping[str, int]) -> None:
+        self.source.seek(positions)
+
+    def lag(self) -> int | None:
+        return self.source.lag()
+
+    @property
+    def ended(self) -> bool:
+        return self.source.ended
+
+    def dead_letter_count(self) -> int:
+        return self.source.dead_letter_count()
+
+    def report_dead_letters(self, letters: Sequence[DeadLetter], origins=None) -> None:
+        self.source.report_dead_letters(letters, origins)
+
+    def close(self) -> None:
+        self.source.close()

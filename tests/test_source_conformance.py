@@ -236,3 +236,15 @@ def test_batches_held_in_memory_and_local_sources_are_event_sources():
     assert isinstance(PartitionedReplay(ev, own), LocalSource)
     with pytest.raises(Exception, match="not this source"):
         as_source([ev]).seek({"file:x": 3})
+
+
+def test_a_checkpoint_records_what_a_source_reads_also_through_a_wrapper(tmp_path):
+    from streamgnn.jobs.resume import source_identity
+
+    case = jsonl_case(tmp_path)
+    file = case.make(None)
+    assert source_identity(file, None)["type"] == "file"
+    assert source_identity(Tally(file, "events.jsonl"), None) == source_identity(file, None)
+    name = min(datasets.names(), key=lambda n: datasets.info(n).rows)
+    assert source_identity(Tally(DatasetSource(name)), None)["name"] == name
+    assert source_identity(as_source([events(5)]), None) is None

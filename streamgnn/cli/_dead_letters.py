@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 
 from ..errors import ConfigError, ConnectorError
 from ..events import DeadLetter, EventBatch
-from ..sources import ReplaySource, as_source
+from ..sources import ReplaySource, SourceWrapper
 
 _SHOWN = 3  # dead letters printed one per line; the summary counts them all
 
@@ -26,19 +26,19 @@ def count_text(n: int) -> str:
     return f"{n:,} dead letter{'' if n == 1 else 's'}"
 
 
-class Tally:
-    """Wraps a file or dataset source (a ``ReplaySource``; batches held in memory are wrapped too) and is an
-    ``EventSource`` itself: counts the events it yields and collects the store's refusals, which
+class Tally(SourceWrapper):
+    """Wraps a file or dataset source (a ``ReplaySource``; batches held in memory are wrapped too), an
+    ``EventSource`` still: counts the events it yields and collects the store's refusals, which
     ``live_snapshots`` (or the caller) hands to ``report_dead_letters`` as it does to a Kafka source."""
 
+    source: ReplaySource
+
     def __init__(self, source: ReplaySource | Iterable[EventBatch], name: str = "") -> None:
-        inner = as_source(source)
-        if not isinstance(inner, ReplaySource):
-            raise ConfigError(
-                f"a tally counts a file's or a dataset's dead letters, not a {type(inner).__name__}'s"
-            )
-        self.source, self.name = inner, name
-        self.replay = True
+        super().__init__(source)
+        if not isinstance(self.source, ReplaySource):
+            kind = type(self.source).__name__
+            raise ConfigError(f"a tally counts a file's or a dataset's dead letters, not a {kind}'s")
+        self.name = name
         self.events = 0
         self.refused: list[DeadLetter] = []
 
@@ -49,25 +49,6 @@ class Tally:
         for batch in batches:
             self.events += len(batch)
             yield batch
-
-    def positions(self) -> dict[str, int]:
-        return self.source.positions()
-
-    def seek(self, positions) -> None:
-        self.source.seek(positions)
-
-    def lag(self) -> int | None:
-        return self.source.lag()
-
-    @property
-    def ended(self) -> bool:
-        return self.source.ended
-
-    def dead_letter_count(self) -> int:
-        return self.source.dead_letter_count()
-
-    def close(self) -> None:
-        self.source.close()
 
     def report_dead_letters(self, letters: Iterable[DeadLetter], origins=None) -> None:
         self.refused.extend(letters)
