@@ -16,7 +16,10 @@ Keys of --json: per client (kafka_python_, confluent_) the JSON and binary event
 loop's messages/s and `<client>_json_vs_raw` (JSON source -> store over the raw loop; confluent_json_vs_raw
 for the fast client), the CPU microseconds per message of the raw loop and per event of the JSON source
 (`raw_<client>_cpu_us_per_msg`, `<client>_json_cpu_us_per_event`), plus the headline keys for the default
-client.
+client. The same JSON events from a file: `file_json_events_per_s` (``JsonLinesSource`` -> store, which
+reads through the codec's fast path), `file_json_careful_events_per_s` (the file's lines through the careful
+decoder alone, the path file sources had before it moved into the codec) and their ratio
+`file_json_fast_vs_careful`.
 
 python benchmarks/ingest.py [--quick] [--json] [--events N]    (also: streamgnn bench ingest)
 """
@@ -27,7 +30,10 @@ import argparse
 import gc
 import resource
 import statistics
+import tempfile
 import time
+from itertools import islice
+from pathlib import Path
 
 try:
     from .common import report, set_threads
@@ -35,9 +41,10 @@ except ImportError:  # run as a script
     from common import report, set_threads
 
 from streamgnn.cli._args import positive_int
+from streamgnn.codec import decode_json_lines, encode_json_lines, fast_rows
 from streamgnn.connectors.broker import LocalBroker
+from streamgnn.connectors.files import JsonLinesSource
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, available_backends, create_topic
-from streamgnn.connectors.kafka.fastjson import fast_rows
 from streamgnn.datasets import load
 from streamgnn.events import EventBatch, concat
 from streamgnn.store import StoreConfig, TemporalGraphStore
@@ -104,6 +111,47 @@ def raw_loop(backend: str, bootstrap: str, topic: str, messages: int) -> float:
     return seconds
 
 
+def file_into_store(path: Path, events: int, fast: bool) -> float:
+    """Seconds for ``JsonLinesSource`` to hand a file's ``events`` events to the store (``fast=False``: the
+    file's lines in the source's chunks through the careful decoder alone, the path file sources had before
+    the fast one moved into the codec)."""
+    start = time.perf_counter()
+    store = TemporalGraphStore(StoreConfig(num_partitions=PARTITIONS))
+    if fast:
+        source = JsonLinesSource(path)
+        for batch in source:
+            store.ingest(batch)
+        letters = source.dead_letter_count()
+    else:
+        letters = 0
+        with path.open("rb") as f:
+            while chunk := list(islice(f, JsonLinesSource.batch_size)):
+                batch, bad = decode_json_lines(b"".join(chunk), str(path), fast=False)
+                letters += len(bad)
+                store.ingest(batch)
+    seconds = time.perf_counter() - start
+    if letters or store.num_edges != events:
+        raise RuntimeError(f"{path}: {letters} dead letters, {store.num_edges} of {events} events stored")
+    return seconds
+
+
+def file_figures(events: EventBatch, repeats: int) -> dict:
+    """The JSON-lines file source into the store, with the fast path and with the careful one alone."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "events.jsonl"
+        path.write_bytes(encode_json_lines(events))
+        runs = {True: [], False: []}
+        for _ in range(repeats):  # interleaved, as the Kafka runs are
+            for fast in runs:
+                runs[fast].append(timed(file_into_store, path, len(events), fast)[0])
+    fast, careful = (len(events) / statistics.median(runs[k]) for k in (True, False))
+    return {
+        "file_json_events_per_s": fast,
+        "file_json_careful_events_per_s": careful,
+        "file_json_fast_vs_careful": fast / careful,
+    }
+
+
 def source_into_store(backend: str, bootstrap: str, topic: str, events: int) -> float:
     """Seconds for KafkaSource to hand ``events`` events to the store, and the store to apply them."""
     start = time.perf_counter()
@@ -152,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     fast_rows([b'{"src":1,"dst":2,"t":1.0,"eid":1}'], "warm-up")
 
     results: dict = {
+        **file_figures(events["json"], repeats),
         "dataset": "jodie_wikipedia",
         "broker": "tansu (local, memory storage)",
         "partitions": PARTITIONS,

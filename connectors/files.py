@@ -3,7 +3,9 @@
 Every source is re-iterable (each ``iter()`` reads from the start) and replays either as fast as possible
 (``speed=None``) or paced so that stream time advances ``speed`` times faster than wall time, which turns a
 file into a realistic live stream for tests and demos. Rows that cannot be events are collected on
-``source.dead_letters`` (reset on each pass) instead of stopping the stream.
+``source.dead_letters`` (reset on each pass) instead of stopping the stream. Each is an
+``streamgnn.sources.EventSource`` (a ``ReplaySource``): its position counts the events handed out, and
+``seek`` to it resumes a pass after them.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from streamgnn import datasets
 from streamgnn.codec import decode_json_lines
 from streamgnn.errors import ConfigError, ConnectorError
 from streamgnn.events import KIND_NAMES, DeadLetter, EventBatch
+from streamgnn.sources import ReplaySource
 
 __all__ = ["CsvSource", "DatasetSource", "JsonLinesSource", "replay"]
 
@@ -95,7 +98,7 @@ _CSV_FIELDS = ("src", "dst", "t", "eid", "kind", "weight")
 
 
 @dataclass
-class CsvSource:
+class CsvSource(ReplaySource):
     """Events from a delimited text file (``.gz`` is decompressed on the fly).
 
     ``columns`` names the event field held by each column in file order (``None`` skips a column); it
@@ -131,7 +134,11 @@ class CsvSource:
 
     def __iter__(self) -> Iterator[EventBatch]:
         self.dead_letters = []
-        return replay(self._batches(), self.speed)
+        return self._begin(replay(self._pass(self._batches()), self.speed))
+
+    @property
+    def position_key(self) -> str:
+        return f"file:{self.path}"
 
     def _csv_rows(self, text: IO[str], where: str) -> Iterator[tuple[int, list[str]]]:
         reader = csv.reader(text, delimiter=self.delimiter)
@@ -240,7 +247,7 @@ def _kind(value: str) -> int:
 
 
 @dataclass
-class JsonLinesSource:
+class JsonLinesSource(ReplaySource):
     """Events from a JSON-lines file in the streamgnn wire format (``.gz`` is decompressed on the fly).
 
     Each batch decodes ``batch_size`` lines; malformed lines become dead letters naming their file line.
@@ -257,7 +264,11 @@ class JsonLinesSource:
 
     def __iter__(self) -> Iterator[EventBatch]:
         self.dead_letters = []
-        return replay(self._batches(), self.speed)
+        return self._begin(replay(self._pass(self._batches()), self.speed))
+
+    @property
+    def position_key(self) -> str:
+        return f"file:{self.path}"
 
     def _batches(self) -> Iterator[EventBatch]:
         first_line = 1
@@ -271,7 +282,7 @@ class JsonLinesSource:
 
 
 @dataclass
-class DatasetSource:
+class DatasetSource(ReplaySource):
     """A shipped dataset (see ``streamgnn.datasets.names()``) replayed in time order."""
 
     name: str
@@ -289,4 +300,13 @@ class DatasetSource:
         batches = datasets.iter_batches(
             self.name, self.batch_size, dedup=self.dedup, drop_self_loops=self.drop_self_loops
         )
-        return replay(batches, self.speed)
+        return self._begin(replay(self._pass(batches), self.speed))
+
+    @property
+    def position_key(self) -> str:
+        return f"dataset:{self.name}"
+
+    def _total(self) -> int | None:
+        if self.dedup or self.drop_self_loops:
+            return None  # known once read
+        return datasets.info(self.name).rows

@@ -6,9 +6,7 @@ source with ``ast`` (no import), over ``streamgnn/``, ``connectors/`` and ``benc
 ``streamgnn/connectors`` and ``streamgnn/benchmarks`` are links to the last two). A function's length is
 its lines from ``def`` (decorators included) to its last line, nested functions counted in their parent.
 
-Exceptions are named, each with its reason (``EXCEPTED``): generated or table-like code only. ``PENDING``
-lists offenders known when the check was written, which other work splits (issue 34); it may only shrink:
-a new offender, or one of them growing, fails here.
+Exceptions are named, each with its reason (``EXCEPTED``): generated or table-like code only.
 """
 
 from __future__ import annotations
@@ -26,13 +24,6 @@ EXCEPTED: dict[str, str] = {
     "streamgnn/store/kernels.py::apply_events": "a Numba kernel: its 25 arrays take one line each (ruff's "
     "format), and its one loop over events is the ingest's inner loop, where a call per event would cost",
 }
-
-# issue 34: offenders that another piece of that issue splits (the step of every trainer, the source
-# contract); each with its length when this check was written, which it may not exceed meanwhile
-PENDING_ISSUE_34: dict[str, int] = {
-    "connectors/kafka/source.py::KafkaSource.__init__": 124,
-}
-
 
 def _files():
     for folder in FOLDERS:
@@ -68,17 +59,14 @@ def measure() -> dict[str, int]:
 
 def test_no_module_or_function_is_over_its_size():
     over = {k: v for k, v in measure().items() if k not in EXCEPTED}
-    new = {k: v for k, v in over.items() if k not in PENDING_ISSUE_34}
-    grown = {k: (v, PENDING_ISSUE_34[k]) for k, v in over.items() if v > PENDING_ISSUE_34.get(k, v)}
-    assert not new, f"over {MODULE_LINES} lines a module / {FUNCTION_LINES} a function: {new}"
-    assert not grown, f"pending offenders grew (now, then): {grown}"
+    assert not over, f"over {MODULE_LINES} lines a module / {FUNCTION_LINES} a function: {over}"
 
 
-def test_the_named_exceptions_and_pending_offenders_still_exist():
-    """A name left in either list after its code was split or renamed would hide nothing and mislead."""
+def test_the_named_exceptions_still_exist():
+    """A name left in the list after its code was split or renamed would hide nothing and mislead."""
     over = measure()
-    stale = [k for k in [*EXCEPTED, *PENDING_ISSUE_34] if k not in over]
-    assert not stale, f"no longer over the limit (remove them from the lists): {stale}"
+    stale = [k for k in EXCEPTED if k not in over]
+    assert not stale, f"no longer over the limit (remove it from the list): {stale}"
 
 
 def test_the_check_sees_an_offender(tmp_path):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from streamgnn import datasets
-from streamgnn.codec import encode_json_lines
+from streamgnn.codec import decode_json_lines, encode_json_lines, fast_rows
 from streamgnn.connectors.files import CsvSource, DatasetSource, JsonLinesSource, replay
 from streamgnn.errors import ConfigError, ConnectorError
 from streamgnn.events import EventBatch, concat
@@ -153,6 +153,32 @@ def test_json_lines_source_decodes_in_chunks_with_file_line_numbers(tmp_path):
         (f"{path}:line 13", b'{"src": 1, "dst": 2}'),
         (f"{path}:line 22", b"not json"),
     ]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"weight": [0.5, 2.0, 1.0, 3.0]},
+        {"features": np.arange(8, dtype=np.float32).reshape(4, 2)},
+        {"src": ["a", "b", "c", "d"], "dst": ["b", "c", "d", "a"]},
+    ],
+)
+def test_a_json_lines_file_takes_the_fast_path_and_decodes_as_the_careful_one(tmp_path, extra):
+    columns = {"src": [1, 2, 3, 4], "dst": [2, 3, 4, 1], "t": [0.0, 1.0, 2.5, 3.0], "eid": range(4), **extra}
+    data = encode_json_lines(EventBatch.from_columns(**columns))
+    lines = [line for line in data.split(b"\n") if line]
+    assert fast_rows(lines, "f") is not None  # a file of plain events is the fast path's to read
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(
+        b"\n" + data.replace(b"\n", b"\r\n", 1)
+    )  # a blank line and a CRLF: still the same events
+    got = concat(list(JsonLinesSource(path)))
+    careful, letters = decode_json_lines(path.read_bytes(), "f", fast=False)
+    assert not letters and len(got) == 4
+    for name in ("kind", "src", "dst", "t", "eid", "weight", "features"):
+        a, b = getattr(got, name), getattr(careful, name)
+        assert (a is None) == (b is None) and (a is None or (a.dtype == b.dtype and (a == b).all())), name
 
 
 def test_json_lines_source_reads_gzip(tmp_path):

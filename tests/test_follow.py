@@ -12,6 +12,7 @@ import torch
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
+from streamgnn.sources import IterableSource
 from streamgnn.train import FollowConfig, OnlineTrainer, TrainConfig
 from streamgnn.train.sampled import EvalSample, ap_estimate, mean_estimate
 
@@ -27,19 +28,18 @@ def stream(n: int, users: int = 60, items: int = 30, seed: int = 0) -> EventBatc
     return EventBatch.from_columns(src=src, dst=dst, t=t, eid=np.arange(n))
 
 
-class Behind:
-    """A replay that says how many of its events are still to come: a source that far behind (``lag``)."""
+class Behind(IterableSource):
+    """A stream held in memory that says how many of its events are still to come, as a live source that far
+    behind does (``lag``; a replay's backlog is not a delay: the trainer reads no lag from a replay)."""
+
+    replay = False
 
     def __init__(self, events: EventBatch, chunk: int, behind: bool = True) -> None:
-        self.events, self.chunk, self.behind, self.handed = events, chunk, behind, 0
-
-    def __iter__(self):
-        for i in range(0, len(self.events), self.chunk):
-            self.handed = min(len(self.events), i + self.chunk)
-            yield self.events[i : i + self.chunk]
+        super().__init__([events[i : i + chunk] for i in range(0, len(events), chunk)])
+        self.events, self.behind = events, behind
 
     def lag(self) -> int:
-        return len(self.events) - self.handed if self.behind else 0
+        return len(self.events) - self.positions()["memory"] if self.behind else 0
 
 
 def config(**follow) -> TrainConfig:

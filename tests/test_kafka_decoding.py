@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from streamgnn.codec import decode_json_lines
-from streamgnn.connectors.kafka.fastjson import _Poll, _scanned, _whole, fast_rows
+from streamgnn.codec.fastjson import _Poll, _scanned, _whole, fast_rows
 
 TRICKY = [
     b'{"src":1,"dst":2,"t":1.0,"eid":1}',

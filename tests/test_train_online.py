@@ -13,6 +13,7 @@ from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
 from streamgnn.jobs import run_online
 from streamgnn.nn import TGNConfig
+from streamgnn.sources import IterableSource
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import OnlineTrainer, TrainConfig
 from streamgnn.train.config import DEFAULT_CHECKPOINT_EVERY
@@ -146,20 +147,15 @@ def test_string_ids_node_updates_and_features_flow_through():
     assert trainer.table.embeddings(["u3", "i4"]).shape == (2, 8)
 
 
-class CountingSource:
-    """A replayable source that reports its offset the way ``KafkaSource.positions`` does: a batch counts as
-    consumed once it has been handed out."""
+class CountingSource(IterableSource):
+    """A source held in memory whose offsets work as ``KafkaSource``'s do (not a ``replay``): a batch counts
+    as consumed once it has been handed out."""
+
+    replay = False
+    position_key = "p0"
 
     def __init__(self, events: EventBatch, size: int) -> None:
-        self.batches, self.offset = list(events.split(size)), 0
-
-    def __iter__(self):
-        for batch in self.batches:
-            self.offset += len(batch)
-            yield batch
-
-    def positions(self) -> dict[str, int]:
-        return {"p0": self.offset}
+        super().__init__(list(events.split(size)))
 
 
 def test_max_events_inside_a_source_batch_never_checkpoints_its_offsets(tmp_path):

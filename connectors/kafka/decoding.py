@@ -27,12 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...codec import CONTENT_JSON, MAGIC, decode, decode_json_lines
+from ...codec import CONTENT_JSON, MAGIC, decode, decode_json_lines, fast_rows
 from ...errors import ConfigError
 from ...events import DeadLetter, EventBatch, EventKind, schema_refusal
 from .consumer import Fetched, partition_key
 from .dead_letters import DeadLetters
-from .fastjson import fast_rows
 from .merge import Chunk, join_rows
 
 log = logging.getLogger(__name__)
@@ -126,7 +125,7 @@ class StreamDecoder:
             return [(batch, offsets)]
         joined = b"\n".join(values)
         if _BOM not in joined:  # a byte-order mark is only skipped at the start of a payload
-            batch, letters = decode_json_lines(joined, f"{f.topic}:{f.partition}")
+            batch, letters = decode_json_lines(joined, f"{f.topic}:{f.partition}", fast=False)
             if not letters and self._mismatch(batch, count=False) is None:
                 if len(batch) == len(values) and joined.count(b"\n") == len(values) - 1:
                     return [(batch, offsets)]  # one event per message, the usual case

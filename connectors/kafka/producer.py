@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from ...errors import ConfigError, ConnectorError
 from ...events import EventBatch, concat
 from ...partition import hash_partition
 from ...progress import IntervalLog, IntervalRate
+from ...sources import IterableSource, ReplaySource
 from ..files import JsonLinesSource
 from .admin import create_topic, missing_topic
 from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight, starting
@@ -323,7 +324,7 @@ class ProduceReport:
         return self.events / self.seconds if self.seconds > 0 else float("inf")
 
 
-def events_source(name_or_path: str | Path) -> Iterable[EventBatch]:
+def events_source(name_or_path: str | Path) -> ReplaySource:
     """The batches of a shared dataset by name, or of a file of JSON lines (``.jsonl``/``.json``, whose
     unparseable lines become the source's ``dead_letters``, each naming its line) or one binary batch."""
     path = Path(name_or_path)
@@ -336,10 +337,10 @@ def events_source(name_or_path: str | Path) -> Iterable[EventBatch]:
             raise ConfigError(f"no events file at {path}; give an existing .jsonl/.json or binary batch file")
         from ...datasets import load
 
-        return [load(str(name_or_path))]
+        return IterableSource([load(str(name_or_path))])
     with path.open("rb") as f:
         binary = f.read(len(MAGIC)) == MAGIC
-    return [decode_binary(path.read_bytes(), str(path))] if binary else JsonLinesSource(path)
+    return IterableSource([decode_binary(path.read_bytes(), str(path))]) if binary else JsonLinesSource(path)
 
 
 def _load_events(source: str | Path | EventBatch) -> EventBatch:
@@ -349,7 +350,7 @@ def _load_events(source: str | Path | EventBatch) -> EventBatch:
         return source
     batches = events_source(source)
     events = concat(list(batches))
-    letters = getattr(batches, "dead_letters", [])
+    letters = batches.dead_letters
     if letters:
         first = letters[0]
         raise ConfigError(

@@ -16,15 +16,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import ConfigError, ConnectorError, StreamGNNError
+from ...errors import ConnectorError, StreamGNNError
 from ...events import DeadLetter, EventBatch
 from .admin import missing_topic
-from .consumer import START_POLICIES, TP, partition_key, split_key
+from .consumer import TP, partition_key, split_key
 from .dead_letters import DeadLetters
 from .decoding import Schema, StreamDecoder
 from .merge import PartitionMerge, join_rows
+from .opening import check_sizes, open_consumer, start_offsets_of
 from .producer import Producer
-from .reach import DEFAULT_CONNECT_TIMEOUT_S, preflight
+from .reach import DEFAULT_CONNECT_TIMEOUT_S
 from .retry import Backoff, is_fatal
 from .settings import check_backend, producer_settings
 
@@ -57,7 +58,8 @@ class Origin:
 
 
 class KafkaSource:
-    """EventBatches from Kafka topics, decoded, validated, merged in time order, delivered effectively-once.
+    """EventBatches from Kafka topics, decoded, validated, merged in time order, delivered effectively-once:
+    an ``streamgnn.sources.EventSource`` whose positions are the partitions' offsets.
 
     Modes: ``topics`` + ``group_id`` joins a consumer group that spreads partitions over its members;
     ``partitions=["edges:0", ...]`` reads exactly those; ``topics`` without a group reads every partition.
@@ -108,6 +110,8 @@ class KafkaSource:
     ...         store.ingest(batch)
     """
 
+    replay = False  # positions are broker offsets, valid between batches
+
     def __init__(
         self,
         topics: str | Sequence[str] = (),
@@ -133,14 +137,8 @@ class KafkaSource:
     ) -> None:
         check_backend(backend)
         self.topics = [topics] if isinstance(topics, str) else list(topics)
-        if not self.topics and not partitions:
-            raise ConfigError("name what to read: topics=['edges'] or partitions=['edges:0', 'edges:1']")
-        if min(max_buffered_events, max_batch_events, max_poll_messages) < 1:
-            raise ConfigError("max_buffered_events, max_batch_events and max_poll_messages must be >= 1")
-        if not idle_partition_s >= 0 or (linger_s is not None and not linger_s > 0):
-            raise ConfigError(
-                f"idle_partition_s must be >= 0 and linger_s > 0 or None; got {idle_partition_s}, {linger_s}"
-            )
+        check_sizes(self.topics, partitions, max_buffered_events, max_batch_events, max_poll_messages,
+                     idle_partition_s, linger_s)  # fmt: skip
         self.linger_s = linger_s
         self._cap = max_batch_events if linger_s is None else min(max_batch_events, _FIRST_BATCH)
         self._handed_at: float | None = None  # when the last batch went to the caller, and its size
@@ -154,74 +152,23 @@ class KafkaSource:
         self.max_poll_messages = max_poll_messages
         self.poll_timeout_s = poll_timeout_s
         self._explicit = [split_key(k) for k in partitions] if partitions else None
-        offsets = dict(store.source_offsets) if store is not None and start_offsets is None else {}
-        offsets.update(start_offsets or {})
-        for key, off in offsets.items():
-            split_key(key)
-            if int(off) < 0:
-                raise ConfigError(f"start offset for {key} is {off}; offsets are >= 0")
         self._merge = PartitionMerge(
-            max_batch_events, idle_partition_s, {k: int(v) for k, v in offsets.items()}
+            max_batch_events, idle_partition_s, start_offsets_of(store, start_offsets)
         )
         self._committed: dict[str, int] = {}
         self._health = Backoff(f"Kafka consumer ({backend})")
         self._stats = SourceStats()
         self._lock = threading.Lock()  # the merge, positions and ownership: shared with the client threads
         self._ready = threading.Condition(self._lock)
-
-        config = dict(consumer_config)
-        reset_key = "auto_offset_reset" if backend == "kafka-python" else "auto.offset.reset"
-        start = config.pop(reset_key, "earliest")
-        if start not in START_POLICIES:
-            raise ConfigError(
-                f"{reset_key}={start!r}: use one of {START_POLICIES} (where a partition with no saved or "
-                "committed offset starts; an offset outside the log is always an error, never a reset)"
-            )
-        preflight(backend, bootstrap_servers, config, connect_timeout_s)
-        if backend == "kafka-python":
-            from .kafka_python import KafkaPythonConsumer
-
-            if config.get("enable_auto_commit"):
-                raise ConfigError(
-                    "enable_auto_commit must stay False: KafkaSource commits what it has delivered"
-                )
-            config["enable_auto_commit"] = False
-            self._consumer = KafkaPythonConsumer(
-                bootstrap_servers, group_id, config, start, self._acknowledged, self._failed
-            )
-        else:
-            from .confluent import ConfluentConsumer
-
-            if str(config.get("enable.auto.commit", "false")).lower() == "true":
-                raise ConfigError(
-                    "enable.auto.commit must stay false: KafkaSource commits what it has delivered"
-                )
-            config["enable.auto.commit"] = False
-            self._consumer = ConfluentConsumer(
-                bootstrap_servers,
-                group_id,
-                config,
-                start,
-                self._acknowledged,
-                self._failed,
-                connect_timeout_s,
-            )
-        dlq: Producer | None = None
-        if dead_letter_topic:
-            settings = (
-                producer_settings(backend, consumer_config) if producer_config is None else producer_config
-            )
-            try:
-                dlq = Producer(
-                    backend,
-                    bootstrap_servers,
-                    settings,
-                    shrink_oversize=True,
-                    connect_timeout_s=connect_timeout_s,
-                )
-            except BaseException:
-                self._consumer.close()  # its client threads and sockets would outlive this failed source
-                raise
+        self._consumer = open_consumer(
+            backend, bootstrap_servers, group_id, dict(consumer_config), connect_timeout_s,
+            self._acknowledged, self._failed,
+        )  # fmt: skip
+        try:
+            dlq = self._open_dead_letters(consumer_config, producer_config, connect_timeout_s)
+        except BaseException:
+            self._consumer.close()  # its client threads and sockets would outlive this failed source
+            raise
         self._letters = DeadLetters(dlq, dead_letter_topic)
         self._decoder = StreamDecoder(self._letters, store, schema)
         self._reassigned = False
@@ -231,7 +178,22 @@ class KafkaSource:
         self._last_origin = Origin()
         self._reported = 0  # dead letters callers sent through report_dead_letters
         self._closed = False
+        self._ended = False  # stream(idle_timeout_s) found the end
         self._ends: dict[str, int] | None = None  # end offsets of the owned partitions, read by the poller
+
+    def _open_dead_letters(
+        self, consumer_config: Mapping, producer_config: Mapping | None, connect_timeout_s: float
+    ) -> Producer | None:
+        """The dead-letter topic's producer (None without one), set up like the consumer unless
+        ``producer_config`` is given; one too large for the topic goes out cut short (``shrink_oversize``)."""
+        if not self.dead_letter_topic:
+            return None
+        settings = (
+            producer_settings(self.backend, consumer_config) if producer_config is None else producer_config
+        )
+        return Producer(
+            self.backend, self._bootstrap, settings, shrink_oversize=True, connect_timeout_s=connect_timeout_s
+        )
 
     @property
     def max_batch_events(self) -> int:
@@ -324,11 +286,11 @@ class KafkaSource:
                 continue
             if idle_timeout_s is None:
                 continue
-            with self._lock:
-                at_end = self._merge.at_end()
+            at_end = self.at_end()
             now = time.monotonic()
             quiet_since = (quiet_since or now) if at_end else None
             if at_end and now - quiet_since >= idle_timeout_s:
+                self._ended = True
                 return
 
     def poll(self, timeout_s: float = 1.0) -> EventBatch | None:
@@ -409,6 +371,33 @@ class KafkaSource:
             decoded = self._stats.events + self._merge.buffered
         per_message = decoded / self._decoder.messages if self._decoder.messages else 1.0
         return round(behind * max(per_message, 1.0))
+
+    def seek(self, positions: Mapping[str, int]) -> None:
+        """Start each partition named in ``positions`` (``{"topic:partition": offset}``, from ``positions()``)
+        at that offset, as ``start_offsets=`` does: only before the source starts reading."""
+        if self._thread is not None or self._closed:
+            raise ConnectorError("seek a KafkaSource before it starts reading (or pass start_offsets=)")
+        offsets = start_offsets_of(None, positions)
+        with self._lock:
+            self._merge.positions.update(offsets)
+
+    def at_end(self) -> bool:
+        """Every assigned partition read to the end offset the broker reports and handed out (nothing
+        assigned: False): the stream holds nothing more now. A group join or a slow fetch is not the end."""
+        with self._lock:
+            return self._merge.at_end()
+
+    @property
+    def ended(self) -> bool:
+        """True once ``stream(idle_timeout_s)`` found every partition read to its end and quiet; a stream
+        followed without an idle timeout never ends."""
+        return self._ended
+
+    def dead_letter_count(self) -> int:
+        """Messages and events this source dead-lettered while decoding (its life), less those callers
+        reported through ``report_dead_letters`` (the store's refusals, which their consumer counts)."""
+        stats = self.stats
+        return stats.dead_letters - stats.reported_dead_letters
 
     def schema(self) -> Schema:
         """The stream's schema as decoding fixed it so far: save it with ``positions()`` and pass it back as

@@ -14,8 +14,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Iterator
 
-from ..errors import ConnectorError
+from ..errors import ConfigError, ConnectorError
 from ..events import DeadLetter, EventBatch
+from ..sources import ReplaySource, SourceWrapper
 
 _SHOWN = 3  # dead letters printed one per line; the summary counts them all
 
@@ -25,12 +26,19 @@ def count_text(n: int) -> str:
     return f"{n:,} dead letter{'' if n == 1 else 's'}"
 
 
-class Tally:
-    """Wraps a file or dataset source: counts the events it yields and collects the store's refusals, which
+class Tally(SourceWrapper):
+    """Wraps a file or dataset source (a ``ReplaySource``; batches held in memory are wrapped too), an
+    ``EventSource`` still: counts the events it yields and collects the store's refusals, which
     ``live_snapshots`` (or the caller) hands to ``report_dead_letters`` as it does to a Kafka source."""
 
-    def __init__(self, source: Iterable[EventBatch], name: str = "") -> None:
-        self.source, self.name = source, name or str(getattr(source, "path", getattr(source, "name", "")))
+    source: ReplaySource
+
+    def __init__(self, source: ReplaySource | Iterable[EventBatch], name: str = "") -> None:
+        super().__init__(source)
+        if not isinstance(self.source, ReplaySource):
+            kind = type(self.source).__name__
+            raise ConfigError(f"a tally counts a file's or a dataset's dead letters, not a {kind}'s")
+        self.name = name
         self.events = 0
         self.refused: list[DeadLetter] = []
 
@@ -42,13 +50,13 @@ class Tally:
             self.events += len(batch)
             yield batch
 
-    def report_dead_letters(self, letters: Iterable[DeadLetter]) -> None:
+    def report_dead_letters(self, letters: Iterable[DeadLetter], origins=None) -> None:
         self.refused.extend(letters)
 
     @property
     def dead_letters(self) -> list[DeadLetter]:
         """The source's own (its unreadable lines), as a trainer counts them on the source it reads."""
-        return getattr(self.source, "dead_letters", [])
+        return self.source.dead_letters
 
     @property
     def letters(self) -> list[DeadLetter]:

@@ -42,12 +42,12 @@ def _source(args: argparse.Namespace, cfg, store):
         )
     path = Path(args.source)
     if path.is_file():
-        return Tally(JsonLinesSource(path, batch_size=args.batch_size))
+        return Tally(JsonLinesSource(path, batch_size=args.batch_size), str(path))
     if path.is_dir() or path.suffix or len(path.parts) > 1:
         raise ConfigError(
             f"no events file at {path}: give a JSON-lines events file, a dataset name or a topic"
         )
-    return Tally(DatasetSource(args.source, batch_size=args.batch_size))
+    return Tally(DatasetSource(args.source, batch_size=args.batch_size), args.source)
 
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
@@ -77,8 +77,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
             writer.write(snap)
             most_nodes, edges = max(most_nodes, snap.num_nodes), edges + snap.num_edges
     finally:
-        if callable(getattr(source, "close", None)):
-            source.close()
+        source.close()
     if isinstance(source, Tally):
         source.show()
         source.check_read_some()  # before the folder is finished: a failed run leaves no signal behind

@@ -18,7 +18,9 @@ import re
 from pathlib import Path
 
 from ..checkpoint import check_root, is_checkpoint, newest_verified, numbers, resolve
+from ..connectors.files import CsvSource, DatasetSource, JsonLinesSource
 from ..errors import CheckpointError
+from ..sources import SourceWrapper
 from ..train.resume import dataset_identity, file_identity, kafka_identity
 
 _RANK = re.compile(r"^rank-\d{5}$")
@@ -123,15 +125,13 @@ def _after(root: Path, chosen: Path, note: str) -> tuple[Path, str]:
 
 def source_identity(source, topic: str | None, partitions: int | None = None) -> dict | None:
     """What a job reads, as its checkpoints record it: a Kafka topic, an events file (a ``CsvSource`` or
-    ``JsonLinesSource``) or a dataset (``DatasetSource``), also wrapped (a tally's ``source``); None for
-    any other source (not checked on resume)."""
+    ``JsonLinesSource``) or a dataset (``DatasetSource``), also wrapped (``SourceWrapper``, as a tally); None
+    for any other source (not checked on resume)."""
     if topic is not None:
         return kafka_identity(topic, partitions)
-    inner = getattr(source, "source", source)
-    path = getattr(inner, "path", None)
-    if isinstance(path, str | Path) and Path(path).is_file():
-        return file_identity(path)
-    name = getattr(inner, "name", None)
-    if isinstance(name, str) and hasattr(inner, "dedup"):
-        return dataset_identity(name, dedup=inner.dedup, drop_self_loops=inner.drop_self_loops)
+    inner = source.source if isinstance(source, SourceWrapper) else source
+    if isinstance(inner, CsvSource | JsonLinesSource) and Path(inner.path).is_file():
+        return file_identity(inner.path)
+    if isinstance(inner, DatasetSource):
+        return dataset_identity(inner.name, dedup=inner.dedup, drop_self_loops=inner.drop_self_loops)
     return None

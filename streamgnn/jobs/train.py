@@ -32,6 +32,7 @@ from ..serve.metrics import WorkerMetrics
 from ..shard.run import local_source
 from ..shard.source import KafkaPartitions
 from ..shard.trainer import ShardedTrainer
+from ..sources import EventSource, as_source
 from ..tasks.config import TaskConfig
 from ..train.broadcast import BroadcastSource
 from ..train.config import TrainConfig
@@ -69,6 +70,8 @@ class TrainJob:
         self.dist = init_distributed()
         self.metrics = WorkerMetrics()
         self.sharded = self.config.sharding is not None
+        if self.source is not None and not self.sharded:  # (sharded: maybe a factory of LocalSources)
+            self.source = as_source(self.source)
         self.trainer: OnlineTrainer | ShardedTrainer | None = None
         self._rate = IntervalRate()
         self._lag_reader = None
@@ -198,7 +201,7 @@ class TrainJob:
         if self._source is not None and result.dead_letters:
             # sharded: the letters about the rows this rank read, which its batcher traces to their messages
             (trainer.batcher if self.sharded else self._source).report_dead_letters(result.dead_letters)
-        elif result.dead_letters and hasattr(self.source, "report_dead_letters"):
+        elif result.dead_letters and isinstance(self.source, EventSource):  # (sharded: or a factory)
             self.source.report_dead_letters(result.dead_letters)  # a file's tally: the command shows them
         if trainer.table is not None:
             m.freshness.observe(time.perf_counter() - arrival)
@@ -291,7 +294,7 @@ class TrainJob:
                 )
             if self.sharded:
                 trainer, stream = self._sharded(sink, idle_timeout_s)
-                if stream is not self.source and callable(getattr(stream, "close", None)):
+                if stream is not self.source:
                     stack.callback(stream.close)  # a source made here (a Kafka consumer) is closed here
             else:
                 trainer = self._trainer(sink)

@@ -32,7 +32,7 @@ from ..errors import PlacementError
 from ..events import DeadLetter, EventBatch, concat
 from .comm import Collectives
 from .ownership import Ownership, rows_within_partition
-from .source import LocalSource
+from .source import LocalSource, no_origins
 
 _SEQ_BITS = 40  # rows per partition below 2**40; partition numbers below 2**23
 
@@ -49,8 +49,8 @@ class GlobalBatcher:
         self.batch_size, self.on_idle = batch_size, on_idle
         self.buffer = EventBatch.empty()
         self.keys = np.zeros(0, np.int64)  # partition << _SEQ_BITS | seq, per buffered row
-        self.origins = _no_origins(0)  # (topic partition, offset) per buffered row, -1: not known
-        self._cut_origins = _no_origins(0)  # per row of the last global batch: this rank's rows' origins
+        self.origins = no_origins(0)  # (topic partition, offset) per buffered row, -1: not known
+        self._cut_origins = no_origins(0)  # per row of the last global batch: this rank's rows' origins
         self._starved = False  # this rank's last read found nothing new
         self.seq: dict[int, int] = {}  # rows read per partition, of those read from (none: 0)
         self.frontier = -math.inf
@@ -95,7 +95,7 @@ class GlobalBatcher:
         me = rank == self.exchange.rank
         take = int(me.sum())  # my chosen rows are the first ``take`` of my buffer, in the global order
         mine = self.buffer.take(slice(0, take))
-        self._cut_origins = _no_origins(len(rank))
+        self._cut_origins = no_origins(len(rank))
         self._cut_origins[me] = self.origins[:take]
         self.buffer, self.keys, self.origins = (
             self.buffer.take(slice(take, None)), self.keys[take:], self.origins[take:]
@@ -113,16 +113,15 @@ class GlobalBatcher:
     def report_dead_letters(self, letters: list[DeadLetter]) -> None:
         """Send dead letters about rows of the last global batch that this rank read (``letter.index``: the
         row in the batch) to its source's dead-letter topic, each pointing at its row's message."""
-        report = getattr(self.source, "report_dead_letters", None)
-        if report is not None and letters:
-            report(letters, self._cut_origins[[letter.index for letter in letters]])
+        if letters:
+            self.source.report_dead_letters(letters, self._cut_origins[[letter.index for letter in letters]])
 
     def _read(self) -> bool:
         """Pull from the source into the buffer; False if it had nothing new."""
         got = self.source.pull()
         if got is None or not len(got):
             return False
-        origins = self.source.origins() if hasattr(self.source, "origins") else _no_origins(len(got))
+        origins = self.source.origins()
         # (a Kafka source's decoder has sent its invalid rows to the dead letters already: none come here)
         valid, letters = got.validate("local source")
         self.dead_letters += letters
@@ -193,13 +192,8 @@ class GlobalBatcher:
         else:
             self.seq = dict(zip(arrays["seq_partitions"].tolist(), arrays["seq_rows"].tolist(), strict=True))
         origins = arrays.get("origins")  # (checkpoints before origins were kept: not known)
-        self.origins = _no_origins(len(self.keys)) if origins is None else origins.astype(np.int64)
+        self.origins = no_origins(len(self.keys)) if origins is None else origins.astype(np.int64)
         self.frontier = float(arrays["frontier"][0])
         buffered = np.sort(self.buffer.eid)
         self._known = lambda eids: processed(eids) | np.isin(eids, buffered)
         self._replaying = set(self.seq)  # only a partition read from can deliver a row again
-
-
-def _no_origins(n: int) -> np.ndarray:
-    """``[n, 2]`` origins of rows whose source does not say where they came from."""
-    return np.full((n, 2), -1, np.int64)

@@ -23,7 +23,7 @@ def local_source(
     source: SourceFactory | LocalSource | Iterable[EventBatch], ownership: Ownership, offsets: dict[str, int]
 ) -> LocalSource:
     """This rank's ``LocalSource``, starting at the checkpoint's ``offsets`` (empty: from the start)."""
-    if all(hasattr(source, name) for name in ("pull", "done", "positions")):
+    if isinstance(source, LocalSource):
         if offsets:
             raise ConfigError(
                 "resuming a sharded run needs a source factory (ownership, start_offsets) -> LocalSource: a "

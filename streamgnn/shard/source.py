@@ -1,10 +1,10 @@
 """What one rank reads: only the graph partitions it owns, from Kafka or from a replayed event stream.
 
-A local source hands out this rank's events in time order, chunk by chunk (``pull``), says when it has no
-more (``done``) and where it stands (``positions``, saved in the rank's checkpoint and given back as
-``start_offsets`` on restart). ``GlobalBatcher`` merges the ranks' local streams into global batches. A source
-with a dead-letter topic also says where each row of its last pull came from (``origins``) and takes dead
-letters about rows it delivered earlier (``report_dead_letters``).
+A local source is an ``streamgnn.sources.EventSource`` that also hands out this rank's events in time order,
+chunk by chunk (``pull``), says when it has no more (``done``) and where it stands (``positions``, saved in
+the rank's checkpoint and given back as ``start_offsets`` on restart). ``GlobalBatcher`` merges the ranks'
+local streams into global batches. A source with a dead-letter topic also says where each row of its last pull
+came from (``origins``) and takes dead letters about rows it delivered earlier (``report_dead_letters``).
 
 - ``KafkaPartitions``: a ``KafkaSource`` over exactly this rank's topic partitions (``partitions=``; the topic
   has one partition per graph partition, as ``EventProducer``/``produce_dataset`` write it).
@@ -22,31 +22,57 @@ letters about rows it delivered earlier (``report_dead_letters``).
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch
+from ..sources import EventSource
 from .ownership import Ownership, rows_within_partition
 
 
-class LocalSource(Protocol):
-    """One rank's share of the stream, in time order."""
+def no_origins(n: int) -> np.ndarray:
+    """``[n, 2]`` origins of rows whose message is not known (partition and offset -1)."""
+    return np.full((n, 2), -1, np.int64)
+
+
+@runtime_checkable
+class LocalSource(EventSource, Protocol):
+    """One rank's share of the stream, in time order: an ``EventSource`` (its iteration ``pull`` s until
+    ``done``) that ``GlobalBatcher`` also pulls from chunk by chunk, asking where each row came from."""
 
     @property
     def done(self) -> bool: ...
 
     def pull(self) -> EventBatch | None: ...
 
-    def positions(self) -> dict[str, int]: ...
+    def origins(self) -> np.ndarray: ...
 
 
-class PartitionedReplay:
+class _Pulled:
+    """The ``EventSource`` members a ``LocalSource`` draws from ``pull``/``done``."""
+
+    def __iter__(self) -> Iterator[EventBatch]:
+        while not self.done:
+            batch = self.pull()
+            if batch is not None and len(batch):
+                yield batch
+
+    @property
+    def ended(self) -> bool:
+        return self.done
+
+
+class PartitionedReplay(_Pulled):
     """The rows of ``events`` whose source vertex lies in this rank's partitions, handed out ``chunk`` at a
-    time in (time, partition, row) order; ``start_offsets`` (``{"replay:P": rows}``) skips what a checkpoint
-    had consumed. ``positions`` names only the partitions read from (a partition absent has 0 rows read), so
-    neither it nor this set-up grows with partitions that hold no event."""
+    time in (time, partition, row) order; ``start_offsets`` (``{"replay:P": rows}``, or ``seek``) skips what a
+    checkpoint had consumed. ``positions`` names only the partitions read from (a partition absent has 0 rows
+    read), so neither it nor this set-up grows with partitions that hold no event. Rows are validated by
+    their consumer (``GlobalBatcher``): this source refuses none itself."""
+
+    replay = True
 
     def __init__(
         self, events: EventBatch, ownership: Ownership, *, chunk: int = 10_000,
@@ -55,19 +81,25 @@ class PartitionedReplay:
         if chunk < 1:
             raise ConfigError(f"chunk must be >= 1, got {chunk}")
         self.chunk = chunk
+        self._events, self._ownership = events, ownership
+        self.reported = 0  # refusals consumers reported about these rows
+        self.seek(start_offsets or {})
+
+    def seek(self, positions: Mapping[str, int]) -> None:
+        """Start after the rows ``positions`` (from ``positions()``) counts per partition."""
+        ownership, events = self._ownership, self._events
         part = ownership.source_partitions(events)
         rows = np.flatnonzero(ownership.rank_of(part) == ownership.rank)
         part = part[rows].astype(np.int64)
         seq = rows_within_partition(part)  # work for the rows, not the partitions
-        offsets = {int(k.rsplit(":", 1)[1]): int(v) for k, v in (start_offsets or {}).items()}
+        offsets = {int(k.rsplit(":", 1)[1]): int(v) for k, v in positions.items()}
         offsets = {p: n for p, n in offsets.items() if ownership.rank_of(p) == ownership.rank}
         held, at = np.unique(part, return_inverse=True)
         left = seq >= np.array([offsets.get(int(p), 0) for p in held], np.int64)[at]
         order = np.lexsort((seq[left], part[left], events.t[rows][left]))
         self._rows = rows[left][order]
         self._part = part[left][order]
-        self._events = events
-        self._next = 0
+        self._next = self._last = 0
         self._done_rows = offsets  # rows consumed per partition that holds any: positions() says no more
 
     @property
@@ -79,6 +111,7 @@ class PartitionedReplay:
             return None
         take = slice(self._next, self._next + self.chunk)
         self._next += len(self._rows[take])
+        self._last = len(self._rows[take])
         for p, n in zip(*np.unique(self._part[take], return_counts=True), strict=True):
             self._done_rows[int(p)] = self._done_rows.get(int(p), 0) + int(n)
         return self._events.take(self._rows[take])
@@ -86,11 +119,30 @@ class PartitionedReplay:
     def positions(self) -> dict[str, int]:
         return {f"replay:{p}": n for p, n in self._done_rows.items()}
 
+    def lag(self) -> int:
+        return len(self._rows) - self._next
 
-class KafkaPartitions:
-    """This rank's topic partitions through ``KafkaSource(partitions=...)``; ``done`` once nothing came for
-    ``idle_timeout_s`` after the source was assigned (None: a live stream, never done). Other keyword
-    arguments go to ``KafkaSource`` (``bootstrap_servers``, ``start_offsets``, security settings...)."""
+    def origins(self) -> np.ndarray:
+        """No messages behind these rows: every origin is unknown."""
+        return no_origins(self._last)
+
+    def dead_letter_count(self) -> int:
+        return 0
+
+    def report_dead_letters(self, letters: Sequence[DeadLetter], origins=None) -> None:
+        self.reported += len(letters)
+
+    def close(self) -> None:
+        """Nothing to release: the events are the caller's."""
+
+
+class KafkaPartitions(_Pulled):
+    """This rank's topic partitions through ``KafkaSource(partitions=...)``; ``done`` once they were read to
+    their end offsets and nothing more came for ``idle_timeout_s`` (None: a live stream, never done). Other
+    keyword arguments go to ``KafkaSource`` (``bootstrap_servers``, ``start_offsets``, security settings...).
+    """
+
+    replay = False
 
     def __init__(
         self, topic: str, ownership: Ownership, *, idle_timeout_s: float | None = 10.0,
@@ -114,6 +166,9 @@ class KafkaPartitions:
         if batch is not None and len(batch):
             self._quiet_since = None
             return batch
+        if not self.source.at_end():  # a join or a slow fetch is not quiet
+            self._quiet_since = None
+            return None
         now = time.monotonic()
         self._quiet_since = self._quiet_since or now
         if self.idle_timeout_s is not None and now - self._quiet_since >= self.idle_timeout_s:
@@ -123,14 +178,15 @@ class KafkaPartitions:
     def positions(self) -> dict[str, int]:
         return self.source.positions()
 
+    def seek(self, positions: Mapping[str, int]) -> None:
+        self.source.seek(positions)
+
     def lag(self) -> int | None:
         """Events of this rank's partitions not read yet (``KafkaSource.lag``)."""
         return self.source.lag()
 
-    @property
-    def stats(self):
-        """The Kafka source's counters (``SourceStats``)."""
-        return self.source.stats
+    def dead_letter_count(self) -> int:
+        return self.source.dead_letter_count()
 
     def origins(self) -> np.ndarray:
         """``[n, 2]``: the topic partition and offset of each row of the last ``pull``."""
@@ -138,9 +194,12 @@ class KafkaPartitions:
         parts = np.array([int(key.rsplit(":", 1)[1]) for key in origin.keys], np.int64)
         return np.c_[parts[origin.part] if len(parts) else np.zeros(0, np.int64), origin.offset]
 
-    def report_dead_letters(self, letters: list[DeadLetter], origins: np.ndarray) -> None:
+    def report_dead_letters(self, letters: Sequence[DeadLetter], origins: np.ndarray | None = None) -> None:
         """Send ``letters`` to the dead-letter topic, each about the row at ``origins[i]`` (an ``origins``
-        row kept since; partition -1: not known)."""
+        row kept since; partition -1: not known; None: rows of the last ``pull``)."""
+        if origins is None:
+            self.source.report_dead_letters(letters)
+            return
         where = [(self.topic if p >= 0 else "", p, o) for p, o in origins.tolist()]
         self.source.report_dead_letters(letters, where)
 

@@ -57,7 +57,7 @@ from ..events import EventBatch, EventKind
 from ..store import StoreConfig, TemporalGraphStore
 from ..train.config import ShardConfig, TrainConfig
 from ..train.distributed import DistContext, init_distributed, local_device
-from ..train.driver import Batches, Drive, StepHook, source_dead_letters
+from ..train.driver import Batches, Drive, StepHook
 from ..train.edgebank import make_baseline
 from ..train.metrics import RunningMetrics
 from ..train.models import make_link_model
@@ -157,7 +157,7 @@ class ShardedTrainer(StreamTrainer):
             self._batcher_state = None
         return self.drive(
             self._global_batches, lambda: self.save_checkpoint(source.positions()),
-            lag=getattr(source, "lag", None), max_events=max_events, progress=progress, total=total,
+            lag=None if source.replay else source.lag, max_events=max_events, progress=progress, total=total,
             on_step=on_step,
         )  # fmt: skip
 
@@ -165,7 +165,7 @@ class ShardedTrainer(StreamTrainer):
         """The global batches the ranks agree on (``drive``'s generator), of ``drive.batch_size`` events (the
         budget's plan: the same on every rank), the last cut at ``drive.room()``. Counts the rows this rank's
         source could not take (undecodable, invalid) as they come, so checkpoints hold them."""
-        seen = source_dead_letters(self.batcher.source)
+        seen = self.batcher.source.dead_letter_count()
         try:
             while True:
                 self.batcher.batch_size = drive.batch_size(self.config.batch_size)
@@ -178,7 +178,7 @@ class ShardedTrainer(StreamTrainer):
 
     def _count_source_letters(self, seen: int) -> int:
         """Add the letters the batcher and the source made since the source's count was ``seen``."""
-        now = source_dead_letters(self.batcher.source)
+        now = self.batcher.source.dead_letter_count()
         self.dead_letter_count += len(self.batcher.dead_letters) + now - seen
         self.batcher.dead_letters.clear()
         return now

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..events import EventBatch
+from ..sources import EventSource, as_source
 from ..store import TemporalGraphStore
 from .builder import SnapshotBuilder
 from .snapshot import Snapshot
@@ -168,7 +169,7 @@ class SnapshotStream:
 
 
 def live_snapshots(
-    source: Iterable[EventBatch],
+    source: EventSource | Iterable[EventBatch],
     store: TemporalGraphStore,
     spec: SnapshotSpec | None = None,
     *,
@@ -180,8 +181,8 @@ def live_snapshots(
     """Feed ``source`` into ``store`` and yield each snapshot as soon as it is final; at the source's end,
     the rest. A ``KafkaSource`` is read with ``stream(idle_timeout_s)`` and gets the store's dead letters
     back (``report_dead_letters``). Pass ``stream`` (e.g. ``SnapshotStream.from_state``) instead of ``spec``
-    to resume: a source without ``positions`` (a file) is then replayed from its start and its first
-    ``stream.consumed`` events are skipped; a Kafka source seeks to the offsets in the store's checkpoint."""
+    to resume: a ``replay`` source (a file) is then replayed from its start and its first ``stream.consumed``
+    events are skipped; a Kafka source seeks to the offsets in the store's checkpoint."""
     if (spec is None) == (stream is None):
         raise ConfigError("give a spec for a new stream or a stream to resume, not both")
     if stream is None:
@@ -192,8 +193,11 @@ def live_snapshots(
                 "would ever be final while the source runs: set allowed_lateness, or pass lateness= (events "
                 "later than it then show up in the next snapshot, not in the one they belong to)"
             )
-    skip = 0 if hasattr(source, "positions") else stream.consumed
-    batches = source.stream(idle_timeout_s) if callable(getattr(source, "stream", None)) else source
+    from ..connectors.kafka import KafkaSource
+
+    source = as_source(source)
+    skip = stream.consumed if source.replay else 0
+    batches = source.stream(idle_timeout_s) if isinstance(source, KafkaSource) else source
     yield from stream.ready()  # a resumed stream may owe snapshots that were final at the checkpoint
     for batch in batches:
         cut = min(skip, len(batch))
@@ -203,7 +207,7 @@ def live_snapshots(
             continue
         report = store.ingest(batch)
         stream.consumed += len(batch)
-        if report.dead_letters and callable(getattr(source, "report_dead_letters", None)):
+        if report.dead_letters:
             source.report_dead_letters(report.dead_letters)
         yield from stream.ready()
     yield from stream.finish()

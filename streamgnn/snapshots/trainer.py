@@ -38,6 +38,7 @@ from ..checkpoint import capture_rng, restore_rng
 from ..configs import Config
 from ..errors import ConfigError
 from ..progress import progress_bar
+from ..sources import as_source
 from ..train import checkpoint
 from ..train.driver import Batches, Drive
 from ..train.resume import Expectation
@@ -280,7 +281,7 @@ class SnapshotTrainer:
                     "run_live needs a store and a spec (or a trainer from SnapshotTrainer.resume)"
                 )
             self.stream = SnapshotStream(store, spec, target=target, lateness=lateness)
-        self._source = source
+        self._source = source = as_source(source)
         snaps = live_snapshots(source, self.stream.store, stream=self.stream, idle_timeout_s=idle_timeout_s)
         return self.run(snaps, progress=progress, max_snapshots=max_snapshots)
 
@@ -291,8 +292,7 @@ class SnapshotTrainer:
         cfg = self.config
         if not cfg.checkpoint_dir or self.stream is None:
             raise ConfigError("checkpoints need config.checkpoint_dir and a live run (run_live)")
-        positions = getattr(self._source, "positions", None)
-        offsets = positions() if callable(positions) else {}
+        offsets = {} if self._source.replay else self._source.positions()  # a replay's: stream.consumed
         return checkpoint.save(
             Path(cfg.checkpoint_dir), self.steps, self.stream.store, offsets, *self.state(),
             cfg.checkpoint_keep, KIND,

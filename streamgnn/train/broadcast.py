@@ -23,28 +23,25 @@ import torch
 
 from ..codec import decode_binary, encode_binary
 from ..errors import ConfigError
-from ..events import EventBatch
+from ..events import DeadLetter, EventBatch
+from ..sources import EventSource
 from .distributed import DistContext, collective
-from .driver import source_dead_letters
 
 _END, _IDLE = -1, 0
 
 
-class _Stats:
-    """The source's own dead-letter count as rank 0 last broadcast it (what ``fit`` counts on every rank)."""
-
-    def __init__(self) -> None:
-        self.dead_letters = 0
-
-
 class BroadcastSource:
-    """Iterates the same ``EventBatch``es on every rank; ``source`` (rank 0 only) needs ``poll(timeout_s)``
-    and ``positions()``, as ``KafkaSource`` has. The stream ends after ``idle_timeout_s`` without data (None:
-    never)."""
+    """Iterates the same ``EventBatch``es on every rank: an ``EventSource`` over rank 0's ``source`` (a live
+    one that has ``poll(timeout_s)`` and ``at_end()``, as ``KafkaSource``; None on the other ranks).
+    Positions, lag, seeking and dead-letter reports are rank 0's; ``dead_letter_count`` is rank 0's as it last
+    broadcast it (what ``fit`` counts on every rank). The stream ends after ``idle_timeout_s`` without data
+    once the source is read to its end (None: never)."""
+
+    replay = False
 
     def __init__(
         self,
-        source,
+        source: EventSource | None,
         dist: DistContext,
         *,
         idle_timeout_s: float | None = None,
@@ -57,19 +54,39 @@ class BroadcastSource:
             raise ConfigError(f"heartbeat_s must be > 0, got {heartbeat_s}")
         self.source, self.dist = source, dist
         self.idle_timeout_s, self.heartbeat_s, self.on_idle = idle_timeout_s, heartbeat_s, on_idle
-        self.stats = _Stats()
+        self._letters = 0
+        self._ended = False
 
     def positions(self) -> dict[str, int]:
         return self.source.positions() if self.dist.is_main else {}
 
+    def seek(self, positions) -> None:
+        if self.dist.is_main:
+            self.source.seek(positions)
+
     def lag(self) -> int | None:
-        """Rank 0's source's lag (``KafkaSource.lag``; None elsewhere: rank 0's plan is every rank's)."""
-        lag = getattr(self.source, "lag", None) if self.dist.is_main else None
-        return lag() if lag is not None else None
+        """Rank 0's source's lag (None elsewhere: rank 0's plan is every rank's)."""
+        return self.source.lag() if self.dist.is_main else None
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def dead_letter_count(self) -> int:
+        return self._letters
+
+    def report_dead_letters(self, letters: list[DeadLetter], origins=None) -> None:
+        if self.dist.is_main:
+            self.source.report_dead_letters(letters, origins)
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
 
     def __iter__(self) -> Iterator[EventBatch]:
         if not self.dist.active:
             yield from self._read()
+            self._ended = True
             return
         if self.dist.is_main:
             for batch in self._read():
@@ -79,10 +96,12 @@ class BroadcastSource:
                     collective("broadcast", torch.frombuffer(bytearray(payload), dtype=torch.uint8), 0)
                     yield batch
             self._header(_END)
+            self._ended = True
             return
         while True:
             size = self._header(None)
             if size == _END:
+                self._ended = True
                 return
             if size != _IDLE:
                 buf = torch.empty(size, dtype=torch.uint8)
@@ -93,9 +112,9 @@ class BroadcastSource:
         """Rank 0 sends ``(size, source dead letters)``; the others receive it."""
         head = torch.zeros(2, dtype=torch.int64)
         if size is not None:
-            head[0], head[1] = size, source_dead_letters(self.source)
+            head[0], head[1] = size, self.source.dead_letter_count()
         collective("broadcast", head, 0)
-        self.stats.dead_letters = int(head[1])
+        self._letters = int(head[1])
         return int(head[0])
 
     def _read(self) -> Iterator[EventBatch | None]:
@@ -103,14 +122,15 @@ class BroadcastSource:
         quiet_since = time.monotonic()
         while True:
             batch = self.source.poll(self.heartbeat_s)
-            self.stats.dead_letters = source_dead_letters(self.source)
+            self._letters = self.source.dead_letter_count()
             if batch is not None and len(batch):
                 quiet_since = time.monotonic()
                 yield batch
                 continue
             if self.on_idle is not None:
                 self.on_idle()
-            if self.idle_timeout_s is not None and time.monotonic() - quiet_since >= self.idle_timeout_s:
+            idle = self.idle_timeout_s is not None and time.monotonic() - quiet_since >= self.idle_timeout_s
+            if idle and self.source.at_end():  # a group join or a slow fetch is not the end
                 return
             if self.dist.active:
                 yield None

@@ -118,18 +118,6 @@ class Drive:
         return dict(ap=f"{w.ap:.4f}", mrr=f"{w.mrr:.4f}", **beside)
 
 
-def source_dead_letters(source) -> int:
-    """Dead letters a source made itself (rows it could not parse or decode): file sources list this
-    pass's, the Kafka source counts them in ``stats``, less those a caller reported through it (the store's
-    or index's refusals, which the trainer counts where it makes them). ``OnlineResult.dead_letters`` adds
-    the trainer's."""
-    letters = getattr(source, "dead_letters", None)
-    if isinstance(letters, list):
-        return len(letters)
-    stats = getattr(source, "stats", None)
-    return int(getattr(stats, "dead_letters", 0)) - int(getattr(stats, "reported_dead_letters", 0))
-
-
 # ---------------------------------------------------------------------- keeping up with the source
 LAG_RATE_S = 2.0  # seconds over which the arrival rate is measured (a source's lag is about 1 s old)
 TIMELINE_S = 1.0  # seconds between points of the learned fraction over time

@@ -26,11 +26,12 @@ from ..checkpoint import restore_rng
 from ..embeddings import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
+from ..sources import EventSource, as_source
 from ..store import StoreConfig, TemporalGraphStore
 from . import checkpoint
 from .config import TrainConfig
 from .distributed import DistContext, init_distributed, local_device
-from .driver import Batches, Drive, StepHook, source_dead_letters
+from .driver import Batches, Drive, StepHook
 from .edgebank import make_baseline
 from .metrics import RunningMetrics
 from .models import make_link_model
@@ -203,7 +204,7 @@ class OnlineTrainer(StreamTrainer):
     # ------------------------------------------------------------------ the stream
     def fit(
         self,
-        source: Iterable[EventBatch],
+        source: EventSource | Iterable[EventBatch],
         *,
         positions: Callable[[], dict[str, int]] | None = None,
         max_events: int | None = None,
@@ -215,41 +216,42 @@ class OnlineTrainer(StreamTrainer):
         """Consume ``source`` to its end (or ``max_events`` more events), test-then-train, checkpointing
         every ``checkpoint_every`` batches and at the end.
 
-        Each source batch is cut into ``batch_size`` global batches. ``positions`` (default: the source's own
-        ``positions`` method, as ``KafkaSource`` has) gives offsets to save with each checkpoint; such a
-        source is trusted to start where the restored store's offsets say (build it with
-        ``store=trainer.store``), and it is checkpointed only between its batches so offsets and state
-        agree. Any other source is replayed from its start: right after ``resume``, the events the
-        checkpoint had consumed are skipped. ``lag`` (default: the source's own ``lag`` method, as
-        ``KafkaSource`` has) gives the events the source is behind, for ``config.follow``'s budget.
-        ``on_step(batch, result, arrival)``: called after each global batch (``driver.Drive``'s hook).
+        ``source`` is an ``streamgnn.sources.EventSource`` or batches held in memory. Each source batch is cut
+        into ``batch_size`` global batches. ``positions`` (default: the source's own, for a source that is not
+        a ``replay``, as ``KafkaSource``) gives offsets to save with each checkpoint; such a source is trusted
+        to start where the restored store's offsets say (build it with ``store=trainer.store``), and it is
+        checkpointed only between its batches so offsets and state agree. A replay is read from its start:
+        right after ``resume``, the events the checkpoint had consumed are skipped. ``lag`` (default: a live
+        source's own; a replay is read at the trainer's pace, never behind) gives the events the source is
+        behind, for ``config.follow``'s budget. ``on_step(batch, result, arrival)``: called after each step
+        (``driver.Drive``'s hook).
         """
-        positions = positions or getattr(source, "positions", None)
+        source = as_source(source)
+        # a replay's offset is the events handed out (``position``); a live source's, its own
+        positions = positions or (None if source.replay else source.positions)
         skip = 0 if positions is not None else self._replayed
         self._replayed = 0
         return self.drive(
             lambda drive: self._global_batches(source, skip, drive, by_offsets=positions is not None),
             lambda: self.save_checkpoint(None if positions is None else positions()),
-            lag=lag or getattr(source, "lag", None), max_events=max_events, progress=progress, total=total,
-            on_step=on_step,
+            lag=lag or (None if source.replay else source.lag), max_events=max_events, progress=progress,
+            total=total, on_step=on_step,
         )  # fmt: skip
 
-    def _global_batches(
-        self, source: Iterable[EventBatch], skip: int, drive: Drive, *, by_offsets: bool
-    ) -> Batches:
+    def _global_batches(self, source: EventSource, skip: int, drive: Drive, *, by_offsets: bool) -> Batches:
         """``source`` cut into global batches of ``drive.batch_size`` (``batch_size``, or the budget's as the
         lag grows; ``drive``'s generator), less its first ``skip`` events and cut at ``drive.room()``; with
         ``by_offsets``, a checkpoint may follow only the last batch of a source batch. Counts the source's
         own dead letters as they come, so checkpoints hold them (but not again for batches a resumed run
         replays)."""
         batches = iter(source)  # (a file source starts its pass's dead-letter list here)
-        letters_seen = source_dead_letters(source)
+        letters_seen = source.dead_letter_count()
         try:
             for raw in batches:
                 arrival = time.perf_counter()
                 cut = min(skip, len(raw))
                 skip -= cut
-                letters = source_dead_letters(source)
+                letters = source.dead_letter_count()
                 if cut < len(raw) or not len(raw):
                     self.dead_letter_count += letters - letters_seen
                 letters_seen = letters
@@ -267,7 +269,7 @@ class OnlineTrainer(StreamTrainer):
                     return
         finally:
             if not skip:
-                self.dead_letter_count += source_dead_letters(source) - letters_seen
+                self.dead_letter_count += source.dead_letter_count() - letters_seen
 
     def reset_stream(self, store: TemporalGraphStore | None = None) -> None:
         """Start a new pass over a replayed stream: fresh store (default: empty), blank memory and negative

@@ -39,7 +39,7 @@ import msgspec
 import numpy as np
 from msgspec.structs import astuple
 
-from ...events import KIND_NAMES, EventBatch
+from ..events import KIND_NAMES, EventBatch
 from .jsonscan import scan
 
 _I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
