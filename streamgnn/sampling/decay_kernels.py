@@ -67,40 +67,38 @@ def _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, out):
 
 
 @njit(cache=True)
-def _window(nbr, tim, n, other, t, tau):
-    """Over one endpoint's latest ``n`` events: their decayed total and the decayed count with ``other``."""
-    total, mine = 0.0, 0.0
-    for j in range(n):
-        x = np.exp(-(t - tim[j]) / tau)
-        total += x
-        if nbr[j] == other:
-            mine += x
-    return total, mine
+def _weights(tim, n, t, taus, w):
+    """``w[c, j] = exp(-(t - tim[j]) / taus[c])`` for an endpoint's latest ``n`` events."""
+    for c in range(len(taus)):
+        for j in range(n):
+            w[c, j] = np.exp(-(t - tim[j]) / taus[c])
 
 
 @njit(cache=True)
-def _common(nbr_u, tim_u, nu, nbr_v, tim_v, nv, u, v, t, tau):
-    """``sum_w a_u(w) a_v(w)`` over w (not u or v) met by both among their latest events (O(k^2))."""
-    acc = 0.0
+def _common(nbr_u, w_u, nu, nbr_v, w_v, nv, u, v, out, base):
+    """``out[base + c * TAU_COLS]`` += ``sum_w a_u(w) a_v(w)`` over w (not u or v) met by both among their
+    latest events: the sum over position pairs with the same neighbor of the product of their weights."""
     for i in range(nu):
-        w = nbr_u[i]
-        if w in (u, v):
+        x = nbr_u[i]
+        if x in (u, v):
             continue
-        seen = False
-        for q in range(i):  # each w once: at its newest position in u's events
-            seen = seen or nbr_u[q] == w
-        if seen:
-            continue
-        a_u = 0.0
-        for q in range(i, nu):
-            if nbr_u[q] == w:
-                a_u += np.exp(-(t - tim_u[q]) / tau)
-        a_v = 0.0
         for q in range(nv):
-            if nbr_v[q] == w:
-                a_v += np.exp(-(t - tim_v[q]) / tau)
-        acc += a_u * a_v
-    return acc
+            if nbr_v[q] == x:
+                for c in range(w_u.shape[0]):
+                    out[base + c * TAU_COLS] += w_u[c, i] * w_v[c, q]
+
+
+@njit(cache=True)
+def _shares(nbr, w, n, other, out, base):
+    """``out[base + c * TAU_COLS]`` = the decayed share of an endpoint's latest events with ``other``."""
+    for c in range(w.shape[0]):
+        total, mine = 0.0, 0.0
+        for j in range(n):
+            total += w[c, j]
+            if nbr[j] == other:
+                mine += w[c, j]
+        if total > 0.0:
+            out[base + c * TAU_COLS] = mine / total
 
 
 @njit(cache=True)
@@ -121,33 +119,35 @@ def _free(nbr, tim, n, other, since, t):
 @njit(cache=True)
 def decay_features(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, taus, k, out):
     """``out[i]`` = the module's columns for pair ``(src[i], dst[i])`` before ``ts[i]``; an unknown id
-    (outside ``0..num_nodes-1``) has no events (the other endpoint's own columns still read its events)."""
+    (outside ``0..num_nodes-1``) has no events (the other endpoint's own columns still read its events).
+    A row of candidates (the same source at the same time as the query before) reads the source once."""
+    n_tau = len(taus)
     nbr = np.empty((2, k), np.int64)
     tim = np.empty((2, k), np.float64)
+    w = np.empty((2, n_tau, k), np.float64)
     lens = np.zeros(2, np.int64)
-    n_tau = len(taus)
     for i in range(len(src)):
         u, v, t = src[i], dst[i], ts[i]
         for c in range(out.shape[1]):
             out[i, c] = 0.0
         for side in range(2):
-            w = u if side == 0 else v
+            x = u if side == 0 else v
+            if side == 0 and i > 0 and u == src[i - 1] and t == ts[i - 1]:
+                continue  # the same source at the same time: its latest events are read
             lens[side] = 0
-            if w >= 0 and w < num_nodes:
-                lens[side] = _latest_events(start, deg, pool, edge_t, edge_del, w, t, k, nbr[side], tim[side])
+            if x >= 0 and x < num_nodes:
+                lens[side] = _latest_events(start, deg, pool, edge_t, edge_del, x, t, k, nbr[side], tim[side])
+                _weights(tim[side], lens[side], t, taus, w[side])
         last = -np.inf
         if lens[0] > 0 and lens[1] > 0:
             last = _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, out[i])
-        for c in range(n_tau):
-            tau, base = taus[c], c * TAU_COLS
-            for side in range(2):
-                if lens[side] > 0:
-                    out[i, base + 2 + side] = np.exp(-(t - tim[side, 0]) / tau)
-            out[i, base + 4] = _common(nbr[0], tim[0], lens[0], nbr[1], tim[1], lens[1], u, v, t, tau)
-            for side in range(2):
-                total, mine = _window(nbr[side], tim[side], lens[side], v if side == 0 else u, t, tau)
-                if total > 0.0:
-                    out[i, base + 5 + side] = mine / total
+        for side in range(2):
+            if lens[side] > 0:
+                for c in range(n_tau):
+                    out[i, c * TAU_COLS + 2 + side] = w[side, c, 0]
+        _common(nbr[0], w[0], lens[0], nbr[1], w[1], lens[1], u, v, out[i], 4)
+        _shares(nbr[0], w[0], lens[0], v, out[i], 5)
+        _shares(nbr[1], w[1], lens[1], u, out[i], 6)
         for side in range(2):
             ratio, pos = _free(nbr[side], tim[side], lens[side], v if side == 0 else u, t - last, t)
             out[i, n_tau * TAU_COLS + 2 * side] = ratio
