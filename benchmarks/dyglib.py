@@ -43,6 +43,16 @@ TPNET_AP = {
 }
 
 
+# The published tables' names of our streams: a summary key names a stream as the tables do (``ap_dyglib_uci``
+# is CollegeMsg, the very stream DyGLib calls UCI); a run's "stream" keeps our dataset name.
+PUBLISHED = {"collegemsg": "uci", "jodie_wikipedia": "wikipedia"}
+
+
+def published(stream: str) -> str:
+    """The name DyGLib's and TPNet's tables give ``stream`` (our dataset name where they use the same)."""
+    return PUBLISHED.get(stream, stream)
+
+
 class NegativeEdgeSampler:
     """DyGLib's negative edges for one evaluation part (module docstring), over the whole stream's
     ``src``, ``dst`` and (sorted) times ``t``; ``last_observed``: the end of what the model saw before
@@ -195,21 +205,23 @@ def run_stream(
 
 
 def summarize(runs: list[dict]) -> dict:
-    """Per-stream means over seeds (``ap_dyglib_<stream>``, ...) and ``worst_gap_to_tpnet``: the largest
-    TPNet-minus-ours AP over the streams and negative kinds TPNet published (None where none was run)."""
+    """Per-stream means over seeds (``ap_dyglib_<name>``, ..., ``<name>`` the published tables' name of the
+    stream: ``published``) and ``worst_gap_to_tpnet``: the largest TPNet-minus-ours AP over the streams and
+    negative kinds TPNet published (None where none was run)."""
     out: dict = {}
     gaps = []
     for stream in dict.fromkeys(r["stream"] for r in runs):
         mine = [r for r in runs if r["stream"] == stream]
+        name = published(stream)
         metrics = [k for k in mine[0] if k.startswith(("ap_", "auc_")) or k in ("epochs", "best_epoch")]
         for m in metrics:
-            out[f"{m}_{stream}"] = float(np.mean([r[m] for r in mine]))
-        out[f"events_{stream}"] = mine[0]["events"]
+            out[f"{m}_{name}"] = float(np.mean([r[m] for r in mine]))
+        out[f"events_{name}"] = mine[0]["events"]
         for kind, table in TPNET_AP.items():
             key = "ap_dyglib" if kind == "random" else f"ap_dyglib_{kind}"
             if stream in table and key in mine[0]:
-                out[f"tpnet_{key}_{stream}"] = table[stream]
-                gaps.append(table[stream] - out[f"{key}_{stream}"])
+                out[f"tpnet_{key}_{name}"] = table[stream]
+                gaps.append(table[stream] - out[f"{key}_{name}"])
     out["worst_gap_to_tpnet"] = max(gaps) if gaps else None
     out["runs"] = runs
     return out

@@ -23,7 +23,9 @@ Training speed: ``fit_offline`` on the first ``--train-events`` events (default 
 one epoch each in ``--repeats`` alternating rounds, forwards and backwards in turn (``train_speed``);
 ``pair_vs_tgn_speed`` is the median over rounds of the default's events/s over TGN alone's in the same
 round (the issue's target: at least 0.7), with every round's ratio and the spread beside it, and
-``walks_vs_no_walks_speed`` the default's over the one without walks, likewise.
+``walks_vs_no_walks_speed`` the default's over the one without walks, likewise. A fourth side, the default
+plus the time-decayed pair features (``TGNConfig.pair_decayed``): ``decayed_vs_pairs_speed`` (its events/s
+over the default's), and ``decayed_us_per_query`` their cost per query on the query-cost store.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from streamgnn.cli._args import positive_int
 from streamgnn.datasets import load
 from streamgnn.nn import TGNConfig
 from streamgnn.sampling import SamplerConfig, TemporalSampler
+from streamgnn.sampling.decay_pairs import DecayPairs
 from streamgnn.sampling.pairs import PairFeatures
 from streamgnn.sampling.walks import WalkFeatures
 from streamgnn.store import TemporalGraphStore
@@ -58,6 +61,8 @@ HEADLINE = {
     "pair_vs_tgn_speed": "training events/s with pair features / TGN alone (first {train_events:,} events)",
     "walk_us_per_query": "walk features, us per query (state current, same queries)",
     "walks_vs_no_walks_speed": "training events/s with walk features / the pair features without them",
+    "decayed_us_per_query": "time-decayed pair features, us per query (same store and queries)",
+    "decayed_vs_pairs_speed": "training events/s with the decayed pair features / the default without them",
 }
 
 
@@ -81,12 +86,16 @@ def query_cost(events, repeats: int, seed: int = 0) -> dict:
     history = median_time(lambda: pairs.history(q_src, q_dst, q_t), repeats) / len(q_src)
     cooc = median_time(lambda: pairs.cooccurrence(q_src, q_dst, q_t), repeats) / len(q_src)
     sample = median_time(lambda: sampler.sample(src, last.t), repeats) / len(src)
+    decay = DecayPairs.of(TGNConfig())
+    decay.read(store, q_src[:10], q_dst[:10], q_t[:10])
+    decayed = median_time(lambda: decay.read(store, q_src, q_dst, q_t), repeats) / len(q_src)
     return {
         "queries": len(q_src),
         "history_us_per_query": 1e6 * history,
         "cooccurrence_us_per_query": 1e6 * cooc,
         "sampler_us_per_root": 1e6 * sample,
         "pair_vs_sampler_cost": (history + cooc) / sample,
+        "decayed_us_per_query": 1e6 * decayed,
         **walk_cost(events, store.node_index(events.src), store.node_index(events.dst), repeats),
     }
 
@@ -114,10 +123,11 @@ def walk_cost(events, src: np.ndarray, dst: np.ndarray, repeats: int) -> dict:
 
 
 SIDES = (("tgn", dict(pair_features=False)), ("no_walks", dict(pair_walks=False)), ("pairs", {}))
+DECAYED = ("decayed", dict(pair_decayed=True))  # ``bench pairs`` only: the default plus decayed features
 WARMUP_EVENTS = 1_000
 
 
-def train_speed(events, repeats: int = 5) -> dict:
+def train_speed(events, repeats: int = 5, sides=SIDES) -> dict:
     """Training events/s of each of ``SIDES`` and the ratios between them, measured to hold on a busy host.
 
     The sides run in alternating rounds, in turn forwards and backwards (tgn, no_walks, pairs, pairs,
@@ -130,7 +140,7 @@ def train_speed(events, repeats: int = 5) -> dict:
     """
     split = ChronologicalSplit.make(events, by_time=False, new_node_fraction=0.0)
     configs = {
-        name: TrainConfig(model=TGNConfig(**model), eval_negatives=0, baselines=()) for name, model in SIDES
+        name: TrainConfig(model=TGNConfig(**model), eval_negatives=0, baselines=()) for name, model in sides
     }
     warm = events.take(slice(0, min(WARMUP_EVENTS, len(events))))
     for config in configs.values():
@@ -148,7 +158,10 @@ def train_speed(events, repeats: int = 5) -> dict:
     for key, num, den in (
         ("pair_vs_tgn_speed", "pairs", "tgn"),
         ("walks_vs_no_walks_speed", "pairs", "no_walks"),
+        ("decayed_vs_pairs_speed", "decayed", "pairs"),
     ):
+        if num not in configs:
+            continue
         ratios = [r[num] / r[den] for r in rounds]
         out[key], out[f"{key}_ratios"] = statistics.median(ratios), ratios
         out[f"{key}_spread"] = [min(ratios), max(ratios)]
@@ -176,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     n_train = args.train_events or (6_000 if args.quick else 30_000)
     results = {"dataset": "jodie_wikipedia", "events": n, "train_events": n_train, "threads": args.threads}
     results.update(query_cost(events.take(slice(0, n)), args.repeats))
-    results.update(train_speed(events.take(slice(0, n_train)), args.repeats))
+    results.update(train_speed(events.take(slice(0, n_train)), args.repeats, (*SIDES, DECAYED)))
     report(results, args.json, "pair features: cost per query and training speed", HEADLINE, args.quick)
     return 0
 

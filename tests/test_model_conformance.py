@@ -7,6 +7,7 @@ determinism, ``state_dict`` round-trips bit for bit (through ``torch.save``, as 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -40,8 +41,15 @@ def registered(config_class: type):
     return make
 
 
+def decayed_pairs() -> LinkModel:
+    """TGN whose pair features also hold the time-decayed ones (``TGNConfig.pair_decayed``)."""
+    config = TrainConfig(model=dataclasses.replace(SMALL[TGNConfig], pair_decayed=True), seed=3)
+    return make_link_model(config, device="cpu", dist=None)
+
+
 FACTORIES = {
     **{cls.__name__: registered(cls) for cls in MODELS},
+    "TGNConfig(pair_decayed)": decayed_pairs,
     "EdgeBank": EdgeBank,
     "EdgeBank(window)": lambda: EdgeBank(window_ratio=0.5),
 }

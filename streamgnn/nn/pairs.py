@@ -10,7 +10,8 @@ sequence). Counts are integers ``0..k``, so ``f`` is evaluated once per value an
 histogram of counts times that table: no ``[pairs, k, dim]`` tensor is ever built, which keeps ranking 100
 candidates per positive cheap. Walk products (``sampling.WalkFeatures``, with ``walks``), inner products
 of random-projected walk counts that span orders of magnitude and may be negative, go in as
-``sign(x) log(1 + |x|)`` through a third MLP, as TPNet scales them.
+``sign(x) log(1 + |x|)`` through a third MLP, as TPNet scales them. Time-decayed pair features
+(``sampling.DecayPairs``, with ``decayed``) go through ``DecayEncoder``, after the walk part.
 
 >>> import numpy as np
 >>> enc = PairEncoder(history_dim=5, neighbors=3, dim=4)
@@ -25,17 +26,28 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
+from ..sampling.decay_pairs import DecayPairs
 from ..sampling.pair_kernels import HISTORY_FIXED, N_UV, N_VU, SINCE_UV, SINCE_VU
+from .decay_pairs import DecayEncoder
 
 
 class PairEncoder(nn.Module):
     """``(history [n, history_dim] float64, cooc [n, 2, neighbors, 2])`` -> ``[n, out_dim]``, ``out_dim =
     3 * dim`` (history, u's neighbors, v's neighbors). ``endpoints``: the history's last two columns are
     the time since each endpoint's latest event with anyone, encoded as the pair's gaps are. ``walks``:
-    how many walk products a pair has (0: none); then ``out_dim = 4 * dim``."""
+    how many walk products a pair has (0: none); then ``out_dim = 4 * dim``. ``decayed``: how many
+    decayed pair features a pair has (0: none), one more ``dim``. ``forward`` reads the raw parts in
+    ``PairFeatures.read``'s order: history, co-occurrence, then walk products and decayed features where
+    on."""
 
     def __init__(
-        self, history_dim: int, neighbors: int, dim: int, endpoints: bool = False, walks: int = 0
+        self,
+        history_dim: int,
+        neighbors: int,
+        dim: int,
+        endpoints: bool = False,
+        walks: int = 0,
+        decayed: int = 0,
     ) -> None:
         super().__init__()
         self.neighbors, self.endpoints = neighbors, endpoints
@@ -44,7 +56,8 @@ class PairEncoder(nn.Module):
         self.history = nn.Sequential(nn.Linear(n_in, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.count = nn.Sequential(nn.Linear(1, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.walk = nn.Sequential(nn.Linear(walks, dim), nn.ReLU(), nn.Linear(dim, dim)) if walks else None
-        self.out_dim = (4 if walks else 3) * dim
+        self.decay = DecayEncoder(decayed, dim) if decayed else None
+        self.out_dim = (3 + bool(walks) + bool(decayed)) * dim
 
     @classmethod
     def of(cls, config) -> PairEncoder:
@@ -53,9 +66,10 @@ class PairEncoder(nn.Module):
         weights from a checkpoint)."""
         history_dim = HISTORY_FIXED + len(config.pair_decays) + 2 * config.pair_endpoints
         walks = len(config.walk_decays) * (2 * config.walk_hops + 2) ** 2 if config.pair_walks else 0
-        return cls(history_dim, config.pair_neighbors, config.pair_dim, config.pair_endpoints, walks)
+        decayed = DecayPairs.width(config) if config.pair_decayed else 0
+        return cls(history_dim, config.pair_neighbors, config.pair_dim, config.pair_endpoints, walks, decayed)
 
-    def forward(self, history: Tensor, cooc: Tensor, walk: Tensor | None = None) -> Tensor:
+    def forward(self, history: Tensor, cooc: Tensor, *extra: Tensor) -> Tensor:
         dev = self.count[0].weight.device
         history = history.to(dev)
         gap_cols = [SINCE_UV, SINCE_VU]
@@ -85,9 +99,15 @@ class PairEncoder(nn.Module):
         table = self.count(torch.arange(k + 1, device=dev, dtype=torch.float32).unsqueeze(1))  # [k+1, dim]
         pooled = (hist @ table) / valid.sum(2, keepdim=True).clamp_min(1)  # mean of f(own) + f(other)
         parts = [self.history(h), pooled.reshape(n, -1)]
+        wanted = (self.walk is not None) + (self.decay is not None)
+        if len(extra) != wanted:
+            raise ConfigError(
+                f"this pair encoder reads {wanted} parts after co-occurrence (walk products with pair_walks, "
+                f"decayed features with pair_decayed), got {len(extra)}"
+            )
         if self.walk is not None:
-            if walk is None:
-                raise ConfigError("this pair encoder reads walk products (pair_walks): pass walk=")
-            w = walk.to(dev).reshape(n, -1)
+            w = extra[0].to(dev).reshape(n, -1)
             parts.append(self.walk((torch.sign(w) * torch.log1p(w.abs())).float()))
+        if self.decay is not None:
+            parts.append(self.decay(extra[-1]))
         return torch.cat(parts, dim=1)

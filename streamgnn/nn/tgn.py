@@ -72,6 +72,12 @@ class TGNConfig(Config):
     paths over the whole history, which the latest ``pair_neighbors`` cannot: on by default, it lifted
     test AP on CollegeMsg above 0.95 on two seeds, and Enron's with it (benchmarks/RESULTS.md, "Temporal
     walk features").
+    ``pair_decayed``: the pair features (when on) also hold time-decayed ones (``sampling.DecayPairs``):
+    decayed counts per direction, each endpoint's recency, decayed common neighbors and each endpoint's
+    share of its recent activity that went to the other, per ``pair_decays`` time constant, and the pair's
+    recency in each endpoint's own pace; encoded by ``nn.DecayEncoder`` into one more ``pair_dim``.
+    They say how much a pair interacts now, where the counts say whether it ever did (benchmarks/RESULTS.md,
+    "Closing on TPNet").
     """
 
     memory_dim: int = 100
@@ -99,6 +105,7 @@ class TGNConfig(Config):
     walk_hops: int = 2
     walk_dim: int = 64
     walk_decays: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
+    pair_decayed: bool = False
 
     @classmethod
     def upgrade(cls, data: dict) -> dict:

@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..store import GraphStore
 from . import pair_kernels as K
+from .decay_pairs import DecayPairs
 from .walks import WalkFeatures
 
 
@@ -35,6 +36,7 @@ class PairFeatures:
     constants (in the stream's time unit) of the exponentially decayed pair counts, one column each.
     ``endpoints``: two more history columns, the time since each endpoint's latest event with anyone.
     ``walks``: TPNet's temporal walk features too (``walk``), a cache over the store (``reset`` forgets it).
+    ``decayed``: time-decayed pair features too (``DecayPairs``), read after the walk products.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class PairFeatures:
         decays: tuple[float, ...] = (86400.0,),
         endpoints: bool = False,
         walks: WalkFeatures | None = None,
+        decayed: DecayPairs | None = None,
     ) -> None:
         if not isinstance(neighbors, int) or neighbors < 1:
             raise ConfigError(f"pair neighbors must be an int >= 1, got {neighbors!r}")
@@ -55,6 +58,7 @@ class PairFeatures:
         self.decays = np.asarray(decays, np.float64)
         self.endpoints = endpoints
         self.walks = walks
+        self.decayed = decayed
 
     @classmethod
     def of(cls, store: GraphStore, config) -> PairFeatures:
@@ -62,7 +66,8 @@ class PairFeatures:
         walks = None
         if config.pair_walks:
             walks = WalkFeatures(config.walk_hops, config.walk_dim, config.walk_decays)
-        return cls(store, config.pair_neighbors, config.pair_decays, config.pair_endpoints, walks)
+        decayed = DecayPairs.of(config) if config.pair_decayed else None
+        return cls(store, config.pair_neighbors, config.pair_decays, config.pair_endpoints, walks, decayed)
 
     def nbytes(self) -> int:
         """The walk features' cache (the other features keep nothing beside the store)."""
@@ -110,9 +115,13 @@ class PairFeatures:
 
     def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
         """Every raw feature ``PairEncoder`` reads, in one call (a sharded reader answers with one exchange):
-        history, co-occurrence (and the walk products)."""
+        history, co-occurrence (then the walk products and the decayed features, where on)."""
         parts = (self.history(src, dst, t), self.cooccurrence(src, dst, t))
-        return parts if self.walks is None else (*parts, self.walk(src, dst, t))
+        if self.walks is not None:
+            parts = (*parts, self.walk(src, dst, t))
+        if self.decayed is not None:
+            parts = (*parts, self.decayed.read(self.store, *pair_queries(src, dst, t)))
+        return parts
 
     def reset(self) -> None:
         """Forget what is cached of the stream (the walk state); the next query reads the store afresh."""

@@ -48,6 +48,11 @@ class ShardPairs:
         self, shard: TemporalGraphStore, config, index: GlobalIndex, exchange: Collectives | None
     ) -> None:
         exact = exchange is not None
+        if exact and config.pair_decayed:
+            raise ConfigError(
+                "pair_decayed is not read across shards yet (each endpoint's latest events live on its "
+                "owner): train it unsharded, or set model.pair_decayed=false"
+            )
         self.local = PairFeatures.of(
             shard, dataclasses.replace(config, pair_walks=False) if exact else config
         )

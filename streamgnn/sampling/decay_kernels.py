@@ -1,0 +1,154 @@
+"""Numba kernels of time-decayed pair features (``decay_pairs``): plain functions over the store's arrays.
+
+Like ``pair_kernels``, a query ``(u, v, t)`` reads only entries strictly before ``t`` and not deleted at
+``t`` (a node's block is time-sorted, so that is a prefix found by binary search): a feature depends only
+on what the store held before ``t``, never on later events or on how the stream was cut into batches.
+
+Columns, per time constant ``tau`` (``TAU_COLS`` each, in this order): the decayed count of u -> v and of
+v -> u events over the pair's whole history (scanning the smaller block, O(min(deg u, deg v))),
+``exp(-since / tau)`` of u's and of v's latest event with anyone, the decayed common neighbors
+``sum_w a_u(w) a_v(w)`` over the nodes w both endpoints met among their latest ``k`` events
+(``a_u(w)``: the decayed count of u's events with w there), and the shares ``a_u(v) / sum_w a_u(w)``,
+``a_v(u) / sum_w a_v(w)`` (what part of each endpoint's recent activity went to the other). Then
+``FREE_COLS`` that need no time constant, so no assumption about the stream's time unit: the pair's
+latest event (either direction) measured in each endpoint's own mean gap between its latest ``k`` events,
+as ``exp(-gap_ratio)`` (0: never), and ``1 / (1 + j)`` for the newest position ``j`` of the other endpoint
+in each endpoint's latest ``k`` events (0: not among them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..store.kernels import decode
+from .pair_kernels import _prefix, _visible
+
+TAU_COLS, FREE_COLS = 7, 4
+
+
+@njit(cache=True)
+def _latest_events(start, deg, pool, edge_t, edge_del, w, t, k, nbr, tim):
+    """The latest ``k`` visible entries of ``w`` before ``t`` (newest first): neighbor and time; how many."""
+    s = start[w]
+    n = 0
+    j = _prefix(start, deg, pool, edge_t, w, t) - 1
+    while j >= 0 and n < k:
+        code = pool[s + j, 1]
+        if _visible(code, edge_del, t):
+            nbr[n] = pool[s + j, 0]
+            tim[n] = edge_t[decode(code)]
+            n += 1
+        j -= 1
+    return n
+
+
+@njit(cache=True)
+def _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, out):
+    """Decayed u -> v and v -> u counts per time constant into ``out[c * TAU_COLS + 0/1]``; the time of
+    the pair's latest event in either direction (-inf: none)."""
+    a, b, flip = u, v, False
+    if deg[v] < deg[u]:
+        a, b, flip = v, u, True
+    s = start[a]
+    last = -np.inf
+    for j in range(_prefix(start, deg, pool, edge_t, a, t)):
+        if pool[s + j, 0] != b:
+            continue
+        code = pool[s + j, 1]
+        if not _visible(code, edge_del, t):
+            continue
+        te = edge_t[decode(code)]
+        last = max(last, te)
+        col = 0 if (code >= 0) != flip else 1  # u -> v or v -> u
+        for c in range(len(taus)):
+            out[c * TAU_COLS + col] += np.exp(-(t - te) / taus[c])
+    return last
+
+
+@njit(cache=True)
+def _weights(tim, n, t, taus, w):
+    """``w[c, j] = exp(-(t - tim[j]) / taus[c])`` for an endpoint's latest ``n`` events."""
+    for c in range(len(taus)):
+        for j in range(n):
+            w[c, j] = np.exp(-(t - tim[j]) / taus[c])
+
+
+@njit(cache=True)
+def _common(nbr_u, w_u, nu, nbr_v, w_v, nv, u, v, out, base):
+    """``out[base + c * TAU_COLS]`` += ``sum_w a_u(w) a_v(w)`` over w (not u or v) met by both among their
+    latest events: the sum over position pairs with the same neighbor of the product of their weights."""
+    for i in range(nu):
+        x = nbr_u[i]
+        if x in (u, v):
+            continue
+        for q in range(nv):
+            if nbr_v[q] == x:
+                for c in range(w_u.shape[0]):
+                    out[base + c * TAU_COLS] += w_u[c, i] * w_v[c, q]
+
+
+@njit(cache=True)
+def _shares(nbr, w, n, other, out, base):
+    """``out[base + c * TAU_COLS]`` = the decayed share of an endpoint's latest events with ``other``."""
+    for c in range(w.shape[0]):
+        total, mine = 0.0, 0.0
+        for j in range(n):
+            total += w[c, j]
+            if nbr[j] == other:
+                mine += w[c, j]
+        if total > 0.0:
+            out[base + c * TAU_COLS] = mine / total
+
+
+@njit(cache=True)
+def _free(nbr, tim, n, other, since, t):
+    """The scale-free pair: ``exp(-since / mean gap)`` over the endpoint's latest events, and
+    ``1 / (1 + newest position of other)`` among them (0 where never / absent)."""
+    ratio, pos = 0.0, 0.0
+    if n > 0 and since < np.inf:
+        gap = (t - tim[n - 1]) / n  # > 0: every entry is before t
+        ratio = np.exp(-since / gap)
+    for j in range(n):
+        if nbr[j] == other:
+            pos = 1.0 / (1.0 + j)
+            break
+    return ratio, pos
+
+
+@njit(cache=True)
+def decay_features(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, taus, k, out):
+    """``out[i]`` = the module's columns for pair ``(src[i], dst[i])`` before ``ts[i]``; an unknown id
+    (outside ``0..num_nodes-1``) has no events (the other endpoint's own columns still read its events).
+    A row of candidates (the same source at the same time as the query before) reads the source once."""
+    n_tau = len(taus)
+    nbr = np.empty((2, k), np.int64)
+    tim = np.empty((2, k), np.float64)
+    w = np.empty((2, n_tau, k), np.float64)
+    lens = np.zeros(2, np.int64)
+    for i in range(len(src)):
+        u, v, t = src[i], dst[i], ts[i]
+        for c in range(out.shape[1]):
+            out[i, c] = 0.0
+        for side in range(2):
+            x = u if side == 0 else v
+            if side == 0 and i > 0 and u == src[i - 1] and t == ts[i - 1]:
+                continue  # the same source at the same time: its latest events are read
+            lens[side] = 0
+            if x >= 0 and x < num_nodes:
+                lens[side] = _latest_events(start, deg, pool, edge_t, edge_del, x, t, k, nbr[side], tim[side])
+                _weights(tim[side], lens[side], t, taus, w[side])
+        last = -np.inf
+        if lens[0] > 0 and lens[1] > 0:
+            last = _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, out[i])
+        for side in range(2):
+            if lens[side] > 0:
+                for c in range(n_tau):
+                    out[i, c * TAU_COLS + 2 + side] = w[side, c, 0]
+        _common(nbr[0], w[0], lens[0], nbr[1], w[1], lens[1], u, v, out[i], 4)
+        _shares(nbr[0], w[0], lens[0], v, out[i], 5)
+        _shares(nbr[1], w[1], lens[1], u, out[i], 6)
+        for side in range(2):
+            ratio, pos = _free(nbr[side], tim[side], lens[side], v if side == 0 else u, t - last, t)
+            out[i, n_tau * TAU_COLS + 2 * side] = ratio
+            out[i, n_tau * TAU_COLS + 2 * side + 1] = pos
