@@ -35,12 +35,15 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# two workers (pytest-xdist): the suite's tests wait for events, not for time, so they share the cores; most of
+# a test's time is one process's Python, so two workers nearly halve the wall time on a 2-core host
+TEST_WORKERS ?= 2
 test: setup lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal
 
 # the inner loop: everything but the tests marked integration (tests/conftest.py)
 test-fast: setup lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not integration"
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal -m "not integration"
 
 demo: setup
 	$(VENV)/bin/streamgnn demo

@@ -62,7 +62,11 @@ def test_flocking_expert_aligns_velocities_and_observations_match_the_communicat
     assert x.shape == (4, 9, 6) and s.lanes == 4 and y.shape == (4, 9, 2) and scale.shape == (6,)
 
 
-@pytest.mark.parametrize("codec", [Codec(), TopK(0.25), Quantize(2), Quantize(4), Quantize(8)], ids=str)
+@pytest.mark.parametrize(
+    "codec",
+    [Codec(), TopK(0.25), Quantize(2), Quantize(4), Quantize(8)],
+    ids=lambda c: type(c).__name__ if type(c) is Codec else str(c),
+)
 def test_codecs_have_fixed_sizes_and_bounded_error(codec):
     rows = torch.randn(5, 37)
     data = codec.encode(rows)
