@@ -25,6 +25,7 @@ EXCEPTED: dict[str, str] = {
     "format), and its one loop over events is the ingest's inner loop, where a call per event would cost",
 }
 
+
 def _files():
     for folder in FOLDERS:
         for path in sorted((ROOT / folder).rglob("*.py")):
