@@ -4,6 +4,7 @@ source localization, which check both, run in tests/test_readme_blocks.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -66,7 +67,7 @@ def test_flocking_agents_on_four_ranks_fly_exactly_as_one_process(tmp_path):
     assert mpi["baselines"]["centralized"] < mpi["baselines"]["no_control"]
 
 
-def run_bounded(cmd: list[str], cwd: Path, timeout_s: float = 600) -> subprocess.CompletedProcess:
+def run_bounded(cmd: list[str], cwd: Path, timeout_s: float = 500) -> subprocess.CompletedProcess:
     """``cmd`` in its own session; past ``timeout_s`` every process of it is killed and the test fails (a
     hang must end the test, not the suite)."""
     import signal
@@ -78,9 +79,11 @@ def run_bounded(cmd: list[str], cwd: Path, timeout_s: float = 600) -> subprocess
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
         pytest.fail(f"{' '.join(cmd)} did not end within {timeout_s} s")
+    finally:  # also when pytest-timeout (or Ctrl-C) ends the test first: no rank outlives it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
