@@ -8,7 +8,10 @@ import sys
 import uuid
 from pathlib import Path
 
+import numpy as np
+
 from streamgnn.connectors.broker import free_port
+from streamgnn.sampling import EvalNegatives
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -43,7 +46,9 @@ def test_readme_sampling_snippet_runs(tmp_path, monkeypatch):
     hop, sub, neg, fixed = scope["hop"], scope["sub"], scope["neg"], scope["fixed"]
     assert hop.num_roots == 400 and 0 < len(hop) <= 4000 and (hop.t < hop.query_t[hop.root_index]).all()
     assert sub.hops[1].num_roots == len(sub.hops[0]) and neg.shape == (200, 1)
-    assert fixed.neg.shape == (200, 100) and (tmp_path / "eval_negatives.npy").exists()
+    assert fixed.neg.shape == (200, 100)
+    again = EvalNegatives.load(tmp_path / "eval_negatives")  # a verified checkpoint folder, read back equal
+    assert (tmp_path / "eval_negatives/LATEST").exists() and np.array_equal(again.neg, fixed.neg)
 
 
 def _run_example(args: list[str], tmp_path: Path) -> str:
