@@ -122,6 +122,36 @@ def test_an_agent_killed_at_any_moment_ends_only_itself_or_the_job_it_was_needed
     assert all(0.0 <= a <= 1.0 for a in summary["accuracy"]["bernoulli"]["plain"])
 
 
+DEAF = """import signal
+
+_install = signal.signal
+
+
+def _deaf(signum, handler):  # hydra's notice never reaches a rank's handler: it is ignored
+    return _install(signum, signal.SIG_IGN if signum == signal.SIGUSR1 else handler)
+
+
+signal.signal = _deaf
+"""
+
+
+def test_a_rank_that_never_hears_hydras_notice_still_ends_its_wait_on_a_killed_rank_0(tmp_path):
+    """The survivors wait for rank 0's answer to their report with no deadline, on hydra's record alone.
+    Here SIGUSR1 never reaches them (every process ignores it, as when a library takes the signal over or
+    the notice is lost): they still read the record while they wait, so they end, naming rank 0, instead
+    of waiting forever (a job hung this way for 84 minutes on a loaded host)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(DEAF)
+    cmd = ["env", f"PYTHONPATH={site}", "mpiexec", "-disable-auto-cleanup", "-n", "3", "streamgnn", *KILL]
+    proc = run_bounded([*cmd, "--die-rank", "0", "--die-round", "gather"], tmp_path, timeout_s=240)
+    assert proc.returncode == 128 + 9, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for survivor in (1, 2):
+        line = f"streamgnn: error: rank {survivor}: rank 0 ended before it gathered the results"
+        assert line in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -12,6 +12,12 @@ heartbeat is a timeout that a loaded host trips; the launcher's record is exact 
 (MPICH's own ``MPIX_Comm_get_failed`` reads the same record, but needs ``MPIR_CVAR_ENABLE_FT``, with which
 the wheel's ch4 device fails its start-up.)
 
+The signal is only a hint to ask now; it is not what a wait relies on. A wait on a rank asks the launcher
+again every ``RECHECK_S`` seconds even when no signal came, so a notice that never reached this process (a
+library that installed its own SIGUSR1 handler after ours, a signal lost on a loaded host, a launcher that
+signals only some of its processes) costs a second, not the job: without it a rank waiting with no deadline
+(the setup, rank 0's answer to its report) waited forever for a rank that had ended.
+
 Elsewhere (no ``PMI_FD``: another launcher, or one process) nothing is ever reported dead, and waits fall
 back to the transport's deadline.
 """
@@ -20,20 +26,25 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 KEY = "PMI_dead_processes"
+RECHECK_S = 1.0  # a wait asks the launcher at least this often, signal or not
 
 
 class Liveness:
-    """``dead()``: the ranks the launcher saw end. Asked only when SIGUSR1 said something changed (and once at
-    the start, for a death before the handler was installed), so waiting costs no round trips."""
+    """``dead()``: the ranks the launcher saw end. Asked at once when SIGUSR1 said something changed (and at
+    the start, for a death before the handler was installed), else at most every ``recheck_s`` seconds, so a
+    wait costs one round trip a second and still ends when a notice was lost."""
 
-    def __init__(self) -> None:
+    def __init__(self, recheck_s: float = RECHECK_S) -> None:
         fd = os.environ.get("PMI_FD", "")
         self._fd = int(fd) if fd.isdigit() else None
         self._kvs: str | None = None
         self._changed = self._fd is not None
         self._dead: frozenset[int] = frozenset()
+        self._recheck_s = recheck_s
+        self._asked = time.monotonic()
         if self._fd is not None:
             signal.signal(signal.SIGUSR1, self._notice)
 
@@ -41,9 +52,13 @@ class Liveness:
         self._changed = True
 
     def dead(self) -> frozenset[int]:
-        if self._changed:
+        if self._fd is None:
+            return self._dead
+        now = time.monotonic()
+        if self._changed or now - self._asked >= self._recheck_s:
             self._changed = False  # a notice arriving while we ask sets it again
             self._dead = frozenset(parse_ranks(self._get(KEY)))
+            self._asked = time.monotonic()
         return self._dead
 
     def _get(self, key: str) -> str:
