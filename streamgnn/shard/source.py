@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch
-from ..sources import EventSource
+from ..sources import EventSource, SourceWrapper
 from .ownership import Ownership, rows_within_partition
 
 
@@ -136,13 +136,12 @@ class PartitionedReplay(_Pulled):
         """Nothing to release: the events are the caller's."""
 
 
-class KafkaPartitions(_Pulled):
+class KafkaPartitions(_Pulled, SourceWrapper):
     """This rank's topic partitions through ``KafkaSource(partitions=...)``; ``done`` once they were read to
     their end offsets and nothing more came for ``idle_timeout_s`` (None: a live stream, never done). Other
     keyword arguments go to ``KafkaSource`` (``bootstrap_servers``, ``start_offsets``, security settings...).
+    Positions, seeking, lag, dead-letter counts and closing are the ``KafkaSource``'s (``SourceWrapper``).
     """
-
-    replay = False
 
     def __init__(
         self, topic: str, ownership: Ownership, *, idle_timeout_s: float | None = 10.0,
@@ -152,7 +151,7 @@ class KafkaPartitions(_Pulled):
 
         keys = [f"{topic}:{p}" for p in ownership.partitions()]
         self.topic = topic
-        self.source = KafkaSource(partitions=keys, **source_options)
+        super().__init__(KafkaSource(partitions=keys, **source_options))
         self.idle_timeout_s, self.poll_timeout_s = idle_timeout_s, poll_timeout_s
         self._quiet_since: float | None = None
         self._done = False
@@ -175,19 +174,6 @@ class KafkaPartitions(_Pulled):
             self._done = True
         return None
 
-    def positions(self) -> dict[str, int]:
-        return self.source.positions()
-
-    def seek(self, positions: Mapping[str, int]) -> None:
-        self.source.seek(positions)
-
-    def lag(self) -> int | None:
-        """Events of this rank's partitions not read yet (``KafkaSource.lag``)."""
-        return self.source.lag()
-
-    def dead_letter_count(self) -> int:
-        return self.source.dead_letter_count()
-
     def origins(self) -> np.ndarray:
         """``[n, 2]``: the topic partition and offset of each row of the last ``pull``."""
         origin = self.source.origin()
@@ -202,9 +188,6 @@ class KafkaPartitions(_Pulled):
             return
         where = [(self.topic if p >= 0 else "", p, o) for p, o in origins.tolist()]
         self.source.report_dead_letters(letters, where)
-
-    def close(self) -> None:
-        self.source.close()
 
     def __enter__(self) -> KafkaPartitions:
         self.source.start()
