@@ -28,16 +28,19 @@ to ``/dev/zero`` or a pipe is refused before a byte is read).
 A checkpoint is never written inside another one (``check_root``), and retention removes a checkpoint
 folder that is a symlink by removing the link: its target, outside the folder, is left as it is.
 
-Names, one per direction: a component gives ``state()`` and is built back by the classmethod
-``from_state(...)`` (``TemporalGraphStore``, its ``Admission`` with the id map and seen ids in it,
-``GlobalIndex``, ``RoutingState``, the partitioners, ``RebalanceState``, ``SnapshotBuilder``,
-``SnapshotStream``, its labelers, queue and pair table); a trainer continues from a checkpoint folder with
-``resume`` (``OnlineTrainer``, ``ShardedTrainer``, ``SnapshotTrainer``); a file or folder is read with
-``load(path)`` (this module's, a store's, ``GraphNN``'s, ``EvalNegatives``'). Not yet converted (issue 34):
-the trainers' parts restored in place into an object their trainer built (a sharded rank's memory, halo and
-batcher), the snapshot stream's ``tensor_state`` and a cell's ``inner_state``, and a link model's
-``stream_state`` (a rewind point in memory, not a checkpoint). torch modules keep ``state_dict`` and
-``load_state_dict``.
+Names: one vocabulary for saving and restoring state across the library (``docs/checkpoints.md``):
+
+- ``state()`` gives a part's state as plain data (named numpy arrays, with JSON values as ``(arrays,
+  values)`` where it has both; tensors where it travels in the tensor blob), never live objects;
+- the classmethod ``from_state(state, ..., *parts)`` builds a new object from it, the parts the state does
+  not hold (this run's settings, an ``Ownership``, a store, a target) given beside it;
+- ``load_state(state)`` loads it in place, only into an object others hold by reference, where a new one
+  would leave them reading the old (the reason is stated where it is defined: ``LinkModel``,
+  ``shard.state.RankState``, ``GlobalIndex``, a snapshot cell, a labelled stream);
+- torch modules, and what ``torch.save`` stores (an optimizer, running metrics, a ``LinkModel``'s checkpoint
+  tensors), keep torch's ``state_dict``/``load_state_dict``;
+- a file or folder is written with ``save`` and read with ``load(path)``; a trainer continues from a
+  checkpoint folder with ``resume``; the process's RNGs: ``rng_state()``/``load_rng_state(state)``.
 
 Checkpoints written before this container still load: the ``streamgnn-store`` v2 container (stores and
 routers: the same files under another tag) reads as is, and the trainers' old ``step-N/{store,trainer}``
@@ -507,6 +510,15 @@ def tensor_blob(state: dict) -> np.ndarray:
     return np.frombuffer(buf.getvalue(), np.uint8)
 
 
+def as_tensors(arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """``state()``'s arrays as tensors, to travel in a ``tensor_blob``; ``as_arrays`` turns them back."""
+    return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+
+
+def as_arrays(tensors: dict) -> dict[str, np.ndarray]:
+    return {k: v.numpy() for k, v in tensors.items()}
+
+
 def tensors(blob: np.ndarray, where: Path, map_location: torch.device | str = "cpu") -> dict:
     """``tensor_blob``'s state back, read with ``weights_only=True`` (no code runs from a checkpoint)."""
     try:
@@ -515,7 +527,7 @@ def tensors(blob: np.ndarray, where: Path, map_location: torch.device | str = "c
         raise CheckpointError(f"{where}: the saved state does not load as plain tensors ({exc})") from exc
 
 
-def capture_rng() -> dict:
+def rng_state() -> dict:
     """Every RNG state a resumed run continues from: torch, CUDA when present, Python and numpy's global
     generators (the Mersenne Twister states are 624 words each: they belong in a tensor blob)."""
     py = random.getstate()
@@ -531,7 +543,7 @@ def capture_rng() -> dict:
 
 
 def rng_of(state: dict, values: dict) -> dict:
-    """The RNG states a checkpoint holds: ``capture_rng``'s under ``rng``, or where checkpoints before it kept
+    """The RNG states a checkpoint holds: ``rng_state``'s under ``rng``, or where checkpoints before it kept
     them (the online trainer's at the top of its state; the sharded and snapshot trainers' torch state there
     and Python's in the manifest, with no numpy state)."""
     if "rng" in state:
@@ -540,8 +552,8 @@ def rng_of(state: dict, values: dict) -> dict:
     return {"python_rng": values.get("python_rng"), **found}
 
 
-def restore_rng(state: dict) -> None:
-    """Set every RNG ``capture_rng`` captured (of an older checkpoint, those it holds)."""
+def load_rng_state(state: dict) -> None:
+    """Set every RNG ``rng_state`` captured (of an older checkpoint, those it holds)."""
     torch.set_rng_state(state["torch_rng"])
     if "cuda_rng" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
@@ -555,8 +567,9 @@ def restore_rng(state: dict) -> None:
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
+    "as_arrays",
+    "as_tensors",
     "Checkpoint",
-    "capture_rng",
     "directory",
     "latest",
     "load",
@@ -564,12 +577,13 @@ __all__ = [
     "prefixed",
     "read_latest",
     "resolve",
+    "rng_state",
     "Resolved",
     "check_root",
     "is_checkpoint",
     "manifest",
     "verify",
-    "restore_rng",
+    "load_rng_state",
     "rng_of",
     "save",
     "tensor_blob",

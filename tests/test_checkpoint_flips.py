@@ -178,14 +178,14 @@ def test_a_trainer_latest_naming_an_older_step_is_refused(tmp_path):
 
 
 def test_a_trainer_state_is_read_without_reading_the_store_beside_it(tmp_path):
-    """``load_state`` (the service's reload of the link predictor) verifies and parses only the tensor state:
-    a store array it does not read may be damaged; a full ``load`` refuses the same checkpoint."""
+    """``load_tensors`` (the service's reload of the link predictor) verifies and parses only the tensor
+    state: a store array it does not read may be damaged; a full ``load`` refuses the same checkpoint."""
     from streamgnn.train import checkpoint
 
     store = TemporalGraphStore()
     store.ingest(small_stream())
     path = checkpoint.save(tmp_path, 4, store, {}, {"step": 4}, {}, keep=2)
     (path / "store.edge_t.npy").write_bytes(b"damaged")
-    assert checkpoint.load_state(tmp_path)[2] == {"step": 4}
+    assert checkpoint.load_tensors(tmp_path)[2] == {"step": 4}
     with pytest.raises(CheckpointError, match="store.edge_t"):
         checkpoint.load(tmp_path)

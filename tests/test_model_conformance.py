@@ -3,7 +3,7 @@ every estimator): each registered model family (``train.models.MODELS``: TGN, Dy
 EdgeBanks, driven through the protocol by hand (``step``), not through a trainer, so a model that only
 works inside today's loop fails here. Checked: the methods, the shapes of scores and embeddings,
 determinism, ``state_dict`` round-trips bit for bit (through ``torch.save``, as a checkpoint stores it),
-``stream_state`` rewinds, ``reset_state`` forgets, and ``nbytes``' keys."""
+``state``/``load_state`` rewind, ``reset_state`` forgets, and ``nbytes``' keys."""
 
 from __future__ import annotations
 
@@ -187,15 +187,15 @@ def probe(model: LinkModel, store: TemporalGraphStore, batch: EventBatch) -> np.
     return step(model, store, batch, 99, ingest=False)["ranked"]
 
 
-def test_stream_state_rewinds_and_reset_state_forgets(make):
-    """``load_stream_state`` goes back to what the model remembered (over a store at the same point);
+def test_state_rewinds_and_reset_state_forgets(make):
+    """``load_state`` goes back to what the model remembered (over a store at the same point);
     ``reset_state`` leaves no stream behind: a model that forgot scores as a fresh one with its weights."""
     batches = stream(7)
     half = BATCHES // 2
     model = make()
     store, _ = drive(model, batches[:half])
     at_half = probe(model, store, batches[-1])
-    remembered = model.stream_state()
+    remembered = model.state()
     for b in batches[half:-1]:  # the stream goes on (observed, not learned: parameters are not stream state)
         store.ingest(b)
         model.observe(store.node_index(b.src), store.node_index(b.dst), b.t, None)
@@ -204,7 +204,7 @@ def test_stream_state_rewinds_and_reset_state_forgets(make):
     for b in batches[:half]:
         rewound.ingest(b)
     model.attach(rewound)
-    model.load_stream_state(remembered)
+    model.load_state(remembered)
     assert np.array_equal(probe(model, rewound, batches[-1]), at_half)
 
     model.reset_state()

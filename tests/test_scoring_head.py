@@ -15,7 +15,7 @@ from streamgnn.nn import DyGFormerConfig, TGNConfig
 from streamgnn.sampling.pairs import PairFeatures
 from streamgnn.serve.scoring import LinkScorer
 from streamgnn.train import OnlineTrainer, TrainConfig
-from streamgnn.train.checkpoint import load_state
+from streamgnn.train.checkpoint import load_tensors
 from streamgnn.train.models import scoring_head
 
 torch.set_num_threads(1)
@@ -77,7 +77,7 @@ def test_the_head_is_the_checkpoints_not_the_live_models(tmp_path):
     """The head's weights are the checkpoint's: changing the live model after it was written changes
     nothing the head scores."""
     trainer = trained(small("tgn", False), tmp_path)
-    _, _, state = load_state(tmp_path)
+    _, _, state = load_tensors(tmp_path)
     head = scoring_head(trainer.config, state)
     z = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
     before = head.logits(z[:2], z[2:])
@@ -90,7 +90,7 @@ def test_the_head_is_the_checkpoints_not_the_live_models(tmp_path):
 
 def test_a_checkpoint_without_the_heads_weights_is_refused_and_scored_by_cosine(tmp_path):
     trainer = trained(small("tgn", False), tmp_path)
-    _, _, state = load_state(tmp_path)
+    _, _, state = load_tensors(tmp_path)
     state["model"] = {k: v for k, v in state["model"].items() if not k.startswith("predictor.")}
     with pytest.raises(RuntimeError, match="Missing key"):
         scoring_head(trainer.config, state)
@@ -99,7 +99,7 @@ def test_a_checkpoint_without_the_heads_weights_is_refused_and_scored_by_cosine(
 def test_a_dygformer_checkpoint_has_no_head_and_is_scored_by_cosine_with_its_familys_reason(tmp_path):
     model = DyGFormerConfig(sequence_length=6, patch_size=2, channel_dim=8, time_dim=8, embedding_dim=8)
     trainer = trained(model, tmp_path)
-    _, _, state = load_state(tmp_path)
+    _, _, state = load_tensors(tmp_path)
     reason = scoring_head(trainer.config, state)
     assert isinstance(reason, str) and "neighbor sequences" in reason
     z = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
@@ -129,7 +129,7 @@ def test_building_a_head_leaves_the_processs_random_draws_alone(tmp_path):
     """A service in the trainer's process (the demo) loads heads while the trainer draws: it must not move
     the trainer's random numbers."""
     trainer = trained(small("tgn", True), tmp_path)
-    _, _, state = load_state(tmp_path)
+    _, _, state = load_tensors(tmp_path)
     torch.manual_seed(5)
     want = torch.rand(3)
     torch.manual_seed(5)

@@ -119,7 +119,7 @@ def test_owned_memory_keeps_rows_messages_and_versions():
     after = mem.export(np.array([7, 2])).version
     assert after[0] > before[0] and after[1] == before[1]  # only the committed row's version moves
     again = OwnedMemory(3, 1)
-    again.restore(mem.state())
+    again.load_state(mem.state())
     assert np.array_equal(again.export(np.array([7, 2])).memory, mem.export(np.array([7, 2])).memory)
 
 

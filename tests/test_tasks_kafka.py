@@ -23,7 +23,7 @@ from streamgnn.serve import EmbeddingService, ServeConfig
 from streamgnn.tasks.config import TaskConfig
 from streamgnn.tasks.online import OnlineHead
 from streamgnn.train import TrainConfig
-from streamgnn.train.checkpoint import load_state
+from streamgnn.train.checkpoint import load_tensors
 
 torch.set_num_threads(1)
 
@@ -141,7 +141,7 @@ def test_predict_serves_the_job_s_head_over_http(kafka_bootstrap, make_topic, tm
     )  # fmt: skip
     job.run(progress=False)
     lab = job.labelled
-    saved = OnlineHead.from_state(load_state(tmp_path / "ckpt")[2]["task"]["head"])
+    saved = OnlineHead.from_state(load_tensors(tmp_path / "ckpt")[2]["task"]["head"])
 
     def features(src, dst=None):  # the job's stream features of these nodes as of its newest event
         index = job.trainer.store.node_index

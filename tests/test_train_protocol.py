@@ -65,10 +65,10 @@ class Popularity:
     def nbytes(self) -> dict[str, int]:
         return {"degree": self.degree.nbytes}
 
-    def stream_state(self):
+    def state(self):
         return self.degree.copy()
 
-    def load_stream_state(self, state) -> None:
+    def load_state(self, state) -> None:
         self.degree = state.copy()
 
     def state_dict(self) -> dict:

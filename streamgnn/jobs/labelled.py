@@ -212,8 +212,9 @@ class LabelledStream:
                         "origin": [] if p.origin is None else p.origin.tolist()},
         }  # fmt: skip
 
-    def restore(self, state: dict, where: str) -> None:
-        """Continue from ``state()`` of a checkpoint (the same task, or a refusal naming both)."""
+    def load_state(self, state: dict, where: str) -> None:
+        """Continue from ``state()`` of a checkpoint (the same task, or a refusal naming both), in place: the
+        trainer (``attached``) and the metrics' gauges hold this stream, and its feed is this run's."""
         saved, mine = state["head"]["config"], self.config.to_dict()
         keys = ("kind", "classes", "features", "hidden")
         if any(saved.get(k) != mine[k] for k in keys):

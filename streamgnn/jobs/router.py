@@ -152,7 +152,7 @@ class PartitionRouter:
 
         start = time.perf_counter()
         create_topic(self.bootstrap, self.out_topic, self.k)
-        self._restore()
+        self._resume()
         self._decode_letters_saved = self.decode_dead_letter_count
         since = self.state.counts["events"]
         with (
@@ -257,7 +257,7 @@ class PartitionRouter:
     def _record(self) -> None:
         self.timeline.rows.append({"stream_time": None, **self.state.report().to_dict()})
 
-    def _restore(self) -> None:
+    def _resume(self) -> None:
         if self.checkpoint_dir is None or not checkpoint.numbers(self.checkpoint_dir):
             return
         ckpt = checkpoint.load(self.checkpoint_dir, KIND)
@@ -305,7 +305,7 @@ class PartitionRouter:
     def _read_back(self) -> dict[int, list[int]]:
         """Event ids in each output partition from the checkpointed offsets on, in order. Some brokers
         (Tansu) report an end offset inside the last record batch, so the read may begin a little before
-        the checkpoint's true end; ``_restore`` drops that prefix by the last event id it published."""
+        the checkpoint's true end; ``_resume`` drops that prefix by the last event id it published."""
         with self._reader() as reader:
             ends = reader.end_offsets(self.out_topic, list(range(self.k)))
             reader.assign(self.out_topic, {p: self.out_offsets.get(p, 0) for p in range(self.k)})

@@ -176,11 +176,11 @@ class TrainJob:
             self.task, trainer, bootstrap=self.bootstrap, registry=self.metrics.registry
         )
         if self._chosen is not None:
-            from ..train.checkpoint import load_state
+            from ..train.checkpoint import load_tensors
 
-            path, _, state = load_state(self._chosen)
+            path, _, state = load_tensors(self._chosen)
             if "task" in state:
-                labelled.restore(state["task"], str(path))
+                labelled.load_state(state["task"], str(path))
             else:
                 print(f"{path} holds no task state: the task's head starts now", flush=True)
         trainer.attached["task"] = labelled  # told of each step, saved in its checkpoints

@@ -69,10 +69,10 @@ class TaskPredictor:
             return self._loaded
 
     def _read(self, latest: str) -> LoadedTask:
-        from ..train.checkpoint import load_state
+        from ..train.checkpoint import load_tensors
 
         try:
-            _, _, state = load_state(self.checkpoint_dir / latest)
+            _, _, state = load_tensors(self.checkpoint_dir / latest)
             if "task" not in state:
                 return LoadedTask(
                     latest, None, why=f"checkpoint {latest} holds no task head (no task learned)"

@@ -69,7 +69,7 @@ class LinkScorer:
     def _refresh(self) -> None:
         if self.checkpoint_dir is None:
             return
-        from ..train.checkpoint import load_state, step_path
+        from ..train.checkpoint import load_tensors, step_path
         from ..train.config import TrainConfig
         from ..train.models import scoring_head
 
@@ -81,7 +81,7 @@ class LinkScorer:
         if latest in (self._refused, self._loaded.step if self._loaded is not None else None):
             return
         try:
-            _, manifest, state = load_state(self.checkpoint_dir / latest)
+            _, manifest, state = load_tensors(self.checkpoint_dir / latest)
             head = scoring_head(TrainConfig.from_checkpoint(manifest["config"]), state)
         except (CheckpointError, ConfigError, KeyError, RuntimeError, OSError, ValueError, TypeError) as exc:
             # written by another process, it may hold anything: the answer says so, the log once

@@ -179,10 +179,16 @@ class GlobalBatcher:
             "frontier": np.array([self.frontier]),
         }
 
-    def restore(self, arrays: dict[str, np.ndarray], processed: Callable[[np.ndarray], np.ndarray]) -> None:
-        """Take back a checkpoint's buffer and counters. ``processed(eids)`` marks event ids already in global
-        batches: a resumed Kafka source restarts at the first message not wholly handed out, so the head of a
-        partition may come again (rows processed or buffered before the checkpoint): those are dropped."""
+    @classmethod
+    def from_state(
+        cls, arrays: dict[str, np.ndarray], processed: Callable[[np.ndarray], np.ndarray], *parts, **options
+    ) -> GlobalBatcher:
+        """The batcher with a checkpoint's buffer and counters (``state()``), over this run's ``parts`` (the
+        constructor's: source, ownership, exchange, batch size; ``on_idle``). ``processed(eids)`` marks event
+        ids already in global batches: a resumed Kafka source restarts at the first message not wholly
+        handed out, so the head of a partition may come again (rows processed or buffered before the
+        checkpoint): those are dropped."""
+        self = cls(*parts, **options)
         raw = arrays["buffer"]
         self.buffer = decode_binary(raw.tobytes()) if len(raw) else EventBatch.empty()
         self.keys = arrays["keys"].astype(np.int64)
@@ -197,3 +203,4 @@ class GlobalBatcher:
         buffered = np.sort(self.buffer.eid)
         self._known = lambda eids: processed(eids) | np.isin(eids, buffered)
         self._replaying = set(self.seq)  # only a partition read from can deliver a row again
+        return self

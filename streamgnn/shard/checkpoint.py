@@ -28,7 +28,6 @@ from ..errors import CheckpointError, ConfigError
 from ..train import checkpoint as trainer_checkpoint
 from ..train.config import TrainConfig
 from ..train.resume import Expectation
-from .ownership import GlobalIndex
 
 KIND = "sharded-trainer"
 KEEP = 2  # the newest two: a rank one checkpoint ahead of a killed one still holds the common cut
@@ -129,12 +128,10 @@ def load(trainer, root: Path, step: int, expect: Expectation | None = None) -> d
             f"{trainer.shard_config.placement!r}: resume with the same ShardConfig.placement"
         )
     trainer.store = ckpt.store
-    lateness = trainer.index.admission.config.allowed_lateness  # this run's setting
-    index = GlobalIndex.from_state(_arrays("index", tensors), man.get("index"), trainer.ownership, lateness)
-    vars(trainer.index).update(vars(index))  # the same object: the trainer's parts (pairs, baselines) hold it
+    trainer.index.load_state(_arrays("index", tensors), man.get("index"))  # with this run's lateness
     for rank_state in trainer.states:
-        rank_state.restore({part: _arrays(part, tensors) for part in rank_state.parts})
-    trainer.restore_batcher(_arrays("batcher", tensors))
+        rank_state.load_state({part: _arrays(part, tensors) for part in rank_state.parts})
+    trainer.saved_batcher = _arrays("batcher", tensors) or None
     pool = tensors["pool"].numpy()
     trainer.negatives.sampler = None
     if len(pool):  # the pool as saved; the history of owned sources: exactly the shard's edges from them
@@ -144,16 +141,14 @@ def load(trainer, root: Path, step: int, expect: Expectation | None = None) -> d
         trainer.negatives.observe(src, dst, history=trainer.index.owned(src))
     trainer_checkpoint.TrainerState.from_values(man).apply(trainer)
     trainer.rebind_store()
-    trainer_checkpoint.restore_stream_tensors(trainer, tensors)  # (after ``attach``: it completes it)
-    checkpoint.restore_rng(ckpt.rng)
+    trainer_checkpoint.load_stream_tensors(trainer, tensors)  # (after ``attach``: it completes it)
+    checkpoint.load_rng_state(ckpt.rng)
     return dict(ckpt.store.source_offsets)
 
 
 def _tensors(prefix: str, arrays: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    return checkpoint.prefixed(
-        prefix, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
-    )
+    return checkpoint.prefixed(prefix, checkpoint.as_tensors(arrays))
 
 
 def _arrays(prefix: str, state: dict) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in checkpoint.unprefix(prefix, state).items()}
+    return checkpoint.as_arrays(checkpoint.unprefix(prefix, state))

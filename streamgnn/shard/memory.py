@@ -163,7 +163,8 @@ class OwnedMemory:
         rows = {name: getattr(self, name)[:n] for name in _ROWS}
         return rows | {name: getattr(self, name) for name in _MESSAGES}
 
-    def restore(self, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """``state()``'s rows back, in place: the embedder holds this object (``compute.Embedder``)."""
         self.__init__(self.memory_dim, self.edge_dim)
         self.add_rows(arrays["gid"])
         n = self.size
@@ -219,7 +220,8 @@ class HaloCache:
         s = self.slot[gid]
         return {"gid": gid, "memory": self.memory[s], "last_update": self.last_update[s]}
 
-    def restore(self, arrays: dict[str, np.ndarray]) -> None:
+    def load_state(self, arrays: dict[str, np.ndarray]) -> None:
+        """``state()``'s rows back, in place: the embedder holds this object (``compute.Embedder``)."""
         self.__init__(self.memory.shape[1])
         self.update(arrays["gid"], arrays["memory"], arrays["last_update"])
 

@@ -265,7 +265,7 @@ class GlobalIndex(Admits):
 
     def state(self) -> tuple[dict[str, np.ndarray], dict]:
         """``(arrays, values)`` for a checkpoint: the admission's (``Admission.state``) and each global
-        id's partition; ``from_state`` rebuilds the index."""
+        id's partition; ``from_state`` builds an index of them, ``load_state`` loads them into this one."""
         arrays, values = self.admission.state()
         return {**arrays, "partition": self.partition}, values
 
@@ -275,14 +275,21 @@ class GlobalIndex(Admits):
         allowed_lateness: float = math.inf,
     ) -> GlobalIndex:  # fmt: skip
         """The index ``state()`` gave, owned by ``ownership`` and admitting with ``allowed_lateness`` (this
-        run's). ``values`` None: written before the admission state had one layout (the id type told by
-        which arrays are there, the watermark in an array)."""
+        run's)."""
+        index = cls(ownership, allowed_lateness)
+        index.load_state(arrays, values)
+        return index
+
+    def load_state(self, arrays: dict[str, np.ndarray], values: dict | None) -> None:
+        """``state()`` into this index, in place, keeping its ownership and admission settings (this run's):
+        a sharded trainer's parts (pair features, baselines, rank states) hold the index by reference.
+        ``values`` None: written before the admission state had one layout (the id type told by which
+        arrays are there, the watermark in an array)."""
         if values is None:
             kind = "str" if "ext_str_offsets" in arrays else "int" if "ext_int" in arrays else None
             values = {"id_kind": kind, "watermark": float(arrays["watermark"][0])}
-        self = cls(ownership, allowed_lateness)
-        self.admission = Admission.from_state(arrays, values, self.admission.config)
-        self._partition = arrays["partition"].astype(np.int32)
-        if len(self._partition) != self.num_nodes:
-            raise ValueError(f"{len(self._partition)} partitions saved for {self.num_nodes} vertices")
-        return self
+        admission = Admission.from_state(arrays, values, self.admission.config)
+        partition = arrays["partition"].astype(np.int32)
+        if len(partition) != admission.ids.size:
+            raise ValueError(f"{len(partition)} partitions saved for {admission.ids.size} vertices")
+        self.admission, self._partition = admission, partition

@@ -24,8 +24,13 @@ PARTS = ("store", "memory", "index", "halo", "cache", "negatives", "walks")
 
 
 class RankState(Protocol):
-    """A model's per-rank stream state (module docstring). Every hook but ``state``/``restore`` is called by
-    every rank after the same global batch, in the order listed."""
+    """A model's per-rank stream state (module docstring). Every hook but ``state``/``load_state`` is called
+    by every rank after the same global batch, in the order listed.
+
+    Its state has the library's one vocabulary (``streamgnn.checkpoint``): ``state()`` gives plain arrays,
+    and it takes them back in place with ``load_state``, not as a new object from ``from_state``, because
+    the model's sharded access made it and holds it (and it holds the rows its embedder reads) by
+    reference."""
 
     parts: tuple[str, ...]  # the names its checkpoint arrays go under (``NAME.*``; none the trainer uses)
 
@@ -39,7 +44,8 @@ class RankState(Protocol):
         """A global batch is done (``steps`` done in all); a collective: every rank calls it."""
 
     def state(self) -> dict[str, dict[str, np.ndarray]]:
-        """Arrays of a checkpoint, by part (``parts``): with ``restore``, resume bit for bit."""
+        """Arrays of a checkpoint, by part (``parts``): with ``load_state``, resume bit for bit."""
 
-    def restore(self, state: dict[str, dict[str, np.ndarray]]) -> None:
-        """Go back to a ``state`` (the arrays under each of ``parts``, as a checkpoint holds them)."""
+    def load_state(self, state: dict[str, dict[str, np.ndarray]]) -> None:
+        """Go back to a ``state``, in place (the arrays under each of ``parts``, as a checkpoint holds
+        them)."""

@@ -6,7 +6,8 @@
 - ``ingested``: an edge between an owned vertex and another rank's makes the owned one halo there;
 - ``stepped``: communication-free, every ``ShardConfig.staleness`` batches each owner pushes the rows that
   changed to the ranks holding them as halo (``memory.HaloCache``; a collective); exact mode keeps no halo;
-- ``state``/``restore``: the rows under ``owned.*`` (and ``halo.*``), the names checkpoints have always used.
+- ``state``/``load_state``: the rows under ``owned.*`` (and ``halo.*``), the names checkpoints have always
+  used.
 
 The embedder (``compute.Embedder``) works over these rows and keeps the row cache; ``nbytes`` gives the
 parts ``memory``, ``halo`` and ``cache`` (the model reports them, ``TGNLinkModel.nbytes``).
@@ -84,7 +85,7 @@ class TGNShardState:
             out["halo"] = self.halo.state()
         return out
 
-    def restore(self, state: dict[str, dict[str, np.ndarray]]) -> None:
-        self.owned.restore(state["owned"])
+    def load_state(self, state: dict[str, dict[str, np.ndarray]]) -> None:
+        self.owned.load_state(state["owned"])
         if self.halo is not None:
-            self.halo.restore(state["halo"])
+            self.halo.load_state(state["halo"])

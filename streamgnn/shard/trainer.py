@@ -133,7 +133,8 @@ class ShardedTrainer(StreamTrainer):
         self.attached = {}  # a labelled task is refused by the sharded job: nothing attaches here yet
         self.batcher: GlobalBatcher | None = None
         self.start_offsets: dict[str, int] = {}  # where this rank's source resumes (``resume``'s)
-        self._batcher_state: dict[str, np.ndarray] | None = None  # from a checkpoint, for the next batcher
+        # a checkpoint's batcher ``state()``, for the batcher the next ``fit`` builds (``from_state``)
+        self.saved_batcher: dict[str, np.ndarray] | None = None
 
     def rebind_store(self) -> None:
         """Point every model at ``self.store`` (after a checkpoint replaced it)."""
@@ -149,12 +150,13 @@ class ShardedTrainer(StreamTrainer):
         or ``max_events`` more global events; checkpoints every ``checkpoint_every`` global batches (at the
         same batch on every rank) and at the end. ``on_step``: as ``OnlineTrainer.fit``'s."""
         cfg = self.config
-        self.batcher = GlobalBatcher(  # while the stream is idle, the last refreshed rows go out
-            source, self.ownership, self.exchange, cfg.batch_size, on_idle=self.serving.publish
-        )
-        if self._batcher_state is not None:
-            self.batcher.restore(self._batcher_state, self.index.seen.contains)
-            self._batcher_state = None
+        parts = (source, self.ownership, self.exchange, cfg.batch_size)
+        idle = self.serving.publish  # while the stream is idle, the last refreshed rows go out
+        saved, self.saved_batcher = self.saved_batcher, None
+        if saved is None:
+            self.batcher = GlobalBatcher(*parts, on_idle=idle)
+        else:
+            self.batcher = GlobalBatcher.from_state(saved, self.index.seen.contains, *parts, on_idle=idle)
         return self.drive(
             self._global_batches, lambda: self.save_checkpoint(source.positions()),
             lag=None if source.replay else source.lag, max_events=max_events, progress=progress, total=total,
@@ -219,11 +221,8 @@ class ShardedTrainer(StreamTrainer):
 
     def batcher_state(self) -> dict[str, np.ndarray]:
         if self.batcher is None:
-            return self._batcher_state or {}
+            return self.saved_batcher or {}
         return self.batcher.state()
-
-    def restore_batcher(self, arrays: dict[str, np.ndarray]) -> None:
-        self._batcher_state = arrays or None
 
     def nbytes(self) -> dict[str, int]:
         """This rank's bytes by part, from each part's own accounting (allocated capacity included)."""

@@ -69,11 +69,13 @@ class RecurrentCell:
             self.module.weight = self.module.weight.detach()
         return None if state is None else tuple(s.detach() for s in state)
 
-    def inner_state(self) -> torch.Tensor | None:
-        """EvolveGCN's evolved weights, which a checkpoint must hold besides the parameters."""
+    def state(self) -> torch.Tensor | None:
+        """EvolveGCN's evolved weights, which a checkpoint must hold besides the parameters (None: a layer
+        that evolves none)."""
         return getattr(self.module, "weight", None) if self.evolving else None
 
-    def load_inner_state(self, weight: torch.Tensor | None) -> None:
+    def load_state(self, weight: torch.Tensor | None) -> None:
+        """In place: the cell wraps the caller's layer, which the trainer's model holds."""
         if self.evolving:
             self.module.weight = weight
 

@@ -132,40 +132,26 @@ class SnapshotStream:
         return stream
 
     def save(self, root: str | Path, source_offsets: dict[str, int] | None = None, keep: int = 2) -> Path:
-        """Checkpoint the stream with its store (and the source's offsets) under ``root``, atomically."""
+        """Checkpoint the stream with its store (and the source's offsets) under ``root``, atomically: its
+        ``state()`` arrays as tensors in the tensor state, as a snapshot trainer's checkpoint holds them."""
+        from .. import checkpoint as container
         from ..train import checkpoint
 
-        tensors, values = self.tensor_state()
+        arrays, values = self.state()
         return checkpoint.save(
-            Path(root), self.next, self.store, dict(source_offsets or {}), tensors, {"stream": values}, keep,
-            "snapshot-stream",
+            Path(root), self.next, self.store, dict(source_offsets or {}), container.as_tensors(arrays),
+            {"stream": values}, keep, "snapshot-stream",
         )  # fmt: skip
 
     @classmethod
     def load(cls, root: str | Path, *, target: NodeTarget | NextLinks | None = None) -> SnapshotStream:
         """The stream and its store as the newest checkpoint under ``root`` holds them."""
+        from .. import checkpoint as container
         from ..train import checkpoint
 
         ckpt = checkpoint.load(Path(root), kind="snapshot-stream")
-        return cls.from_tensor_state(ckpt.store, ckpt.state, ckpt.manifest["stream"], target=target)
-
-    def tensor_state(self) -> tuple[dict, dict]:
-        """``state()`` with tensors for arrays, as trainer checkpoints hold them (loaded without pickle)."""
-        import torch
-
-        arrays, values = self.state()
-        return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}, values
-
-    @classmethod
-    def from_tensor_state(
-        cls,
-        store: TemporalGraphStore,
-        tensors: dict,
-        values: dict,
-        *,
-        target: NodeTarget | NextLinks | None = None,
-    ) -> SnapshotStream:
-        return cls.from_state(store, {k: v.numpy() for k, v in tensors.items()}, values, target=target)
+        arrays = container.as_arrays(ckpt.state)
+        return cls.from_state(ckpt.store, arrays, ckpt.manifest["stream"], target=target)
 
 
 def live_snapshots(

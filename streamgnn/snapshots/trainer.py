@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import capture_rng, restore_rng
+from ..checkpoint import as_arrays, as_tensors, load_rng_state, rng_state
 from ..configs import Config
 from ..errors import ConfigError
 from ..progress import progress_bar
@@ -300,14 +300,14 @@ class SnapshotTrainer:
 
     def state(self) -> tuple[dict, dict]:
         """``(tensors, values)`` a resume continues from bit for bit (the store apart: the stream has it)."""
-        tensors, values = self.stream.tensor_state()
+        arrays, values = self.stream.state()
         state = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "hidden": None if self.hidden is None else list(self.hidden),
-            "inner": self.cell.inner_state(),
-            "stream": tensors,
-            "rng": capture_rng(),
+            "inner": self.cell.state(),
+            "stream": as_tensors(arrays),
+            "rng": rng_state(),
         }
         values = {"config": self.config.to_dict(), "steps": self.steps, "stream": values,
                   "metrics": [dataclasses.asdict(m) for m in self.metrics]}  # fmt: skip
@@ -340,13 +340,13 @@ class SnapshotTrainer:
         trainer.optimizer.load_state_dict(ckpt.state["optimizer"])
         hidden_state = ckpt.state["hidden"]
         trainer.hidden = None if hidden_state is None else tuple(hidden_state)
-        trainer.cell.load_inner_state(ckpt.state["inner"])
-        trainer.stream = SnapshotStream.from_tensor_state(
-            ckpt.store, ckpt.state["stream"], man["stream"], target=target
+        trainer.cell.load_state(ckpt.state["inner"])
+        trainer.stream = SnapshotStream.from_state(
+            ckpt.store, as_arrays(ckpt.state["stream"]), man["stream"], target=target
         )
         trainer.position = int(man["steps"])
         trainer.metrics = [SnapshotMetrics(**m) for m in man["metrics"]]
-        restore_rng(ckpt.rng)
+        load_rng_state(ckpt.rng)
         return trainer
 
     # ------------------------------------------------------------------ results

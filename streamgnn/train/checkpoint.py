@@ -4,7 +4,7 @@ A trainer checkpoint is one ``streamgnn.checkpoint`` container numbered by the s
 (``ROOT/ckpt-NNNNNN`` and ``ROOT/LATEST``), atomic and verified like every other. It holds the store's
 ``state()`` (arrays under ``store.``, values under ``store``, the source offsets among them), the trainer's
 values (``TrainerState``, the schema the online and sharded trainers share, plus what one of them adds) and
-one ``state`` array: the ``torch.save`` bytes of model, optimizer, metrics, RNG states (``capture_rng``) and
+one ``state`` array: the ``torch.save`` bytes of model, optimizer, metrics, RNG states (``rng_state``) and
 whatever else the trainer carries, read back with ``weights_only=True``.
 
 Resume an older step on purpose by passing its directory: ``OnlineTrainer.resume(root / "ckpt-000100")``.
@@ -70,7 +70,7 @@ def stream_tensors(trainer) -> dict:
     state = {
         **trainer.link_model.state_dict(),
         "metrics": trainer.metrics.state_dict(),
-        "rng": checkpoint.capture_rng(),
+        "rng": checkpoint.rng_state(),
     }
     if trainer.baselines:
         state["baseline_metrics"] = {n: r.state_dict() for n, r in trainer.baseline_metrics.items()}
@@ -78,7 +78,7 @@ def stream_tensors(trainer) -> dict:
     return state
 
 
-def restore_stream_tensors(trainer, state: dict) -> None:
+def load_stream_tensors(trainer, state: dict) -> None:
     """``stream_tensors`` back into ``trainer`` (its models attached to the restored store first: a
     baseline's state completes what ``attach`` rebuilds); the RNG apart, which the caller restores last. A
     state of another model (a setting its config did not record) is refused in one line."""
@@ -110,7 +110,8 @@ class TrainerCheckpoint:
 
     @property
     def rng(self) -> dict:
-        """The RNG states to ``restore_rng`` (also of a checkpoint written before they were kept together)."""
+        """The RNG states to ``load_rng_state`` (also of a checkpoint written before they were kept
+        together)."""
         return checkpoint.rng_of(self.state, self.manifest)
 
 
@@ -157,7 +158,7 @@ def load(
     return TrainerCheckpoint(ckpt.path, ckpt.manifest, state, store)
 
 
-def load_state(root: Path, map_location: torch.device | str = "cpu") -> tuple[Path, dict, dict]:
+def load_tensors(root: Path, map_location: torch.device | str = "cpu") -> tuple[Path, dict, dict]:
     """``(checkpoint directory, manifest, state)`` of the checkpoint ``load`` would read, without rebuilding
     its store (e.g. the link predictor's weights for a service that holds only embeddings)."""
     ckpt = checkpoint.load(Path(root), "trainer", only=("state",))

@@ -147,10 +147,10 @@ class DyGFormerLinkModel:
     def nbytes(self) -> dict[str, int]:
         return {}  # the store is its state
 
-    def stream_state(self) -> None:
+    def state(self) -> None:
         return None
 
-    def load_stream_state(self, state: None) -> None:
+    def load_state(self, state: None) -> None:
         pass
 
     def state_dict(self) -> dict:

@@ -122,10 +122,10 @@ class EdgeBank:
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
         raise ConfigError("EdgeBank embeds no nodes: it has nothing to serve")
 
-    def stream_state(self) -> tuple:
+    def state(self) -> tuple:
         return (self._keys, self._last, self._new_keys, self._new_last, self._t_min, self._t_max)
 
-    def load_stream_state(self, state: tuple) -> None:
+    def load_state(self, state: tuple) -> None:
         # Arrays are replaced, never written in place, so sharing them with a saved state is safe.
         self._keys, self._last, self._new_keys, self._new_last, self._t_min, self._t_max = state
 

@@ -261,12 +261,12 @@ class OfflineRun:
         return batch_mean_metrics([(r.pos, r.neg, r.rr) for r in results]) if scored else unscored
 
     def memory(self) -> list:
-        """Every stream model's state (memory, pending messages, banks)."""
-        return [model.stream_state() for model in self.trainer.stream_models()]
+        """Every stream model's ``state()`` (memory, pending messages, banks): a point to ``rewind`` to."""
+        return [model.state() for model in self.trainer.stream_models()]
 
-    def restore(self, states: list) -> None:
+    def rewind(self, states: list) -> None:
         for model, state in zip(self.trainer.stream_models(), states, strict=True):
-            model.load_stream_state(state)
+            model.load_state(state)
 
     def train(self, epochs: int, patience: int | None, progress: bool) -> tuple[list, list, list, int]:
         """The training epochs (with ``patience``, until validation AP stops improving, then back to the
@@ -308,7 +308,7 @@ class OfflineRun:
         store.ingest(part)
         trainer.reset_stream(store)
         store.ingest(self.events.take(split.held_out))
-        self.restore(before)
+        self.rewind(before)
         return rates, losses, val_aps, best_epoch
 
     def validate(self, score_val: bool) -> tuple[LinkMetrics, LinkMetrics]:
@@ -322,9 +322,9 @@ class OfflineRun:
             for parts in self.baselines.values():
                 parts["val_inductive"] = parts["val"]
             return val, val
-        self.restore(before_val)
+        self.rewind(before_val)
         val_new = self.part("val_inductive", split.val_new, ingest=False, scored=True)
-        self.restore(self.after_val)
+        self.rewind(self.after_val)
         return val, val_new
 
     def test(
@@ -336,14 +336,14 @@ class OfflineRun:
         test = self.part("test", split.test, ingest=True, scored=True, negatives=negatives)
         scored_with = {}
         for name, given in more.items():  # the store holds the test part now: sampling still stops before t
-            self.restore(self.after_val)
+            self.rewind(self.after_val)
             scored_with[name] = self.part(
                 f"test_{name}", split.test, ingest=False, scored=True, negatives=given
             )
         for name, protocol in by.items():
-            self.restore(self.after_val)
+            self.rewind(self.after_val)
             scored_with[name] = protocol(self.trainer, split.test)
-        self.restore(self.after_val)
+        self.rewind(self.after_val)
         test_new = self.part("test_inductive", split.test_new, ingest=False, scored=True)
         return test, test_new, scored_with
 

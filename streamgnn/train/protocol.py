@@ -11,6 +11,11 @@ checkpoints. A model owns how it scores, learns and remembers. Per global batch 
 
 So a second model family, or a baseline such as ``EdgeBank``, plugs in without touching the loop. Ids are
 the store's internal node ids; ``-1`` marks a node the store does not know yet.
+
+State has the library's one vocabulary (``streamgnn.checkpoint``, ``docs/checkpoints.md``): ``state()``
+plain data, ``from_state`` a new object, ``load_state`` in place where others hold the object. A model is
+built by its trainer and held by reference, so it has the in-place form: ``state()``/``load_state`` for what
+it remembers of the stream, and torch's ``state_dict``/``load_state_dict`` for a checkpoint's tensors.
 """
 
 from __future__ import annotations
@@ -90,15 +95,18 @@ class LinkModel(Protocol):
         """Bytes of what it remembers of the stream, by part (e.g. ``memory``, ``walks``; parameters and the
         store apart): what a rank of a sharded run reports under each part (``shard.state.PARTS``)."""
 
-    def stream_state(self) -> Any:
-        """A copy of what the model remembers of the stream, for ``load_stream_state`` (offline evaluation
-        scores new-node edges from the state before a part)."""
+    def state(self) -> Any:
+        """What the model remembers of the stream (memory, pending messages, banks), as plain data that stays
+        valid while the model goes on: a rewind point for ``load_state`` (offline evaluation scores
+        new-node edges from the state before a part), not a checkpoint."""
 
-    def load_stream_state(self, state: Any) -> None:
-        """Go back to a ``stream_state``."""
+    def load_state(self, state: Any) -> None:
+        """Go back to a ``state()``, in place: the trainer, its step and the offline run hold the model by
+        reference, and its parameters stay as they are."""
 
     def state_dict(self) -> dict:
-        """Everything a checkpoint must hold to continue bit for bit (plain tensors and lists)."""
+        """Everything a checkpoint must hold to continue bit for bit (plain tensors and lists, read back by
+        ``torch.load(weights_only=True)``: torch's names, as for any torch state)."""
 
     def load_state_dict(self, state: dict) -> None:
         """Inverse of ``state_dict``."""

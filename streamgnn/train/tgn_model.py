@@ -188,11 +188,12 @@ class TGNLinkModel:
         if self.pairs is not None:
             self.pairs.reset()
 
-    def stream_state(self) -> dict[str, torch.Tensor] | None:
+    def state(self) -> dict[str, torch.Tensor] | None:
+        """The memory module's tensors, cloned: the module goes on writing its own (``LinkModel.state``)."""
         memory = self.model.memory
         return None if memory is None else {k: v.clone() for k, v in memory.state_dict().items()}
 
-    def load_stream_state(self, state: dict[str, torch.Tensor] | None) -> None:
+    def load_state(self, state: dict[str, torch.Tensor] | None) -> None:
         if state is not None:
             self.model.memory.load_state_dict(state)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..checkpoint import restore_rng
+from ..checkpoint import load_rng_state
 from ..embeddings import EmbeddingSink, EmbeddingTable, LatencyTracker
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
@@ -348,10 +348,10 @@ class OnlineTrainer(StreamTrainer):
         trainer.source_identity = expect.source if expect is not None else None
         ckpt.store.allow_lateness(cfg.allowed_lateness)  # a setting of this run (see TrainConfig)
         trainer.reset_stream(ckpt.store)
-        checkpoint.restore_stream_tensors(trainer, ckpt.state)
+        checkpoint.load_stream_tensors(trainer, ckpt.state)
         checkpoint.TrainerState.from_values(man).apply(trainer)
         trainer._replayed = trainer.position
-        restore_rng(ckpt.rng)
+        load_rng_state(ckpt.rng)
         if trainer.table is not None and "serving" in ckpt.state:
             trainer.serving.load_state_dict(ckpt.state["serving"])
         elif trainer.table is not None:  # the run served nothing (serve_every=0): embed every node now
