@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..nn import TGN, EmbeddingInput
-from ..train.tgn_backend import distinct_queries
+from ..train.tgn_access import distinct_queries
 from .cache import RowCache
 from .memory import HaloCache, OwnedMemory, Rows, WorkingSet, lend_state, working_set
 

@@ -35,7 +35,7 @@ from ..errors import ConfigError
 from ..sampling import pair_kernels as K
 from ..sampling.pairs import PairFeatures, pair_queries
 from ..store import TemporalGraphStore
-from ..train.tgn_backend import distinct_queries
+from ..train.tgn_access import distinct_queries
 from .comm import Collectives
 from .ownership import GlobalIndex
 from .walks import ShardWalks

@@ -1,4 +1,4 @@
-"""DyGFormer's backend over shards (``train.dygformer_model.NeighborReader``): sequences from the owners.
+"""DyGFormer's access over shards (``train.dygformer_model.NeighborReader``): sequences from the owners.
 
 The DyGFormer-style model keeps no state of the stream: a query's input is its vertex's latest neighbors,
 read from the store. Sharded, the owner of a vertex holds its complete adjacency (an edge is stored by the

@@ -3,9 +3,10 @@
 The sharded trainer owns the distribution (admission, ownership, ingest into the shards, the exchange of
 scores, checkpoints); it knows no model's state. A model whose stream state is split over the ranks (TGN's
 memory: each rank's owned rows, a halo of others' in communication-free mode) keeps it in a ``RankState``
-that its sharded backend factory makes and hands the trainer (``ShardedTrainer.states``), and the trainer
-calls it at the points of a step where the shard changes. A model that keeps nothing there (DyGFormer reads
-its sequences from the shards, EdgeBank keeps the pairs of owned sources itself) makes none.
+that its sharded access (``tgn_access.shard_access``) makes and hands the trainer
+(``ShardedTrainer.states``), and the trainer calls it at the points of a step where the shard changes. A
+model that keeps nothing there (DyGFormer reads its sequences from the shards, EdgeBank keeps the pairs of
+owned sources itself) makes none.
 
 Bytes come through the model (``LinkModel.nbytes``); a rank reports them under ``PARTS`` (a part a model
 does not hold reads 0), so the benchmark's tables keep their columns for every model.

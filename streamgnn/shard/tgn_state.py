@@ -1,6 +1,6 @@
 """TGN's memory over shards (a ``state.RankState``): each rank's owned rows, a halo of others', the embedder.
 
-``shard_backends`` makes one per sharded TGN model and hands it to the trainer, which calls its hooks:
+``shard_access`` makes one per sharded TGN model and hands it to the trainer, which calls its hooks:
 
 - ``add_vertices``: a blank memory row for each vertex this rank now owns (``memory.OwnedMemory``);
 - ``ingested``: an edge between an owned vertex and another rank's makes the owned one halo there;

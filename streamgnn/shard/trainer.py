@@ -27,8 +27,8 @@ the shards hold the batch, ``score``, ``train``, ``observe``, ``embed`` to serve
 of ``TrainConfig.baselines``, scored on the same negatives. ``StepInput.scorer`` names each event's rank (the
 owner of its source): a model scores and trains ``StepInput.rows`` and sums its loss over ranks. What a
 model must provide to run sharded: that protocol, and its stream state in parts that live with the shards.
-TGN gets them as backends (``tgn_backend``: owners embed and commit memory, ``ShardPairs`` reads pair
-features), its memory rows and halo as a ``state.RankState`` the backends hand over (``tgn_state``);
+TGN gets them as its access (``tgn_access``: owners embed and commit memory, ``ShardPairs`` reads pair
+features), its memory rows and halo as a ``state.RankState`` its access hands over (``tgn_state``);
 DyGFormer a neighbor reader (``sequences``: each vertex's sequence from its owner, or from the shard when
 communication-free); EdgeBank needs none (it keeps the pairs of the sources its rank owns). What stays here
 is the distribution: admission, ownership, ingest into the shards and the exchange of scores; it calls the
@@ -73,7 +73,7 @@ from .sequences import shard_neighbors
 from .serving import ShardServing, owned_vertices
 from .source import LocalSource
 from .state import PARTS, RankState
-from .tgn_backend import shard_backends
+from .tgn_access import shard_access
 
 ADD, UPDATE = int(EventKind.EDGE_ADD), int(EventKind.NODE_UPDATE)
 
@@ -110,10 +110,10 @@ class ShardedTrainer(StreamTrainer):
         self.index = GlobalIndex(self.ownership, config.allowed_lateness)
         self.store = TemporalGraphStore(StoreConfig(dense_ids=True))  # this rank's shard, in global ids
         self.exact = self.shard_config.mode == "exact"
-        self.states: list[RankState] = []  # the models' state that lives with the shards: their backends' own
+        self.states: list[RankState] = []  # the models' state that lives with the shards: their access's own
         torch.manual_seed(config.seed)
         self.link_model = make_link_model(
-            config, device=self.device, dist=d, backends=shard_backends(self), neighbors=shard_neighbors(self)
+            config, device=self.device, dist=d, access=shard_access(self), neighbors=shard_neighbors(self)
         )
         # each rank's baselines keep the pairs of the sources it owns: those of the events it scores
         self.baselines = {name: make_baseline(name, config, self.index.owned) for name in config.baselines}
@@ -237,7 +237,7 @@ class ShardedTrainer(StreamTrainer):
         parts["total"] = sum(parts.values())
         return parts
 
-    # ------------------------------------------------------------------ the step's backend
+    # ------------------------------------------------------------------ the step's distribution hooks
     @property
     def served(self) -> GlobalIndex:
         return self.index

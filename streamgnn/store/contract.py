@@ -1,7 +1,7 @@
 """The typed contract between readers (samplers, trainers) and a temporal graph store.
 
 As PyG splits a graph into a ``GraphStore`` (edges) and a ``FeatureStore`` (tensors) so that one loader
-runs over any backend (``torch_geometric.sampler.base``), readers here see a store only through the two
+runs over any storage (``torch_geometric.sampler.base``), readers here see a store only through the two
 protocols below: the adjacency as flat arrays a Numba kernel reads (``GraphStore.view``) and the feature
 arrays plus point-in-time node features (``FeatureStore``). ``TemporalGraphStore`` implements both for a
 whole graph; a rank's shard (``streamgnn.shard``) is the same kind of store over the vertices it owns,

@@ -8,7 +8,7 @@ kernel, strictly before the query time); then every pair is encoded *together* (
 span both ends), so ranking ``q`` candidates costs ``q`` Transformer passes per positive, not one. Each
 pair is scored at its source's query time, candidates included.
 
-Where the sequences come from is the model's one backend, a ``NeighborReader``: in one process the store's
+Where the sequences come from is the model's one access part, a ``NeighborReader``: in one process the store's
 sampler (``LocalNeighbors``); sharded, the owners of the queried vertices (``shard.sequences``). The model
 scores and trains ``StepInput.rows`` only, so the same code runs on every rank of a sharded run.
 
@@ -42,7 +42,7 @@ from .config import TrainConfig
 from .distributed import DistContext
 from .negatives import counted
 from .protocol import Candidates, StepInput
-from .tgn_backend import distinct_queries
+from .tgn_access import distinct_queries
 from .tgn_model import pos_neg_loss
 
 _EVAL, _TRAIN, _SERVE = 0, 1, 2  # sampler key offsets, as TGN's: every draw is named by (step, purpose)

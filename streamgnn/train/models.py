@@ -40,7 +40,7 @@ def register(config_class: type, model: type, part: str | None = None) -> None:
     MODELS[config_class] = ModelFamily(model, part)
 
 
-register(TGNConfig, TGNLinkModel, part="backends")  # embeddings, memory, pair features (``tgn_backend``)
+register(TGNConfig, TGNLinkModel, part="access")  # embeddings, memory, pair features (``tgn_access``)
 register(DyGFormerConfig, DyGFormerLinkModel, part="neighbors")  # sequence reader (``NeighborReader``)
 
 
@@ -58,7 +58,7 @@ def make_link_model(
 ) -> LinkModel:
     """The model ``config.model`` names. ``parts``: where each family's stream-dependent part lives, by the
     keyword its family registered (a missing or None one: the model's own, one process), e.g. a sharded
-    run's ``backends=shard.tgn_backend.shard_backends(...)`` for TGN and
+    run's ``access=shard.tgn_access.shard_access(...)`` for TGN and
     ``neighbors=shard.sequences.shard_neighbors(...)`` for DyGFormer; a family takes only its own."""
     fam = family(config)
     part = parts.get(fam.part) if fam.part is not None else None

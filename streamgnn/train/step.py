@@ -12,9 +12,10 @@ Per global batch, in this order (the same for the one-process, the replicated an
    fed to every model that follows the stream (``LinkModel.observe``);
 5. touched nodes get fresh served rows; the running metrics take the scores.
 
-What differs between the trainers is a small backend each implements (``StreamTrainer``'s ``_admit``,
-``_apply``, ``_gather``, ``_observed``, ``_touched``, ``_embed`` and ``served``): where
-admission's state lives, how the batch is applied, who scores which rows and how the scores come together.
+What differs between the trainers is how the step is distributed: a few hooks each implements, its
+*distribution hooks* (``StreamTrainer``'s ``_admit``, ``_apply``, ``_gather``, ``_observed``, ``_touched``,
+``_embed`` and ``served``): where admission's state lives, how the batch is applied, who scores which rows
+and how the scores come together.
 The stream loop around the step is ``driver.Drive`` (with ``driver.Budget`` deciding, per batch, whether it
 learns and is scored), run by ``StreamTrainer.drive`` for both trainers.
 """
@@ -95,9 +96,9 @@ class OnlineResult:
 
 @dataclass(frozen=True)
 class Positives:
-    """A batch's positives as admission decided them (a backend's ``_admit``): their ``rows`` in the batch,
+    """A batch's positives as admission decided them (a trainer's ``_admit``): their ``rows`` in the batch,
     internal ids before the batch (``pre_*``, -1 for a node it adds) and after it, ``num_nodes`` known
-    before it (the row no node owns yet), ``scorer`` (the rank that scores each) and the backend's own
+    before it (the row no node owns yet), ``scorer`` (the rank that scores each) and the trainer's own
     record of the admission (``admitted``), for its ``_apply``."""
 
     rows: np.ndarray
@@ -120,7 +121,8 @@ class Attached(Protocol):
 
 
 class StreamTrainer:
-    """The step and the stream loop of an online trainer; a subclass is a backend (module docstring).
+    """The step and the stream loop of an online trainer; a subclass gives its distribution hooks (module
+    docstring).
 
     A subclass sets ``config``, ``dist``, ``device``, ``link_model``, ``baselines`` (name -> ``LinkModel``)
     with their ``baseline_metrics``, ``metrics``, ``negatives`` (``StreamNegatives``), ``serving`` and the
@@ -251,7 +253,7 @@ class StreamTrainer:
         )  # fmt: skip
         return Candidates(neg_ids, neg_ids >= 0, cfg.eval_negatives > 0)
 
-    # ------------------------------------------------------------------ the backend
+    # ------------------------------------------------------------------ the distribution hooks
     served: object  # what ``serving`` reads node ids and times from (the store, or the global index)
 
     def _admit(self, batch: EventBatch, ingest: bool) -> Positives:
@@ -268,7 +270,7 @@ class StreamTrainer:
 
     def _observed(self, pos: Positives) -> None:
         """After the models saw the batch and it was counted: the negatives' pool and history take its
-        positives (and whatever else of the backend's follows the step)."""
+        positives (and whatever else of the trainer's follows the step)."""
         raise NotImplementedError
 
     def _touched(self, batch: EventBatch, pos: Positives) -> np.ndarray:

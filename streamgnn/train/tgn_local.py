@@ -1,4 +1,4 @@
-"""TGN's backends in one process (``tgn_backend``): neighborhoods from the store's sampler, the module's own
+"""TGN's access in one process (``tgn_access``): neighborhoods from the store's sampler, the module's own
 memory, pair features over the store. What ``TGNLinkModel`` uses unless given others (the online and
 replicated data-parallel trainers, offline fitting).
 
@@ -23,15 +23,15 @@ from ..sampling.pairs import PairFeatures
 from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .protocol import StepInput
-from .tgn_backend import SERVE, Backends, QuerySet, distinct_queries
+from .tgn_access import SERVE, QuerySet, TGNAccess, distinct_queries
 
 
-def local_backends(model) -> Backends:
-    """The one-process backends of a ``TGNLinkModel``."""
+def local_access(model) -> TGNAccess:
+    """The one-process access of a ``TGNLinkModel``."""
     mcfg = model.config.model
     pairs = PairFeatures.of(TemporalGraphStore(), mcfg) if mcfg.pair_features else None
     embeddings = LocalEmbeddings(model.model, model.config, model.sampling, model.device)
-    return Backends(embeddings, LocalMemory(model.model, model.device), pairs)
+    return TGNAccess(embeddings, LocalMemory(model.model, model.device), pairs)
 
 
 class LocalEmbeddings:

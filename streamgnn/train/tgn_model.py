@@ -7,8 +7,8 @@ distinct candidate, not one per pair; pair features likewise are read and encode
 of the pairs are distinct on JODIE Wikipedia). Training embeds ``[src, dst, negative]`` at the query times.
 Each rank scores and trains the batch's rows it is given (``StepInput.rows``): a data-parallel rank's
 slice, a sharded rank's events. Where the embeddings, the memory and the pair features come from is the
-backends' business (``tgn_backend``): the store's sampler and the module's memory in one process
-(``tgn_local``, the default), the vertices' owners in a sharded run (``shard.tgn_backend``), so the same
+business of its access (``tgn_access``): the store's sampler and the module's memory in one process
+(``tgn_local``, the default), the vertices' owners in a sharded run (``shard.tgn_access``), so the same
 model runs in both.
 
 >>> import numpy as np
@@ -45,8 +45,8 @@ from .distributed import DistContext
 from .head import ScoringHead
 from .negatives import counted
 from .protocol import Candidates, StepInput
-from .tgn_backend import EVAL, TRAIN, Backends, QuerySet
-from .tgn_local import local_backends
+from .tgn_access import EVAL, TRAIN, QuerySet, TGNAccess
+from .tgn_local import local_access
 
 
 def pos_neg_loss(pos, neg, pos_ok: np.ndarray, neg_ok: np.ndarray, n_pos: int, n_neg: int) -> torch.Tensor:
@@ -93,12 +93,12 @@ class PairRows:
 
 @dataclass
 class _Prepared:
-    """What ``prepare`` read before the batch was ingested: the embedding backend's prepared query sets."""
+    """What ``prepare`` read before the batch was ingested: the embedding part's prepared query sets."""
 
     batch: StepInput
     candidates: Candidates | None
     train_neg: np.ndarray | None
-    eval_input: Any  # the embedding backend's, for ``Embeddings.forward``; None: not scored
+    eval_input: Any  # the embedding part's, for ``Embeddings.forward``; None: not scored
     train_input: Any  # None: not trained
     # raw pair features (history, co-occurrence, walks) of each row's (source, candidate) pairs, or None
     eval_pairs: PairRows | None = None
@@ -107,8 +107,8 @@ class _Prepared:
 
 
 class TGNLinkModel:
-    """``nn.TGN`` (any variant) with its optimizer; ``model`` and ``optimizer`` are public. ``backends``
-    makes its embedding, memory and pair backends (``tgn_backend``; default: one process's)."""
+    """``nn.TGN`` (any variant) with its optimizer; ``model`` and ``optimizer`` are public. ``access``
+    makes its embedding, memory and pair parts (``tgn_access``; default: one process's)."""
 
     trainable = True
 
@@ -118,7 +118,7 @@ class TGNLinkModel:
         *,
         device: torch.device | str = "cpu",
         dist: DistContext | None = None,
-        backends: Callable[[TGNLinkModel], Backends] = local_backends,
+        access: Callable[[TGNLinkModel], TGNAccess] = local_access,
     ) -> None:
         self.config = config
         self.device = torch.device(device)
@@ -130,14 +130,14 @@ class TGNLinkModel:
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, fused=True)
         self.out_dim = self.model.out_dim
         self.name = mcfg.variant.upper()  # how run summaries call it
-        self.sampling = SamplerConfig(  # the neighborhoods every backend samples
+        self.sampling = SamplerConfig(  # the neighborhoods every access samples
             fanouts=(mcfg.num_neighbors,) * max(mcfg.num_layers, 1),
             strategy=config.sampling,
             seed=config.seed,
             edge_features=mcfg.edge_feature_dim > 0,
             node_features=mcfg.node_feature_dim > 0,
         )
-        parts = backends(self)
+        parts = access(self)
         self.embeddings, self.memory, self.pairs = parts.embeddings, parts.memory, parts.pairs
 
     @staticmethod
@@ -177,7 +177,7 @@ class TGNLinkModel:
         self.memory.observe(src, dst, t, feat)
 
     def nbytes(self) -> dict[str, int]:
-        """The memory backend's parts, and ``walks``: the pair reader's walk state, when it reads pairs."""
+        """The memory part's bytes by part, and ``walks``: the pair reader's walk state, if it reads pairs."""
         parts = self.memory.nbytes()
         if self.pairs is not None:
             parts["walks"] = self.pairs.nbytes()
@@ -208,7 +208,7 @@ class TGNLinkModel:
     def prepare(
         self, batch: StepInput, candidates: Candidates | None, train_neg: np.ndarray | None
     ) -> _Prepared:
-        """Pair features of this rank's rows, then the embedding backend's query sets (in this order: a
+        """Pair features of this rank's rows, then the embedding part's query sets (in this order: a
         sharded run's exchanges come in the same order on every rank)."""
         src, dst, t_query = batch.src, batch.dst, batch.t_query
         rank = candidates is not None and candidates.rank
@@ -317,7 +317,7 @@ class TGNLinkModel:
 
     def read_pairs(self, src: np.ndarray, cand: np.ndarray, t: np.ndarray) -> PairRows:
         """Raw pair features of each ``(src[i], cand[i, j])`` at ``t[i]`` (-1: unknown, no history), read
-        now (before the store holds the batch) by the pair backend (a collective when sharded), once per
+        now (before the store holds the batch) by the pair part (a collective when sharded), once per
         distinct pair: a reader's features are a function of the query."""
         n, q = cand.shape
         queries = np.rec.fromarrays([np.repeat(src, q), cand.reshape(-1), np.repeat(t, q)])

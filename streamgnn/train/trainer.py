@@ -53,9 +53,9 @@ class OnlineTrainer(StreamTrainer):
     ``config.model`` describes (``models.make_link_model``).
 
     The per-batch step and the stream loop are ``step.StreamTrainer``'s (the sharded trainer's too); this
-    class is its one-process / replicated backend (the store's admission, the replicated score rows); the
-    seams are modules of their own: the model (``protocol.LinkModel``, TGN's in ``tgn_model``), negatives
-    (``negatives``), serving (``serving``) and checkpoints (``checkpoint``).
+    class gives its one-process / replicated distribution hooks (the store's admission, the replicated score
+    rows); the seams are modules of their own: the model (``protocol.LinkModel``, TGN's in ``tgn_model``),
+    negatives (``negatives``), serving (``serving``) and checkpoints (``checkpoint``).
     """
 
     def __init__(
@@ -115,7 +115,7 @@ class OnlineTrainer(StreamTrainer):
     def latency(self) -> LatencyTracker:
         return self.serving.latency
 
-    # ------------------------------------------------------------------ the step's backend
+    # ------------------------------------------------------------------ the step's distribution hooks
     @property
     def served(self) -> TemporalGraphStore:
         return self.store

@@ -1,8 +1,9 @@
-"""Where TGN's stream-dependent parts live: the seams between ``TGNLinkModel`` and one store or many shards.
+"""TGN's access to the graph and its memory where they live: one store, or many shards (``TGNAccess``).
 
 ``TGNLinkModel`` holds what TGN is: the ``nn.TGN`` module and its optimizer, the query layout of a batch,
-scoring, the loss and the update. What depends on where the graph and the memory live it asks of backends,
-so the same model runs in one process (``tgn_local``) or partitioned over ranks (``shard.tgn_backend``):
+scoring, the loss and the update. What depends on where the graph and the memory live it asks of its
+access, three parts, so the same model runs in one process (``tgn_local``) or partitioned over ranks
+(``shard.tgn_access``):
 
 - ``Embeddings``: embeddings of ``(node, time)`` queries. ``prepare`` reads, before the store holds the
   batch, what each ``QuerySet`` needs (one process: the sampled neighborhoods; sharded: the owners' rows,
@@ -15,7 +16,8 @@ so the same model runs in one process (``tgn_local``) or partitioned over ranks 
   ``shard.pairs.ShardPairs``), None when the model reads none.
 
 A model family other than TGN runs sharded the same way: it keeps the ``LinkModel`` protocol, scores and
-trains ``StepInput.rows`` only, and takes its stream state from backends like these.
+trains ``StepInput.rows`` only, and reaches its stream state through parts like these (DyGFormer: its
+``NeighborReader``).
 """
 
 from __future__ import annotations
@@ -94,8 +96,8 @@ class PairReader(Protocol):
 
 
 @dataclass
-class Backends:
-    """A ``TGNLinkModel``'s backends; ``TGNLinkModel(backends=...)`` takes a function that makes them."""
+class TGNAccess:
+    """A ``TGNLinkModel``'s access parts; ``TGNLinkModel(access=...)`` takes a function that makes them."""
 
     embeddings: Embeddings
     memory: Memory

@@ -1,4 +1,4 @@
-"""TGN's backends over shards (``train.tgn_backend``): the owner of a vertex embeds it and keeps its memory.
+"""TGN's access over shards (``train.tgn_access``): the owner of a vertex embeds it and keeps its memory.
 
 ``ShardedTrainer`` builds the online trainer's ``TGNLinkModel`` with these in place of the one-process
 ones, so scoring, the loss and the update are the model's own and the sharded trainer never touches TGN:
@@ -14,7 +14,7 @@ ones, so scoring, the loss and the update are the model's own and the sharded tr
   (over the batch's working set when it was embedded) and queue their new messages.
 - pair features: ``pairs.ShardPairs`` (the source's side from its shard, the destination's from its owner).
 - the rows themselves: ``tgn_state.TGNShardState`` (owned rows, halo, the embedder and its row cache), the
-  ``state.RankState`` the trainer calls as the shard changes, made here with the backends.
+  ``state.RankState`` the trainer calls as the shard changes, made here with the access.
 
 TGN's own limits when sharded are checked here too: no node features yet, and a variant with memory.
 """
@@ -31,7 +31,7 @@ from ..nn import TGN
 from ..sampling import SamplerConfig
 from ..store import TemporalGraphStore
 from ..train.protocol import StepInput
-from ..train.tgn_backend import SERVE, Backends, QuerySet
+from ..train.tgn_access import SERVE, QuerySet, TGNAccess
 from .compute import Embedder, Queries
 from .memory import lend_state
 from .pairs import ShardPairs
@@ -39,11 +39,11 @@ from .sampling import LocalSampler, RoutedSampler
 from .tgn_state import TGNShardState
 
 
-def shard_backends(trainer) -> Callable:
-    """The function ``TGNLinkModel(backends=...)`` takes to run on ``trainer``'s shards. It makes the
+def shard_access(trainer) -> Callable:
+    """The function ``TGNLinkModel(access=...)`` takes to run on ``trainer``'s shards. It makes the
     model's memory over the shards (``tgn_state.TGNShardState``) and hands it to ``trainer.states``."""
 
-    def make(model) -> Backends:
+    def make(model) -> TGNAccess:
         mcfg = model.config.model
         if mcfg.node_feature_dim:
             raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
@@ -56,7 +56,7 @@ def shard_backends(trainer) -> Callable:
             exchange = trainer.exchange if trainer.exact else None
             pairs = ShardPairs(trainer.store, mcfg, trainer.index, exchange)
         embeddings = ShardEmbeddings(trainer, state.embedder, model.sampling)
-        return Backends(embeddings, ShardMemory(trainer, state, model.model), pairs)
+        return TGNAccess(embeddings, ShardMemory(trainer, state, model.model), pairs)
 
     return make
 
