@@ -92,7 +92,7 @@ def test_a_train_config_as_the_old_code_wrote_it_into_checkpoints_still_loads():
     )
     assert old.baselines == ("edgebank", "edgebank_tw") and not old.model.pair_features  # today's defaults
     saved["model"]["merge"] = "linear_skip"
-    with pytest.raises(ConfigError, match="^step-5: model: TGNConfig.merge='linear_skip' is no longer built"):
+    with pytest.raises(ConfigError, match="^step-5: TGNConfig.merge='linear_skip' is no longer built"):
         TrainConfig.from_checkpoint(saved, "step-5")
 
 

@@ -50,8 +50,8 @@ class TGNConfig(Config):
     the papers' choices (not measured otherwise).
     ``merge`` is gone (#21): the ablation against PyG's linear skip made no difference (benchmarks/RESULTS.md,
     "Bitcoin OTC's MRR gap, by ablation"), so attention output and root state always meet in TGN's MLP
-    merge. Configs written before still load: ``merge="mlp"`` (what the model does) is ignored,
-    ``"linear_skip"`` is refused.
+    merge. Configs written before still load (``configs.STEPS``): ``merge="mlp"`` (what the model does) is
+    dropped, ``"linear_skip"`` refused.
     ``pair_features``: the link predictor also reads the pair's features from the store at query time
     (``sampling.PairFeatures``, encoded by ``PairEncoder`` into ``4 * pair_dim`` values, 3 without
     walks): u->v and v->u counts, time since the latest of each, decayed counts with time constants
@@ -106,17 +106,6 @@ class TGNConfig(Config):
     walk_dim: int = 64
     walk_decays: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
     pair_decayed: bool = False
-
-    @classmethod
-    def upgrade(cls, data: dict) -> dict:
-        """A config dict as older versions wrote it: without the removed ``merge`` (see above)."""
-        merge = data.pop("merge", None)
-        if merge not in (None, "mlp"):
-            raise ConfigError(
-                f"TGNConfig.merge={merge!r} is no longer built: the switch was removed (its ablation made no "
-                "difference) and every model uses the MLP merge; drop 'merge' from the config"
-            )
-        return data
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pair_decays", tuple(self.pair_decays))  # (lists from JSON)

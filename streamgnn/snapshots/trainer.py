@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import capture_rng, restore_rng
-from ..configs import Config
+from ..configs import Config, from_record, stamp
 from ..errors import ConfigError
 from ..progress import progress_bar
 from ..sources import as_source
@@ -309,7 +309,7 @@ class SnapshotTrainer:
             "stream": tensors,
             "rng": capture_rng(),
         }
-        values = {"config": self.config.to_dict(), "steps": self.steps, "stream": values,
+        values = {"config": stamp(self.config.to_dict()), "steps": self.steps, "stream": values,
                   "metrics": [dataclasses.asdict(m) for m in self.metrics]}  # fmt: skip
         return state, values
 
@@ -332,7 +332,7 @@ class SnapshotTrainer:
         ckpt = checkpoint.load(Path(checkpoint_dir), kind=KIND, expect=expect)
         man = ckpt.manifest
         config = config or dataclasses.replace(
-            SnapshotTrainConfig.from_dict(man["config"], f"{checkpoint_dir}: config"),
+            from_record(SnapshotTrainConfig, man["config"], f"{checkpoint_dir}: config", "snapshot_train"),
             checkpoint_dir=str(checkpoint_dir),
         )
         trainer = cls(cell, config, hidden=hidden)
