@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from ..store.kernels import decode
-from .pair_kernels import _prefix, _visible
+from .pair_kernels import _pair_block, _pair_entry, _prefix, _visible
 
 TAU_COLS, FREE_COLS = 7, 4
 
@@ -47,20 +47,13 @@ def _latest_events(start, deg, pool, edge_t, edge_del, w, t, k, nbr, tim):
 def _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, out):
     """Decayed u -> v and v -> u counts per time constant into ``out[c * TAU_COLS + 0/1]``; the time of
     the pair's latest event in either direction (-inf: none)."""
-    a, b, flip = u, v, False
-    if deg[v] < deg[u]:
-        a, b, flip = v, u, True
-    s = start[a]
+    s, n, b, flip = _pair_block(start, deg, pool, edge_t, u, v, t)
     last = -np.inf
-    for j in range(_prefix(start, deg, pool, edge_t, a, t)):
-        if pool[s + j, 0] != b:
+    for j in range(n):
+        te, col = _pair_entry(pool, edge_t, edge_del, s + j, b, flip, t)  # col 0: u -> v, 1: v -> u
+        if col < 0:
             continue
-        code = pool[s + j, 1]
-        if not _visible(code, edge_del, t):
-            continue
-        te = edge_t[decode(code)]
         last = max(last, te)
-        col = 0 if (code >= 0) != flip else 1  # u -> v or v -> u
         for c in range(len(taus)):
             out[c * TAU_COLS + col] += np.exp(-(t - te) / taus[c])
     return last

@@ -48,6 +48,29 @@ def _prefix(start, deg, pool, edge_t, v, t):
     return lo
 
 
+@njit(cache=True, inline="always")
+def _pair_block(start, deg, pool, edge_t, u, v, t):
+    """Where pair ``(u, v)``'s entries before ``t`` are scanned: the smaller endpoint's block (its start and
+    its entries before ``t``), the endpoint to look for there, and whether the block is v's (where an
+    out-entry is v -> u)."""
+    a, b, flip = u, v, False
+    if deg[v] < deg[u]:
+        a, b, flip = v, u, True
+    return start[a], _prefix(start, deg, pool, edge_t, a, t), b, flip
+
+
+@njit(cache=True, inline="always")
+def _pair_entry(pool, edge_t, edge_del, at, b, flip, t):
+    """Entry ``at`` of a ``_pair_block`` scan: its time and direction (0: u -> v, 1: v -> u), or (0, -1)
+    where it is with another node or deleted at ``t``."""
+    if pool[at, 0] != b:
+        return 0.0, -1
+    code = pool[at, 1]
+    if not _visible(code, edge_del, t):
+        return 0.0, -1
+    return edge_t[decode(code)], 0 if (code >= 0) != flip else 1
+
+
 @njit(cache=True)
 def pair_history(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, taus, out):
     """``out[i]`` = history of pair ``(src[i], dst[i])`` before ``ts[i]`` (columns: module constants).
@@ -62,21 +85,13 @@ def pair_history(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, ta
         out[i, SINCE_VU] = np.inf
         if u < 0 or v < 0 or u >= num_nodes or v >= num_nodes:
             continue
-        # scan the smaller block for the other end; in v's block an out-entry is v -> u
-        a, b, flip = u, v, False
-        if deg[v] < deg[u]:
-            a, b, flip = v, u, True
-        s = start[a]
+        s, n, b, flip = _pair_block(start, deg, pool, edge_t, u, v, t)
         last_uv, last_vu = -np.inf, -np.inf
-        for j in range(_prefix(start, deg, pool, edge_t, a, t)):
-            if pool[s + j, 0] != b:
+        for j in range(n):
+            te, direction = _pair_entry(pool, edge_t, edge_del, s + j, b, flip, t)
+            if direction < 0:
                 continue
-            code = pool[s + j, 1]
-            if not _visible(code, edge_del, t):
-                continue
-            te = edge_t[decode(code)]
-            forward = (code >= 0) != flip  # u -> v
-            if forward:
+            if direction == 0:
                 out[i, N_UV] += 1.0
                 last_uv = max(last_uv, te)
             else:
