@@ -10,7 +10,8 @@ the pair's concatenated states (links), as in PGT's examples.
   are averaged into one optimizer step and the state is cut from the graph. ``bptt=None`` is one step per
   pass, PGT's examples' recipe.
 - ``fit(signal)``: offline, a chronological split (``train_ratio``), ``epochs`` passes over the training
-  part, then the test part scored with the state carried on from training.
+  part, then the test part scored with the state carried on from training; each pass runs through the
+  online trainers' loop (``train.driver.Drive``), as ``fit_offline``'s phases do.
 - ``run(snapshots)``: online test-then-train; each snapshot is scored by the model before it learns from it.
   The loop is the online trainers' (``train.driver.Drive``: progress, checkpoint cadence, ``max_snapshots``);
   a checkpoint only follows a snapshot that closes a window of ``bptt`` losses.
@@ -180,7 +181,7 @@ class SnapshotTrainer:
     def fit(self, snapshots, *, progress: bool = True) -> SnapshotTrainResult:
         """Chronological split of ``snapshots`` (a PGT signal or a sequence), ``epochs`` passes over the
         first ``train_ratio``, then the rest scored. Metrics: the last epoch's train snapshots and the test
-        ones."""
+        ones. Each pass runs through the online trainers' loop (``_pass``)."""
         cfg = self.config
         snaps = [_data(s) for s in snapshots]
         cut = int(cfg.train_ratio * len(snaps))  # as PGT's temporal_signal_split
@@ -191,19 +192,36 @@ class SnapshotTrainer:
         started = time.perf_counter()
         bar = progress_bar(iterable=range(cfg.epochs), unit="epoch", disable=not progress)
         for epoch in bar:
-            self.hidden, self._window, last = None, [], epoch == cfg.epochs - 1
+            self.hidden, self._window = None, []
             self.cell.reset()
             self.model.train()
-            for i, data in enumerate(snaps[:cut]):
-                m = self._step(data, (i, "train") if last else None, cfg.bptt)
+            last = epoch == cfg.epochs - 1  # only the last epoch's train snapshots are recorded
+
+            def train(i: int, data, last: bool = last) -> SnapshotMetrics:
+                return self._step(data, (i, "train") if last else None, cfg.bptt)
+
+            m = self._pass(snaps, range(cut), train)
             self._learn(self._window)
             self._window = []
             bar.set_postfix(loss=f"{m.loss:.4f}", refresh=False)
         self.model.eval()
         with torch.no_grad():
-            for i, data in enumerate(snaps[cut:], start=cut):
-                self._record(self._forward(data)[2], i, "test")
+            self._pass(
+                snaps, range(cut, len(snaps)), lambda i, data: self._record(self._forward(data)[2], i, "test")
+            )
         return self._result(started)
+
+    def _pass(self, snaps: list, indices: range, step) -> SnapshotMetrics:
+        """``step(index, snapshot)`` over ``snaps[indices]`` in order, through the online trainers' loop
+        (``train.driver.Drive``: no checkpoints, no bar of its own); its last metrics. An offline pass
+        consumes nothing of a stream: ``position`` (snapshots consumed online) stays as it was."""
+        stepped: list[SnapshotMetrics] = []
+        drive = Drive(
+            self, every=0, limit=None, progress=False, size=lambda _: 0, postfix=lambda: None,
+            step=lambda item, _arrival: step(*item), on_step=lambda _item, m, _arrival: stepped.append(m),
+        )  # fmt: skip
+        drive.run((((i, snaps[i]), time.perf_counter(), True) for i in indices), lambda: None)
+        return stepped[-1]
 
     # ------------------------------------------------------------------ online
     def run(
