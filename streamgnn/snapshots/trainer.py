@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -50,13 +51,13 @@ from .spec import SnapshotSpec
 from .stream import SnapshotStream, live_snapshots
 from .targets import NextLinks, NodeTarget
 
-TASKS = ("regression", "classification", "link")
+Task = Literal["regression", "classification", "link"]  # checked by ``Config`` however built
 KIND = "snapshot-trainer"  # what its checkpoints are, in the container's manifest
 
 
 @dataclass(frozen=True)
 class SnapshotTrainConfig(Config):
-    task: str = "regression"
+    task: Task = "regression"
     lr: float = 0.01
     epochs: int = 1
     bptt: int | None = None  # snapshots per optimizer step; None: one per pass (online: every snapshot)
@@ -69,8 +70,6 @@ class SnapshotTrainConfig(Config):
     checkpoint_keep: int = 2
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ConfigError(f"task must be one of {TASKS}, got {self.task!r}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr!r}")
         for name in ("epochs", "outputs", "checkpoint_keep"):
