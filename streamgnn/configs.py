@@ -324,7 +324,8 @@ class Step:
 def _drop_merge(data: dict) -> dict:
     """``train.model.merge`` was an ablation switch, removed (#21): "mlp", what every model does, is dropped;
     another value names a model this streamgnn no longer builds."""
-    model = (data.get("train") or {}).get("model") if isinstance(data.get("train"), Mapping) else None
+    train = data.get("train")
+    model = train.get("model") if isinstance(train, Mapping) else None
     if not isinstance(model, Mapping) or "merge" not in model:
         return data
     model = dict(model)
@@ -334,7 +335,7 @@ def _drop_merge(data: dict) -> dict:
             f"TGNConfig.merge={merge!r} is no longer built: the switch was removed (its ablation made no "
             "difference) and every model uses the MLP merge; drop 'merge' from the config"
         )
-    return {**data, "train": {**data["train"], "model": model}}
+    return {**data, "train": {**train, "model": model}}
 
 
 STEPS: tuple[Step, ...] = (

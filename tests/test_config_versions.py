@@ -119,3 +119,16 @@ def test_upgrade_leaves_the_callers_dict_alone():
     data = {"train": {"model": {"merge": "mlp"}}}
     assert upgrade(data, complete=True)["train"]["model"]["time_init"] == "geometric"
     assert data == {"train": {"model": {"merge": "mlp"}}}
+
+
+def test_the_snapshot_trainers_config_is_stamped_and_read_through_the_same_path():
+    from streamgnn.configs import from_record, stamp
+    from streamgnn.snapshots import SnapshotTrainConfig
+
+    config = SnapshotTrainConfig(task="link", epochs=2)
+    written = stamp(config.to_dict())
+    assert written[VERSION_KEY] == CONFIG_VERSION
+    assert from_record(SnapshotTrainConfig, written, "ckpt: config", "snapshot_train") == config
+    assert from_record(SnapshotTrainConfig, config.to_dict(), "ckpt: config", "snapshot_train") == config
+    with pytest.raises(ConfigError, match=rf"^ckpt: config: config_version {CONFIG_VERSION + 1} is newer"):
+        from_record(SnapshotTrainConfig, {**written, VERSION_KEY: CONFIG_VERSION + 1}, "ckpt: config")
