@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from ..store.kernels import decode
-from .pair_kernels import _pair_block, _pair_entry, _prefix, _visible
+from .pair_kernels import _prefix, _visible, pair_scan
 
 TAU_COLS, FREE_COLS = 7, 4
 
@@ -41,22 +41,6 @@ def _latest_events(start, deg, pool, edge_t, edge_del, w, t, k, nbr, tim):
             n += 1
         j -= 1
     return n
-
-
-@njit(cache=True)
-def _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, out):
-    """Decayed u -> v and v -> u counts per time constant into ``out[c * TAU_COLS + 0/1]``; the time of
-    the pair's latest event in either direction (-inf: none)."""
-    s, n, b, flip = _pair_block(start, deg, pool, edge_t, u, v, t)
-    last = -np.inf
-    for j in range(n):
-        te, col = _pair_entry(pool, edge_t, edge_del, s + j, b, flip, t)  # col 0: u -> v, 1: v -> u
-        if col < 0:
-            continue
-        last = max(last, te)
-        for c in range(len(taus)):
-            out[c * TAU_COLS + col] += np.exp(-(t - te) / taus[c])
-    return last
 
 
 @njit(cache=True)
@@ -119,6 +103,8 @@ def decay_features(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, 
     tim = np.empty((2, k), np.float64)
     w = np.empty((2, n_tau, k), np.float64)
     lens = np.zeros(2, np.int64)
+    acc = np.empty((2, n_tau))  # the pair's decayed counts (``pair_scan``)
+    counts = np.empty(2)
     for i in range(len(src)):
         u, v, t = src[i], dst[i], ts[i]
         for c in range(out.shape[1]):
@@ -132,8 +118,11 @@ def decay_features(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, 
                 lens[side] = _latest_events(start, deg, pool, edge_t, edge_del, x, t, k, nbr[side], tim[side])
                 _weights(tim[side], lens[side], t, taus, w[side])
         last = -np.inf
-        if lens[0] > 0 and lens[1] > 0:
-            last = _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, out[i])
+        if lens[0] > 0 and lens[1] > 0:  # decayed u -> v and v -> u counts, the pair's latest event
+            last = max(pair_scan(start, deg, pool, edge_t, edge_del, u, v, t, taus, True, acc, counts))
+            for c in range(n_tau):
+                out[i, c * TAU_COLS] = acc[0, c]
+                out[i, c * TAU_COLS + 1] = acc[1, c]
         for side in range(2):
             if lens[side] > 0:
                 for c in range(n_tau):
