@@ -4,8 +4,9 @@ typed work in C).
 
 Why a layer over msgspec: it ignores keys a dataclass does not have, and names a wrong value by its type
 only. Here a typo is an error that names the key, the class and where it was found, and a wrong value is
-named with what was expected; a class may declare ``upgrade(data) -> data`` (a classmethod) to read keys
-that older configs wrote. Dicts are JSON-safe: a non-finite float is written as the string "inf", "-inf"
+named with what was expected. A config written to disk carries its version (``stamp``); one written by an
+older streamgnn is read through ``upgrade``, the one path for old keys (see "Config versions" below). Dicts
+are JSON-safe: a non-finite float is written as the string "inf", "-inf"
 or "nan", and any float field reads those strings back (YAML and environment variables write them so too).
 
 >>> from dataclasses import dataclass
@@ -199,19 +200,13 @@ def _dataclasses_of(hint) -> list:
 
 
 def _prepare(cls, data, where: list[str]) -> dict:
-    """``data`` checked key by key against ``cls`` (recursively into dataclass fields), upgraded from older
-    layouts, with "inf"-like strings of float fields as floats: what msgspec then converts."""
+    """``data`` checked key by key against ``cls`` (recursively into dataclass fields), with "inf"-like
+    strings of float fields as floats: what msgspec then converts."""
     label = ": ".join(where)
     prefix = f"{label}: " if label else ""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix}expected a mapping of {cls.__name__} keys, got {type(data).__name__}")
     data = dict(data)
-    upgrade = getattr(cls, "upgrade", None)
-    if upgrade is not None:
-        try:
-            data = upgrade(data)
-        except StreamGNNError as exc:
-            raise ConfigError(f"{prefix}{exc}") from None
     fields = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = [key for key in data if key not in fields]  # in the given order (keys may be numbers)
     if unknown:
@@ -291,3 +286,148 @@ def _json_safe(value):
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return value
+
+
+# ---------------------------------------------------------------------------------------- config versions
+#
+# Every config streamgnn writes to disk carries its version under ``config_version`` (``stamp``): the
+# configs in checkpoints, and a YAML job file may name it at its top level. A config without a stamp is the
+# oldest version, 1. ``upgrade`` takes a job config's dict (sections ``train``, ``kafka``, ...) from its
+# version to ``CONFIG_VERSION`` one ``Step`` at a time, and ``from_record`` reads one section saved alone (a
+# checkpoint's training config) through the same steps. A version newer than this streamgnn knows is
+# refused, naming the file, rather than read with keys it would misunderstand.
+#
+# A step does two things. ``move`` renames, moves or removes keys (in every config). ``then`` names the
+# values the keys it added had before it: a checkpoint's config is a complete record (``to_dict`` writes
+# every field), so a key it lacks did not exist when it was written and the run resumes with the value it
+# had then. A YAML file names only what its author chose: a key it lacks takes today's default, so ``then``
+# is not applied to it (``complete=False``).
+#
+# To rename, move or remove a key, or to change what runs do where a key is not given: append a ``Step``
+# (its version one more than the last's) that says what and why.
+
+VERSION_KEY = "config_version"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """The upgrade to ``version`` from the one before: ``move`` (renames, moves and removals, on a copy of
+    the job config's dict) and ``then`` (``{dotted key from the job's root: the value it had before this
+    version}`` for the keys this version added; complete records only)."""
+
+    version: int
+    why: str
+    move: typing.Callable[[dict], dict]
+    then: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+
+def _drop_merge(data: dict) -> dict:
+    """``train.model.merge`` was an ablation switch, removed (#21): "mlp", what every model does, is dropped;
+    another value names a model this streamgnn no longer builds."""
+    train = data.get("train")
+    model = train.get("model") if isinstance(train, Mapping) else None
+    if not isinstance(model, Mapping) or "merge" not in model:
+        return data
+    model = dict(model)
+    merge = model.pop("merge")
+    if merge != "mlp":
+        raise ConfigError(
+            f"TGNConfig.merge={merge!r} is no longer built: the switch was removed (its ablation made no "
+            "difference) and every model uses the MLP merge; drop 'merge' from the config"
+        )
+    return {**data, "train": {**train, "model": model}}
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        2,
+        "the MLP merge became the only one (train.model.merge removed); the model's time and pair options "
+        "and the negative pool were added, with defaults that depart from what runs did before: then, the "
+        "paper's TGN (query-time ages, geometric time init, no pair features; DyGFormer had none of these "
+        "keys) and every negative from the seen pool's one strategy",
+        _drop_merge,
+        {
+            "train.model.neighbor_time": "query",
+            "train.model.time_init": "geometric",
+            "train.model.pair_features": False,
+            "train.model.pair_endpoints": False,
+            "train.model.pair_walks": False,
+            "train.train_negative_pool": "seen",
+            "train.train_negative_fraction": 1.0,
+        },
+    ),
+)
+CONFIG_VERSION = STEPS[-1].version
+
+
+def version_of(data: Mapping, where: str = "") -> int:
+    """The version ``data`` is stamped with (1 where it has none), refused where it is not one this
+    streamgnn reads; the error names ``where`` (the file) so the reader knows which to fix."""
+    prefix = f"{where}: " if where else ""
+    version = data.get(VERSION_KEY, 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ConfigError(f"{prefix}{VERSION_KEY} must be a whole number >= 1, got {version!r}")
+    if version > CONFIG_VERSION:
+        raise ConfigError(
+            f"{prefix}{VERSION_KEY} {version} is newer than this streamgnn reads ({CONFIG_VERSION}): "
+            "upgrade streamgnn to read it"
+        )
+    return version
+
+
+def upgrade(data: Mapping, where: str = "", *, complete: bool) -> dict:
+    """The job config ``data`` as ``CONFIG_VERSION`` lays it out, its stamp removed: every ``Step`` after its
+    version, in order; with ``complete`` (a record, not a file a person wrote) the keys a step added take
+    the values they had before it.
+
+    >>> upgrade({"train": {"model": {"merge": "mlp"}}}, complete=False)
+    {'train': {'model': {}}}
+    >>> upgrade({"config_version": 3}, "ckpt-000002/manifest.json", complete=True)
+    Traceback (most recent call last):
+    ...
+    streamgnn.errors.ConfigError: ckpt-000002/manifest.json: config_version 3 is newer than this streamgnn \
+reads (2): upgrade streamgnn to read it
+    """
+    version = version_of(data, where)
+    data = {key: value for key, value in data.items() if key != VERSION_KEY}
+    for step in STEPS[version - 1 :]:
+        try:
+            data = step.move(data)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}" if where else str(exc)) from None
+        if complete:
+            data = _fill(data, step.then)
+    return data
+
+
+def from_record(cls, data: Mapping, where: str = "", section: str = "train"):
+    """A ``cls`` from ``data``, one section of a job config (``section``) saved alone with its stamp: a
+    checkpoint's config, upgraded as a complete record."""
+    version = version_of(data, where)
+    body = {key: value for key, value in data.items() if key != VERSION_KEY}
+    upgraded = upgrade({VERSION_KEY: version, section: body}, where, complete=True)
+    return from_dict(cls, upgraded[section], where)
+
+
+def _fill(data: dict, then: Mapping[str, object]) -> dict:
+    """``data`` with each dotted key of ``then`` that it lacks set to that value (copies along the way); a
+    model that is not a TGN variant (DyGFormer's) takes none of the ``model.`` ones."""
+    for dotted, value in then.items():
+        data = _set_absent(data, dotted.split("."), value)
+    return data
+
+
+def _set_absent(node: Mapping, path: list[str], value) -> dict:
+    node = dict(node)
+    head, *rest = path
+    below = node.get(head, {})
+    if not rest:
+        node.setdefault(head, value)
+    elif isinstance(below, Mapping) and not (head == "model" and below.get("variant") == "dygformer"):
+        node[head] = _set_absent(below, rest, value)
+    return node
+
+
+def stamp(data: Mapping) -> dict:
+    """``data`` (a config's ``to_dict``) as written to disk: with ``config_version`` first."""
+    return {VERSION_KEY: CONFIG_VERSION, **data}

@@ -57,7 +57,7 @@ def test_config_file_maps_onto_the_dataclasses(tmp_path):
         ("train: {batch_size: 0}\n", {}, "batch_size must be >= 1"),
         ("serve: {metric: l2}\n", {}, "serve: metric: expected one of ['cosine', 'dot'], got 'l2'"),
         ("train: {model: {variant: gru}}\n", {}, "expected one of ['tgn', 'jodie', 'tgat']"),
-        ("train: {model: {merge: linear_skip}}\n", {}, "train: model: TGNConfig.merge='linear_skip' is no"),
+        ("train: {model: {merge: linear_skip}}\n", {}, "c.yaml: TGNConfig.merge='linear_skip' is no"),
         ("[1, 2]\n", {}, "the top level must be a mapping"),
         ("train: {\n", {}, "is not valid YAML"),
         ("", {"STREAMGNN_SERVE__PORTT": "1"}, "unknown key 'portt' for ServeConfig"),

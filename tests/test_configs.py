@@ -8,6 +8,7 @@ import dataclasses
 import doctest
 import json
 import math
+import re
 
 import pytest
 
@@ -92,7 +93,7 @@ def test_a_train_config_as_the_old_code_wrote_it_into_checkpoints_still_loads():
     )
     assert old.baselines == ("edgebank", "edgebank_tw") and not old.model.pair_features  # today's defaults
     saved["model"]["merge"] = "linear_skip"
-    with pytest.raises(ConfigError, match="^step-5: model: TGNConfig.merge='linear_skip' is no longer built"):
+    with pytest.raises(ConfigError, match="^step-5: TGNConfig.merge='linear_skip' is no longer built"):
         TrainConfig.from_checkpoint(saved, "step-5")
 
 
@@ -153,3 +154,38 @@ def test_a_choice_is_checked_once_however_the_config_is_built():
     with pytest.raises(ConfigError, match="^extra must be"):
         Checked(extra=-1)
     assert FollowConfig(mode="budget").mode == "budget"
+
+
+@pytest.mark.parametrize(
+    "cls, field, value, options",
+    [
+        (TGNConfig, "variant", "gru", ["tgn", "jodie", "tgat"]),
+        (TGNConfig, "message", "gru", ["identity", "mlp"]),
+        (TGNConfig, "aggregator", "max", ["last", "mean"]),
+        (TGNConfig, "neighbor_time", "now", ["query", "last_update"]),
+        (TGNConfig, "time_init", "zeros", ["geometric", "uniform"]),
+        (SnapshotSpec, "kind", "daily", ["state", "window"]),
+        (SnapshotSpec, "weight", "sum", ["none", "count", "column", "decay"]),
+        (SnapshotTrainConfig, "task", "ranking", ["regression", "classification", "link"]),
+        (PartitionerConfig, "name", "metis", ["hash", "ldg", "fennel", "hdrf", "dbh"]),
+    ],
+)
+def test_every_choice_of_a_config_is_a_literal_checked_by_config(cls, field, value, options):
+    """The choices once checked by hand in each class's ``__post_init__`` are ``Literal`` fields: refused in
+    ``Config``'s words whether the config is built in Python or from a dict, each option accepted."""
+    from streamgnn.sampling import SamplerConfig
+    from streamgnn.snapshots import NextLinks
+
+    base = {"every": 1.0} if cls is SnapshotSpec else {}
+    message = rf"^{field}: expected one of {re.escape(str(options))}, got '{value}'$"
+    with pytest.raises(ConfigError, match=message):
+        cls(**base, **{field: value})
+    with pytest.raises(ConfigError, match=rf"^{field}: expected one of"):
+        cls.from_dict({**base, field: value})
+    for option in options:
+        needs = {"half_life": 1.0} if option == "decay" else {}  # a decayed weight's own parameter
+        assert getattr(cls(**base, **needs, **{field: option}), field) == option
+    for other, name, bad in ((SamplerConfig, "strategy", "latest"), (SamplerConfig, "direction", "up"),
+                             (NextLinks, "strategy", "popular")):  # fmt: skip
+        with pytest.raises(ConfigError, match=rf"^{name}: expected one of .*, got '{bad}'$"):
+            other(**{name: bad})

@@ -386,17 +386,26 @@ def test_sparse_attention_equals_multihead_attention_over_padded_keys():
 
 
 def test_configs_naming_the_removed_merge_switch_load_or_are_refused_with_the_reason():
-    """``TGNConfig.merge`` was an ablation switch, removed: an old dict's ``merge="mlp"`` (what every
-    model does) builds the same model, ``"linear_skip"`` is refused naming the switch; new dicts omit it."""
+    """``TGNConfig.merge`` was an ablation switch, removed: an old config's ``merge="mlp"`` (what every
+    model does) builds the same model through the one upgrade path (``configs.upgrade``), ``"linear_skip"``
+    is refused naming the switch; new dicts omit it, and a current one names it as an unknown key."""
+    from streamgnn.configs import upgrade
+
+    def read(model: dict, version: int = 1) -> TGNConfig:
+        data = upgrade({"config_version": version, "train": {"model": model}}, "old.yaml", complete=False)
+        return TGNConfig.from_dict(data["train"]["model"])
+
     torch.manual_seed(0)
     plain = TGN(small_config())
     torch.manual_seed(0)
-    old = TGN(TGNConfig.from_dict({**small_config().to_dict(), "merge": "mlp"}))
+    old = TGN(read({**small_config().to_dict(), "merge": "mlp"}))
     assert old.config == plain.config and "merge" not in dataclasses.asdict(old.config)
     for name, value in plain.state_dict().items():
         assert torch.equal(old.state_dict()[name], value), name
-    with pytest.raises(ConfigError, match="merge='linear_skip'.*removed"):
-        TGNConfig.from_dict({**small_config().to_dict(), "merge": "linear_skip"})
+    with pytest.raises(ConfigError, match="old.yaml: TGNConfig.merge='linear_skip'.*removed"):
+        read({**small_config().to_dict(), "merge": "linear_skip"})
+    with pytest.raises(ConfigError, match="unknown key 'merge'"):
+        read({**small_config().to_dict(), "merge": "mlp"}, version=2)
 
 
 def test_state_dict_round_trip_restores_outputs_and_state():

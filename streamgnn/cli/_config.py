@@ -1,6 +1,7 @@
 """``--config FILE.yaml``: one file for every job of a deployment, whose sections are the Python API's config
 dataclasses, overridden by environment variables and then by command-line flags.
 
+    config_version: 2 # the layout the file is written in (none: 1); older ones are upgraded (configs.STEPS)
     kafka:            # KafkaConfig (below): where the topics are
       bootstrap: kafka:9092
       partitions: 4
@@ -50,7 +51,7 @@ import yaml
 
 from ..agents.experiments import DecentralizedSetup, FlockingSetup, SweepConfig
 from ..agents.source_loc import SourceLocConfig
-from ..configs import Config, field_default, from_dict
+from ..configs import Config, field_default, from_dict, upgrade
 from ..errors import ConfigError
 from ..jobs.router import RouterConfig
 from ..serve.config import ServeConfig
@@ -203,6 +204,7 @@ def load_config(
         data = _parse_yaml(text, str(path)) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        data = upgrade(data, str(path), complete=False)  # the file's keys, as this version names them
     where = str(path) if path is not None else "config"
     for dotted, value in (defaults or {}).items():
         _put(data, dotted.split("."), value, f"default for {dotted}", keep=True)

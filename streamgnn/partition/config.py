@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from ..configs import Config
 from ..errors import ConfigError
@@ -20,6 +21,7 @@ from ..errors import ConfigError
 VERTEX_METHODS = ("hash", "ldg", "fennel")  # edge-cut: every vertex in one partition
 EDGE_METHODS = ("hdrf", "dbh")  # vertex-cut: every edge in one partition, vertices replicated
 METHODS = VERTEX_METHODS + EDGE_METHODS
+Method = Literal[METHODS]  # PartitionerConfig.name, checked by ``Config`` however built
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,7 @@ class PartitionerConfig(Config):
     ``rebalance`` (a ``RebalanceConfig`` or a mapping of its fields) says when vertices move.
     """
 
-    name: str = "hash"
+    name: Method = "hash"
     buffer_edges: int = 1
     buffer_time: float = math.inf
     max_pending: int = 100_000
@@ -93,8 +95,6 @@ class PartitionerConfig(Config):
                 f"rebalancing moves vertices of 'ldg' or 'fennel'; {self.name!r} cannot (hash is what every "
                 "producer computes; edge partitioners place edges, not vertices)"
             )
-        if self.name not in METHODS:
-            raise ConfigError(f"partitioner must be one of {METHODS}, got {self.name!r}")
         for key, lo in (("buffer_edges", 1), ("max_pending", 1), ("expected_nodes", 0), ("window_edges", 0)):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
@@ -131,7 +131,7 @@ class PartitionerConfig(Config):
         if isinstance(spec, PartitionerConfig):
             return spec
         if isinstance(spec, str):
-            return cls(name=spec)
+            spec = {"name": spec}
         if isinstance(spec, Mapping):
             return cls.from_dict(spec, "partitioner")
         raise ConfigError(f"partitioner must be a name, a mapping or a PartitionerConfig, got {spec!r}")

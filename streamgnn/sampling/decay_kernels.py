@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from ..store.kernels import decode
-from .pair_kernels import _prefix, _visible
+from .pair_kernels import _prefix, _visible, pair_scan
 
 TAU_COLS, FREE_COLS = 7, 4
 
@@ -41,29 +41,6 @@ def _latest_events(start, deg, pool, edge_t, edge_del, w, t, k, nbr, tim):
             n += 1
         j -= 1
     return n
-
-
-@njit(cache=True)
-def _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, out):
-    """Decayed u -> v and v -> u counts per time constant into ``out[c * TAU_COLS + 0/1]``; the time of
-    the pair's latest event in either direction (-inf: none)."""
-    a, b, flip = u, v, False
-    if deg[v] < deg[u]:
-        a, b, flip = v, u, True
-    s = start[a]
-    last = -np.inf
-    for j in range(_prefix(start, deg, pool, edge_t, a, t)):
-        if pool[s + j, 0] != b:
-            continue
-        code = pool[s + j, 1]
-        if not _visible(code, edge_del, t):
-            continue
-        te = edge_t[decode(code)]
-        last = max(last, te)
-        col = 0 if (code >= 0) != flip else 1  # u -> v or v -> u
-        for c in range(len(taus)):
-            out[c * TAU_COLS + col] += np.exp(-(t - te) / taus[c])
-    return last
 
 
 @njit(cache=True)
@@ -126,6 +103,8 @@ def decay_features(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, 
     tim = np.empty((2, k), np.float64)
     w = np.empty((2, n_tau, k), np.float64)
     lens = np.zeros(2, np.int64)
+    acc = np.empty((2, n_tau))  # the pair's decayed counts (``pair_scan``)
+    counts = np.empty(2)
     for i in range(len(src)):
         u, v, t = src[i], dst[i], ts[i]
         for c in range(out.shape[1]):
@@ -139,8 +118,11 @@ def decay_features(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, 
                 lens[side] = _latest_events(start, deg, pool, edge_t, edge_del, x, t, k, nbr[side], tim[side])
                 _weights(tim[side], lens[side], t, taus, w[side])
         last = -np.inf
-        if lens[0] > 0 and lens[1] > 0:
-            last = _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, out[i])
+        if lens[0] > 0 and lens[1] > 0:  # decayed u -> v and v -> u counts, the pair's latest event
+            last = max(pair_scan(start, deg, pool, edge_t, edge_del, u, v, t, taus, True, acc, counts))
+            for c in range(n_tau):
+                out[i, c * TAU_COLS] = acc[0, c]
+                out[i, c * TAU_COLS + 1] = acc[1, c]
         for side in range(2):
             if lens[side] > 0:
                 for c in range(n_tau):

@@ -48,12 +48,50 @@ def _prefix(start, deg, pool, edge_t, v, t):
     return lo
 
 
+@njit(cache=True, inline="always")
+def pair_scan(start, deg, pool, edge_t, edge_del, u, v, t, taus, split, acc, counts):
+    """Pair ``(u, v)``'s visible entries before ``t``, scanned once in the smaller endpoint's block (u's
+    holds v as ``u -> v`` out-entries and ``v -> u`` in-entries; v's the same pairs mirrored): into
+    ``counts[0/1]`` the u -> v and v -> u events, into ``acc[0, c]`` their count decayed by ``taus[c]``
+    (with ``split``: ``acc[0/1, c]``, u -> v and v -> u apart), each sum in entry order; returns the latest
+    u -> v and v -> u times (-inf: none). ``pair_history`` and the decayed pair features
+    (``decay_kernels``) read it; inlined into both, as a call per query costs as much as the scan."""
+    for side in range(2):  # loops, not slices: this runs once per query, and most pairs have no entries
+        counts[side] = 0.0
+        for c in range(len(taus)):
+            acc[side, c] = 0.0
+    a, b, flip = u, v, False
+    if deg[v] < deg[u]:
+        a, b, flip = v, u, True
+    s = start[a]
+    last_uv, last_vu = -np.inf, -np.inf
+    for j in range(_prefix(start, deg, pool, edge_t, a, t)):
+        if pool[s + j, 0] != b:
+            continue
+        code = pool[s + j, 1]
+        if not _visible(code, edge_del, t):
+            continue
+        te = edge_t[decode(code)]
+        side = 0 if (code >= 0) != flip else 1  # u -> v or v -> u
+        counts[side] += 1.0
+        if side == 0:
+            last_uv = max(last_uv, te)
+        else:
+            last_vu = max(last_vu, te)
+        row = side if split else 0
+        for c in range(len(taus)):
+            acc[row, c] += np.exp(-(t - te) / taus[c])
+    return last_uv, last_vu
+
+
 @njit(cache=True)
 def pair_history(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, taus, out):
     """``out[i]`` = history of pair ``(src[i], dst[i])`` before ``ts[i]`` (columns: module constants).
 
     Ids outside ``0..num_nodes-1`` (-1: unknown) have no history: zero counts, infinite time since.
     """
+    acc = np.empty((2, len(taus)))
+    counts = np.empty(2)
     for i in range(len(src)):
         u, v, t = src[i], dst[i], ts[i]
         for c in range(out.shape[1]):
@@ -62,28 +100,10 @@ def pair_history(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, ta
         out[i, SINCE_VU] = np.inf
         if u < 0 or v < 0 or u >= num_nodes or v >= num_nodes:
             continue
-        # scan the smaller block for the other end; in v's block an out-entry is v -> u
-        a, b, flip = u, v, False
-        if deg[v] < deg[u]:
-            a, b, flip = v, u, True
-        s = start[a]
-        last_uv, last_vu = -np.inf, -np.inf
-        for j in range(_prefix(start, deg, pool, edge_t, a, t)):
-            if pool[s + j, 0] != b:
-                continue
-            code = pool[s + j, 1]
-            if not _visible(code, edge_del, t):
-                continue
-            te = edge_t[decode(code)]
-            forward = (code >= 0) != flip  # u -> v
-            if forward:
-                out[i, N_UV] += 1.0
-                last_uv = max(last_uv, te)
-            else:
-                out[i, N_VU] += 1.0
-                last_vu = max(last_vu, te)
-            for k in range(len(taus)):
-                out[i, HISTORY_FIXED + k] += np.exp(-(t - te) / taus[k])
+        last_uv, last_vu = pair_scan(start, deg, pool, edge_t, edge_del, u, v, t, taus, False, acc, counts)
+        out[i, N_UV], out[i, N_VU] = counts[0], counts[1]
+        for k in range(len(taus)):
+            out[i, HISTORY_FIXED + k] = acc[0, k]
         out[i, SINCE_UV] = t - last_uv
         out[i, SINCE_VU] = t - last_vu
 

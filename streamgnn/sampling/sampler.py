@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,12 +19,14 @@ import numba
 import numpy as np
 import torch
 
+from ..configs import Config
 from ..errors import ConfigError
 from ..store import FeatureStore, FeatureView, GraphStore
 from . import kernels as K
 from .types import SampledHop, SampledSubgraph, int_ids
 
-STRATEGIES = ("recent", "uniform")
+Strategy = Literal["recent", "uniform"]  # Literal fields: checked by ``Config`` however built
+STRATEGIES = typing.get_args(Strategy)
 DIRECTIONS = {"both": K.BOTH, "out": K.OUT, "in": K.IN}
 _NO_FEATURES = np.zeros((0, 0), np.float32)
 _NO_INTS = np.zeros(0, np.int64)
@@ -37,7 +40,7 @@ PARALLEL_MIN_ROOTS = 2048
 
 
 @dataclass(frozen=True)
-class SamplerConfig:
+class SamplerConfig(Config):
     """How to sample.
 
     ``fanouts[h]``: neighbors per root at hop ``h`` (-1: all candidates). ``strategy``: "recent" (the
@@ -48,7 +51,7 @@ class SamplerConfig:
     """
 
     fanouts: tuple[int, ...] = (10,)
-    strategy: Literal["recent", "uniform"] = "recent"
+    strategy: Strategy = "recent"
     direction: Literal["both", "out", "in"] = "both"
     window: float | None = None
     seed: int = 0
@@ -65,10 +68,6 @@ class SamplerConfig:
                 f"fanouts must be a non-empty sequence of ints >= 1 (or -1: all), got {self.fanouts!r}"
             )
         object.__setattr__(self, "fanouts", tuple(int(k) for k in fanouts))
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
-        if self.direction not in DIRECTIONS:
-            raise ConfigError(f"direction must be one of {tuple(DIRECTIONS)}, got {self.direction!r}")
         if self.window is not None and not (_is_real(self.window) and self.window >= 0):
             raise ConfigError(f"window must be a number >= 0 (or None for no window), got {self.window!r}")
 

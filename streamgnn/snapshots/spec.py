@@ -26,24 +26,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from ..configs import Config
 from ..errors import ConfigError
 
-KINDS = ("state", "window")
-WEIGHTS = ("none", "count", "column", "decay")
+Kind = Literal["state", "window"]  # Literal fields: checked by ``Config`` however built
+Weight = Literal["none", "count", "column", "decay"]
 
 
 @dataclass(frozen=True)
 class SnapshotSpec(Config):
-    kind: str = "state"
+    kind: Kind = "state"
     every: float | None = None
     start: float | None = None
     times: tuple[float, ...] | None = None
     width: float | None = None  # window kind; default: ``every``
-    weight: str = "none"
+    weight: Weight = "none"
     half_life: float | None = None  # decay weight
     undirected: bool = False
     degree_features: bool = False
@@ -52,10 +53,6 @@ class SnapshotSpec(Config):
     )
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError(f"kind must be one of {KINDS}, got {self.kind!r}")
-        if self.weight not in WEIGHTS:
-            raise ConfigError(f"weight must be one of {WEIGHTS}, got {self.weight!r}")
         if (self.every is None) == (self.times is None):
             raise ConfigError("give exactly one of every= (a fixed step) or times= (explicit snapshot times)")
         if self.every is not None and not (_number(self.every) and 0 < self.every < math.inf):

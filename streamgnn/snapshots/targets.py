@@ -26,9 +26,11 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
+from ..configs import Config
 from ..errors import ConfigError, SnapshotError
 from ..sampling import NegativeSampler
 from .pairs import key_pairs, pair_keys
@@ -109,9 +111,9 @@ class NodeLabeler:
 
 
 @dataclass(frozen=True)
-class NextLinks:
+class NextLinks(Config):
     negatives: int = 1
-    strategy: str = "random"
+    strategy: Literal["random", "historical"] = "random"  # checked by ``Config`` however built
     frac: float = 0.5  # historical strategy: the share of negatives from the source's past destinations
     seed: int = 0
 
@@ -122,8 +124,6 @@ class NextLinks:
             or self.negatives < 1
         ):
             raise ConfigError(f"NextLinks.negatives must be an int >= 1, got {self.negatives!r}")
-        if self.strategy not in ("random", "historical"):
-            raise ConfigError(f"NextLinks.strategy must be 'random' or 'historical', got {self.strategy!r}")
         if not 0.0 <= self.frac <= 1.0:
             raise ConfigError(f"NextLinks.frac must lie in [0, 1], got {self.frac!r}")
 

@@ -10,7 +10,8 @@ the pair's concatenated states (links), as in PGT's examples.
   are averaged into one optimizer step and the state is cut from the graph. ``bptt=None`` is one step per
   pass, PGT's examples' recipe.
 - ``fit(signal)``: offline, a chronological split (``train_ratio``), ``epochs`` passes over the training
-  part, then the test part scored with the state carried on from training.
+  part, then the test part scored with the state carried on from training; each pass runs through the
+  online trainers' loop (``train.driver.Drive``), as ``fit_offline``'s phases do.
 - ``run(snapshots)``: online test-then-train; each snapshot is scored by the model before it learns from it.
   The loop is the online trainers' (``train.driver.Drive``: progress, checkpoint cadence, ``max_snapshots``);
   a checkpoint only follows a snapshot that closes a window of ``bptt`` losses.
@@ -30,12 +31,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
 from ..checkpoint import as_arrays, as_tensors, load_rng_state, rng_state
-from ..configs import Config
+from ..configs import Config, from_record, stamp
 from ..errors import ConfigError
 from ..progress import progress_bar
 from ..sources import as_source
@@ -49,13 +51,13 @@ from .spec import SnapshotSpec
 from .stream import SnapshotStream, live_snapshots
 from .targets import NextLinks, NodeTarget
 
-TASKS = ("regression", "classification", "link")
+Task = Literal["regression", "classification", "link"]  # checked by ``Config`` however built
 KIND = "snapshot-trainer"  # what its checkpoints are, in the container's manifest
 
 
 @dataclass(frozen=True)
 class SnapshotTrainConfig(Config):
-    task: str = "regression"
+    task: Task = "regression"
     lr: float = 0.01
     epochs: int = 1
     bptt: int | None = None  # snapshots per optimizer step; None: one per pass (online: every snapshot)
@@ -68,8 +70,6 @@ class SnapshotTrainConfig(Config):
     checkpoint_keep: int = 2
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ConfigError(f"task must be one of {TASKS}, got {self.task!r}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr!r}")
         for name in ("epochs", "outputs", "checkpoint_keep"):
@@ -180,7 +180,7 @@ class SnapshotTrainer:
     def fit(self, snapshots, *, progress: bool = True) -> SnapshotTrainResult:
         """Chronological split of ``snapshots`` (a PGT signal or a sequence), ``epochs`` passes over the
         first ``train_ratio``, then the rest scored. Metrics: the last epoch's train snapshots and the test
-        ones."""
+        ones. Each pass runs through the online trainers' loop (``_pass``)."""
         cfg = self.config
         snaps = [_data(s) for s in snapshots]
         cut = int(cfg.train_ratio * len(snaps))  # as PGT's temporal_signal_split
@@ -191,19 +191,36 @@ class SnapshotTrainer:
         started = time.perf_counter()
         bar = progress_bar(iterable=range(cfg.epochs), unit="epoch", disable=not progress)
         for epoch in bar:
-            self.hidden, self._window, last = None, [], epoch == cfg.epochs - 1
+            self.hidden, self._window = None, []
             self.cell.reset()
             self.model.train()
-            for i, data in enumerate(snaps[:cut]):
-                m = self._step(data, (i, "train") if last else None, cfg.bptt)
+            last = epoch == cfg.epochs - 1  # only the last epoch's train snapshots are recorded
+
+            def train(i: int, data, last: bool = last) -> SnapshotMetrics:
+                return self._step(data, (i, "train") if last else None, cfg.bptt)
+
+            m = self._pass(snaps, range(cut), train)
             self._learn(self._window)
             self._window = []
             bar.set_postfix(loss=f"{m.loss:.4f}", refresh=False)
         self.model.eval()
         with torch.no_grad():
-            for i, data in enumerate(snaps[cut:], start=cut):
-                self._record(self._forward(data)[2], i, "test")
+            self._pass(
+                snaps, range(cut, len(snaps)), lambda i, data: self._record(self._forward(data)[2], i, "test")
+            )
         return self._result(started)
+
+    def _pass(self, snaps: list, indices: range, step) -> SnapshotMetrics:
+        """``step(index, snapshot)`` over ``snaps[indices]`` in order, through the online trainers' loop
+        (``train.driver.Drive``: no checkpoints, no bar of its own); its last metrics. An offline pass
+        consumes nothing of a stream: ``position`` (snapshots consumed online) stays as it was."""
+        stepped: list[SnapshotMetrics] = []
+        drive = Drive(
+            self, every=0, limit=None, progress=False, size=lambda _: 0, postfix=lambda: None,
+            step=lambda item, _arrival: step(*item), on_step=lambda _item, m, _arrival: stepped.append(m),
+        )  # fmt: skip
+        drive.run((((i, snaps[i]), time.perf_counter(), True) for i in indices), lambda: None)
+        return stepped[-1]
 
     # ------------------------------------------------------------------ online
     def run(
@@ -309,7 +326,7 @@ class SnapshotTrainer:
             "stream": as_tensors(arrays),
             "rng": rng_state(),
         }
-        values = {"config": self.config.to_dict(), "steps": self.steps, "stream": values,
+        values = {"config": stamp(self.config.to_dict()), "steps": self.steps, "stream": values,
                   "metrics": [dataclasses.asdict(m) for m in self.metrics]}  # fmt: skip
         return state, values
 
@@ -332,7 +349,7 @@ class SnapshotTrainer:
         ckpt = checkpoint.load(Path(checkpoint_dir), kind=KIND, expect=expect)
         man = ckpt.manifest
         config = config or dataclasses.replace(
-            SnapshotTrainConfig.from_dict(man["config"], f"{checkpoint_dir}: config"),
+            from_record(SnapshotTrainConfig, man["config"], f"{checkpoint_dir}: config", "snapshot_train"),
             checkpoint_dir=str(checkpoint_dir),
         )
         trainer = cls(cell, config, hidden=hidden)

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from .. import checkpoint
+from ..configs import stamp
 from ..errors import CheckpointError
 from ..store import TemporalGraphStore
 from .resume import Expectation, trainer_kind
@@ -44,7 +45,7 @@ class TrainerState:
     @classmethod
     def of(cls, trainer) -> TrainerState:
         kind = trainer_kind(hasattr(trainer, "shard_config"), trainer.dist.world_size)  # a sharded one has it
-        return cls(trainer.config.to_dict(), trainer.steps, trainer.position, trainer.learned,
+        return cls(stamp(trainer.config.to_dict()), trainer.steps, trainer.position, trainer.learned,
                    trainer.dead_letter_count, getattr(trainer, "source_identity", None), kind)  # fmt: skip
 
     @classmethod

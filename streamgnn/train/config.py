@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from ..configs import Config, from_dict, pick_variant
+from ..configs import Config, from_dict, from_record, pick_variant
 from ..errors import ConfigError
 from ..nn import DyGFormerConfig, TGNConfig
 from ..partition import partition_count_problem
@@ -233,22 +233,11 @@ class TrainConfig(Config):
 
     @classmethod
     def from_checkpoint(cls, data: Mapping, where: str = "") -> TrainConfig:
-        """The config a checkpoint was written with (``to_dict``'s output). Keys written before these
-        options existed take the values runs had then (the paper's model, the seen pool), so that a run
-        resumes as it was; a config from a file takes today's defaults instead (``from_dict``)."""
-        data = dict(data)
-        # Written before these options existed: the model was the paper's (without pair features), the
-        # negatives the seen pool's, all from one strategy, and a run resumes as it was.
-        model = dict(data.get("model", {}))
-        if model.get("variant") != "dygformer":
-            model = {
-                "neighbor_time": "query", "time_init": "geometric", "pair_features": False,
-                "pair_endpoints": False, "pair_walks": False, **model,
-            }  # fmt: skip
-        data["model"] = model
-        data.setdefault("train_negative_pool", "seen")
-        data.setdefault("train_negative_fraction", 1.0)
-        return from_dict(cls, data, where)
+        """The config a checkpoint was written with (``configs.stamp`` of ``to_dict``'s output), upgraded from
+        its version as a complete record (``configs.from_record``): keys written before these options
+        existed take the values runs had then, so a run resumes as it was; a config from a file takes
+        today's defaults instead."""
+        return from_record(cls, data, where)
 
 
 def model_config(data: Mapping, where: str = "") -> TGNConfig | DyGFormerConfig:

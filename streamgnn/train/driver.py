@@ -1,5 +1,6 @@
 """The stream loop every online trainer runs (``OnlineTrainer.fit``, ``shard.ShardedTrainer.fit``,
-``snapshots.SnapshotTrainer.run``): step each item (a global batch of events, or a snapshot), count what was
+``snapshots.SnapshotTrainer.run``), and the offline ones' passes (``fit_offline``'s phases,
+``SnapshotTrainer.fit``'s epochs): step each item (a global batch of events, or a snapshot), count what was
 consumed, show progress with the latest figures, checkpoint every ``every`` steps and at the end, and stop
 after ``limit`` more events (snapshots).
 
@@ -42,7 +43,7 @@ class Drive:
     ``on_step``: a hook after each step (a job's metrics and dead-letter reports) with the part stepped
     (the item, or each part a budget cut it into) and its result, the trainer's counters already past it.
     ``step(item, arrival)`` steps an item (default ``trainer.step``; an offline
-    phase's steps with its own flags, ``offline.run_phase``)."""
+    phase's steps with its own flags, ``offline.run_phase``; a pass of ``SnapshotTrainer.fit``)."""
 
     def __init__(
         self, trainer, *, every: int, limit: int | None, progress: bool, total: int | None = None,

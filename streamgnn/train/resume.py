@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Literal
 
 from .. import datasets
-from ..configs import to_dict
+from ..configs import VERSION_KEY, to_dict
 from ..datasets._formats import data_path
 from ..errors import CheckpointError, ConfigError
 from .config import TrainConfig
@@ -220,7 +220,8 @@ class Expectation:
                 "resume it (set those as the checkpoint has them, or give a new --checkpoint-dir to start "
                 "over)"
             )
-        others = {k: v for k, v in saved.items() if k not in RUN_SETTINGS | {"model", "sharding"}}
+        skip = RUN_SETTINGS | {"model", "sharding", VERSION_KEY}
+        others = {k: v for k, v in saved.items() if k not in skip}
         changed = _differences(before, now, "", others)
         if changed:
             text = ", ".join(f"{k} {a} -> {b}" for k, a, b in changed)

@@ -1,0 +1,134 @@
+"""Config versions (``streamgnn.configs``: ``stamp``, ``upgrade``, ``STEPS``): a config written to disk
+carries ``config_version``; an old one (no stamp: version 1), from a checkpoint or a YAML job file, is
+read through the one upgrade path; a version newer than this streamgnn reads is refused naming the file;
+what is written again carries the current stamp."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+from forgery import reseal
+
+from streamgnn import checkpoint
+from streamgnn.cli._config import JobConfig, load_config
+from streamgnn.configs import CONFIG_VERSION, STEPS, VERSION_KEY, upgrade
+from streamgnn.errors import ConfigError
+from streamgnn.nn import TGNConfig
+from streamgnn.train import TrainConfig
+
+ARCHIVE = Path(__file__).parent / "data" / "old_checkpoints.tar.xz"  # tests/data/write_old_checkpoints.py
+
+
+@pytest.fixture
+def old_trainer(tmp_path) -> Path:
+    with tarfile.open(ARCHIVE) as tar:
+        tar.extractall(tmp_path / "old", filter="data")
+    return tmp_path / "old" / "trainer"
+
+
+def test_the_versions_are_a_list_of_steps_one_apart():
+    assert [step.version for step in STEPS] == list(range(2, CONFIG_VERSION + 1))
+    assert all(step.why for step in STEPS)
+
+
+def test_an_old_checkpoints_config_loads_through_the_one_path_and_is_written_back_stamped(
+    old_trainer, tmp_path
+):
+    from streamgnn.train import OnlineTrainer
+
+    manifest = next(old_trainer.glob("step-*/trainer/ckpt-*/manifest.json"))
+    saved = json.loads(manifest.read_text())["config"]
+    assert VERSION_KEY not in saved and "pair_walks" not in saved["model"]  # written before both existed
+    trainer = OnlineTrainer.resume(old_trainer)
+    # the keys version 2 added take the values runs had then (the old model's weights fit), not today's
+    assert trainer.config.model.pair_walks is False and trainer.config.model.pair_endpoints is False
+    assert TGNConfig().pair_walks is True and TGNConfig().pair_endpoints is True
+    assert trainer.config == TrainConfig.from_checkpoint({**saved, "checkpoint_dir": str(old_trainer)})
+    trainer.config = TrainConfig.from_checkpoint(
+        {**trainer.config.to_dict(), "checkpoint_dir": str(tmp_path / "new")}
+    )
+    path = trainer.save_checkpoint(trainer.store.source_offsets)
+    written = checkpoint.load(path, "trainer").manifest["config"]
+    assert written[VERSION_KEY] == CONFIG_VERSION and written["model"]["pair_walks"] is False
+    again = OnlineTrainer.resume(tmp_path / "new")
+    assert again.config == trainer.config
+
+
+def test_a_current_record_is_not_filled_with_the_old_values():
+    """A stamped config lacking a key (hand-edited) is not mistaken for an old one: no step applies."""
+    data = {VERSION_KEY: CONFIG_VERSION, "model": {"memory_dim": 8}}
+    config = TrainConfig.from_checkpoint(data)
+    assert (
+        config.model.pair_features is True and config.train_negative_pool == TrainConfig().train_negative_pool
+    )
+    old = TrainConfig.from_checkpoint({"model": {"memory_dim": 8}})
+    assert old.model.pair_features is False and old.train_negative_pool == "seen"
+
+
+def test_an_old_yaml_loads_through_the_one_path_with_todays_defaults(tmp_path):
+    """A YAML file names only what its author chose: the removed key is upgraded away; the keys it does not
+    name take today's defaults (a file is not a complete record), stamped or not."""
+    path = tmp_path / "old.yaml"
+    path.write_text("train:\n  batch_size: 50\n  model: {memory_dim: 32, merge: mlp}\n")
+    cfg = load_config(path, env={})
+    assert cfg.train.batch_size == 50 and cfg.train.model.memory_dim == 32
+    assert cfg.train.model == TGNConfig(memory_dim=32)
+    stamped = tmp_path / "new.yaml"
+    stamped.write_text(f"{VERSION_KEY}: {CONFIG_VERSION}\ntrain:\n  model: {{memory_dim: 32}}\n")
+    assert load_config(stamped, env={}) == JobConfig(train=TrainConfig(model=TGNConfig(memory_dim=32)))
+    stamped.write_text(f"{VERSION_KEY}: {CONFIG_VERSION}\ntrain:\n  model: {{merge: mlp}}\n")
+    with pytest.raises(ConfigError, match="unknown key 'merge' for TGNConfig"):  # gone at the current version
+        load_config(stamped, env={})
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (CONFIG_VERSION + 1, f"config_version {CONFIG_VERSION + 1} is newer than this streamgnn reads"),
+        (0, "config_version must be a whole number >= 1, got 0"),
+        ("'2'", "config_version must be a whole number >= 1, got '2'"),
+        ("true", "config_version must be a whole number >= 1, got True"),
+    ],
+)
+def test_a_yaml_of_an_unknown_version_is_refused_naming_the_file(tmp_path, value, message):
+    path = tmp_path / "future.yaml"
+    path.write_text(f"{VERSION_KEY}: {value}\ntrain: {{batch_size: 5}}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={})
+    assert str(err.value).startswith(f"{path}: {message}")
+
+
+def test_a_checkpoint_of_a_newer_version_is_refused_naming_it(tmp_path):
+    from streamgnn.train import OnlineTrainer
+
+    trainer = OnlineTrainer(TrainConfig(model=TGNConfig(memory_dim=4, time_dim=2, embedding_dim=4),
+                                        checkpoint_dir=str(tmp_path / "ck")))  # fmt: skip
+    path = trainer.save_checkpoint({})
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["config"][VERSION_KEY] == CONFIG_VERSION
+    manifest["config"][VERSION_KEY] = CONFIG_VERSION + 1
+    reseal(path, manifest)
+    with pytest.raises(ConfigError, match=rf"{path}: config: config_version {CONFIG_VERSION + 1} is newer"):
+        OnlineTrainer.resume(path)
+
+
+def test_upgrade_leaves_the_callers_dict_alone():
+    data = {"train": {"model": {"merge": "mlp"}}}
+    assert upgrade(data, complete=True)["train"]["model"]["time_init"] == "geometric"
+    assert data == {"train": {"model": {"merge": "mlp"}}}
+
+
+def test_the_snapshot_trainers_config_is_stamped_and_read_through_the_same_path():
+    from streamgnn.configs import from_record, stamp
+    from streamgnn.snapshots import SnapshotTrainConfig
+
+    config = SnapshotTrainConfig(task="link", epochs=2)
+    written = stamp(config.to_dict())
+    assert written[VERSION_KEY] == CONFIG_VERSION
+    assert from_record(SnapshotTrainConfig, written, "ckpt: config", "snapshot_train") == config
+    assert from_record(SnapshotTrainConfig, config.to_dict(), "ckpt: config", "snapshot_train") == config
+    with pytest.raises(ConfigError, match=rf"^ckpt: config: config_version {CONFIG_VERSION + 1} is newer"):
+        from_record(SnapshotTrainConfig, {**written, VERSION_KEY: CONFIG_VERSION + 1}, "ckpt: config")
