@@ -191,3 +191,27 @@ def test_behind_it_learns_and_scores_in_parts_of_batch_size_and_updates_state_in
     assert any(size > 100 for size, learn, score, _ in steps if not (learn or score))  # state: grown
     everything = [s for s in steps if s[3] == 1e9]
     assert all(learn for _, learn, _, _ in everything) and sum(s[0] for s in everything) == len(events)
+
+
+def test_an_item_stepped_in_parts_is_served_once_after_its_last_part():
+    events = stream(3000)
+    trainer = OnlineTrainer(config(drain_s=1e9, max_batch_size=500))  # behind, time to learn everything
+    step, steps, item = trainer.step, [], []
+
+    def recorded(batch, **kw):
+        result = step(batch, **kw)
+        steps.append((len(batch), kw["serve"], trainer.serving.pending))
+        item.append(batch)
+        if kw["serve"]:  # the item's refresh serves the nodes of all its parts, as of its last event
+            nodes = np.concatenate([np.concatenate([b.src, b.dst]) for b in item])
+            assert trainer.table.updated_at(nodes).min() > max(b.t.max() for b in item)
+            item.clear()
+        return result
+
+    trainer.step = recorded
+    result = trainer.fit(Behind(events, 500), progress=False)
+    assert result.events == len(events) and all(size <= 100 for size, _, _ in steps)  # learned in parts
+    served = sum(serve for _, serve, _ in steps)
+    assert 1 < served < len(steps)  # grown items, each served once
+    assert all(pending != serve for _, serve, pending in steps)  # a part's nodes wait for the item's end
+    assert trainer.serving.latency.events == len(events)  # every part's events were recorded as served

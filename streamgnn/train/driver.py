@@ -221,7 +221,12 @@ class Budget:
         learn, evaluate = self._plan(n)
         size = self.base if learn or evaluate else max(n, 1)
         parts = [item[lo : lo + size] for lo in range(0, max(n, 1), size)]
-        stepped = [(part, self._timed(part, arrival, learn, evaluate)) for part in parts]
+        # the item's touched nodes are served once, after its last part: they arrived together, and a
+        # refresh per part would embed the nodes the parts share again
+        stepped = [
+            (part, self._timed(part, arrival, learn, evaluate, serve=k == len(parts) - 1))
+            for k, part in enumerate(parts)
+        ]
         self._count(n, learn)
         return stepped
 
@@ -312,10 +317,10 @@ class Budget:
             self._mark = (now, self.events, lag)
 
     # ------------------------------------------------------------------ steps and counts
-    def _timed(self, part: EventBatch, arrival: float, learn: bool, evaluate: bool):
+    def _timed(self, part: EventBatch, arrival: float, learn: bool, evaluate: bool, serve: bool = True):
         """One ``trainer.step``; its seconds per event go into the costs, its scores into the sample."""
         began = time.perf_counter()
-        result = self.trainer.step(part, arrival=arrival, train=learn, score=evaluate)
+        result = self.trainer.step(part, arrival=arrival, train=learn, score=evaluate, serve=serve)
         per_event = (time.perf_counter() - began) / max(len(part), 1)
         old = self.cost.get((learn, evaluate))
         self.cost[(learn, evaluate)] = per_event if old is None else 0.8 * old + 0.2 * per_event
