@@ -215,3 +215,19 @@ def test_an_item_stepped_in_parts_is_served_once_after_its_last_part():
     assert 1 < served < len(steps)  # grown items, each served once
     assert all(pending != serve for _, serve, pending in steps)  # a part's nodes wait for the item's end
     assert trainer.serving.latency.events == len(events)  # every part's events were recorded as served
+
+
+def test_a_grown_batch_leaves_the_models_state_the_parts_would_have():
+    """The state path of a batch grown past batch_size (a budget behind its source) feeds the model's memory
+    in parts of batch_size: its memory equals, bit for bit, that of stepping the parts one by one."""
+    events = stream(2000)
+    states = []
+    for size in (100, 1000):
+        trainer = OnlineTrainer(config())
+        trainer.step(events[:500], train=False, score=False)  # (messages pending across the cut)
+        for lo in range(500, len(events), size):
+            trainer.step(events[lo : lo + size], train=False, score=False)
+        states.append(trainer.model.memory.state_dict())
+    parts, grown = states
+    assert parts["memory"].abs().sum() > 0 and len(parts["msg_node"]) > 0
+    assert all(torch.equal(parts[k], grown[k]) for k in parts)
