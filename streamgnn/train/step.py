@@ -374,7 +374,7 @@ def observed_parts(rows: np.ndarray, events: int, size: int) -> list[tuple[int, 
     the models take a batch grown past ``batch_size`` (a budget's state path) in the parts a job that keeps
     up would have stepped, so their state does not depend on where the batches were cut. TGN's memory
     keeps one message per node and observe: a node's earlier events in a grown batch were dropped, which
-    cost the budget its MRR against EdgeBank (benchmarks/RESULTS.md, "Following: memory in parts")."""
+    cost the budget its MRR against EdgeBank (benchmarks/RESULTS.md, "Following: memory in parts, learning from every part")."""
     cuts = np.searchsorted(rows, np.arange(size, events, size)) if size < events else []
     bounds = [0, *(int(c) for c in cuts), len(rows)]
     return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo] or [(0, 0)]
