@@ -14,6 +14,7 @@ from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
 from streamgnn.sources import IterableSource
 from streamgnn.train import FollowConfig, OnlineTrainer, TrainConfig
+from streamgnn.train.driver import Budget
 from streamgnn.train.sampled import EvalSample, ap_estimate, mean_estimate
 
 torch.set_num_threads(1)
@@ -217,17 +218,26 @@ def test_an_item_stepped_in_parts_is_served_once_after_its_last_part():
     assert trainer.serving.latency.events == len(events)  # every part's events were recorded as served
 
 
-def test_a_grown_batch_leaves_the_models_state_the_parts_would_have():
-    """The state path of a batch grown past batch_size (a budget behind its source) feeds the model's memory
-    in parts of batch_size: its memory equals, bit for bit, that of stepping the parts one by one."""
-    events = stream(2000)
-    states = []
-    for size in (100, 1000):
-        trainer = OnlineTrainer(config())
-        trainer.step(events[:500], train=False, score=False)  # (messages pending across the cut)
-        for lo in range(500, len(events), size):
-            trainer.step(events[lo : lo + size], train=False, score=False)
-        states.append(trainer.model.memory.state_dict())
-    parts, grown = states
-    assert parts["memory"].abs().sum() > 0 and len(parts["msg_node"]) > 0
-    assert all(torch.equal(parts[k], grown[k]) for k in parts)
+def test_a_share_is_learned_from_every_part_in_as_many_steps_as_the_item_has_parts(monkeypatch):
+    """Behind, with half the events affordable: each grown item learns from half its events, in as many
+    optimizer steps as it holds parts of batch_size (smaller ones), then steps the rest as state only."""
+    monkeypatch.setattr(Budget, "_fraction", lambda self: 0.5)
+    events = stream(4000)
+    trainer = OnlineTrainer(config(eval_fraction=1e-9, min_eval_rows=1))  # (the first item evaluated only)
+    steps = []
+    step = trainer.step
+
+    def recorded(batch, **kw):
+        steps.append((len(batch), kw["train"]))
+        return step(batch, **kw)
+
+    trainer.step = recorded
+    result = trainer.fit(Behind(events, 1000), progress=False)
+    follow = result.follow
+    assert abs(follow.learned_fraction - 0.5) < 1e-3 and trainer.store.num_edges == len(events)
+    learned = [size for size, train in steps if train]
+    assert sum(learned) == follow.learned_events
+    # steps of at most half of batch_size: as many as the items hold parts of batch_size (the first item,
+    # before anything was measured, is batch_size; later ones grow with the lag), then the rest state-only
+    assert max(learned) <= 50 and len(learned) >= len(events) / 100 - 1
+    assert max(size for size, train in steps if not train) > 100

@@ -182,10 +182,9 @@ class Budget:
     ``lr`` per step whatever the batch, so a share of every part keeps a model's pace where the same
     share in whole batches left it under EdgeBank (benchmarks/RESULTS.md, "Following: memory in parts,
     learning from every part"). Caught up (or a source without a lag, a file), it learns on everything.
-    Behind, batches grow to an eighth of the lag, up to ``max_batch_size``, for the state path only: its
-    memory still takes the events in parts of ``batch_size`` (``step.observed_parts``), and an evaluated
-    item is scored in parts of ``batch_size`` (scoring 1,000 events at once reads memory as of their start
-    for all of them).
+    Behind, batches grow to an eighth of the lag, up to ``max_batch_size``, for the state path only: an
+    evaluated item is scored in parts of ``batch_size`` (scoring 1,000 events at once reads memory as of
+    their start for all of them).
 
     The ranks of a distributed job make one plan: rank 0's, with every rank's lag summed (one small
     collective per item). Every mode keeps a uniform sample of the scored events' scores (the model's and

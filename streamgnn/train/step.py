@@ -224,10 +224,8 @@ class StreamTrainer:
     ) -> None:
         """After the scores and the training: every model and the negatives see the batch, the counters
         move, the touched nodes' served rows are refreshed (when ``serve``, and one is due)."""
-        for lo, hi in observed_parts(pos.rows, len(batch), self.config.batch_size):
-            part = slice(lo, hi)
-            for model in self.stream_models():
-                model.observe(pos.src[part], pos.dst[part], t[part], None if feat is None else feat[part])
+        for model in self.stream_models():
+            model.observe(pos.src, pos.dst, t, feat)
         self.learned += len(pos.rows)
         self.steps += 1
         self._observed(pos)
@@ -367,17 +365,6 @@ def local_scores(model: LinkModel, prepared, candidates: Candidates, rows: np.nd
         if ranked is not None:
             local[:, 2] = reciprocal_ranks(ranked[:, 0], ranked[:, 1:], ok)
     return local
-
-
-def observed_parts(rows: np.ndarray, events: int, size: int) -> list[tuple[int, int]]:
-    """Slices of a batch's positives (their ``rows`` in a batch of ``events``) by parts of ``size`` events:
-    the models take a batch grown past ``batch_size`` (a budget's state path) in the parts a job that keeps
-    up would have stepped, so their state does not depend on where the batches were cut. TGN's memory
-    keeps one message per node and observe: a node's earlier events in a grown batch were dropped, which
-    cost the budget its MRR against EdgeBank (benchmarks/RESULTS.md, "Following: memory in parts, learning from every part")."""
-    cuts = np.searchsorted(rows, np.arange(size, events, size)) if size < events else []
-    bounds = [0, *(int(c) for c in cuts), len(rows)]
-    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False) if hi > lo] or [(0, 0)]
 
 
 def edge_features(batch: EventBatch, rows: np.ndarray, dim: int) -> np.ndarray | None:
