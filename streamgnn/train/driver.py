@@ -234,9 +234,12 @@ class Budget:
         the item holds parts of ``batch_size`` (the share learned shrinks each step, not their number: Adam
         moves about ``lr`` per step whatever its batch, so a model that learns from every slot of
         ``batch_size`` keeps its pace), then the rest in one state-only step (in parts of ``batch_size``
-        when evaluated: scores read the state as of their step's start)."""
+        when evaluated: scores read the state as of their step's start). A learning step takes at least a
+        quarter of ``batch_size`` events: a step's fixed costs (the optimizer over every parameter, the
+        backward's setup) over a few events would make a small share dearer per event, and the plan would
+        afford a smaller one still."""
         slots = max(1, math.ceil(n / self.base))
-        k = max(1, math.ceil(learned / slots))
+        k = max(1, math.ceil(learned / slots), self.base // 4)
         parts = [(lo, min(lo + k, learned), True) for lo in range(0, learned, k)]
         rest = self.base if evaluate else max(n - learned, 1)
         parts += [(lo, min(lo + rest, n), False) for lo in range(learned, n, rest)]
