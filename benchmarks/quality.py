@@ -189,7 +189,10 @@ def demo_scores(events: int | None) -> dict:
     stream = load(DEMO_DATASET)
     stream = stream[:events] if events is not None else stream
     config = dataclasses.replace(
-        demo_config(len(stream), "unused"), checkpoint_dir=None, checkpoint_every=None, serve_every=0
+        demo_config(len(stream), "unused", follow="every_event"),  # (test-then-train, as published)
+        checkpoint_dir=None,
+        checkpoint_every=None,
+        serve_every=0,
     )
     result = run_online(stream.split(config.batch_size), demo_store(), config, progress=False)
     out = {"demo_events": result.events, "demo_ap": result.metrics.ap, "demo_mrr": result.metrics.mrr}

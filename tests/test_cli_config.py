@@ -161,10 +161,12 @@ def test_demo_takes_the_train_section_over_its_own_settings(tmp_path):
     path.write_text("train: {batch_size: 100, publish_every: 5}\n")
     cfg = demo.train_config(build_parser().parse_args(["demo", "--events", "3000", "--config", str(path)]))
     assert cfg.batch_size == 100 and cfg.publish_every == 5  # the file's
-    # the demo's own for 3,000 events: test-then-train on every event, windows of 500 events
-    assert cfg.window_events == 500 and cfg.checkpoint_every == 200 and cfg.follow.mode == "every_event"
-    budget = demo.train_config(build_parser().parse_args(["demo", "--events", "3000", "--follow", "budget"]))
-    assert budget.follow.mode == "budget" and budget.window_events == 50  # windows of its 1% sample, >= 50
+    # the demo's own for 3,000 events: on a budget, windows of its 1% sample (at least 50 events)
+    assert cfg.window_events == 50 and cfg.checkpoint_every == 200 and cfg.follow.mode == "budget"
+    every = demo.train_config(
+        build_parser().parse_args(["demo", "--events", "3000", "--follow", "every_event"])
+    )
+    assert every.follow.mode == "every_event" and every.window_events == 500  # test-then-train: every event
 
 
 @pytest.mark.parametrize(

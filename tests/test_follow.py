@@ -14,6 +14,7 @@ from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
 from streamgnn.sources import IterableSource
 from streamgnn.train import FollowConfig, OnlineTrainer, TrainConfig
+from streamgnn.train.driver import Budget
 from streamgnn.train.sampled import EvalSample, ap_estimate, mean_estimate
 
 torch.set_num_threads(1)
@@ -191,3 +192,52 @@ def test_behind_it_learns_and_scores_in_parts_of_batch_size_and_updates_state_in
     assert any(size > 100 for size, learn, score, _ in steps if not (learn or score))  # state: grown
     everything = [s for s in steps if s[3] == 1e9]
     assert all(learn for _, learn, _, _ in everything) and sum(s[0] for s in everything) == len(events)
+
+
+def test_an_item_stepped_in_parts_is_served_once_after_its_last_part():
+    events = stream(3000)
+    trainer = OnlineTrainer(config(drain_s=1e9, max_batch_size=500))  # behind, time to learn everything
+    step, steps, item = trainer.step, [], []
+
+    def recorded(batch, **kw):
+        result = step(batch, **kw)
+        steps.append((len(batch), kw["serve"], trainer.serving.pending))
+        item.append(batch)
+        if kw["serve"]:  # the item's refresh serves the nodes of all its parts, as of its last event
+            nodes = np.concatenate([np.concatenate([b.src, b.dst]) for b in item])
+            assert trainer.table.updated_at(nodes).min() > max(b.t.max() for b in item)
+            item.clear()
+        return result
+
+    trainer.step = recorded
+    result = trainer.fit(Behind(events, 500), progress=False)
+    assert result.events == len(events) and all(size <= 100 for size, _, _ in steps)  # learned in parts
+    served = sum(serve for _, serve, _ in steps)
+    assert 1 < served < len(steps)  # grown items, each served once
+    assert all(pending != serve for _, serve, pending in steps)  # a part's nodes wait for the item's end
+    assert trainer.serving.latency.events == len(events)  # every part's events were recorded as served
+
+
+def test_a_share_is_learned_from_every_part_in_as_many_steps_as_the_item_has_parts(monkeypatch):
+    """Behind, with half the events affordable: each grown item learns from half its events, in as many
+    optimizer steps as it holds parts of batch_size (smaller ones), then steps the rest as state only."""
+    monkeypatch.setattr(Budget, "_fraction", lambda self: 0.5)
+    events = stream(4000)
+    trainer = OnlineTrainer(config(eval_fraction=1e-9, min_eval_rows=1))  # (the first item evaluated only)
+    steps = []
+    step = trainer.step
+
+    def recorded(batch, **kw):
+        steps.append((len(batch), kw["train"]))
+        return step(batch, **kw)
+
+    trainer.step = recorded
+    result = trainer.fit(Behind(events, 1000), progress=False)
+    follow = result.follow
+    assert abs(follow.learned_fraction - 0.5) < 1e-3 and trainer.store.num_edges == len(events)
+    learned = [size for size, train in steps if train]
+    assert sum(learned) == follow.learned_events
+    # steps of at most half of batch_size: as many as the items hold parts of batch_size (the first item,
+    # before anything was measured, is batch_size; later ones grow with the lag), then the rest state-only
+    assert max(learned) <= 50 and len(learned) >= len(events) / 100 - 1
+    assert max(size for size, train in steps if not train) > 100

@@ -76,7 +76,7 @@ def register(sub) -> None:
     d.add_argument("--dataset", default="jodie_wikipedia", help="a bundled dataset (jodie_wikipedia)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     add_follow_option(d)
-    d.set_defaults(config_defaults={"train.follow.mode": "every_event"})  # what its help says (demo_config)
+    d.set_defaults(config_defaults={"train.follow.mode": "budget"})  # what its help says (demo_config)
     d.add_argument("--threads", type=positive_int, default=1, help="torch threads of the trainer (1)")
     d.add_argument(
         "--serve",

@@ -174,17 +174,18 @@ class Budget:
     learned comes from measured costs: seconds per event of a state-only step, a learning step and an
     evaluated event (moving averages), the arrival rate (events consumed plus the lag's growth, over
     ``LAG_RATE_S``) and the time a lag may take to drain (``drain_s``): the share of learning steps that
-    fits in ``headroom`` of the time per event. Which items learn is spread evenly over the lag (a credit of
-    that share per event; an item learns once it holds its size), so a model behind its source keeps
-    learning from the whole stream at a uniform rate, as a reservoir over the lag would, rather than from
-    its newest or oldest part alone: the time a lag may take is fixed when the job falls behind
-    (``drain_s`` from then), so the share stays about even while that lag drains, rather than rising as it
-    shrinks. Caught up (or a source without a lag, a file), it learns on everything. Behind, batches grow
-    to an eighth of the lag, up to ``max_batch_size``, for the state path only: an item that learns or is
-    evaluated is stepped in parts of ``batch_size``, as a job that keeps up steps it. A grown batch reads
-    memory as of its start for all its events and learns in one optimizer step where small ones take
-    several: learning and scoring 1,000 events at once cost the model its lead over EdgeBank (MRR 0.56
-    against 0.79 in parts of 200, benchmarks/RESULTS.md), where the state path loses nothing by it.
+    fits in ``headroom`` of the time per event. Every item learns from that share of its events (a credit
+    of the share per event), so a model behind its source keeps learning from the whole stream at a
+    uniform rate, as a reservoir over the lag would, rather than from its newest or oldest part alone: the
+    time a lag may take is fixed when the job falls behind (``drain_s`` from then), so the share stays
+    about even while that lag drains, rather than rising as it shrinks. The learned events of an item are
+    stepped in as many optimizer steps as it holds parts of ``batch_size`` (``_parts``): Adam moves about
+    ``lr`` per step whatever the batch, so a share of every part keeps a model's pace where the same
+    share in whole batches left it under EdgeBank (benchmarks/RESULTS.md, "Following: memory in parts,
+    learning from every part"). Caught up (or a source without a lag, a file), it learns on everything.
+    Behind, batches grow to an eighth of the lag, up to ``max_batch_size``, for the state path only: an
+    evaluated item is scored in parts of ``batch_size`` (scoring 1,000 events at once reads memory as of
+    their start for all of them).
 
     The ranks of a distributed job make one plan: rank 0's, with every rank's lag summed (one small
     collective per item). Every mode keeps a uniform sample of the scored events' scores (the model's and
@@ -211,20 +212,39 @@ class Budget:
         self._point = (self.started, 0, 0)  # (time, events, learned events) of the last timeline point
 
     def step(self, item: EventBatch, arrival: float) -> list[tuple[EventBatch, Any]]:
-        """Step ``item`` through the trainer: whole (every event), or as the plan says (budget): a batch that
-        learns or is evaluated goes in parts of the configured batch size, only the state path in the grown
-        batch. Returns each part with the trainer's ``StepResult`` for it."""
+        """Step ``item`` through the trainer: whole (every event), or as the plan says (budget, ``_parts``).
+        Returns each part with the trainer's ``StepResult`` for it."""
         n = len(item)
         if not self.follow.budgeted:
             stepped = [(item, self._timed(item, arrival, True, True))]
-            self._count(n, True)
+            self._count(n, n)
             return stepped
-        learn, evaluate = self._plan(n)
-        size = self.base if learn or evaluate else max(n, 1)
-        parts = [item[lo : lo + size] for lo in range(0, max(n, 1), size)]
-        stepped = [(part, self._timed(part, arrival, learn, evaluate)) for part in parts]
-        self._count(n, learn)
+        learned, evaluate = self._plan(n)
+        parts = self._parts(n, learned, evaluate)
+        # the item's touched nodes are served once, after its last part: they arrived together, and a
+        # refresh per part would embed the nodes the parts share again
+        stepped = [
+            (item[lo:hi], self._timed(item[lo:hi], arrival, learn, evaluate, serve=k == len(parts) - 1))
+            for k, (lo, hi, learn) in enumerate(parts)
+        ]
+        self._count(n, learned)
         return stepped
+
+    def _parts(self, n: int, learned: int, evaluate: bool) -> list[tuple[int, int, bool]]:
+        """``(lo, hi, learns)`` of an item's steps: its first ``learned`` events in as many learning steps as
+        the item holds parts of ``batch_size`` (the share learned shrinks each step, not their number: Adam
+        moves about ``lr`` per step whatever its batch, so a model that learns from every slot of
+        ``batch_size`` keeps its pace), then the rest in one state-only step (in parts of ``batch_size``
+        when evaluated: scores read the state as of their step's start). A learning step takes at least a
+        quarter of ``batch_size`` events: a step's fixed costs (the optimizer over every parameter, the
+        backward's setup) over a few events would make a small share dearer per event, and the plan would
+        afford a smaller one still."""
+        slots = max(1, math.ceil(n / self.base))
+        k = max(1, math.ceil(learned / slots), self.base // 4)
+        parts = [(lo, min(lo + k, learned), True) for lo in range(0, learned, k)]
+        rest = self.base if evaluate else max(n - learned, 1)
+        parts += [(lo, min(lo + rest, n), False) for lo in range(learned, n, rest)]
+        return parts or [(0, 0, False)]  # (an empty item is still stepped)
 
     def report(self) -> FollowReport:
         figures = {n: {k: e.as_dict() for k, e in f.items()} for n, f in self.sample.figures().items()}
@@ -234,8 +254,8 @@ class Budget:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ the plan
-    def _plan(self, n: int) -> tuple[bool, bool]:
-        """Whether the item learns and whether it is evaluated (every rank alike)."""
+    def _plan(self, n: int) -> tuple[int, bool]:
+        """How many of the item's events it learns from, and whether it is evaluated (every rank alike)."""
         own = self.lag_of() if self.lag_of is not None else None
         dist = self.trainer.dist
         if not dist.active:
@@ -243,8 +263,8 @@ class Budget:
         self.fraction = self._fraction()
         credit = self._credit
         credit["learn"] = min(credit["learn"] + self.fraction * n, float(n))
-        learn = credit["learn"] >= n
-        credit["learn"] -= n if learn else 0
+        learn = int(credit["learn"])
+        credit["learn"] -= learn
         credit["eval"] += self.eval_share * n
         evaluate = credit["eval"] >= min(self.follow.min_eval_rows, n)
         credit["eval"] -= n if evaluate else 0
@@ -255,7 +275,7 @@ class Budget:
                 [main * learn, main * evaluate, main * size, float(own or 0), float(own is not None)],
                 self.trainer.device,
             )  # fmt: skip
-            learn, evaluate, size = bool(agreed[0]), bool(agreed[1]), int(agreed[2])
+            learn, evaluate, size = int(agreed[0]), bool(agreed[1]), int(agreed[2])
             self._observe_lag(int(agreed[3]) if agreed[4] else None)
         self.batch_size = size
         return learn, evaluate
@@ -313,10 +333,10 @@ class Budget:
             self._mark = (now, self.events, lag)
 
     # ------------------------------------------------------------------ steps and counts
-    def _timed(self, part: EventBatch, arrival: float, learn: bool, evaluate: bool):
+    def _timed(self, part: EventBatch, arrival: float, learn: bool, evaluate: bool, serve: bool = True):
         """One ``trainer.step``; its seconds per event go into the costs, its scores into the sample."""
         began = time.perf_counter()
-        result = self.trainer.step(part, arrival=arrival, train=learn, score=evaluate)
+        result = self.trainer.step(part, arrival=arrival, train=learn, score=evaluate, serve=serve)
         per_event = (time.perf_counter() - began) / max(len(part), 1)
         old = self.cost.get((learn, evaluate))
         self.cost[(learn, evaluate)] = per_event if old is None else 0.8 * old + 0.2 * per_event
@@ -327,9 +347,9 @@ class Budget:
             self.evaluated += len(result.pos)
         return result
 
-    def _count(self, n: int, learned: bool) -> None:
+    def _count(self, n: int, learned: int) -> None:
         self.events += n
-        self.learned_events += n if learned else 0
+        self.learned_events += learned
         now = time.perf_counter()
         then, events, learned_then = self._point
         if now - then >= TIMELINE_S:

@@ -66,14 +66,16 @@ class Serving:
         arrival: float,
         events: int,
         step: int,
+        serve: bool = True,
     ) -> None:
-        """Record a finished batch (``step`` batches so far) and refresh when one is due."""
+        """Record a finished batch (``step`` batches so far) and refresh when one is due (``serve``: and
+        allowed; otherwise its nodes and arrival wait for the next refresh)."""
         if self.table is None:
             self.latency.record(arrival, time.perf_counter(), events)
             return
         self._touched.append(touched)
         self._waiting.append((arrival, events))
-        if step % self.serve_every == 0:
+        if serve and step % self.serve_every == 0:
             self.refresh(store, embed)
 
     def refresh(self, store: TemporalGraphStore, embed: Embed, nodes: np.ndarray | None = None) -> None:

@@ -159,13 +159,15 @@ class StreamTrainer:
         negatives: np.ndarray | None = None,
         negatives_valid: np.ndarray | None = None,
         arrival: float | None = None,
+        serve: bool = True,
     ) -> StepResult:
         """Process one global batch (every rank passes the same one); see the module docstring.
 
         ``ingest=False``: the store already holds the batch (offline evaluation on a prebuilt graph), so every
         valid edge addition is a positive and sampling still sees only events strictly before the query times.
         ``negatives``: external ids ``[len(batch), q]`` to score against instead of online draws (column 0 is
-        the AP/AUC negative), with ``negatives_valid`` marking real entries.
+        the AP/AUC negative), with ``negatives_valid`` marking real entries. ``serve=False``: the touched
+        nodes wait for a later step's refresh (a budget's parts of one item: served once, after the last).
         """
         started = time.perf_counter()
         arrival = started if arrival is None else arrival
@@ -207,7 +209,7 @@ class StreamTrainer:
         by_model = {
             n: tuple(scores[:, 3 * i + j] for j in range(3)) for i, n in enumerate(["", *base_prepared])
         }
-        self._stepped(batch, pos, t, feat, arrival)
+        self._stepped(batch, pos, t, feat, arrival, serve)
         scored = rows if scoring else rows[:0]
         seconds = time.perf_counter() - started
         p, neg, rr = by_model.pop("", (np.zeros(0),) * 3)
@@ -219,16 +221,18 @@ class StreamTrainer:
             len(batch), m, batch.eid[scored], batch.t[scored], p, neg, rr, loss, letters, by_model
         )
 
-    def _stepped(self, batch: EventBatch, pos: Positives, t: np.ndarray, feat, arrival: float) -> None:
+    def _stepped(
+        self, batch: EventBatch, pos: Positives, t: np.ndarray, feat, arrival: float, serve: bool
+    ) -> None:
         """After the scores and the training: every model and the negatives see the batch, the counters
-        move, the touched nodes' served rows are refreshed."""
+        move, the touched nodes' served rows are refreshed (when ``serve``, and one is due)."""
         for model in self.stream_models():
             model.observe(pos.src, pos.dst, t, feat)
         self.learned += len(pos.rows)
         self.steps += 1
         self._observed(pos)
         touched = self._touched(batch, pos)
-        self.serving.after_step(self.served, self._embed, touched, arrival, len(batch), self.steps)
+        self.serving.after_step(self.served, self._embed, touched, arrival, len(batch), self.steps, serve)
 
     def _candidates(
         self, view: StepInput, rows: np.ndarray, negatives: np.ndarray | None, valid: np.ndarray | None
