@@ -1,8 +1,8 @@
 """Time-decayed pair features over shards, exact mode: W = 2 and 4 real gloo ranks, each holding only its
 vertices' events, answer every pair query with one store's decayed features (``TGNConfig.pair_decayed``),
 across uneven batch cuts, shared time stamps, a late batch, unknown vertices and queries before the stream;
-a lone rank answers as one store in both modes. The stream and queries are ``test_shard_walks``'. This file
-is also the worker script."""
+a lone rank answers as one store in both modes, and trains and scores with them. The stream and queries
+are ``test_shard_walks``'. This file is also the worker script."""
 
 from __future__ import annotations
 
@@ -93,6 +93,20 @@ def test_a_lone_rank_answers_as_one_store_in_both_modes():
         for (rows, got), expected in zip(sharded(trainer, events), want, strict=True):
             assert len(rows) == len(expected)
             np.testing.assert_array_equal(got, expected, err_msg=mode)
+
+
+def test_a_sharded_model_trains_and_scores_on_the_decayed_features():
+    """The exact reader's parts reach the link model's pair encoder in the order it reads them: the
+    sharded trainer trains and scores with them (finite loss and logits)."""
+    from streamgnn.shard import ShardedTrainer
+
+    trainer, events = ShardedTrainer(make_config()), make_events()
+    assert trainer.link_model.pairs.exchange is not None  # exact mode
+    results = [trainer.step(batch, train=True, score=True) for batch in batches(events)[:5]]
+    scored = [r for r in results if len(r.pos)]  # (the first batch has nothing to learn from yet)
+    assert sum(len(r.pos) for r in scored) > 100
+    for r in scored:
+        assert np.isfinite(r.loss) and np.isfinite(r.pos).all() and np.isfinite(r.neg).all()
 
 
 if __name__ == "__main__":
