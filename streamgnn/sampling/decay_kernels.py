@@ -43,6 +43,17 @@ def _latest_events(start, deg, pool, edge_t, edge_del, w, t, k, nbr, tim):
     return n
 
 
+@njit(cache=True, inline="always")
+def _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, acc, counts, out):
+    """Decayed u -> v and v -> u counts per time constant into ``out[c * TAU_COLS + 0/1]`` (``pair_scan``,
+    into the buffers ``acc``/``counts``); the time of the pair's latest event either way (-inf: none)."""
+    last = max(pair_scan(start, deg, pool, edge_t, edge_del, u, v, t, taus, True, acc, counts))
+    for c in range(len(taus)):
+        out[c * TAU_COLS] = acc[0, c]
+        out[c * TAU_COLS + 1] = acc[1, c]
+    return last
+
+
 @njit(cache=True)
 def _weights(tim, n, t, taus, w):
     """``w[c, j] = exp(-(t - tim[j]) / taus[c])`` for an endpoint's latest ``n`` events."""
@@ -94,6 +105,23 @@ def _free(nbr, tim, n, other, since, t):
 
 
 @njit(cache=True)
+def _fill(nbr, tim, lens, w, u, v, last, t, n_tau, row):
+    """``row``'s columns but the pair counts, from both endpoints' latest events (``nbr``/``tim`` ``[2, k]``,
+    weights ``w``; neighbor ids in the id space of ``u`` and ``v``) and the pair's latest time ``last``."""
+    for side in range(2):
+        if lens[side] > 0:
+            for c in range(n_tau):
+                row[c * TAU_COLS + 2 + side] = w[side, c, 0]
+    _common(nbr[0], w[0], lens[0], nbr[1], w[1], lens[1], u, v, row, 4)
+    _shares(nbr[0], w[0], lens[0], v, row, 5)
+    _shares(nbr[1], w[1], lens[1], u, row, 6)
+    for side in range(2):
+        ratio, pos = _free(nbr[side], tim[side], lens[side], v if side == 0 else u, t - last, t)
+        row[n_tau * TAU_COLS + 2 * side] = ratio
+        row[n_tau * TAU_COLS + 2 * side + 1] = pos
+
+
+@njit(cache=True)
 def decay_features(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, taus, k, out):
     """``out[i]`` = the module's columns for pair ``(src[i], dst[i])`` before ``ts[i]``; an unknown id
     (outside ``0..num_nodes-1``) has no events (the other endpoint's own columns still read its events).
@@ -118,19 +146,48 @@ def decay_features(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, 
                 lens[side] = _latest_events(start, deg, pool, edge_t, edge_del, x, t, k, nbr[side], tim[side])
                 _weights(tim[side], lens[side], t, taus, w[side])
         last = -np.inf
-        if lens[0] > 0 and lens[1] > 0:  # decayed u -> v and v -> u counts, the pair's latest event
-            last = max(pair_scan(start, deg, pool, edge_t, edge_del, u, v, t, taus, True, acc, counts))
-            for c in range(n_tau):
-                out[i, c * TAU_COLS] = acc[0, c]
-                out[i, c * TAU_COLS + 1] = acc[1, c]
+        if lens[0] > 0 and lens[1] > 0:
+            last = _pair_counts(start, deg, pool, edge_t, edge_del, u, v, t, taus, acc, counts, out[i])
+        _fill(nbr, tim, lens, w, u, v, last, t, n_tau, out[i])
+
+
+@njit(cache=True)
+def latest_events(start, deg, pool, edge_t, edge_del, num_nodes, nodes, ts, k, nbr, tim, lens):
+    """``nbr[i, :lens[i]]``, ``tim[i, :lens[i]]`` = the latest ``k`` visible events of ``nodes[i]`` before
+    ``ts[i]`` (neighbor and time, newest first; an unknown node has none): one endpoint's half, for a
+    reader that holds the other endpoint's half elsewhere (a sharded run)."""
+    for i in range(len(nodes)):
+        x = nodes[i]
+        lens[i] = 0
+        if x >= 0 and x < num_nodes:
+            lens[i] = _latest_events(start, deg, pool, edge_t, edge_del, x, ts[i], k, nbr[i], tim[i])
+
+
+@njit(cache=True)
+def decay_features_of(start, deg, pool, edge_t, edge_del, src, dst, ts, taus, ids, nbr, tim, lens, out):
+    """``decay_features`` from both endpoints' latest events given (``latest_events``' arrays stacked per
+    side: ``nbr``/``tim`` ``[2, n, k]``, ``lens`` ``[2, n]``, their neighbor ids in the id space of ``ids``
+    ``[2, n]``, the endpoints' ids there); the pair counts are read here, over ``src``/``dst`` (this
+    store's ids, -1: unknown), where every u-v event is held (a sharded run: u's owner)."""
+    n_tau, k = len(taus), nbr.shape[2]
+    pn = np.empty((2, k), np.int64)
+    pt = np.empty((2, k), np.float64)
+    w = np.empty((2, n_tau, k), np.float64)
+    pl = np.zeros(2, np.int64)
+    acc = np.empty((2, n_tau))  # the pair's decayed counts (``pair_scan``)
+    counts = np.empty(2)
+    for i in range(len(src)):
+        t = ts[i]
+        for c in range(out.shape[1]):
+            out[i, c] = 0.0
         for side in range(2):
-            if lens[side] > 0:
-                for c in range(n_tau):
-                    out[i, c * TAU_COLS + 2 + side] = w[side, c, 0]
-        _common(nbr[0], w[0], lens[0], nbr[1], w[1], lens[1], u, v, out[i], 4)
-        _shares(nbr[0], w[0], lens[0], v, out[i], 5)
-        _shares(nbr[1], w[1], lens[1], u, out[i], 6)
-        for side in range(2):
-            ratio, pos = _free(nbr[side], tim[side], lens[side], v if side == 0 else u, t - last, t)
-            out[i, n_tau * TAU_COLS + 2 * side] = ratio
-            out[i, n_tau * TAU_COLS + 2 * side + 1] = pos
+            pl[side] = lens[side, i]
+            pn[side, :] = nbr[side, i]
+            pt[side, :] = tim[side, i]
+            _weights(pt[side], pl[side], t, taus, w[side])
+        last = -np.inf
+        if pl[0] > 0 and pl[1] > 0 and src[i] >= 0 and dst[i] >= 0:
+            last = _pair_counts(
+                start, deg, pool, edge_t, edge_del, src[i], dst[i], t, taus, acc, counts, out[i]
+            )
+        _fill(pn, pt, pl, w, ids[0, i], ids[1, i], last, t, n_tau, out[i])

@@ -182,19 +182,8 @@ def _count(seq_u, len_u, seq_v, len_v, out):
 
 
 @njit(cache=True)
-def latest_neighbors(start, deg, pool, edge_t, edge_del, num_nodes, nodes, ts, k, seqs, lens):
-    """``seqs[i, :lens[i]]`` = the latest ``k`` visible neighbors of ``nodes[i]`` before ``ts[i]``, newest
-    first (an unknown node has none): one endpoint's half of co-occurrence, for a reader that holds the
-    other endpoint's half elsewhere (a sharded run)."""
-    for i in range(len(nodes)):
-        w = nodes[i]
-        lens[i] = 0
-        if w >= 0 and w < num_nodes:
-            lens[i] = _latest(start, deg, pool, edge_t, edge_del, w, ts[i], k, seqs[i])
-
-
-@njit(cache=True)
 def cooccurrence_of(seq_u, len_u, seq_v, len_v, out):
-    """``cooccurrence``'s ``out`` from each pair's two neighbor sequences (``latest_neighbors``' arrays)."""
+    """``cooccurrence``'s ``out`` from each pair's two neighbor sequences (the neighbor arrays of
+    ``decay_kernels.latest_events``: a sharded run reads each endpoint's half where it lives)."""
     for i in range(len(len_u)):
         _count(seq_u[i], len_u[i], seq_v[i], len_v[i], out[i])

@@ -16,12 +16,17 @@ owner and advances them collectively (``ShardWalks.sync``): the new events trave
 rows of their endpoints in one more ``all_to_all``, and v's rows come back with v's neighbors, so the
 products are one store's to the bit too.
 
+Decayed features (``TGNConfig.pair_decayed``), exact: v's latest events come back with their times beside
+v's neighbors (the same reply), the pair's decayed counts are read from u's shard (which holds every u-v
+event), and ``decay_kernels.decay_features_of`` computes the rest from both halves: one store's values.
+
 Communication-free (no ``exchange``): v's half is read from this rank's shard too, which holds only v's
 events with this rank's vertices when another rank owns v. So "v's latest event" is v's latest event with
 a vertex of this rank, and "v's latest neighbors" are its latest neighbors among this rank's vertices and
 their partners; u's half and the pair's history stay exact. The walk features are ``WalkFeatures`` over the
 shard: the walks made of events this rank holds (every walk's last event at u is there, not the earlier
-ones elsewhere), with a row for every vertex the shard's ids reach (not divided over ranks).
+ones elsewhere), with a row for every vertex the shard's ids reach (not divided over ranks). The decayed
+features likewise read v's half from this rank's shard.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import math
 import numpy as np
 
 from ..errors import ConfigError
+from ..sampling import decay_kernels as D
 from ..sampling import pair_kernels as K
 from ..sampling.pairs import PairFeatures, pair_queries
 from ..store import TemporalGraphStore
@@ -48,11 +54,6 @@ class ShardPairs:
         self, shard: TemporalGraphStore, config, index: GlobalIndex, exchange: Collectives | None
     ) -> None:
         exact = exchange is not None
-        if exact and config.pair_decayed:
-            raise ConfigError(
-                "pair_decayed is not read across shards yet (each endpoint's latest events live on its "
-                "owner): train it unsharded, or set model.pair_decayed=false"
-            )
         self.local = PairFeatures.of(
             shard, dataclasses.replace(config, pair_walks=False) if exact else config
         )
@@ -105,16 +106,25 @@ class ShardPairs:
         if self.exchange is None:
             return pairs.read(u, v, t)
         history = pairs.history(u, v, t)
-        since_v, seq_v, len_v, *rows_v = self._remote(dst, t)
+        since_v, seq_v, tim_v, len_v, *rows_v = self._remote(dst, t)
         if pairs.endpoints:
             history[:, -1] = since_v
-        seq_u, len_u = self._latest(u, t)
-        seq_u = shard.external_ids(seq_u.reshape(-1)).reshape(seq_u.shape) if seq_u.size else seq_u
+        seq_u, tim_u, len_u = self._latest(u, t)
+        seq_u = self._global(seq_u)
         cooc = np.empty((len(src), 2, pairs.neighbors, 2), np.float32)
         K.cooccurrence_of(seq_u, len_u, seq_v, len_v, cooc)
-        if self.walks is None:
-            return history, cooc
-        return history, cooc, self.walks.products(src, dst, t, tuple(rows_v))
+        parts = (history, cooc)
+        if self.walks is not None:
+            parts = (*parts, self.walks.products(src, dst, t, tuple(rows_v)))
+        if pairs.decayed is not None:  # the pair counts from here (u's shard holds every u-v event)
+            out, view = np.empty((len(src), pairs.decayed.columns)), shard.view()
+            D.decay_features_of(
+                view.start, view.deg, view.pool, view.edge_t, view.edge_del, u, v, t, pairs.decayed.taus,
+                np.stack([src, dst]), np.stack([seq_u, seq_v]), np.stack([tim_u, tim_v]),
+                np.stack([len_u, len_v]), out,
+            )  # fmt: skip
+            parts = (*parts, out)
+        return parts
 
     def _local(self, gids: np.ndarray) -> np.ndarray:
         """Shard ids of ``gids`` (-1: unknown here)."""
@@ -123,19 +133,28 @@ class ShardPairs:
             return np.full(len(gids), -1, np.int64)
         return shard.node_index(gids, strict=False).astype(np.int64)
 
-    def _latest(self, nodes: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Shard ids of each shard vertex's latest neighbors before ``t`` (``[n, k]``) and how many."""
+    def _latest(self, nodes: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each shard vertex's latest events before ``t``: their neighbors' shard ids and times
+        (``[n, k]``, newest first), and how many."""
         k, view = self.local.neighbors, self.local.store.view()
-        seqs, lens = np.full((len(nodes), k), -1, np.int64), np.zeros(len(nodes), np.int64)
-        K.latest_neighbors(
+        seqs, tims = np.full((len(nodes), k), -1, np.int64), np.zeros((len(nodes), k))
+        lens = np.zeros(len(nodes), np.int64)
+        D.latest_events(
             view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes, nodes, t, k, seqs,
-            lens,
+            tims, lens,
         )  # fmt: skip
-        return seqs, lens
+        return seqs, tims, lens
+
+    def _global(self, seqs: np.ndarray) -> np.ndarray:
+        """``_latest``'s neighbor shard ids as global ids (the unused slots keep their values)."""
+        if not seqs.size:
+            return seqs
+        return self.local.store.external_ids(seqs.reshape(-1)).astype(np.int64).reshape(seqs.shape)
 
     def _remote(self, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
-        """From v's owner: the time since v's latest event before ``t``, v's latest neighbors (global ids)
-        and how many (and v's walk rows); the distinct ``(v, t)`` queries travel, in one round."""
+        """From v's owner: the time since v's latest event before ``t``, v's latest neighbors (global ids),
+        their times (with ``pair_decayed``; else ``None``) and how many (and v's walk rows); the distinct
+        ``(v, t)`` queries travel, in one round."""
         ex, w = self.exchange, self.exchange.world_size
         # the walk state's new events ride along (to every rank), advanced before the replies
         extra = () if self.walks is None else self.walks.outgoing(float(t.min()) if len(t) else math.inf)
@@ -152,11 +171,14 @@ class ShardPairs:
         for s, parts in zip(sel, got, strict=True):
             for whole, part in zip(out, parts, strict=True):
                 whole[s] = part
-        return tuple(x[rows] for x in out)
+        since, seqs, *rest = (x[rows] for x in out)
+        tims = rest.pop(0) if self.local.decayed is not None else None
+        return since, seqs, tims, *rest
 
     def _answer(self, gids: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
-        """As v's owner: ``(since, latest neighbors in global ids, counts)`` of each asked ``(v, t)``, and
-        v's walk rows (``ShardWalks.rows``) when the model reads walks."""
+        """As v's owner: ``(since, latest neighbors in global ids, counts)`` of each asked ``(v, t)``, with
+        their times after the neighbors when the model reads decayed features, and v's walk rows
+        (``ShardWalks.rows``) when it reads walks."""
         shard, local = self.local.store, self._local(gids)
         since = np.empty((len(gids), 2))
         view = shard.view()
@@ -164,8 +186,7 @@ class ShardPairs:
             view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes, local, local,
             np.ascontiguousarray(t), since,
         )  # fmt: skip
-        seqs, lens = self._latest(local, np.ascontiguousarray(t))
-        if seqs.size:
-            seqs = shard.external_ids(seqs.reshape(-1)).astype(np.int64).reshape(seqs.shape)
+        seqs, tims, lens = self._latest(local, np.ascontiguousarray(t))
+        times = (tims,) if self.local.decayed is not None else ()
         rows = () if self.walks is None else self.walks.rows(gids)
-        return since[:, 0], seqs, lens, *rows
+        return since[:, 0], self._global(seqs), *times, lens, *rows

@@ -1,0 +1,113 @@
+"""Time-decayed pair features over shards, exact mode: W = 2 and 4 real gloo ranks, each holding only its
+vertices' events, answer every pair query with one store's decayed features (``TGNConfig.pair_decayed``),
+across uneven batch cuts, shared time stamps, a late batch, unknown vertices and queries before the stream;
+a lone rank answers as one store in both modes, and trains and scores with them. The stream and queries
+are ``test_shard_walks``'. This file is also the worker script."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+import numpy as np
+import torch
+from shard_ranks import join
+from test_shard_walks import CUTS, batches, make_events, queries
+
+from streamgnn.train.config import ShardConfig
+
+
+def make_config():
+    from streamgnn.nn import TGNConfig
+    from streamgnn.train import TrainConfig
+
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, pair_neighbors=4,
+                      walk_dim=8, walk_decays=(0.0, 0.05), pair_decays=(5.0, 40.0),
+                      pair_decayed=True)  # fmt: skip
+    return TrainConfig(model=model, batch_size=50, serve_every=0, sharding=ShardConfig(num_partitions=8))
+
+
+def reference() -> list[np.ndarray]:
+    """One store's decayed features (the last part ``PairFeatures.read`` gives), asked the same queries
+    after each batch."""
+    from streamgnn.sampling.pairs import PairFeatures
+    from streamgnn.store import TemporalGraphStore
+
+    store = TemporalGraphStore()
+    pairs = PairFeatures.of(store, make_config().model)
+    out = []
+    for step, batch in enumerate(batches(make_events())):
+        store.ingest(batch)
+        out.append(pairs.read(*queries(step, store.num_nodes, float(store.edges().t.max())))[-1])
+    return out
+
+
+def sharded(trainer, events) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The rows each rank answers (its sources; unknown ones everywhere) and their decayed features."""
+    out = []
+    for step in range(len(CUTS) - 1):
+        trainer.step(batches(events)[step], train=False, score=False)
+        src, dst, t = queries(step, trainer.index.num_nodes, float(events.t[: CUTS[step + 1]].max()))
+        mine = trainer.index.owned(src) | (src < 0)
+        parts = trainer.link_model.pairs.read(src[mine], dst[mine], t[mine])
+        assert len(parts) == 4  # history, co-occurrence, walk products, decayed features
+        out.append((np.flatnonzero(mine), parts[-1]))
+    return out
+
+
+def worker(rank: int, world: int, port: int, out: str) -> None:
+    from streamgnn.shard import ShardedTrainer
+
+    torch.set_num_threads(1)
+    if world == 0:
+        torch.save({"decayed": reference()}, out)
+        return
+    trainer = ShardedTrainer(make_config(), dist=join(rank, world, port))
+    torch.save({"decayed": sharded(trainer, make_events())}, out)
+
+
+def test_every_rank_answers_as_one_store(tmp_path, spawn_ranks):
+    (one,) = spawn_ranks(__file__, 0, tmp_path, processes=1)
+    want = one["decayed"]
+    taus = 2  # the config's pair_decays: common neighbors (column 4 of each group) and counts must occur
+    assert sum(int((w[:, [4 + 7 * c for c in range(taus)]] > 0).sum()) for w in want) > 50
+    assert sum(int((w[:, [7 * c for c in range(taus)]] > 0).sum()) for w in want) > 20
+    for world in (2, 4):
+        ranks = spawn_ranks(__file__, world, tmp_path)
+        for step, expected in enumerate(want):
+            seen = np.zeros(len(expected), int)
+            for r in ranks:
+                rows, got = r["decayed"][step]
+                np.testing.assert_array_equal(got, expected[rows], err_msg=f"W={world}, batch {step}")
+                seen[rows] += 1
+            assert (seen >= 1).all()
+
+
+def test_a_lone_rank_answers_as_one_store_in_both_modes():
+    from streamgnn.shard import ShardedTrainer
+
+    want, events = reference(), make_events()
+    for mode in ("exact", "comm_free"):
+        config = make_config()
+        trainer = ShardedTrainer(replace(config, sharding=replace(config.sharding, mode=mode)))
+        for (rows, got), expected in zip(sharded(trainer, events), want, strict=True):
+            assert len(rows) == len(expected)
+            np.testing.assert_array_equal(got, expected, err_msg=mode)
+
+
+def test_a_sharded_model_trains_and_scores_on_the_decayed_features():
+    """The exact reader's parts reach the link model's pair encoder in the order it reads them: the
+    sharded trainer trains and scores with them (finite loss and logits)."""
+    from streamgnn.shard import ShardedTrainer
+
+    trainer, events = ShardedTrainer(make_config()), make_events()
+    assert trainer.link_model.pairs.exchange is not None  # exact mode
+    results = [trainer.step(batch, train=True, score=True) for batch in batches(events)[:5]]
+    scored = [r for r in results if len(r.pos)]  # (the first batch has nothing to learn from yet)
+    assert sum(len(r.pos) for r in scored) > 100
+    for r in scored:
+        assert np.isfinite(r.loss) and np.isfinite(r.pos).all() and np.isfinite(r.neg).all()
+
+
+if __name__ == "__main__":
+    worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
