@@ -22,6 +22,7 @@ from streamgnn.tasks.config import TaskConfig
 from streamgnn.tasks.live_features import LiveFeatures
 from streamgnn.tasks.online import OnlineHead
 from streamgnn.train import TrainConfig
+from streamgnn.train.tgn_model import TGNLinkModel
 
 torch.set_num_threads(1)
 
@@ -146,6 +147,28 @@ def test_edge_labels_read_both_ends_and_regression_reports_errors(tmp_path):
     assert job.labelled.head.in_dim == 2 * 8 + 12 and job.labelled.head.seen == 600
     figures = job.labelled.figures()["all"]
     assert set(figures["head"]) == {"mae", "rmse"} and figures["head"]["mae"] > 0
+
+
+def test_labels_on_the_batch_s_events_read_the_step_s_embeddings(tmp_path, monkeypatch):
+    """An edge label on its own event (a rating's sign at arrival) reads the embeddings the step scored
+    the event from: the model embeds for the head only in the batches the step does not score (the
+    first: no negatives yet), not once per batch as a second forward pass."""
+    events, src, dst = write_events(tmp_path, 600)
+    rows = [
+        {"node": int(src[i]), "dst": int(dst[i]), "t": float(i), "y": int(src[i] % 2)} for i in range(600)
+    ]
+    write_lines(tmp_path / "edges.jsonl", rows)
+    calls = []
+    embed = TGNLinkModel.embed
+
+    def counted(self, nodes, t, blank, step):
+        calls.append(step)
+        return embed(self, nodes, t, blank, step)
+
+    monkeypatch.setattr(TGNLinkModel, "embed", counted)
+    job = run(tmp_path, events, tmp_path / "edges.jsonl", kind="edge_classification")
+    assert job.labelled.head.seen == 600 and job.trainer.steps == 12
+    assert calls == [0]  # the first batch's labels, before any step scored
 
 
 @pytest.mark.parametrize("kind,classes", [("node_classification", 2), ("node_classification", 3),

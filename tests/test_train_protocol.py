@@ -59,6 +59,9 @@ class Popularity:
     def embed(self, nodes, t, blank, step):
         raise AssertionError("a model without out_dim is never asked to serve")
 
+    def embedded(self, prepared) -> None:
+        return None  # (no embeddings)
+
     def reset_state(self) -> None:
         self.degree = np.zeros(0)
 
