@@ -16,6 +16,10 @@ feed's new labels are admitted and those due are scored:
   the model as it is (at the earliest of their times); scored by the head, then learned from when the
   job learns on this batch (its budget, ``train.follow``).
 
+With ``task.predictions_topic``, each scored label's prediction is published there (``_publish``), in
+the order the labels are scored; a dead letter gets none. A resumed job publishes again those of the
+labels after its checkpoint (at least once: the key, time and ``step`` tell a repeat).
+
 Labels after the stream's last event stay pending (counted; a checkpoint keeps them, and a resumed job
 scores them once the events reach them). ``state()`` is the head's, the pending labels, the feed's
 position and the counters: a resumed job continues exactly.
@@ -33,6 +37,7 @@ from prometheus_client import Gauge
 
 from ..errors import CheckpointError, ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
+from ..serve.predict import prediction_fields
 from ..tasks.config import TaskConfig
 from ..tasks.feed import FileLabels, KafkaLabels, empty_labels, merge
 from ..tasks.labels import Labels
@@ -47,8 +52,9 @@ class LabelledStream:
     """Routes ``feed``'s labels through ``trainer``'s model to an ``OnlineHead`` (module docstring);
     ``registry``: where its Prometheus gauges go (None: none)."""
 
-    def __init__(self, config: TaskConfig, feed, trainer, registry=None) -> None:
+    def __init__(self, config: TaskConfig, feed, trainer, registry=None, sink=None) -> None:
         self.config, self.task, self.feed, self.trainer = config, config.task(), feed, trainer
+        self.sink = sink  # where each label's prediction goes (a ``KafkaSink``), or None
         dim = trainer.link_model.out_dim
         if dim is None:
             raise ConfigError(f"task: {type(trainer.link_model).__name__} embeds nothing for a head to read")
@@ -65,15 +71,27 @@ class LabelledStream:
 
     @classmethod
     def open(cls, config: TaskConfig, trainer, *, bootstrap: str | None, registry=None) -> LabelledStream:
-        """The stream with its feed: ``config.labels_file``, or ``labels_topic`` at ``bootstrap``."""
+        """The stream with its feed (``config.labels_file``, or ``labels_topic`` at ``bootstrap``) and its
+        predictions' sink (``predictions_topic`` at ``bootstrap``, if set)."""
         task = config.task()
-        if config.labels_file is not None:
-            feed = FileLabels(config.labels_file, task)
-        elif bootstrap is None:
-            raise ConfigError("task.labels_topic needs the broker's bootstrap address (kafka.bootstrap)")
-        else:
-            feed = KafkaLabels(config.labels_topic, bootstrap, task)
-        return cls(config, feed, trainer, registry)
+        for name in ("labels_topic", "predictions_topic"):
+            if getattr(config, name) is not None and bootstrap is None:
+                raise ConfigError(f"task.{name} needs the broker's bootstrap address (kafka.bootstrap)")
+        sink = None
+        if config.predictions_topic is not None:
+            from ..connectors.sink import KafkaSink
+
+            sink = KafkaSink(bootstrap, predictions_topic=config.predictions_topic)
+        try:
+            if config.labels_file is not None:
+                feed = FileLabels(config.labels_file, task)
+            else:
+                feed = KafkaLabels(config.labels_topic, bootstrap, task)
+        except BaseException:
+            if sink is not None:
+                sink.close()
+            raise
+        return cls(config, feed, trainer, registry, sink)
 
     # ------------------------------------------------------------------ per batch
     def before_apply(self, batch: EventBatch, learn: bool, embedded: StepEmbeddings) -> None:
@@ -96,7 +114,8 @@ class LabelledStream:
             flush, unknown = self._known(flush, batch, until, embedded.blank)
             letters += unknown
             if len(flush):
-                self.head.observe(self._inputs(flush, embedded), flush.y, flush.t, learn=learn)
+                scores = self.head.observe(self._inputs(flush, embedded), flush.y, flush.t, learn=learn)
+                self._publish(flush, scores)
         self.watermark = max(self.watermark, until)
         self._letters(letters)
 
@@ -147,6 +166,16 @@ class LabelledStream:
         return np.concatenate(
             [x, self.features.rows(rows[0], rows[1] if len(rows) > 1 else None, labels.t)], 1
         )
+
+    def _publish(self, labels: Labels, scores: np.ndarray) -> None:
+        """Each scored label's prediction to the sink: its node (or edge), time and what the head predicted
+        before learning from it, with ``step``, the trainer's steps so far: the model and head that made
+        it are those a checkpoint of that step (``ckpt-<step>``) holds."""
+        if self.sink is not None:
+            fields = prediction_fields(self.task, scores)
+            self.sink.publish_label_predictions(
+                labels.node, labels.dst, labels.t, fields, step=self.trainer.steps
+            )
 
     def _rows(self, ids: np.ndarray, blank: int) -> np.ndarray:
         """The store's dense indices of ``ids`` before the batch, -1 for a node it does not hold then (the
@@ -220,6 +249,10 @@ class LabelledStream:
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:
+        """What a checkpoint holds of the task; the predictions published so far are acknowledged first
+        (a checkpoint never holds a head past a prediction the topic may not have)."""
+        if self.sink is not None:
+            self.sink.flush()
         p = self.pending
         return {
             "head": self.head.state(), "watermark": self.watermark, "feed": self.feed.position(),
@@ -252,7 +285,13 @@ class LabelledStream:
         self.feed.seek(state["feed"])
 
     def close(self) -> None:
+        """Close the feed; flush and close the predictions' sink."""
         self.feed.close()
+        if self.sink is not None:
+            try:
+                self.sink.flush()
+            finally:
+                self.sink.close()
 
 
 def _ids(values: list) -> np.ndarray:

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import CheckpointError, ConfigError
 from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
-from ..tasks.task import Classification
+from ..tasks.task import Classification, Task
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +102,16 @@ class TaskPredictor:
 
     @staticmethod
     def predict(head: OnlineHead, x: np.ndarray) -> list[dict]:
-        """Each input row's prediction: a binary task's probability of class 1 and the label it implies
-        (``probability >= 0.5``), a multi-class task's probabilities and most likely class, a value."""
-        out = head.predict(x)
-        if not isinstance(head.task, Classification):
-            return [{"value": float(v)} for v in out]
-        if head.task.binary:
-            return [{"probability": float(p), "label": int(p >= 0.5)} for p in out]
-        return [{"probabilities": row.tolist(), "label": int(np.argmax(row))} for row in out]
+        """Each input row's prediction (``prediction_fields``)."""
+        return prediction_fields(head.task, head.predict(x))
+
+
+def prediction_fields(task: Task, out: np.ndarray) -> list[dict]:
+    """What ``task.predict``'s output ``out`` says of each row, as ``/predict`` and the training job's
+    predictions topic give it: a binary task's probability of class 1 and the label it implies
+    (``probability >= 0.5``), a multi-class task's probabilities and most likely class, a value."""
+    if not isinstance(task, Classification):
+        return [{"value": float(v)} for v in out]
+    if task.binary:
+        return [{"probability": float(p), "label": int(p >= 0.5)} for p in out]
+    return [{"probabilities": row.tolist(), "label": int(np.argmax(row))} for row in out]
