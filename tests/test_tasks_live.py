@@ -235,6 +235,27 @@ def test_streamgnn_train_learns_the_task_of_its_yaml_and_reports_it(tmp_path, ca
     assert "node_clasification" in capsys.readouterr().err
 
 
+def test_a_task_with_train_sharding_is_refused_naming_the_option(tmp_path, capsys):
+    """Labels are not routed to the ranks of a sharded job (yet): ``task:`` beside ``train.sharding`` is
+    one clear error before anything runs, not a job that learns no labels."""
+    from streamgnn.cli import main
+
+    events, src, _ = write_events(tmp_path, 300)
+    write_lines(tmp_path / "labels.jsonl", node_labels(src))
+    (tmp_path / "job.yaml").write_text(
+        "train: {batch_size: 100, sharding: {num_partitions: 2}, model: {memory_dim: 8, time_dim: 4, "
+        "embedding_dim: 8, num_neighbors: 3}}\n"
+        f"task: {{kind: node_classification, labels_file: {tmp_path / 'labels.jsonl'}}}\n"
+    )
+    ckpt = tmp_path / "ckpt"
+    argv = ["train", "--config", str(tmp_path / "job.yaml"), "--file", str(events), "--quiet",
+            "--checkpoint-dir", str(ckpt)]  # fmt: skip
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "not learned by the sharded job (train.sharding)" in err and len(err.strip().splitlines()) == 1
+    assert not ckpt.exists() or not any(ckpt.iterdir())  # nothing ran
+
+
 def test_the_task_s_figures_are_prometheus_gauges(tmp_path):
     events, src, _ = write_events(tmp_path, 600)
     write_lines(tmp_path / "labels.jsonl", node_labels(src) + ["oops"])
