@@ -159,6 +159,36 @@ def test_each_label_s_prediction_is_published_in_order_and_a_bad_one_gets_none(
     assert [g["step"] for g in got] == [int(r["t"]) // 50 for r in good]
 
 
+def test_a_resumed_job_publishes_each_prediction_once_from_its_checkpoint(
+    kafka_bootstrap, make_topic, tmp_path
+):
+    """A job stopped after 300 events (its last checkpoint there, written once the predictions before it
+    were acknowledged) and resumed: the topic holds each label's prediction once, in time order, and the
+    resumed head's predictions are those the uninterrupted job makes."""
+    ev = stream(600)
+    events = write_csv(tmp_path / "events.csv", ev)
+    rows = [{"node": int(ev.src[i]), "t": float(i), "y": int(ev.src[i] % 2)} for i in range(0, 600, 2)]
+    (tmp_path / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def run(ckpt, topic, **kw):
+        task = TaskConfig(labels_file=str(tmp_path / "labels.jsonl"), predictions_topic=topic)
+        job = TrainJob(
+            config(ckpt, checkpoint_every=4), source=CsvSource(events, batch_size=200),
+            bootstrap=kafka_bootstrap, task=task, log_every_s=3600,
+        )  # fmt: skip
+        job.run(progress=False, **kw)
+        return job
+
+    whole, parts = make_topic(1), make_topic(1)
+    run(tmp_path / "whole", whole)
+    first = run(tmp_path / "parts", parts, max_events=300)
+    assert 0 < first.labelled.head.seen < len(rows)
+    run(tmp_path / "parts", parts)
+    once, twice = ([json.loads(r.value) for r in read_topic(kafka_bootstrap, t)] for t in (whole, parts))
+    assert [g["t"] for g in twice] == [r["t"] for r in rows]  # each once, in order
+    assert twice == once
+
+
 def call(url: str, body=None) -> tuple[int, dict]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
