@@ -268,6 +268,17 @@ def test_predict_serves_the_job_s_head_over_http(kafka_bootstrap, make_topic, tm
         status, got = call(f"{url}/predict", {} if not edges else {"pairs": []})
         assert status == 400
 
+    # a service reading the ids as strings finds the same nodes' stream features: the same predictions
+    strs = ServeConfig(port=0, log_every_s=0, checkpoint_dir=str(tmp_path / "ckpt"), node_ids="str")
+    with EmbeddingService(strs, kafka_bootstrap, embeddings) as service:
+        url = service.url
+        wait_for(lambda: call(f"{url}/health")[1]["nodes"] == 60, "all 60 nodes served as strings")
+        asked = {"pairs": [["0", "41"], ["1", "41"]]} if edges else {"nodes": ["0", "1"]}
+        status, got = call(f"{url}/predict", asked)
+        assert status == 200
+        for p, want in zip(got["predictions"], expect, strict=True):
+            assert p["probability"] == pytest.approx(float(want), rel=1e-6)
+
     with EmbeddingService(ServeConfig(port=0, log_every_s=0), kafka_bootstrap, embeddings) as service:
         status, got = call(f"{service.url}/predict?nodes=0")
         assert status == 404 and "no task head" in got["error"] and "checkpoint_dir" in got["error"]
