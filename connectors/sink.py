@@ -1,8 +1,8 @@
-"""Kafka sinks for model output: node embeddings and link predictions.
+"""Kafka sinks for model output: node embeddings, link predictions and a labelled task's predictions.
 
 Embeddings are keyed by node id, so a compacted topic (``create_topic(..., compacted=True)``) keeps the
 latest vector of every node and serves as a lookup table any Kafka client can read. Predictions are keyed
-by the ``[src, dst]`` pair for the same reason.
+by the ``[src, dst]`` pair for the same reason, a node label's prediction by its node.
 """
 
 from __future__ import annotations
@@ -44,13 +44,15 @@ def decode_embedding(value: bytes, content_type: str | None) -> tuple[np.ndarray
 
 
 class KafkaSink:
-    """Publishes embeddings to ``embeddings_topic`` and predictions to ``predictions_topic``.
+    """Publishes embeddings to ``embeddings_topic`` and predictions (of links, or of a task's labels) to
+    ``predictions_topic``.
 
     ``fmt="json"`` writes ``{"node", "t", "embedding"}`` objects; ``"binary"`` writes the float32 vector
     alone (content type ``application/x-streamgnn-embedding-f32``, time in a ``t`` header), 4 bytes per
-    dimension. Predictions are always JSON ``{"src", "dst", "t", "score"}``. Producer settings pass
-    through unchanged; sends are retried through broker outages, and ``flush()`` waits for every ack.
-    No broker answering within ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried.
+    dimension. Predictions are always JSON: ``{"src", "dst", "t", "score"}`` for a link, a label's as
+    ``publish_label_predictions`` says. Producer settings pass through unchanged; sends are retried
+    through broker outages, and ``flush()`` waits for every ack. No broker answering within
+    ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried.
     """
 
     def __init__(
@@ -113,8 +115,6 @@ class KafkaSink:
         self, src: Sequence, dst: Sequence, scores: Sequence, t: float | None = None
     ) -> int:
         """One JSON message per scored pair, keyed by ``[src, dst]``; returns the count."""
-        if self.predictions_topic is None:
-            raise ConfigError("this sink has no predictions_topic")
         s, d = _ids(src), _ids(dst)
         sc = np.asarray(scores, dtype=np.float64).tolist()
         if not len(s) == len(d) == len(sc):
@@ -123,12 +123,47 @@ class KafkaSink:
             )
         if not all(map(math.isfinite, sc)):
             raise ConfigError("scores hold NaN or infinite values, which JSON cannot carry")
-        headers = [(CONTENT_TYPE_HEADER, b"application/json")]
         extra = {} if t is None else {"t": float(t)}
-        for a, b, score in zip(s, d, sc, strict=True):
-            value = json.dumps({"src": a, "dst": b, **extra, "score": score}, separators=(",", ":")).encode()
-            self._p.send(self.predictions_topic, value, key=json.dumps([a, b]).encode(), headers=headers)
-        return len(s)
+        return self._send_json(
+            [json.dumps([a, b]) for a, b in zip(s, d, strict=True)],
+            [{"src": a, "dst": b, **extra, "score": score} for a, b, score in zip(s, d, sc, strict=True)],
+        )
+
+    def publish_label_predictions(
+        self, node: Sequence, dst: Sequence | None, t: Sequence, predictions: Sequence[dict], **fields
+    ) -> int:
+        """One JSON message per label: ``{"node", "t", **prediction, **fields}`` keyed by the node, or for
+        an edge's label (``dst`` given) ``{"src", "dst", "t", ...}`` keyed by ``[src, dst]`` as a link
+        prediction is; ``predictions[i]``: what the task predicts for label ``i`` (``serve.predict``'s
+        fields: a probability and label, class probabilities, or a value). Returns the count."""
+        n, times = _ids(node), np.asarray(t, np.float64).tolist()
+        d = None if dst is None else _ids(dst)
+        if not len(n) == len(times) == len(predictions) or (d is not None and len(d) != len(n)):
+            raise ConfigError(f"got {len(n)} nodes, {len(times)} times and {len(predictions)} predictions")
+        if d is None:
+            keys = [str(a) for a in n]
+            ends = [{"node": a} for a in n]
+        else:
+            keys = [json.dumps([a, b]) for a, b in zip(n, d, strict=True)]
+            ends = [{"src": a, "dst": b} for a, b in zip(n, d, strict=True)]
+        return self._send_json(
+            keys,
+            [{**e, "t": ti, **p, **fields} for e, ti, p in zip(ends, times, predictions, strict=True)],
+        )
+
+    def _send_json(self, keys: list[str], values: list[dict]) -> int:
+        """Each of ``values`` as one JSON message to ``predictions_topic``, keyed by ``keys[i]`` (UTF-8);
+        a value JSON cannot carry (NaN, infinity) is refused before anything is sent."""
+        if self.predictions_topic is None:
+            raise ConfigError("this sink has no predictions_topic")
+        try:
+            encoded = [json.dumps(v, separators=(",", ":"), allow_nan=False).encode() for v in values]
+        except ValueError:
+            raise ConfigError("predictions hold NaN or infinite values, which JSON cannot carry") from None
+        headers = [(CONTENT_TYPE_HEADER, b"application/json")]
+        for key, value in zip(keys, encoded, strict=True):
+            self._p.send(self.predictions_topic, value, key=key.encode(), headers=headers)
+        return len(values)
 
     def flush(self, timeout_s: float = 120.0) -> None:
         """Block until everything published is acknowledged."""

@@ -127,6 +127,25 @@ def test_produce_dataset_creates_the_topic_with_the_producers_security_settings(
     assert set(got) <= set(KafkaAdminClient.DEFAULT_CONFIG)
 
 
+def test_label_predictions_keyed_by_node_or_pair(kafka_bootstrap, make_topic, backend):
+    topic = make_topic(1)
+    with KafkaSink(kafka_bootstrap, predictions_topic=topic, backend=backend) as sink:
+        node = [{"probability": 0.25, "label": 0}, {"probabilities": [0.5, 0.5], "label": 0}]
+        assert sink.publish_label_predictions(["a", "b"], None, [1.0, 2.5], node, step=3) == 2
+        assert sink.publish_label_predictions([1], [2], [4.0], [{"value": -1.5}], step=4) == 1
+        with pytest.raises(ConfigError, match="1 nodes, 2 times"):
+            sink.publish_label_predictions([1], None, [1.0, 2.0], node)
+        with pytest.raises(ConfigError, match="NaN"):
+            sink.publish_label_predictions([1], None, [1.0], [{"value": float("nan")}])
+    records = read_all(kafka_bootstrap, topic, 3)
+    assert [r.key for r in records] == [b"a", b"b", b"[1, 2]"]
+    assert [json.loads(r.value) for r in records] == [
+        {"node": "a", "t": 1.0, "probability": 0.25, "label": 0, "step": 3},
+        {"node": "b", "t": 2.5, "probabilities": [0.5, 0.5], "label": 0, "step": 3},
+        {"src": 1, "dst": 2, "t": 4.0, "value": -1.5, "step": 4},
+    ]
+
+
 def test_sink_refuses_node_ids_no_message_key_can_carry(kafka_bootstrap, make_topic, backend):
     topic = make_topic(1)
     with KafkaSink(kafka_bootstrap, embeddings_topic=topic, predictions_topic=topic, backend=backend) as sink:

@@ -151,6 +151,32 @@ def test_the_same_stream_gives_the_same_scores(make):
             assert np.array_equal(np.asarray(a[key]), np.asarray(b[key]), equal_nan=True), key
 
 
+def test_embedded_is_what_embed_gives_the_scored_ends_before_the_batch(make):
+    """``embedded``, asked before the batch is applied (as the step asks it for a labelled task's head), is
+    None or each row's source then destination as ``embed`` gives them at the query time, from the state
+    before the batch; and ``score`` after it scores as it does without it."""
+    model = make()
+    batches = stream()
+    store, _ = drive(model, batches[:1])
+    batch, k = batches[1], 1
+    src, dst = (store.node_index(x, strict=False) for x in (batch.src, batch.dst))
+    m, t0 = len(batch), float(batch.t.min())
+    view = StepInput(src, dst, batch.t.copy(), np.full(m, t0), store.num_nodes, np.zeros(m, np.int64), 0, k)
+    cand = Candidates(np.zeros((m, Q), np.int64), np.ones((m, Q), bool), rank=True)
+    plain = model.score(model.prepare(view, cand, None))
+    prepared = model.prepare(view, cand, None)
+    z = model.embedded(prepared)
+    ap, ranked = model.score(prepared)
+    np.testing.assert_array_equal(ap, plain[0])
+    np.testing.assert_array_equal(ranked, plain[1])
+    if z is None:
+        return
+    assert z.dtype == np.float32 and z.shape == (2 * m, model.out_dim)
+    ends = np.concatenate([src, dst])
+    assert (ends < 0).any() and (ends >= 0).any()  # new nodes (the blank row) and known ones
+    np.testing.assert_allclose(z, model.embed(ends, t0, store.num_nodes, k), rtol=1e-5, atol=1e-6)
+
+
 def saved(state: dict) -> dict:
     """``state`` after a checkpoint's trip: ``torch.save`` to bytes and back (plain tensors and lists)."""
     buf = io.BytesIO()

@@ -2,13 +2,18 @@
 strings, JSON bodies with huge ints, non-finite and overflowing floats, deep nesting, unicode and lone
 surrogates, wrong types everywhere, and raw bytes) go over HTTP to uvicorn on a loopback port, in front of
 int-id and str-id services reading a real topic. Every answer must be a 4xx or 2xx with a JSON body (an
-``{"error"}`` for a 4xx), and the service must log no warning or traceback."""
+``{"error"}`` for a 4xx), and the service must log no warning or traceback.
+
+``/predict`` is fuzzed apart, in front of services with a real task head loaded (a node task's and an
+edge task's, each from the checkpoint of a real training job, over the embeddings that job published):
+unknown nodes, huge ids, NaN, wrong types, missing fields. Each answer is a 200 with one prediction per
+node or pair asked, or a 4xx whose reason names the field (``nodes``, ``pairs``, ``src``, ``dst``)."""
 
 from __future__ import annotations
 
 import json
 import os
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import numpy as np
 import pytest
@@ -135,3 +140,173 @@ def test_no_request_makes_the_service_fail(services, which, method, path, query,
         got = strict_json(raw)
         assert status < 400 or isinstance(got["error"], str), got
     assert not logged.records, [r.getMessage() for r in logged.records]
+
+
+# ---------------------------------------------------------------------------------------------- /predict
+FIELDS = ("nodes", "pairs", "src", "dst")
+NODES = 60  # the jobs' events: sources 0..39, destinations 40..59
+
+
+@pytest.fixture(scope="module")
+def headed(kafka_bootstrap, tmp_path_factory):
+    """Services with a task head: a node task's and an edge task's, each over the embeddings topic and the
+    checkpoints of a real training job that learned it (int ids; and the node task's read as str ids)."""
+    import torch
+
+    from streamgnn.connectors.files import CsvSource
+    from streamgnn.connectors.kafka import create_topic
+    from streamgnn.jobs import TrainJob
+    from streamgnn.nn import TGNConfig
+    from streamgnn.tasks.config import TaskConfig
+    from streamgnn.train import TrainConfig
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(11)
+    n = 400
+    src, dst = rng.integers(0, 40, n), rng.integers(40, NODES, n)
+    folder = tmp_path_factory.mktemp("headed")
+    lines = (f"{a},{b},{t}\n" for t, (a, b) in enumerate(zip(src, dst, strict=True)))
+    (folder / "events.csv").write_text("".join(lines))
+    heads = {}
+    for kind in ("node_classification", "edge_classification"):
+        edge = kind.startswith("edge")
+        rows = [{"node": int(src[i]), **({"dst": int(dst[i])} if edge else {}), "t": float(i),
+                 "y": int(dst[i] % 2)} for i in range(0, n, 2)]  # fmt: skip
+        labels = folder / f"{kind}.jsonl"
+        labels.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        topic = f"predict-fuzz-{os.getpid()}-{kind}"
+        create_topic(kafka_bootstrap, topic, 1, compacted=True)
+        config = TrainConfig(
+            model=TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, dropout=0.0),
+            batch_size=50, eval_negatives=5, checkpoint_dir=str(folder / kind),
+        )  # fmt: skip
+        job = TrainJob(
+            config, source=CsvSource(folder / "events.csv", batch_size=200), bootstrap=kafka_bootstrap,
+            embeddings_topic=topic, log_every_s=3600, task=TaskConfig(kind=kind, labels_file=str(labels)),
+        )  # fmt: skip
+        job.run(progress=False)
+        heads[kind] = (topic, str(folder / kind))
+    topic, ckpt = heads["node_classification"]
+    edge_topic, edge_ckpt = heads["edge_classification"]
+    with (
+        EmbeddingService(
+            ServeConfig(port=0, log_every_s=0, checkpoint_dir=ckpt), kafka_bootstrap, topic
+        ) as a,
+        EmbeddingService(
+            ServeConfig(port=0, log_every_s=0, checkpoint_dir=ckpt, node_ids="str"), kafka_bootstrap, topic
+        ) as b,
+        EmbeddingService(
+            ServeConfig(port=0, log_every_s=0, checkpoint_dir=edge_ckpt), kafka_bootstrap, edge_topic
+        ) as c,
+    ):
+        for service in (a, b, c):
+            caught_up(service, NODES)
+        yield [(a, False, True), (b, False, False), (c, True, True)]
+
+
+known_node = st.integers(0, NODES - 1) | st.sampled_from([str(i) for i in range(NODES)])
+predict_node = st.one_of(
+    *[known_node] * 16,  # mostly known: a request is answered only when all its ids are good
+    st.integers(NODES, 10**6),  # unknown
+    st.integers(-(2**70), 2**70),  # beyond int64 too
+    st.floats(),  # NaN and infinities included
+    st.none(),
+    st.booleans(),
+    st.text(max_size=8),
+    st.sampled_from(WEIRD),
+)
+
+
+def encode_query(q: dict) -> str:
+    return urlencode(q, quote_via=quote, errors="surrogatepass")
+
+
+node_lists = st.lists(predict_node, min_size=1, max_size=5)
+pair_lists = st.lists(st.lists(predict_node, min_size=2, max_size=2), min_size=1, max_size=4)
+# the shape each task reads, its ids drawn from predict_node (where any id can be wrong)
+shaped_bodies = {
+    False: st.fixed_dictionaries({"nodes": node_lists}),
+    True: st.fixed_dictionaries({"pairs": pair_lists})
+    | st.fixed_dictionaries({"src": predict_node, "dst": predict_node}),
+}
+shaped_queries = {
+    False: st.fixed_dictionaries({"nodes": node_lists.map(lambda v: ",".join(map(str, v)))}).map(
+        encode_query
+    ),
+    True: st.fixed_dictionaries({"src": predict_node.map(str), "dst": predict_node.map(str)}).map(
+        encode_query
+    ),
+}
+# anything else: wrong types, missing fields, the other task's fields, other keys
+other_bodies = st.one_of(
+    st.fixed_dictionaries({"nodes": st.lists(predict_node, max_size=5) | scalars}),
+    st.fixed_dictionaries({"pairs": st.lists(st.lists(predict_node, max_size=3), max_size=3) | values}),
+    st.fixed_dictionaries({}, optional={"src": predict_node, "dst": predict_node}),
+    st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=5), values, max_size=3),
+)
+other_queries = st.dictionaries(
+    st.sampled_from(FIELDS) | st.text(max_size=4),
+    st.lists(predict_node.map(str), max_size=4).map(",".join) | query_values,
+    max_size=3,
+).map(encode_query)
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(which=st.integers(0, 2), post=st.booleans(), data=st.data())
+def test_predict_with_a_head_answers_a_prediction_or_a_4xx_naming_the_field(headed, which, post, data):
+    service, edges, int_ids = headed[which]
+    shaped = shaped_bodies[edges] if post else shaped_queries[edges]
+    asked = data.draw(st.one_of(shaped, shaped, other_bodies if post else other_queries))
+    body, query = (asked, "") if post else (None, asked)
+    with ServiceErrors() as logged:
+        if post:
+            status, headers, raw = request(service.url, "/predict", encoded(body, True), method="POST")
+        else:
+            status, headers, raw = request(service.url, f"/predict?{query}" if query else "/predict")
+    event(f"{['node', 'node (str ids)', 'edge'][which]} {'POST' if post else 'GET'} {status}")
+    assert status < 500, (status, raw[:300])
+    assert headers.get("content-type", "").startswith("application/json"), (status, raw[:300])
+    got = strict_json(raw)
+    assert not logged.records, [r.getMessage() for r in logged.records]
+    if status >= 400:  # names the field; a body JSON cannot read (NaN, Infinity), or a query string that
+        # is no text, is named as such
+        readable = _strict(body) if post else _text(query)
+        names = FIELDS if readable else ("request body", "query string")
+        assert isinstance(got["error"], str) and any(f in got["error"] for f in names), got
+        return
+    assert status == 200 and got["checkpoint"].startswith("ckpt-")
+    assert got["task"] == ("edge_classification" if edges else "node_classification")
+    asked = _asked(body if post else dict(parse_qsl(query)), edges, post, int if int_ids else str)
+    assert [[p[k] for k in (("src", "dst") if edges else ("node",))] for p in got["predictions"]] == asked
+    for p in got["predictions"]:
+        assert 0.0 <= p["probability"] <= 1.0 and p["label"] == int(p["probability"] >= 0.5)
+
+
+def _strict(body) -> bool:
+    """Whether ``body`` is JSON a strict reader reads: no NaN or Infinity, no lone surrogate."""
+    try:
+        json.dumps(body, allow_nan=False, ensure_ascii=False).encode()
+    except ValueError:  # (UnicodeEncodeError is one)
+        return False
+    return True
+
+
+def _text(query: str) -> bool:
+    try:
+        parse_qsl(query, errors="strict")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _asked(data: dict, edges: bool, post: bool, as_id) -> list[list]:
+    """The ids a 200 answered for, as the request named them and the service reads them (``as_id``)."""
+    if not edges:
+        nodes = data["nodes"] if post else data["nodes"].split(",")
+        return [[as_id(v)] for v in nodes if post or v]
+    pairs = data["pairs"] if "pairs" in data else [[data["src"], data["dst"]]]
+    return [[as_id(a), as_id(b)] for a, b in pairs]

@@ -13,6 +13,7 @@ import urllib.request
 import numpy as np
 import pytest
 import torch
+from topic_records import read_topic
 
 from streamgnn.connectors.files import CsvSource
 from streamgnn.connectors.kafka import EventProducer, Producer
@@ -99,6 +100,95 @@ def test_labels_through_kafka_bad_ones_dead_letters_nothing_else_lost(kafka_boot
     assert "late label" in late.reason and late.where == f"{labels_topic}/0@{len(messages)}:line 1"
 
 
+def write_csv(path, ev: EventBatch):
+    path.write_text(
+        "".join(f"{s},{d},{t}\n" for s, d, t in zip(ev.src, ev.dst, ev.t.astype(int), strict=True))
+    )
+    return path
+
+
+@pytest.mark.parametrize("kind", ["node_classification", "edge_classification"])
+def test_each_label_s_prediction_is_published_in_order_and_a_bad_one_gets_none(
+    kafka_bootstrap, make_topic, tmp_path, kind
+):
+    """``task.predictions_topic``: every label the job scores has its prediction on the topic (read to its
+    end offsets), in the order scored, keyed by its node (an edge's: ``[src, dst]``), with what the head
+    predicted before learning from it and the step whose checkpoint holds that head; a bad label is a dead
+    letter and has none."""
+    ev = stream(600)
+    events = write_csv(tmp_path / "events.csv", ev)
+    labels_topic, predictions = make_topic(1), make_topic(1)
+    edges = kind.startswith("edge")
+    good = [
+        {"node": int(ev.src[i]), **({"dst": int(ev.dst[i])} if edges else {}), "t": float(i),
+         "y": int(ev.src[i] % 2)}
+        for i in range(0, 600, 3)
+    ]  # fmt: skip
+    bad = [
+        "not json",
+        json.dumps({"node": 1, "t": 9.0}),  # no y
+        json.dumps({"node": 777, **({"dst": 41} if edges else {}), "t": 9.0, "y": 1}),  # no event has 777
+        json.dumps({"node": 1, **({"dst": 999} if edges else {}), "t": 9.0, "y": 7}),  # not a class
+    ]
+    lines = [json.dumps(r) for r in good]
+    messages = ["\n".join(lines[k : k + 40]) for k in range(0, len(lines), 40)]
+    for k, text in enumerate(bad):  # each bad one alone, between the good ones
+        messages.insert(2 * k + 1, text)
+    send_labels(kafka_bootstrap, labels_topic, messages)
+    task = TaskConfig(kind=kind, labels_topic=labels_topic, predictions_topic=predictions)
+    job = TrainJob(
+        config(tmp_path / "ckpt"), source=CsvSource(events, batch_size=200), bootstrap=kafka_bootstrap,
+        task=task, log_every_s=3600,
+    )  # fmt: skip
+    job.run(progress=False)
+    head = job.labelled.head
+    assert head.seen == len(good) and job.labelled.dead_letters == len(bad)
+
+    records = read_topic(kafka_bootstrap, predictions)  # the job closed its sink: all of it is there
+    got = [json.loads(r.value) for r in records]
+    assert len(got) == len(good)
+    ends = ("src", "dst") if edges else ("node",)
+    assert [[g[e] for e in ends] for g in got] == [[r[e] for e in ("node", "dst")[: len(ends)]] for r in good]
+    assert [g["t"] for g in got] == [r["t"] for r in good]
+    want_keys = [json.dumps([r["node"], r["dst"]]) if edges else str(r["node"]) for r in good]
+    assert [r.key.decode() for r in records] == want_keys
+    scored = np.concatenate(head.records["score"])
+    np.testing.assert_allclose([g["probability"] for g in got], scored, rtol=1e-12, atol=0)
+    assert [g["label"] for g in got] == [int(p >= 0.5) for p in scored]
+    # the step that scored each: the global batch (50 events, t == row) holding its time
+    assert [g["step"] for g in got] == [int(r["t"]) // 50 for r in good]
+
+
+def test_a_resumed_job_publishes_each_prediction_once_from_its_checkpoint(
+    kafka_bootstrap, make_topic, tmp_path
+):
+    """A job stopped after 300 events (its last checkpoint there, written once the predictions before it
+    were acknowledged) and resumed: the topic holds each label's prediction once, in time order, and the
+    resumed head's predictions are those the uninterrupted job makes."""
+    ev = stream(600)
+    events = write_csv(tmp_path / "events.csv", ev)
+    rows = [{"node": int(ev.src[i]), "t": float(i), "y": int(ev.src[i] % 2)} for i in range(0, 600, 2)]
+    (tmp_path / "labels.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def run(ckpt, topic, **kw):
+        task = TaskConfig(labels_file=str(tmp_path / "labels.jsonl"), predictions_topic=topic)
+        job = TrainJob(
+            config(ckpt, checkpoint_every=4), source=CsvSource(events, batch_size=200),
+            bootstrap=kafka_bootstrap, task=task, log_every_s=3600,
+        )  # fmt: skip
+        job.run(progress=False, **kw)
+        return job
+
+    whole, parts = make_topic(1), make_topic(1)
+    run(tmp_path / "whole", whole)
+    first = run(tmp_path / "parts", parts, max_events=300)
+    assert 0 < first.labelled.head.seen < len(rows)
+    run(tmp_path / "parts", parts)
+    once, twice = ([json.loads(r.value) for r in read_topic(kafka_bootstrap, t)] for t in (whole, parts))
+    assert [g["t"] for g in twice] == [r["t"] for r in rows]  # each once, in order
+    assert twice == once
+
+
 def call(url: str, body=None) -> tuple[int, dict]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
@@ -122,10 +212,7 @@ def wait_for(predicate, what: str, limit_s: float = 300.0):
 @pytest.mark.parametrize("kind", ["node_classification", "edge_classification"])
 def test_predict_serves_the_job_s_head_over_http(kafka_bootstrap, make_topic, tmp_path, kind):
     ev = stream(600)
-    events = tmp_path / "events.csv"
-    events.write_text(
-        "".join(f"{s},{d},{t}\n" for s, d, t in zip(ev.src, ev.dst, ev.t.astype(int), strict=True))
-    )
+    events = write_csv(tmp_path / "events.csv", ev)
     edges = kind.startswith("edge")
     rows = [
         {"node": int(ev.src[i]), "t": float(i), "y": int(ev.dst[i] % 2 if edges else ev.src[i] % 2),
@@ -180,6 +267,17 @@ def test_predict_serves_the_job_s_head_over_http(kafka_bootstrap, make_topic, tm
         assert status == 400 and kind in got["error"]
         status, got = call(f"{url}/predict", {} if not edges else {"pairs": []})
         assert status == 400
+
+    # a service reading the ids as strings finds the same nodes' stream features: the same predictions
+    strs = ServeConfig(port=0, log_every_s=0, checkpoint_dir=str(tmp_path / "ckpt"), node_ids="str")
+    with EmbeddingService(strs, kafka_bootstrap, embeddings) as service:
+        url = service.url
+        wait_for(lambda: call(f"{url}/health")[1]["nodes"] == 60, "all 60 nodes served as strings")
+        asked = {"pairs": [["0", "41"], ["1", "41"]]} if edges else {"nodes": ["0", "1"]}
+        status, got = call(f"{url}/predict", asked)
+        assert status == 200
+        for p, want in zip(got["predictions"], expect, strict=True):
+            assert p["probability"] == pytest.approx(float(want), rel=1e-6)
 
     with EmbeddingService(ServeConfig(port=0, log_every_s=0), kafka_bootstrap, embeddings) as service:
         status, got = call(f"{service.url}/predict?nodes=0")

@@ -22,6 +22,7 @@ from streamgnn.tasks.config import TaskConfig
 from streamgnn.tasks.live_features import LiveFeatures
 from streamgnn.tasks.online import OnlineHead
 from streamgnn.train import TrainConfig
+from streamgnn.train.tgn_model import TGNLinkModel
 
 torch.set_num_threads(1)
 
@@ -148,6 +149,28 @@ def test_edge_labels_read_both_ends_and_regression_reports_errors(tmp_path):
     assert set(figures["head"]) == {"mae", "rmse"} and figures["head"]["mae"] > 0
 
 
+def test_labels_on_the_batch_s_events_read_the_step_s_embeddings(tmp_path, monkeypatch):
+    """An edge label on its own event (a rating's sign at arrival) reads the embeddings the step scored
+    the event from: the model embeds for the head only in the batches the step does not score (the
+    first: no negatives yet), not once per batch as a second forward pass."""
+    events, src, dst = write_events(tmp_path, 600)
+    rows = [
+        {"node": int(src[i]), "dst": int(dst[i]), "t": float(i), "y": int(src[i] % 2)} for i in range(600)
+    ]
+    write_lines(tmp_path / "edges.jsonl", rows)
+    calls = []
+    embed = TGNLinkModel.embed
+
+    def counted(self, nodes, t, blank, step):
+        calls.append(step)
+        return embed(self, nodes, t, blank, step)
+
+    monkeypatch.setattr(TGNLinkModel, "embed", counted)
+    job = run(tmp_path, events, tmp_path / "edges.jsonl", kind="edge_classification")
+    assert job.labelled.head.seen == 600 and job.trainer.steps == 12
+    assert calls == [0]  # the first batch's labels, before any step scored
+
+
 @pytest.mark.parametrize("kind,classes", [("node_classification", 2), ("node_classification", 3),
                                           ("edge_regression", 2)])  # fmt: skip
 def test_the_head_s_state_round_trips_through_the_container_and_continues_alike(kind, classes):
@@ -210,6 +233,27 @@ def test_streamgnn_train_learns_the_task_of_its_yaml_and_reports_it(tmp_path, ca
     (tmp_path / "bad.yaml").write_text(f"task: {{kind: node_clasification, labels_file: {tmp_path}}}\n")
     assert main(["train", "--config", str(tmp_path / "bad.yaml"), "--file", str(events), "--quiet"]) == 2
     assert "node_clasification" in capsys.readouterr().err
+
+
+def test_a_task_with_train_sharding_is_refused_naming_the_option(tmp_path, capsys):
+    """Labels are not routed to the ranks of a sharded job (yet): ``task:`` beside ``train.sharding`` is
+    one clear error before anything runs, not a job that learns no labels."""
+    from streamgnn.cli import main
+
+    events, src, _ = write_events(tmp_path, 300)
+    write_lines(tmp_path / "labels.jsonl", node_labels(src))
+    (tmp_path / "job.yaml").write_text(
+        "train: {batch_size: 100, sharding: {num_partitions: 2}, model: {memory_dim: 8, time_dim: 4, "
+        "embedding_dim: 8, num_neighbors: 3}}\n"
+        f"task: {{kind: node_classification, labels_file: {tmp_path / 'labels.jsonl'}}}\n"
+    )
+    ckpt = tmp_path / "ckpt"
+    argv = ["train", "--config", str(tmp_path / "job.yaml"), "--file", str(events), "--quiet",
+            "--checkpoint-dir", str(ckpt)]  # fmt: skip
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert "not learned by the sharded job (train.sharding)" in err and len(err.strip().splitlines()) == 1
+    assert not ckpt.exists() or not any(ckpt.iterdir())  # nothing ran
 
 
 def test_the_task_s_figures_are_prometheus_gauges(tmp_path):

@@ -59,6 +59,9 @@ class Popularity:
     def embed(self, nodes, t, blank, step):
         raise AssertionError("a model without out_dim is never asked to serve")
 
+    def embedded(self, prepared) -> None:
+        return None  # (no embeddings)
+
     def reset_state(self) -> None:
         self.degree = np.zeros(0)
 
@@ -228,3 +231,20 @@ def test_every_model_reports_the_bytes_of_its_stream_state_by_part():
     dyg = OnlineTrainer(TrainConfig(model=DyGFormerConfig(sequence_length=4, patch_size=2, channel_dim=4,
                                                           time_dim=4, embedding_dim=4)))  # fmt: skip
     assert dyg.link_model.nbytes() == {}  # its state is the store
+
+
+def test_step_embeddings_find_each_node_s_row_at_or_before_its_time():
+    """``StepEmbeddings.find``: a row of the same node, the latest embedded at or before the asked time,
+    else its earliest (every row is read from the state before the batch); -1 for a node it has none of
+    (the blank row's -1 is a node like any other)."""
+    from streamgnn.train.step import StepEmbeddings
+
+    nodes = np.array([5, 3, 5, -1, 3, 9])
+    t = np.array([2.0, 1.0, 4.0, 1.0, 1.0, 7.0])
+    rows = StepEmbeddings(nodes, t, np.arange(6, dtype=np.float32)[:, None], blank=10)
+    asked = np.array([5, 5, 5, 5, 3, -1, 7, 9, 9])
+    at = np.array([1.0, 2.0, 3.0, 9.0, 1.0, 0.0, 1.0, 1.0, 8.0])
+    got = rows.find(asked, at)
+    assert got[:4].tolist() == [0, 0, 0, 2] and got[4] in (1, 4) and got[5:].tolist() == [3, -1, 5, 5]
+    assert (nodes[got[got >= 0]] == asked[got >= 0]).all()
+    assert StepEmbeddings.none(10).find(asked, at).tolist() == [-1] * len(asked)

@@ -79,7 +79,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
         kafka["source"] = tally = Tally(source, str(args.file or args.dataset))
     if args.publish:
         kafka["embeddings_topic"] = cfg.kafka.embeddings_topic
-    if cfg.task is not None and cfg.task.labels_topic is not None:
+    if cfg.task is not None and (cfg.task.labels_topic or cfg.task.predictions_topic) is not None:
         kafka["bootstrap"] = cfg.kafka.bootstrap
     job = TrainJob(
         train, metrics_port=args.metrics_port, log_every_s=args.log_every, out_dir=args.out,
@@ -183,6 +183,11 @@ def register(sub) -> None:
     override(
         p, "--labels", key="task.labels_file", metavar="FILE", type=input_file,
         help="the task's labels, JSON lines {node, t, y[, dst]}, e.g. labels.jsonl",
+    )  # fmt: skip
+    override(
+        p, "--task-predictions", key="task.predictions_topic", metavar="TOPIC",
+        help="publish each label's prediction (made before the head learns from it) to this topic of "
+        "kafka.bootstrap, e.g. task-predictions",
     )  # fmt: skip
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per process (1)")
     p.add_argument("--metrics-port", type=port, metavar="PORT", help="serve Prometheus metrics, e.g. 9100")

@@ -1,8 +1,8 @@
 """A labelled task in the live training job: labels from their feed (``tasks.feed``) routed to an online
 head (``tasks.online``) over the job's model, predicted before they are learned from.
 
-Before each global batch is stepped (``TrainJob``'s trainer calls ``before_step``), the feed's new labels
-are admitted and those due are scored:
+As each global batch is stepped, before the graph holds it (the trainer calls ``before_apply``), the
+feed's new labels are admitted and those due are scored:
 
 - a label at or before the newest event time the job has already stepped is late (its moment was
   scored: the state holds events at or after its time) and becomes a dead letter, as does a label whose
@@ -11,8 +11,14 @@ are admitted and those due are scored:
 - the others wait until the events reach their time: a label is due before the first batch whose newest
   event is at or after it, so the state it is read from holds only events strictly before it (a label
   never sees its own event, nor any later one);
-- due labels are embedded from the model as it is (the embedding at the earliest of their times), scored
-  by the head, then learned from when the job learns on this batch (its budget, ``train.follow``).
+- due labels read their ends' embeddings from the step's own (those it scores the batch from: an edge
+  label on the batch's own event reads exactly what its link was scored from), others are embedded from
+  the model as it is (at the earliest of their times); scored by the head, then learned from when the
+  job learns on this batch (its budget, ``train.follow``).
+
+With ``task.predictions_topic``, each scored label's prediction is published there (``_publish``), in
+the order the labels are scored; a dead letter gets none. A resumed job publishes again those of the
+labels after its checkpoint (at least once: the key, time and ``step`` tell a repeat).
 
 Labels after the stream's last event stay pending (counted; a checkpoint keeps them, and a resumed job
 scores them once the events reach them). ``state()`` is the head's, the pending labels, the feed's
@@ -31,11 +37,13 @@ from prometheus_client import Gauge
 
 from ..errors import CheckpointError, ConfigError
 from ..events import DeadLetter, EventBatch, EventKind
+from ..serve.predict import prediction_fields
 from ..tasks.config import TaskConfig
 from ..tasks.feed import FileLabels, KafkaLabels, empty_labels, merge
 from ..tasks.labels import Labels
 from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
+from ..train.step import StepEmbeddings
 
 LETTERS_KEPT = 100  # the first dead letters, as the summary quotes them
 
@@ -44,8 +52,9 @@ class LabelledStream:
     """Routes ``feed``'s labels through ``trainer``'s model to an ``OnlineHead`` (module docstring);
     ``registry``: where its Prometheus gauges go (None: none)."""
 
-    def __init__(self, config: TaskConfig, feed, trainer, registry=None) -> None:
+    def __init__(self, config: TaskConfig, feed, trainer, registry=None, sink=None) -> None:
         self.config, self.task, self.feed, self.trainer = config, config.task(), feed, trainer
+        self.sink = sink  # where each label's prediction goes (a ``KafkaSink``), or None
         dim = trainer.link_model.out_dim
         if dim is None:
             raise ConfigError(f"task: {type(trainer.link_model).__name__} embeds nothing for a head to read")
@@ -62,19 +71,32 @@ class LabelledStream:
 
     @classmethod
     def open(cls, config: TaskConfig, trainer, *, bootstrap: str | None, registry=None) -> LabelledStream:
-        """The stream with its feed: ``config.labels_file``, or ``labels_topic`` at ``bootstrap``."""
+        """The stream with its feed (``config.labels_file``, or ``labels_topic`` at ``bootstrap``) and its
+        predictions' sink (``predictions_topic`` at ``bootstrap``, if set)."""
         task = config.task()
-        if config.labels_file is not None:
-            feed = FileLabels(config.labels_file, task)
-        elif bootstrap is None:
-            raise ConfigError("task.labels_topic needs the broker's bootstrap address (kafka.bootstrap)")
-        else:
-            feed = KafkaLabels(config.labels_topic, bootstrap, task)
-        return cls(config, feed, trainer, registry)
+        for name in ("labels_topic", "predictions_topic"):
+            if getattr(config, name) is not None and bootstrap is None:
+                raise ConfigError(f"task.{name} needs the broker's bootstrap address (kafka.bootstrap)")
+        sink = None
+        if config.predictions_topic is not None:
+            from ..connectors.sink import KafkaSink
+
+            sink = KafkaSink(bootstrap, predictions_topic=config.predictions_topic)
+        try:
+            if config.labels_file is not None:
+                feed = FileLabels(config.labels_file, task)
+            else:
+                feed = KafkaLabels(config.labels_topic, bootstrap, task)
+        except BaseException:
+            if sink is not None:
+                sink.close()
+            raise
+        return cls(config, feed, trainer, registry, sink)
 
     # ------------------------------------------------------------------ per batch
-    def before_step(self, batch: EventBatch, learn: bool) -> None:
-        """Admit the feed's new labels and score (and learn from) those due before ``batch``."""
+    def before_apply(self, batch: EventBatch, learn: bool, embedded: StepEmbeddings) -> None:
+        """Admit the feed's new labels and score (and learn from) those due before ``batch``, reading
+        their ends' embeddings from ``embedded`` (the step's own) where it has them."""
         if not len(batch):
             return
         until = float(np.max(batch.t))
@@ -89,26 +111,27 @@ class LabelledStream:
         due = int(np.searchsorted(self.pending.t, until, side="right"))
         if due:
             flush, self.pending = self.pending.take(slice(0, due)), self.pending.take(slice(due, None))
-            flush, unknown = self._known(flush, batch, until)
+            flush, unknown = self._known(flush, batch, until, embedded.blank)
             letters += unknown
             if len(flush):
-                self.head.observe(self._inputs(flush), flush.y, flush.t, learn=learn)
+                scores = self.head.observe(self._inputs(flush, embedded), flush.y, flush.t, learn=learn)
+                self._publish(flush, scores)
         self.watermark = max(self.watermark, until)
         self._letters(letters)
 
-    def _known(self, labels: Labels, batch: EventBatch, until: float) -> tuple[Labels, list[DeadLetter]]:
+    def _known(
+        self, labels: Labels, batch: EventBatch, until: float, blank: int
+    ) -> tuple[Labels, list[DeadLetter]]:
         """The labels whose node (and edge destination) an event has, and a dead letter for each other.
         A label at ``until``, the batch's newest time, is kept whatever its node: the source's next batch
         may hold more events of that time, its node's first among them (it reads the blank row)."""
-        store = self.trainer.store
         seen = np.ones(len(labels), bool)
         letters = []
         for name, ids in (("node", labels.node), ("edge destination", labels.dst)):
             if ids is None:
                 continue
             known = np.isin(ids, batch.src) | np.isin(ids, batch.dst) | (labels.t >= until)
-            if store.num_nodes:
-                known |= store.node_index(ids, strict=False) >= 0
+            known |= self._rows(ids, blank) >= 0
             for i in np.flatnonzero(~known & seen):
                 letters.append(DeadLetter(
                     f"unknown {name} {_plain(ids[i])!r}: no event up to the label's time has it",
@@ -117,19 +140,25 @@ class LabelledStream:
             seen &= known
         return labels.take(seen), letters
 
-    def _inputs(self, labels: Labels) -> np.ndarray:
-        """The head's inputs: each label's node (edge: both ends') embedding from the model now, at the
-        earliest label time (nodes the store has not seen yet read the blank row, as ``step`` does), and
-        its stream features at its own time."""
-        store, tr = self.trainer.store, self.trainer
+    def _inputs(self, labels: Labels, embedded: StepEmbeddings) -> np.ndarray:
+        """The head's inputs: each label's node (edge: both ends') embedding, and its stream features at its
+        own time. An end the step embeds to score its batch is read from there (``StepEmbeddings.find``:
+        the step's forward pass, from the state before the batch); the others are embedded from the model
+        now, at the earliest label time, each node once (nodes the store has not seen yet read the blank
+        row, as ``step`` does)."""
+        tr, blank = self.trainer, embedded.blank
         ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
-        blank = store.num_nodes
-        rows = [store.node_index(e, strict=False) if blank else np.full(len(e), -1) for e in ends]
-        nodes, back = np.unique(
-            np.where(np.concatenate(rows) >= 0, np.concatenate(rows), blank), return_inverse=True
-        )
-        with torch.no_grad():  # each node once (a node with many labels in the batch, an edge's ends)
-            z = tr.link_model.embed(nodes, float(labels.t[0]), blank, tr.steps)[back]
+        rows = [self._rows(e, blank) for e in ends]
+        flat = np.concatenate(rows)
+        at = embedded.find(flat, np.tile(labels.t, len(ends)))
+        z = np.empty((len(flat), tr.link_model.out_dim), np.float32)
+        rest = at < 0
+        if not rest.all():
+            z[~rest] = embedded.z[at[~rest]]
+        if rest.any():
+            nodes, back = np.unique(np.where(flat[rest] >= 0, flat[rest], blank), return_inverse=True)
+            with torch.no_grad():
+                z[rest] = tr.link_model.embed(nodes, float(labels.t[0]), blank, tr.steps)[back]
         z = z.reshape(len(ends), len(labels), -1)
         x = self.task.inputs(z[0], z[1] if labels.dst is not None else None)
         if self.features is None:
@@ -137,6 +166,24 @@ class LabelledStream:
         return np.concatenate(
             [x, self.features.rows(rows[0], rows[1] if len(rows) > 1 else None, labels.t)], 1
         )
+
+    def _publish(self, labels: Labels, scores: np.ndarray) -> None:
+        """Each scored label's prediction to the sink: its node (or edge), time and what the head predicted
+        before learning from it, with ``step``, the trainer's steps so far: the model and head that made
+        it are those a checkpoint of that step (``ckpt-<step>``) holds."""
+        if self.sink is not None:
+            fields = prediction_fields(self.task, scores)
+            self.sink.publish_label_predictions(
+                labels.node, labels.dst, labels.t, fields, step=self.trainer.steps
+            )
+
+    def _rows(self, ids: np.ndarray, blank: int) -> np.ndarray:
+        """The store's dense indices of ``ids`` before the batch, -1 for a node it does not hold then (the
+        batch's admission has already given the batch's new nodes the indices from ``blank`` on)."""
+        if not blank:
+            return np.full(len(ids), -1, np.int64)
+        rows = self.trainer.store.node_index(ids, strict=False)
+        return np.where(rows < blank, rows, -1)
 
     def after_step(self, batch: EventBatch, letters: list[DeadLetter]) -> None:
         """Count a stepped batch's learned edges (not its refused rows) into the stream features."""
@@ -202,6 +249,10 @@ class LabelledStream:
 
     # ------------------------------------------------------------------ checkpoints
     def state(self) -> dict:
+        """What a checkpoint holds of the task; the predictions published so far are acknowledged first
+        (a checkpoint never holds a head past a prediction the topic may not have)."""
+        if self.sink is not None:
+            self.sink.flush()
         p = self.pending
         return {
             "head": self.head.state(), "watermark": self.watermark, "feed": self.feed.position(),
@@ -235,7 +286,13 @@ class LabelledStream:
         self.feed.seek(state["feed"])
 
     def close(self) -> None:
+        """Close the feed; flush and close the predictions' sink."""
         self.feed.close()
+        if self.sink is not None:
+            try:
+                self.sink.flush()
+            finally:
+                self.sink.close()
 
 
 def _ids(values: list) -> np.ndarray:

@@ -78,10 +78,18 @@ class TrainJob:
         self._source = None  # the KafkaSource this rank reads (replicated: rank 0's)
         self._chosen = None  # the checkpoint this run resumed from
         self.labelled: LabelledStream | None = None
-        if self.task is not None and (self.sharded or self.dist.world_size > 1):
+        # A labelled task's labels, head and predictions live in one process (jobs.labelled): a sharded job
+        # would route each label to its node's owner and learn a head per rank (or gather them), which is
+        # not built; refused before anything starts, naming what to drop.
+        if self.task is not None and self.sharded:
             raise ConfigError(
-                "task: a labelled task is learned by a one-process job for now (not sharded, not under "
-                "torchrun); drop train.sharding or run one process"
+                "task: a labelled task is not learned by the sharded job (train.sharding) yet: drop "
+                "train.sharding to learn it in one process, or drop the task section"
+            )
+        if self.task is not None and self.dist.world_size > 1:
+            raise ConfigError(
+                f"task: a labelled task is learned by a one-process job, not under torchrun "
+                f"({self.dist.world_size} processes): run it as one process, or drop the task section"
             )
 
     # ------------------------------------------------------------------ build

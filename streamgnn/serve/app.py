@@ -222,12 +222,14 @@ async def score(api: Api, request: Request):
 
 
 def _pairs_of(api: Api, data: dict) -> tuple[list, list]:
-    pairs = data.get("pairs") if "pairs" in data else [[data.get("src"), data.get("dst")]]
+    """The edges asked, as ``pairs`` or as one ``src`` and ``dst``: an error names the field it was in."""
+    if "pairs" in data:
+        pairs, fields = data["pairs"], ("pairs (src)", "pairs (dst)")
+    else:
+        pairs, fields = [[data.get("src"), data.get("dst")]], ("src", "dst")
     if not (isinstance(pairs, list) and pairs and all(isinstance(p, list) and len(p) == 2 for p in pairs)):
         raise _Reject(400, "pairs: give a non-empty list of [src, dst] pairs")
-    return api.id_list([p[0] for p in pairs], "pairs (src)"), api.id_list(
-        [p[1] for p in pairs], "pairs (dst)"
-    )
+    return api.id_list([p[0] for p in pairs], fields[0]), api.id_list([p[1] for p in pairs], fields[1])
 
 
 async def predict(api: Api, request: Request):

@@ -16,6 +16,7 @@ service has no store of its own).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -27,7 +28,8 @@ import numpy as np
 from ..errors import CheckpointError, ConfigError
 from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
-from ..tasks.task import Classification
+from ..tasks.task import Classification, Task
+from .config import int_id
 
 log = logging.getLogger(__name__)
 
@@ -97,16 +99,36 @@ class TaskPredictor:
             return x
         f = loaded.features
         t = np.full(len(ids), loaded.t)
-        rows = f.rows(f.index(ids), None if dst is None else f.index(dst), t)
+        rows = f.rows(feature_rows(f, ids), None if dst is None else feature_rows(f, dst), t)
         return np.concatenate([x, rows], axis=1)
 
     @staticmethod
     def predict(head: OnlineHead, x: np.ndarray) -> list[dict]:
-        """Each input row's prediction: a binary task's probability of class 1 and the label it implies
-        (``probability >= 0.5``), a multi-class task's probabilities and most likely class, a value."""
-        out = head.predict(x)
-        if not isinstance(head.task, Classification):
-            return [{"value": float(v)} for v in out]
-        if head.task.binary:
-            return [{"probability": float(p), "label": int(p >= 0.5)} for p in out]
-        return [{"probabilities": row.tolist(), "label": int(np.argmax(row))} for row in out]
+        """Each input row's prediction (``prediction_fields``)."""
+        return prediction_fields(head.task, head.predict(x))
+
+
+def feature_rows(features: LiveFeatures, ids: np.ndarray) -> np.ndarray:
+    """The features' rows of the service's node ``ids`` (-1: none), matched by the text the embeddings
+    topic keys a node by (``str(id)``), so a service reading ids as strings finds the nodes of a job that
+    read them as ints, and the other way round."""
+    if features.ids.dtype == object:  # the job's ids were strings
+        return features.index(np.array([str(i) for i in ids], dtype=object))
+    if np.asarray(ids).dtype != object:
+        return features.index(np.asarray(ids, np.int64))
+    ints, ok = np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
+    for i, text in enumerate(ids):
+        with contextlib.suppress(ValueError):  # (no int id: not a node the job saw)
+            ints[i], ok[i] = int_id(str(text)), True
+    return np.where(ok, features.index(ints), -1)
+
+
+def prediction_fields(task: Task, out: np.ndarray) -> list[dict]:
+    """What ``task.predict``'s output ``out`` says of each row, as ``/predict`` and the training job's
+    predictions topic give it: a binary task's probability of class 1 and the label it implies
+    (``probability >= 0.5``), a multi-class task's probabilities and most likely class, a value."""
+    if not isinstance(task, Classification):
+        return [{"value": float(v)} for v in out]
+    if task.binary:
+        return [{"probability": float(p), "label": int(p >= 0.5)} for p in out]
+    return [{"probabilities": row.tolist(), "label": int(np.argmax(row))} for row in out]

@@ -5,6 +5,7 @@ prediction, where its labels come from, and how its online head learns.
       kind: node_classification     # node_regression, edge_classification, edge_regression
       classes: 2
       labels_file: labels.jsonl     # or labels_topic: labels (with --kafka)
+      predictions_topic: task-predictions   # optional: each label's prediction, published there
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ class TaskConfig(Config):
     drawn from the last ``replay`` (a rare class is otherwise seen once and forgotten). ``window``: labels
     per prequential window (the status line's and Prometheus' figures). ``features``: the head also reads
     the label's causal stream features (``live_features``: degree, activity decayed over ``tau``, recency;
-    for edges both ends' and the reputation ones), which a memory-based embedding lacks."""
+    for edges both ends' and the reputation ones), which a memory-based embedding lacks.
+    ``predictions_topic``: a Kafka topic (the events' broker) the job publishes each label's prediction to,
+    as the head made it before learning from the label (``jobs.labelled``)."""
 
     kind: TaskKind = "node_classification"
     classes: int = 2
@@ -49,6 +52,7 @@ class TaskConfig(Config):
     window: int = 1000
     features: bool = True
     tau: float = 86400.0
+    predictions_topic: str | None = None
 
     def __post_init__(self) -> None:
         if (self.labels_file is None) == (self.labels_topic is None):
@@ -59,6 +63,8 @@ class TaskConfig(Config):
             raise ConfigError(f"task.hidden: widths are ints >= 1, got {list(self.hidden)}")
         if not (self.lr > 0 and self.tau > 0):
             raise ConfigError(f"task.lr and task.tau must be > 0, got {self.lr} and {self.tau}")
+        if self.predictions_topic is not None and not self.predictions_topic.strip():
+            raise ConfigError("task.predictions_topic: give a topic name, or leave it out")
         for name in ("replay", "replay_batch", "window"):
             if getattr(self, name) < (0 if name != "window" else 1):
                 raise ConfigError(f"task.{name} must be >= {0 if name != 'window' else 1}")

@@ -230,6 +230,10 @@ class DyGFormerLinkModel:
         out = [self.model.alone(seqs.take(rows)) for rows in torch.arange(len(nodes)).split(CHUNK)]
         return torch.cat(out).float().cpu().numpy() if out else np.zeros((0, self.out_dim), np.float32)
 
+    def embedded(self, prepared: _Prepared) -> None:
+        """None: a pair's score encodes both ends' sequences together, no per-node embedding."""
+        return None
+
     def _logits(self, seqs: Sequences, src: torch.Tensor, cand: torch.Tensor) -> torch.Tensor:
         """``[n, c]`` logits of each source ``src[i]`` against ``cand[i, j]`` (rows of ``seqs``)."""
         a, b = src.unsqueeze(1).expand_as(cand).reshape(-1), cand.reshape(-1)

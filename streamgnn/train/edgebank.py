@@ -122,6 +122,9 @@ class EdgeBank:
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
         raise ConfigError("EdgeBank embeds no nodes: it has nothing to serve")
 
+    def embedded(self, prepared) -> None:
+        return None  # (no embeddings)
+
     def state(self) -> tuple:
         return (self._keys, self._last, self._new_keys, self._new_last, self._t_min, self._t_max)
 

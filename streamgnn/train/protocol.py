@@ -88,6 +88,12 @@ class LinkModel(Protocol):
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
         """Embeddings ``float32 [n, out_dim]`` of ``nodes`` at time ``t`` (serving)."""
 
+    def embedded(self, prepared: Any) -> np.ndarray | None:
+        """The embeddings ``score`` reads of this rank's ``n`` rows' sources then destinations at their
+        query times, ``float32 [2n, out_dim]``, from the state before the batch (what ``embed`` gives those
+        nodes then), for what follows the step (a labelled task's head), which then embeds them no second
+        time; called before the batch is applied. None: the model keeps no per-node embeddings."""
+
     def reset_state(self) -> None:
         """Forget the stream (memory, seen pairs); learned parameters stay."""
 

@@ -5,7 +5,8 @@ Per global batch, in this order (the same for the one-process, the replicated an
 1. admission decides the batch's positives (``Positives``: the edge additions it admits as new) and their
    internal ids before and after it; negatives are drawn from destinations seen *before* the batch;
 2. the models ``prepare`` from the graph before it holds the batch, at the query times (the batch's first
-   event time, ``query_time="batch"``, or each event's);
+   event time, ``query_time="batch"``, or each event's); what the trainer carries beside its model (a
+   labelled task, ``Attached``) is told of the batch, with the embeddings the step scores it from;
 3. the batch is applied (the store, or each rank's shard);
 4. it is scored with the models as they were (AP/AUC against one negative per positive, MRR against
    ``eval_negatives`` fixed ones; every rank's score rows gathered in one exchange), then trained on, then
@@ -111,11 +112,46 @@ class Positives:
     admitted: object = None
 
 
-class Attached(Protocol):
-    """What a trainer carries beside its model (``StreamTrainer.attached``): told of each batch before it
-    is stepped (whether it will be learned from), and part of the trainer's checkpoint state."""
+@dataclass(frozen=True)
+class StepEmbeddings:
+    """The embeddings a step scores its batch from, handed to what follows the step (``Attached``) so it
+    need not embed the same nodes again: this rank's scored rows' sources then destinations, ``nodes``
+    (internal ids before the batch; -1: a node the batch adds, which reads the blank row) at ``t`` (each
+    row's query time), ``z`` their embeddings (``LinkModel.embedded``). Empty when the step does not score,
+    or the model keeps no per-node embeddings. ``blank``: the nodes known before the batch (admission has
+    given the batch's new nodes the ids from there on; they read the blank row, ``blank``)."""
 
-    def before_step(self, batch: EventBatch, learn: bool) -> None: ...
+    nodes: np.ndarray  # int64 [k]
+    t: np.ndarray  # float64 [k]
+    z: np.ndarray  # float32 [k, out_dim]
+    blank: int
+
+    @classmethod
+    def none(cls, blank: int) -> StepEmbeddings:
+        return cls(np.zeros(0, np.int64), np.zeros(0), np.zeros((0, 0), np.float32), blank)
+
+    def find(self, nodes: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """For each of ``nodes`` (internal ids before the batch, -1: unknown) at times ``t``: a row of the
+        same node, the latest embedded at or before its time (else its earliest: every row is read from
+        the state before the batch, so a later query time adds no event), or -1 where none is."""
+        if not len(self.nodes):
+            return np.full(len(nodes), -1, np.int64)
+        order = np.lexsort((self.t, self.nodes))
+        keys = np.rec.fromarrays([self.nodes[order], self.t[order]])
+        asked = np.rec.fromarrays([np.asarray(nodes, np.int64), np.asarray(t, np.float64)])
+        first = np.searchsorted(keys.f0, asked.f0, side="left")
+        found = (first < len(order)) & (keys.f0[np.minimum(first, len(order) - 1)] == asked.f0)
+        last = np.searchsorted(keys, asked, side="right") - 1  # the latest at or before, if of this node
+        pos = np.where(last >= first, last, first)
+        return np.where(found, order[np.minimum(pos, len(order) - 1)], -1)
+
+
+class Attached(Protocol):
+    """What a trainer carries beside its model (``StreamTrainer.attached``): told of each batch after the
+    step read the graph for it and before the graph holds it (whether it will be learned from, and the
+    embeddings the step scores it from), and part of the trainer's checkpoint state."""
+
+    def before_apply(self, batch: EventBatch, learn: bool, embedded: StepEmbeddings) -> None: ...
 
     def state(self) -> dict: ...
 
@@ -130,8 +166,8 @@ class StreamTrainer:
 
     source_identity: dict | None = None  # the stream read, as checkpoints record it (``resume``'s identities)
     budget: Budget | None = None  # the latest ``fit``'s (what it learned and evaluated so far)
-    # what follows the steps beside the model, by name (a job's labelled task): told ``before_step(batch,
-    # learn)`` before each step, and its ``state()`` saved under its name in the trainer's checkpoints
+    # what follows the steps beside the model, by name (a job's labelled task): told ``before_apply``
+    # of each step, and its ``state()`` saved under its name in the trainer's checkpoints
     attached: dict[str, Attached]
 
     @property
@@ -171,8 +207,6 @@ class StreamTrainer:
         """
         started = time.perf_counter()
         arrival = started if arrival is None else arrival
-        for follower in self.attached.values():
-            follower.before_step(batch, train)
         cfg, lm = self.config, self.link_model
         pos = self._admit(batch, ingest)
         rows, m = pos.rows, len(pos.rows)
@@ -196,6 +230,10 @@ class StreamTrainer:
         base_prepared = (
             {n: b.prepare(view, candidates, None) for n, b in self.baselines.items()} if scoring else {}
         )
+        if self.attached:  # (before the graph holds the batch: what they embed themselves must not see it)
+            embedded = step_embeddings(lm, prepared, view) if scoring else StepEmbeddings.none(view.blank)
+            for follower in self.attached.values():
+                follower.before_apply(batch, train, embedded)
         letters = self._apply(batch, pos)
         local = []
         if scoring:
@@ -367,6 +405,17 @@ def local_scores(model: LinkModel, prepared, candidates: Candidates, rows: np.nd
         if ranked is not None:
             local[:, 2] = reciprocal_ranks(ranked[:, 0], ranked[:, 1:], ok)
     return local
+
+
+def step_embeddings(model: LinkModel, prepared, view: StepInput) -> StepEmbeddings:
+    """``StepEmbeddings`` of a scored step: ``model.embedded``'s rows with their nodes and query times."""
+    z = model.embedded(prepared)
+    if z is None:
+        return StepEmbeddings.none(view.blank)
+    r = view.rows
+    return StepEmbeddings(
+        np.concatenate([view.src[r], view.dst[r]]), np.tile(view.t_query[r], 2), z, view.blank
+    )
 
 
 def edge_features(batch: EventBatch, rows: np.ndarray, dim: int) -> np.ndarray | None:

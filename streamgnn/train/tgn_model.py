@@ -104,6 +104,7 @@ class _Prepared:
     eval_pairs: PairRows | None = None
     rank_pairs: PairRows | None = None
     train_pairs: PairRows | None = None
+    scored: tuple[torch.Tensor, torch.Tensor] | None = None  # the evaluation layout's embeddings, once read
 
 
 class TGNLinkModel:
@@ -263,7 +264,7 @@ class TGNLinkModel:
         if not n:
             return np.zeros((0, 2)), None
         self.model.eval()
-        z, rows = self.embeddings.forward(prepared.eval_input)
+        z, rows = self._scored(prepared)
         predict = self.model.predictor
         z_src = z[rows[:n]]
         ap_pair, rank_pair = self._encode(prepared.eval_pairs, prepared.rank_pairs)
@@ -272,6 +273,24 @@ class TGNLinkModel:
         if prepared.candidates.rank:
             ranked = predict.candidates(z_src, z, rows[3 * n :].view(n, -1), rank_pair).double().cpu().numpy()
         return ap, ranked
+
+    @torch.no_grad()
+    def embedded(self, prepared: _Prepared) -> np.ndarray | None:
+        """The evaluation layout's sources and destinations (its first ``2n`` roots), from the forward pass
+        ``score`` then reuses."""
+        if prepared.eval_input is None:
+            return None
+        self.model.eval()
+        z, rows = self._scored(prepared)
+        return z[rows[: 2 * len(prepared.batch.rows)]].float().cpu().numpy()
+
+    def _scored(self, prepared: _Prepared) -> tuple[torch.Tensor, torch.Tensor]:
+        """The embeddings of the evaluation layout's distinct queries and each root's row among them, read
+        once per batch (by ``embedded`` before the batch is applied, or by ``score``): the prepared
+        neighborhoods and the memory, which takes the batch only in ``observe``, are the same then."""
+        if prepared.scored is None:
+            prepared.scored = self.embeddings.forward(prepared.eval_input)
+        return prepared.scored
 
     def train(self, prepared: _Prepared, keep: np.ndarray) -> float:
         """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the
