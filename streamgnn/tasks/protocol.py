@@ -97,10 +97,12 @@ def fit_head(
         head.stage = stage + 1
         if name == "linear" and not features:
             continue  # nothing to fit: a constant 0, the joint stage's own bias takes the prior
-        stage_config = dataclasses.replace(LINEAR, balanced=config.balanced, seed=config.seed)
-        best, best_epoch = _fit_stage(
-            head, stage, data, stage_config if name == "linear" else config, best, history
+        how = (
+            dataclasses.replace(LINEAR, balanced=config.balanced, seed=config.seed)
+            if name == "linear"
+            else config
         )
+        best, best_epoch = _fit_stage(head, stage, data, how, best, history)
         stages[name] = best
     scores = _predict(task, head, data.inputs)
     val, test = (task.metrics(scores[rows], y[rows]) for rows in (split.val, split.test))
@@ -110,7 +112,9 @@ def fit_head(
 class _Data:
     """A head's standardised inputs, targets, row weights and split, as its stages read them."""
 
-    def __init__(self, task: Task, inputs: torch.Tensor, y: np.ndarray, split: LabelSplit, config) -> None:
+    def __init__(
+        self, task: Task, inputs: torch.Tensor, y: np.ndarray, split: LabelSplit, config: HeadConfig
+    ) -> None:
         self.task, self.inputs, self.y, self.split = task, inputs, y, split
         self.target = task.target(y)
         weight = task.balance(y[split.train]) if config.balanced else None
