@@ -15,9 +15,11 @@ Tasks (``streamgnn.tasks``):
 
 Ours: the default model (``TrainConfig()``'s, batch 200, Adam 1e-4) trained on link prediction over the
 training period's events for ``--epochs`` passes, then frozen; the stream is replayed and each label's
-embedding is taken before its event's batch is ingested (``tasks.stream``); a task head (an MLP of 80
-units) over the embedding and the label's causal stream features (``tasks.evaluate`` says why both) is
-trained on the training labels, its epoch picked by validation AUC, and scored on test;
+embedding is taken before its event's batch is ingested (``tasks.stream``); a staged task head over the
+embedding and the label's causal stream features (``tasks.head``: a logistic regression on the features,
+then an MLP of 80 units over them, then one over everything; ``tasks.evaluate`` says why) is trained on
+the training labels, classes weighing the same, each stage's epoch picked by validation AUC (a stage that
+improves nothing is left out), and scored on test (``stages_<task>``: the validation AUC after each);
 ``auc_<task>_embeddings`` and ``auc_<task>_features_mlp`` are the same head over the embeddings alone
 and over the stream features alone (ablations of ours: what each input adds; not baselines). Beside
 them, on the same rows (keys ``auc_<task>_<baseline>``): ``majority`` (a constant: 0.5), ``persistence``
@@ -113,7 +115,8 @@ def run_stream(stream: Stream, events: EventBatch, labels: Labels, seed: int, ep
         "auc": result.ours.test["auc"], "ap": result.ours.test["ap"], "val_auc": result.ours.val["auc"],
         "auc_embeddings": result.embeddings_only.test["auc"],
         "auc_features_mlp": result.features_only.test["auc"],
-        "head_epochs": result.ours.epochs, "link_loss": result.link_loss, **result.sizes,
+        "head_epochs": result.ours.epochs, "val_auc_stages": result.ours.stages,
+        "link_loss": result.link_loss, **result.sizes,
     }  # fmt: skip
     for name, figures in result.baselines.items():
         run[f"auc_{name}"], run[f"ap_{name}"] = figures["auc"], figures["ap"]
@@ -143,6 +146,10 @@ def summarize(runs: list[dict]) -> dict:
             key=lambda v: -math.inf if math.isnan(v) else v,
         )
         out[f"margin_{key}"] = out[f"auc_{key}"] - best
+        out[f"stages_{key}"] = {
+            stage: _mean([r["val_auc_stages"].get(stage, math.nan) for r in mine])
+            for stage in mine[0]["val_auc_stages"]
+        }
         out[f"test_positive_{key}"] = mine[0]["test_positive"]
         out[f"events_{key}"] = mine[0]["events"]
     out["runs"] = runs

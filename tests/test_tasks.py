@@ -79,7 +79,9 @@ def test_a_head_learns_classes_from_its_inputs(classes):
         assert result.test["auc"] > 0.9  # chance 0.5
     else:
         assert result.test["macro_f1"] > 0.7 and result.test["accuracy"] > 0.7  # chance ~0.25
-    assert 1 <= result.best_epoch <= result.epochs <= 20
+    # the linear stage (``protocol.LINEAR``: at most 30 epochs), then the feature MLP's (at most 20)
+    assert list(result.stages) == ["linear", "features"] and 0 <= result.best_epoch <= 20
+    assert result.epochs <= 30 + 20
 
 
 def test_a_regression_head_beats_the_mean():

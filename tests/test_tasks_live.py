@@ -182,7 +182,7 @@ def test_the_head_s_state_round_trips_through_the_container_and_continues_alike(
         y = rng.integers(0, classes, n) if kind.endswith("classification") else rng.normal(size=n)
         return rng.normal(size=(n, dim)).astype(np.float32), y, np.sort(rng.random(n))
 
-    head = OnlineHead(config, dim, seed=1)
+    head = OnlineHead(config, dim, seed=1, features=3)  # its last 3 inputs read as stream features
     for _ in range(5):
         head.observe(*batch(), learn=True)
     state = tensors(tensor_blob(head.state()), "test")  # what a checkpoint writes and reads back
@@ -191,7 +191,7 @@ def test_the_head_s_state_round_trips_through_the_container_and_continues_alike(
     np.testing.assert_array_equal(head.observe(x, y, t, learn=True), copy.observe(x, y, t, learn=True))
     x, y, t = batch()
     np.testing.assert_array_equal(head.predict(x), copy.predict(x))
-    assert head.figures() == copy.figures()
+    assert head.figures() == copy.figures() and head.head.stage == copy.head.stage
 
 
 def test_task_config_is_strict():

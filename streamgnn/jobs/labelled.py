@@ -61,7 +61,7 @@ class LabelledStream:
         edges = self.task.on_edges
         self.features = LiveFeatures(config.tau, rated=edges) if config.features else None
         width = 0 if self.features is None else self.features.width(edges)
-        self.head = OnlineHead(config, dim * (2 if edges else 1) + width, trainer.config.seed)
+        self.head = OnlineHead(config, dim * (2 if edges else 1) + width, trainer.config.seed, features=width)
         self.pending = empty_labels(self.task)
         self.watermark = -math.inf
         self.dead_letters = 0

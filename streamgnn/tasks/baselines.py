@@ -1,7 +1,8 @@
 """The baselines every task figure stands beside, on the same split and rows: the majority class (the
 training labels' prior: a constant), persistence (the last label seen before, strictly, of the same node;
 for an edge label, of the same destination: the ratee's last rating's label), and a logistic regression
-on causal stream features (``features``; ``protocol.fit_head`` with a linear head).
+on causal stream features (``features``; ``protocol.fit_head`` with a linear head). Classes weigh
+the same in every fitted head's loss, the baselines' too (``HeadConfig.balanced``).
 
 Each returns predictions shaped as its task's ``predict`` (P(positive), class probabilities or values),
 so ``Task.metrics`` scores them like the model.
@@ -9,10 +10,12 @@ so ``Task.metrics`` scores them like the model.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from .labels import Labels, LabelSplit
-from .protocol import HeadConfig, HeadResult, fit_head
+from .protocol import LINEAR, HeadResult, fit_head
 from .task import Classification, Task
 
 
@@ -60,7 +63,6 @@ def persistence(task: Task, labels: Labels, split: LabelSplit) -> np.ndarray:
 def logistic_regression(
     task: Task, x: np.ndarray, labels: Labels, split: LabelSplit, seed: int = 0
 ) -> HeadResult:
-    """A linear head of ``task`` on features ``x`` (its epoch picked on validation, like the model's)."""
-    return fit_head(
-        task, x, labels.y, split, HeadConfig(hidden=(), lr=1e-2, batch_size=64, epochs=30, seed=seed)
-    )
+    """A linear head of ``task`` on features ``x`` (its epoch picked on validation, like the model's):
+    ``protocol.LINEAR``'s settings, those of the first stage of every head."""
+    return fit_head(task, x, labels.y, split, dataclasses.replace(LINEAR, seed=seed))

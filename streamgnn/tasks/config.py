@@ -33,9 +33,12 @@ class TaskConfig(Config):
     """A labelled task learned online (``tasks.online``): its ``kind`` and ``classes`` (classification);
     its labels from ``labels_file`` (JSON lines) or ``labels_topic`` (a Kafka topic of JSON-lines
     messages; the events' broker), one of the two. The head: an MLP of ``hidden`` widths over the model's
-    embeddings, Adam at ``lr``; each learning step reads the new labels and ``replay_batch`` earlier ones
-    drawn from the last ``replay`` (a rare class is otherwise seen once and forgotten). ``window``: labels
-    per prequential window (the status line's and Prometheus' figures). ``features``: the head also reads
+    embeddings (``tasks.head``: a logistic regression on the stream features, then MLPs that add to it),
+    Adam at ``lr``; each learned batch takes ``steps`` steps, each on the new labels and
+    ``replay_batch`` earlier ones drawn from the last ``replay`` (a ring per class: a rare class is
+    otherwise seen once and forgotten). ``window``: labels per prequential window (the status line's
+    and Prometheus' figures; per class, the horizon of the loss that picks the head's stage).
+    ``features``: the head also reads
     the label's causal stream features (``live_features``: degree, activity decayed over ``tau``, recency;
     for edges both ends' and the reputation ones), which a memory-based embedding lacks.
     ``predictions_topic``: a Kafka topic (the events' broker) the job publishes each label's prediction to,
@@ -49,6 +52,7 @@ class TaskConfig(Config):
     lr: float = 1e-2
     replay: int = 4096
     replay_batch: int = 256
+    steps: int = 4
     window: int = 1000
     features: bool = True
     tau: float = 86400.0
@@ -65,9 +69,10 @@ class TaskConfig(Config):
             raise ConfigError(f"task.lr and task.tau must be > 0, got {self.lr} and {self.tau}")
         if self.predictions_topic is not None and not self.predictions_topic.strip():
             raise ConfigError("task.predictions_topic: give a topic name, or leave it out")
-        for name in ("replay", "replay_batch", "window"):
-            if getattr(self, name) < (0 if name != "window" else 1):
-                raise ConfigError(f"task.{name} must be >= {0 if name != 'window' else 1}")
+        for name in ("replay", "replay_batch", "window", "steps"):
+            low = 1 if name in ("window", "steps") else 0
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < low:
+                raise ConfigError(f"task.{name} must be an int >= {low}, got {getattr(self, name)!r}")
 
     def task(self) -> Task:
         """The ``Task`` this names."""

@@ -3,13 +3,15 @@
 Chronological 70/15/15 split of the labels at the stream's time quantiles; the link model pretrained on
 the training period's events (``stream.pretrain``); its embeddings at each label's time
 (``stream.embed_at_labels``) and the label's causal stream features (``features``) through the task's
-head (``protocol.fit_head``). The head reads both as the default link model's predictor reads pair
-features beside the embeddings: a memory-based embedding cannot see how long ago a node last acted
-(``TGNConfig.pair_endpoints``), and what a node did recently is what a label at this moment is most
-about. The same head over the embeddings alone, and over the stream features alone, is reported beside
-it: what each input adds. Beside them, on the same rows: the
-majority class, persistence, and logistic regressions on causal stream features (all of them,
-``features``; and for ratings the rater's and ratee's past means alone, ``reputation``).
+staged head (``head.StagedHead``, ``protocol.fit_head``): a logistic regression on the stream features,
+then an MLP over them, then one over everything, embeddings included, each stage fitted on what the
+earlier ones leave and kept only where it improves validation. A memory-based embedding cannot see how
+long ago a node last acted (``TGNConfig.pair_endpoints``), and what a node did recently is what a label at
+this moment is most about; the stages make what the model adds an addition to the features' figures, not a
+trade. The same head over the embeddings alone, and over the stream features alone, is reported beside
+it: what each input adds. Beside them, on the same rows: the majority class, persistence, and logistic
+regressions on causal stream features (all of them, ``features``; and for ratings the rater's and ratee's
+past means alone, ``reputation``).
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ def evaluate(
     losses = pretrain(trainer, events, split.val_time, epochs)
     z = task.inputs(*embed_at_labels(trainer, events, labels))
     feats = stream_features(events, labels, tau=tau)
-    ours = fit_head(task, np.concatenate([z, feats.x], axis=1), labels.y, split, head)
-    embeddings_only = fit_head(task, z, labels.y, split, head)
+    width = feats.x.shape[1]
+    ours = fit_head(task, np.concatenate([z, feats.x], axis=1), labels.y, split, head, features=width)
+    embeddings_only = fit_head(task, z, labels.y, split, head, features=0)
     features_only = fit_head(task, feats.x, labels.y, split, head)
 
     scores = {

@@ -2,10 +2,17 @@
 
 Each label is scored by the head as it is before the label is seen (``observe`` records the score, and
 the prior's: the share of each class, or the mean value, of the labels before it), then, when the job
-learns on that batch (its budget, ``train.follow``), the head takes one Adam step on the new labels and
-``replay_batch`` earlier ones drawn from the last ``replay``. Inputs are standardised by the running mean
-and spread of every input learned from so far, so the head sees embeddings on one scale however their
-norm drifts as the link model learns.
+learns on that batch (its budget, ``train.follow``), the head takes ``steps`` Adam steps, each on the new
+labels and ``replay_batch`` earlier ones drawn from a replay of the last ``replay`` (a ring per class, so a
+rare class stays in it), every class weighing the same in each step's loss. Inputs are standardised by
+the running mean and spread of every input learned from so far, so the head sees embeddings on one scale
+however their norm drifts as the link model learns.
+
+The head is ``head.StagedHead``: a logistic regression on the stream features, then MLPs that add to it.
+Online, every stage learns at once, each on what the stages before it leave (their gradients stopped), and
+the head answers with the stage whose recent prequential loss (scored before it learned, every class
+weighing the same, about the last ``window`` labels of each class) is lowest: a stage that has not yet
+learned enough to help, or never will, is not asked.
 
 Everything is in ``state()`` (weights, optimizer, normaliser, replay, its random draws, every prediction
 so far) and ``from_state`` builds it back exactly: a resumed job predicts and learns as the run it
@@ -21,6 +28,7 @@ import torch
 
 from ..errors import CheckpointError
 from .config import TaskConfig
+from .head import StagedHead
 from .task import Classification
 
 RECORDS = ("t", "y", "score", "prior")
@@ -29,16 +37,22 @@ RECORDS = ("t", "y", "score", "prior")
 class OnlineHead:
     """``task``'s head over ``in_dim`` inputs, learned online (module docstring)."""
 
-    def __init__(self, config: TaskConfig, in_dim: int, seed: int = 0) -> None:
+    def __init__(self, config: TaskConfig, in_dim: int, seed: int = 0, features: int = 0) -> None:
         self.config, self.in_dim, self.task = config, int(in_dim), config.task()
+        self.features = int(features)
         with torch.random.fork_rng(devices=[]):  # the job's own random draws are left as they were
             torch.manual_seed(seed)
-            self.head = self.task.head(self.in_dim, config.hidden, 0.0)
+            self.head = StagedHead(self.task, self.in_dim, self.features, config.hidden, 0.0)
         self.optimizer = torch.optim.Adam(self.head.parameters(), lr=config.lr)
         self.count, self.mean, self.m2 = 0, np.zeros(self.in_dim), np.zeros(self.in_dim)
-        self.replay_x = np.zeros((config.replay, self.in_dim), np.float32)
-        self.replay_y = np.zeros(config.replay, np.float64)
-        self.replayed = 0  # labels ever pushed into the replay ring
+        rings = self.task.classes if isinstance(self.task, Classification) else 1
+        self.ring = config.replay // rings  # slots per class (values: one ring)
+        self.replay_x = np.zeros((self.ring * rings, self.in_dim), np.float32)
+        self.replay_y = np.zeros(self.ring * rings, np.float64)
+        self.replayed = np.zeros(rings, np.int64)  # labels ever pushed into each ring
+        # each stage's recent prequential loss per class (decayed sums) and the decayed label counts
+        self.stage_loss = np.zeros((len(self.head.stages), rings))
+        self.stage_seen = np.zeros(rings)
         self.rng = np.random.default_rng(seed)
         self.steps = 0
         self.records: dict[str, list[np.ndarray]] = {name: [] for name in RECORDS}
@@ -63,6 +77,8 @@ class OnlineHead:
         x = np.asarray(x, np.float32)
         scores = self.predict(x)
         self._record(t, y, scores)
+        if len(y):
+            self._judge(x, y)
         if learn and len(y):
             self._learn(x, y)
         return scores
@@ -79,25 +95,61 @@ class OnlineHead:
         for name, value in zip(RECORDS, (t, y, scores, prior), strict=True):
             self.records[name].append(np.asarray(value))
 
+    def _rings(self, y: np.ndarray) -> np.ndarray:
+        """Each label's replay ring (and prequential-loss column): its class, or 0 for values."""
+        return (
+            np.asarray(y, np.int64) if isinstance(self.task, Classification) else np.zeros(len(y), np.int64)
+        )
+
+    def _judge(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Fold each stage's loss on these labels, scored before learning from them, into its recent
+        prequential loss; answer from now on with the stage whose loss is lowest (module docstring)."""
+        self.head.eval()
+        with torch.no_grad():
+            parts = self.head.parts(self._standardised(x))
+            target = self.task.target(np.asarray(y))
+            each = torch.stack([self.task.losses(out, target) for out in parts]).double().numpy()
+        ring = self._rings(y)
+        n = np.bincount(ring, minlength=len(self.stage_seen))
+        decay = (1.0 - 1.0 / self.config.window) ** n
+        sums = np.stack([np.bincount(ring, weights=row, minlength=len(n)) for row in each])
+        self.stage_loss = self.stage_loss * decay + sums
+        self.stage_seen = self.stage_seen * decay + n
+        seen = self.stage_seen > 0
+        recent = (self.stage_loss[:, seen] / self.stage_seen[seen]).mean(axis=1)
+        self.head.stage = int(np.argmin(recent)) + 1  # ties: the earlier, simpler stage
+
     def _learn(self, x: np.ndarray, y: np.ndarray) -> None:
         self._normalise(x)
-        old = min(self.replayed, self.config.replay)
-        take = min(old, self.config.replay_batch)
-        rows = self.rng.choice(old, size=take, replace=False) if take else np.zeros(0, np.int64)
-        inputs = np.concatenate([x, self.replay_x[rows]])
-        targets = np.concatenate([np.asarray(y, np.float64), self.replay_y[rows]])
+        dtype = np.asarray(y).dtype
+        filled = np.concatenate([
+            c * self.ring + np.arange(min(int(k), self.ring)) for c, k in enumerate(self.replayed)
+        ]).astype(np.int64)  # fmt: skip
         self.head.train()
-        self.optimizer.zero_grad()
-        out = self.head(self._standardised(inputs))
-        self.task.loss(out, self.task.target(targets.astype(np.asarray(y).dtype))).backward()
-        self.optimizer.step()
+        for _ in range(self.config.steps):
+            rows = self.rng.choice(filled, size=min(len(filled), self.config.replay_batch), replace=False)
+            inputs = self._standardised(np.concatenate([x, self.replay_x[rows]]))
+            targets = np.concatenate([np.asarray(y, np.float64), self.replay_y[rows]]).astype(dtype)
+            weight = self.task.balance(targets)
+            self.optimizer.zero_grad()
+            target = self.task.target(targets)
+            w = None if weight is None else torch.as_tensor(weight, dtype=torch.float32)
+            loss = sum(self.task.loss(out, target, w) for out in self.head.parts(inputs, detach=True))
+            loss.backward()
+            self.optimizer.step()
         self.steps += 1
-        size = self.config.replay
-        if size:  # the newest ``size`` of them, over the oldest in the ring
-            keep = min(len(y), size)
-            at = (self.replayed + len(y) - keep + np.arange(keep)) % size
-            self.replay_x[at], self.replay_y[at] = x[-keep:], np.asarray(y)[-keep:]
-            self.replayed += len(y)
+        self._push(x, np.asarray(y))
+
+    def _push(self, x: np.ndarray, y: np.ndarray) -> None:
+        """The newest ``ring`` labels of each ring over its oldest."""
+        if not self.ring:
+            return
+        ring = self._rings(y)
+        for c in np.unique(ring):
+            mine = np.flatnonzero(ring == c)[-self.ring :]
+            at = c * self.ring + (self.replayed[c] + np.arange(len(mine))) % self.ring
+            self.replay_x[at], self.replay_y[at] = x[mine], y[mine]
+            self.replayed[c] += int(np.sum(ring == c))
 
     def _normalise(self, x: np.ndarray) -> None:
         """Chan et al.'s parallel update of the running mean and sum of squared deviations."""
@@ -143,7 +195,10 @@ class OnlineHead:
             "optimizer": self.optimizer.state_dict(), "count": self.count,
             "mean": torch.from_numpy(self.mean.copy()), "m2": torch.from_numpy(self.m2.copy()),
             "replay_x": torch.from_numpy(self.replay_x.copy()),
-            "replay_y": torch.from_numpy(self.replay_y.copy()), "replayed": self.replayed,
+            "replay_y": torch.from_numpy(self.replay_y.copy()),
+            "replayed": torch.from_numpy(self.replayed.copy()), "features": self.features,
+            "stage": self.head.stage, "stage_loss": torch.from_numpy(self.stage_loss.copy()),
+            "stage_seen": torch.from_numpy(self.stage_seen.copy()),
             "rng": json.dumps(self.rng.bit_generator.state), "steps": self.steps,
             "prior_counts": torch.from_numpy(self._counts.copy()),
             "records": {name: torch.from_numpy(np.ascontiguousarray(self._all(name))) for name in RECORDS},
@@ -154,13 +209,16 @@ class OnlineHead:
         """An ``OnlineHead`` exactly as ``state()`` left it; a state that does not fit is one line."""
         try:
             config = TaskConfig.from_dict(state["config"], where)
-            head = cls(config, int(state["in_dim"]))
+            head = cls(config, int(state["in_dim"]), features=int(state["features"]))
             head.head.load_state_dict(state["head"])
             head.optimizer.load_state_dict(state["optimizer"])
             head.count = int(state["count"])
             head.mean, head.m2 = state["mean"].numpy().copy(), state["m2"].numpy().copy()
             head.replay_x, head.replay_y = state["replay_x"].numpy().copy(), state["replay_y"].numpy().copy()
-            head.replayed, head.steps = int(state["replayed"]), int(state["steps"])
+            head.replayed, head.steps = state["replayed"].numpy().copy(), int(state["steps"])
+            head.head.stage = int(state["stage"])
+            head.stage_loss = state["stage_loss"].numpy().copy()
+            head.stage_seen = state["stage_seen"].numpy().copy()
             head.rng.bit_generator.state = json.loads(state["rng"])
             head.records = {name: [state["records"][name].numpy().copy()] for name in RECORDS}
             head._counts = state["prior_counts"].numpy().copy()

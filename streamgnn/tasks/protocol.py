@@ -8,7 +8,7 @@ and its baselines are trained, selected and scored the same way on the same rows
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -16,15 +16,19 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
+from .head import StagedHead
 from .labels import LabelSplit
 from .task import Task
 
 
 @dataclass(frozen=True)
 class HeadConfig:
-    """How a head is trained: ``hidden`` widths (``()``: linear, a logistic regression), Adam at ``lr``
-    with ``weight_decay``, minibatches of ``batch_size`` shuffled by ``seed``, at most ``epochs`` passes,
-    stopping ``patience`` epochs past the best validation figure (``Task.selection``)."""
+    """How a head's stages are trained (``head.StagedHead``): ``hidden`` widths of its MLPs (``()``: no
+    feature MLP, a linear joint stage), Adam at ``lr`` with ``weight_decay``, minibatches of ``batch_size``
+    shuffled by ``seed``, at most ``epochs`` passes a stage, stopping ``patience`` epochs past the best
+    validation figure (``Task.selection``); ``balanced``: every class weighs the same in the loss
+    (``Task.balance``). The linear stage is trained as ``LINEAR`` says, the logistic-regression baseline's
+    settings, whatever this config's."""
 
     hidden: tuple[int, ...] = (80,)
     dropout: float = 0.1
@@ -33,6 +37,7 @@ class HeadConfig:
     batch_size: int = 128
     epochs: int = 50
     patience: int = 5
+    balanced: bool = True
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -43,10 +48,15 @@ class HeadConfig:
             raise ConfigError("HeadConfig needs lr > 0, weight_decay >= 0 and 0 <= dropout < 1")
 
 
+LINEAR = HeadConfig(hidden=(), lr=1e-2, batch_size=64, epochs=30)
+
+
 @dataclass(frozen=True)
 class HeadResult:
     """A fitted head's figures on validation and test, its predictions for every row (``Task.predict``),
-    the epochs it ran and the one whose weights it kept (1-based)."""
+    the epochs it ran (all stages), the epoch of the last stage whose weights it kept (1-based; 0: that
+    stage improved nothing and answers as the ones before), the validation figure per epoch, and the
+    validation figure after each stage (``stages``: their names)."""
 
     val: dict[str, float]
     test: dict[str, float]
@@ -54,13 +64,22 @@ class HeadResult:
     epochs: int
     best_epoch: int
     val_per_epoch: list[float] = field(default_factory=list)
+    stages: dict[str, float] = field(default_factory=dict)
 
 
 def fit_head(
-    task: Task, x: np.ndarray, y: np.ndarray, split: LabelSplit, config: HeadConfig | None = None
+    task: Task,
+    x: np.ndarray,
+    y: np.ndarray,
+    split: LabelSplit,
+    config: HeadConfig | None = None,
+    *,
+    features: int | None = None,
 ) -> HeadResult:
-    """Train ``task``'s head on ``x[split.train]`` (inputs standardised by the training rows' mean and
-    spread), keep the epoch with the best validation figure, and score every row with it."""
+    """Train ``task``'s staged head on ``x[split.train]`` (inputs standardised by the training rows' mean
+    and spread), whose last ``features`` columns (default: all) are stream features: each stage in turn,
+    the earlier ones frozen, keeping the epoch with the best validation figure, or none where no epoch
+    beats the stages before it; then score every row."""
     config = config or HeadConfig()
     x = np.asarray(x, np.float32)
     if x.ndim != 2 or len(x) != len(y):
@@ -69,30 +88,78 @@ def fit_head(
         raise ConfigError("fit_head: the training split holds no labels")
     mean = x[split.train].mean(axis=0)
     std = x[split.train].std(axis=0)
-    inputs = torch.from_numpy((x - mean) / np.where(std > 0, std, 1.0))
-    target = task.target(y)
+    data = _Data(task, torch.from_numpy((x - mean) / np.where(std > 0, std, 1.0)), y, split, config)
     torch.manual_seed(config.seed)
-    head = task.head(x.shape[1], config.hidden, config.dropout)
-    optimizer = torch.optim.Adam(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    rng = np.random.default_rng(config.seed)
-    best, best_epoch, best_state, history = -math.inf, 0, None, []
+    features = x.shape[1] if features is None else features
+    head = StagedHead(task, x.shape[1], features, config.hidden, config.dropout)
+    best, stages, history, best_epoch = -math.inf, {}, [], 0
+    for stage, name in enumerate(head.stages):
+        head.stage = stage + 1
+        if name == "linear" and not features:
+            continue  # nothing to fit: a constant 0, the joint stage's own bias takes the prior
+        how = (
+            dataclasses.replace(LINEAR, balanced=config.balanced, seed=config.seed)
+            if name == "linear"
+            else config
+        )
+        best, best_epoch = _fit_stage(head, stage, data, how, best, history)
+        stages[name] = best
+    scores = _predict(task, head, data.inputs)
+    val, test = (task.metrics(scores[rows], y[rows]) for rows in (split.val, split.test))
+    return HeadResult(val, test, scores, len(history), best_epoch, history, stages)
+
+
+class _Data:
+    """A head's standardised inputs, targets, row weights and split, as its stages read them."""
+
+    def __init__(
+        self, task: Task, inputs: torch.Tensor, y: np.ndarray, split: LabelSplit, config: HeadConfig
+    ) -> None:
+        self.task, self.inputs, self.y, self.split = task, inputs, y, split
+        self.target = task.target(y)
+        weight = task.balance(y[split.train]) if config.balanced else None
+        self.weight = None
+        if weight is not None:
+            self.weight = torch.zeros(len(y))
+            self.weight[torch.from_numpy(split.train)] = torch.as_tensor(weight, dtype=torch.float32)
+
+    def val_figure(self, head: torch.nn.Module) -> float:
+        rows = self.split.val
+        return self.task.selection(
+            self.task.metrics(_predict(self.task, head, self.inputs[rows]), self.y[rows])
+        )
+
+
+def _fit_stage(
+    head: StagedHead, stage: int, data: _Data, config: HeadConfig, best: float, history: list[float]
+) -> tuple[float, int]:
+    """Train stage ``stage``'s parameters alone; keep its best validation epoch if it beats ``best`` (the
+    stages before it: the head as it enters, epoch 0). Returns the validation figure kept and the epoch."""
+    module = head.module(stage)
+    params = list(module.parameters())
+    optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+    rng = np.random.default_rng(config.seed + stage)
+    best_state, best_epoch = None, 0
     for epoch in range(1, config.epochs + 1):
-        head.train()
-        order = split.train[rng.permutation(len(split.train))]
+        head.eval()  # the frozen stages without dropout: they answer as they will
+        module.train()
+        order = data.split.train[rng.permutation(len(data.split.train))]
         for lo in range(0, len(order), config.batch_size):
             rows = torch.from_numpy(order[lo : lo + config.batch_size])
             optimizer.zero_grad()
-            task.loss(head(inputs[rows]), target[rows]).backward()
+            weight = None if data.weight is None else data.weight[rows]
+            data.task.loss(head(data.inputs[rows]), data.target[rows], weight).backward()
             optimizer.step()
-        history.append(task.selection(task.metrics(_predict(task, head, inputs[split.val]), y[split.val])))
-        if history[-1] > best or best_state is None or best == -math.inf:
-            best, best_epoch, best_state = history[-1], epoch, copy.deepcopy(head.state_dict())
+        history.append(data.val_figure(head))
+        if history[-1] > best or (best_state is None and best == -math.inf):  # the first stage: any
+            best, best_epoch = history[-1], epoch
+            best_state = [p.detach().clone() for p in params]
         elif epoch - best_epoch >= config.patience:
             break
-    head.load_state_dict(best_state)
-    scores = _predict(task, head, inputs)
-    val, test = (task.metrics(scores[rows], y[rows]) for rows in (split.val, split.test))
-    return HeadResult(val, test, scores, len(history), best_epoch, history)
+    with torch.no_grad():
+        for p, kept in zip(params, best_state or [torch.zeros_like(p) for p in params], strict=True):
+            p.copy_(kept)  # no epoch beat the stages before: the branch stays at its zero start
+    return best, best_epoch
 
 
 @torch.no_grad()

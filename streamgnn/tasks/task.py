@@ -1,10 +1,11 @@
 """The one place a labelled task is defined: what its head reads, its loss, its metrics.
 
 A ``Task`` turns a link model's stream state into a prediction: node tasks read the node's embedding at the
-label's time, edge tasks the pair ``[z_src, z_dst]``. Its head is a small MLP over that input (a linear
-head is the logistic regression of the baselines: the same mechanism, another input). Its evaluation
-protocol is ``protocol.fit_head``: train on the training split's labels, pick the epoch by the task's
-``selection`` on validation, report its metrics on test. A new task is one module: a subclass that says
+label's time, edge tasks the pair ``[z_src, z_dst]``, beside the label's causal stream features. Its head
+is ``head.StagedHead`` (a logistic regression on the stream features, then MLPs that add to it: the
+baselines' model is its first stage). Its evaluation protocol is ``protocol.fit_head``: train on the
+training split's labels, pick each stage's epoch by the task's ``selection`` on validation, report its
+metrics on test. A new task is one module: a subclass that says
 which ends it reads (``on_edges``) and, where it differs from its family, its loss and metrics.
 """
 
@@ -39,8 +40,19 @@ class Task(ABC):
         """The labels as the loss takes them."""
 
     @abstractmethod
-    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Mean loss of the head's outputs ``[n, out_dim]`` against ``target(y)``."""
+    def losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each row's loss ``[n]`` of the head's outputs ``[n, out_dim]`` against ``target(y)``."""
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """Mean loss, each row's weighted by ``weight`` (``balance``'s) where given."""
+        each = self.losses(out, y)
+        return each.mean() if weight is None else (each * weight).mean()
+
+    def balance(self, y: np.ndarray) -> np.ndarray | None:
+        """Per-row weights under which every class weighs the same in the loss (mean 1), or None (values).
+        A rare class (217 bans in 157,474 edits) otherwise moves a head's weights hardly at all: most
+        minibatches hold none of it."""
+        return None
 
     @abstractmethod
     def predict(self, out: torch.Tensor) -> np.ndarray:
@@ -61,15 +73,6 @@ class Task(ABC):
         if z_dst is None:
             raise ConfigError(f"{type(self).__name__} reads an edge's two ends: the labels have no dst")
         return np.concatenate([z_src, z_dst], axis=1)
-
-    def head(self, in_dim: int, hidden: tuple[int, ...] = (80,), dropout: float = 0.1) -> nn.Module:
-        """An MLP ``in_dim -> hidden... -> out_dim`` (TGN's node classification decoder is one of 80
-        hidden units, with dropout); ``hidden=()`` is a linear head, i.e. a logistic regression."""
-        layers: list[nn.Module] = []
-        for width in hidden:
-            layers += [nn.Linear(in_dim, width), nn.ReLU(), nn.Dropout(dropout)]
-            in_dim = width
-        return nn.Sequential(*layers, nn.Linear(in_dim, self.out_dim))
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,18 @@ class Classification(Task):
             )
         return torch.as_tensor(y, dtype=torch.float32 if self.binary else torch.long)
 
-    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.binary:
-            return nn.functional.binary_cross_entropy_with_logits(out[:, 0], y)
-        return nn.functional.cross_entropy(out, y)
+            return nn.functional.binary_cross_entropy_with_logits(out[:, 0], y, reduction="none")
+        return nn.functional.cross_entropy(out, y, reduction="none")
+
+    def balance(self, y: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, np.int64)
+        counts = np.bincount(y, minlength=self.classes).astype(np.float64)
+        present = counts > 0
+        per_class = np.zeros(self.classes)
+        per_class[present] = len(y) / (present.sum() * counts[present])
+        return per_class[y]
 
     def predict(self, out: torch.Tensor) -> np.ndarray:
         if self.binary:
@@ -138,8 +149,8 @@ class Regression(Task):
             )
         return torch.as_tensor(y, dtype=torch.float32)
 
-    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return nn.functional.mse_loss(out[:, 0], y)
+    def losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (out[:, 0] - y) ** 2
 
     def predict(self, out: torch.Tensor) -> np.ndarray:
         return out[:, 0].double().numpy()
