@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -106,6 +107,10 @@ INTEGRATION = {
 
 
 def pytest_configure(config):
+    # A suite started in the background of a non-interactive shell (`make test &`, nohup) inherits SIGINT
+    # ignored, and so would every job the tests start: the Ctrl-C tests would then see no Ctrl-C. Python's
+    # own handler here means each child starts with SIGINT at its default, as from a terminal.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # kafka-python 3.0 loads its protocol schemas through a deprecated importlib.resources call
     config.addinivalue_line("filterwarnings", "ignore:(read|open)_text is deprecated:DeprecationWarning")
     missing = sorted(name for name in INTEGRATION if not (Path(__file__).parent / f"{name}.py").exists())
