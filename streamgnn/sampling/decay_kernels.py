@@ -121,18 +121,23 @@ def _fill(nbr, tim, lens, w, u, v, last, t, n_tau, row):
         row[n_tau * TAU_COLS + 2 * side + 1] = pos
 
 
+@njit(cache=True, inline="always")
+def _buffers(n_tau, k):
+    """One query's scratch: both endpoints' latest neighbors, times, weights and counts, and the pair's
+    decayed counts and event counts (``pair_scan``)."""
+    nbr = np.empty((2, k), np.int64)
+    tim = np.empty((2, k), np.float64)
+    w = np.empty((2, n_tau, k), np.float64)
+    return nbr, tim, w, np.zeros(2, np.int64), np.empty((2, n_tau)), np.empty(2)
+
+
 @njit(cache=True)
 def decay_features(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, taus, k, out):
     """``out[i]`` = the module's columns for pair ``(src[i], dst[i])`` before ``ts[i]``; an unknown id
     (outside ``0..num_nodes-1``) has no events (the other endpoint's own columns still read its events).
     A row of candidates (the same source at the same time as the query before) reads the source once."""
     n_tau = len(taus)
-    nbr = np.empty((2, k), np.int64)
-    tim = np.empty((2, k), np.float64)
-    w = np.empty((2, n_tau, k), np.float64)
-    lens = np.zeros(2, np.int64)
-    acc = np.empty((2, n_tau))  # the pair's decayed counts (``pair_scan``)
-    counts = np.empty(2)
+    nbr, tim, w, lens, acc, counts = _buffers(n_tau, k)
     for i in range(len(src)):
         u, v, t = src[i], dst[i], ts[i]
         for c in range(out.shape[1]):
@@ -170,12 +175,7 @@ def decay_features_of(start, deg, pool, edge_t, edge_del, src, dst, ts, taus, id
     ``[2, n]``, the endpoints' ids there); the pair counts are read here, over ``src``/``dst`` (this
     store's ids, -1: unknown), where every u-v event is held (a sharded run: u's owner)."""
     n_tau, k = len(taus), nbr.shape[2]
-    pn = np.empty((2, k), np.int64)
-    pt = np.empty((2, k), np.float64)
-    w = np.empty((2, n_tau, k), np.float64)
-    pl = np.zeros(2, np.int64)
-    acc = np.empty((2, n_tau))  # the pair's decayed counts (``pair_scan``)
-    counts = np.empty(2)
+    pn, pt, w, pl, acc, counts = _buffers(n_tau, k)
     for i in range(len(src)):
         t = ts[i]
         for c in range(out.shape[1]):
