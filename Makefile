@@ -36,14 +36,16 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 # two workers (pytest-xdist): the suite's tests wait for events, not for time, so they share the cores; most of
-# a test's time is one process's Python, so two workers nearly halve the wall time on a 2-core host
+# a test's time is one process's Python, so two workers nearly halve the wall time on a 2-core host. Tests go
+# out one at a time, the slow modules first (tests/conftest.py, SLOW_MODULES), so neither worker idles at the end
 TEST_WORKERS ?= 2
+TEST_DIST := -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 test: setup lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal
+	$(VENV)/bin/pytest -q -p no:cacheprovider $(TEST_DIST)
 
 # the inner loop: everything but the tests marked integration (tests/conftest.py)
 test-fast: setup lint
-	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal -m "not integration"
+	$(VENV)/bin/pytest -q -p no:cacheprovider $(TEST_DIST) -m "not integration"
 
 demo: setup
 	$(VENV)/bin/streamgnn demo
