@@ -10,7 +10,7 @@ With ``config.sharding`` set the job is sharded (``streamgnn.shard``): each rank
 reads only them, from its own topic partitions (``KafkaPartitions``) or from a dataset or file every rank
 replays (``PartitionedReplay``); it resumes from the newest step every rank checkpointed, and publishes the
 embeddings of the vertices it owns, so the topic holds every vertex once. Metrics, status lines and the
-report are the replicated job's.
+report are the replicated job's. A labelled task (``task``) runs on every rank (``label_ranks``).
 
     job = TrainJob(config, topic="events", bootstrap="localhost:9092", embeddings_topic="embeddings")
     result = job.run(idle_timeout_s=30)  # None: follow the topic until stopped
