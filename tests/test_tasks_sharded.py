@@ -75,7 +75,7 @@ def outcome(trainer_job) -> dict:
         "t": np.concatenate(lab.head.records["t"]), "score": np.concatenate(lab.head.records["score"]),
         "params": {k: v.clone() for k, v in lab.head.head.state_dict().items()},
         "figures": lab.figures(), "scored_here": lab.scored_here, "letters": [d.reason for d in lab.letters],
-        "steps": trainer_job.trainer.steps,
+        "steps": trainer_job.trainer.steps, "in_dim": lab.head.in_dim,
     }  # fmt: skip
 
 
@@ -151,7 +151,7 @@ def runs(kafka_bootstrap, tmp_path_factory, spawn_ranks):
         world: [json.loads(r.value) for r in read_topic(kafka_bootstrap, topics[f"PREDICTIONS_{world}"])]
         for world in (0, 2)
     }
-    return {"one": one, "ranks": ranks, "labels": len(good), "predictions": predictions}
+    return {"one": one, "ranks": ranks, "labels": len(good), "predictions": predictions, "work": work}
 
 
 def test_every_label_is_scored_once_over_the_ranks_and_published_once(runs):
@@ -199,6 +199,23 @@ def test_a_sharded_job_stopped_and_resumed_continues_the_task(runs):
         np.testing.assert_array_equal(resumed["score"], whole["score"])  # as if never stopped
         for name, value in whole["params"].items():
             assert bool((value == resumed["params"][name]).all()), name
+
+
+def test_the_service_reads_the_head_from_any_rank_s_checkpoint(runs):
+    """``/predict``'s head (``TaskPredictor``) from a sharded job's checkpoint folder: each rank's holds the
+    head every rank ended with, and the same stream features."""
+    from streamgnn.serve.predict import TaskPredictor
+
+    want = runs["ranks"][0]["whole"]["params"]
+    rows = np.random.default_rng(0).normal(size=(5, runs["ranks"][0]["whole"]["in_dim"])).astype(np.float32)
+    answers = []
+    for rank in (0, 1):
+        loaded = TaskPredictor(runs["work"] / "whole2" / f"rank-{rank:05d}").load()
+        assert loaded.head is not None, loaded.why
+        for name, value in loaded.head.head.state_dict().items():
+            assert bool((value == want[name]).all()), name
+        answers.append(loaded.head.predict(rows))
+    np.testing.assert_array_equal(*answers)
 
 
 def test_edge_labels_are_scored_once_by_the_owner_of_their_source(runs):

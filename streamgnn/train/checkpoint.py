@@ -160,11 +160,11 @@ def load(
 
 
 def load_tensors(
-    root: Path, map_location: torch.device | str = "cpu", kind: str = "trainer"
+    root: Path, map_location: torch.device | str = "cpu", kind: str | tuple[str, ...] = "trainer"
 ) -> tuple[Path, dict, dict]:
-    """``(checkpoint directory, manifest, state)`` of the checkpoint of ``kind`` ``load`` would read,
-    without rebuilding its store (e.g. the link predictor's weights for a service that holds only
-    embeddings; a sharded rank's labelled task)."""
+    """``(checkpoint directory, manifest, state)`` of the checkpoint of ``kind`` (or kinds) ``load``
+    would read, without rebuilding its store (e.g. the link predictor's weights for a service that holds
+    only embeddings; a sharded rank's labelled task)."""
     ckpt = checkpoint.load(Path(root), kind, only=("state",))
     if "state" not in ckpt.arrays:
         raise CheckpointError(f"{ckpt.path} is not a trainer checkpoint: it has no tensor state")
