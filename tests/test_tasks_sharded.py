@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shard_ranks import rank_env  # noqa: E402
 from topic_records import read_topic  # noqa: E402
 
-N, HOT, EDGES = 3000, 30, 900  # events; sources below HOT are active and labelled 1; the edge task's events
+N, HOT, EDGES, BATCH = 3000, 30, 800, 200  # events; sources below HOT: active, labelled 1; edge labels
 BAD = {  # a label record that is not one, and the reason its dead letter gives
     "not json": "not JSON",
     json.dumps({"node": 1, "t": 5.0}): "missing field 'y'",
@@ -60,11 +60,11 @@ def job(work: Path, ckpt: str, *, sharded: bool, kind: str = "node_classificatio
 
     model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, dropout=0.0)
     config = TrainConfig(
-        model=model, batch_size=100, eval_negatives=5, serve_every=0, checkpoint_dir=str(work / ckpt),
-        checkpoint_every=7, sharding=ShardConfig(num_partitions=4) if sharded else None,
+        model=model, batch_size=BATCH, eval_negatives=5, serve_every=0, checkpoint_dir=str(work / ckpt),
+        checkpoint_every=3, sharding=ShardConfig(num_partitions=4) if sharded else None,
     )  # fmt: skip
     return TrainJob(
-        config, source=CsvSource(work / "events.csv", batch_size=500), log_every_s=3600,
+        config, source=CsvSource(work / "events.csv", batch_size=5 * BATCH), log_every_s=3600,
         bootstrap=os.environ["JOB_BOOTSTRAP"], task=TaskConfig(kind=kind, window=500, **task),
     )  # fmt: skip
 
@@ -101,7 +101,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
     whole.run(progress=False)
     got = {"whole": outcome(whole)}
     if sharded:  # stopped part way, then the same command resumes it
-        job(work, "parts", sharded=True, labels_topic=labels).run(max_events=N // 2, progress=False)
+        job(work, "parts", sharded=True, labels_topic=labels).run(max_events=8 * BATCH, progress=False)
         resumed = job(work, "parts", sharded=True, labels_topic=labels)
         resumed.run(progress=False)
         got["resumed"] = outcome(resumed)
@@ -157,9 +157,9 @@ def runs(kafka_bootstrap, tmp_path_factory, spawn_ranks):
 def test_every_label_is_scored_once_over_the_ranks_and_published_once(runs):
     one, ranks = runs["one"]["whole"], [r["whole"] for r in runs["ranks"]]
     n = runs["labels"]
-    assert one["figures"]["scored"] == n and one["steps"] == N // 100
+    assert one["figures"]["scored"] == n and one["steps"] == N // BATCH
     for r in ranks:  # every rank holds the job's record: every label, once, in time order
-        assert r["figures"]["scored"] == n and r["figures"]["pending"] == 0 and r["steps"] == N // 100
+        assert r["figures"]["scored"] == n and r["figures"]["pending"] == 0 and r["steps"] == N // BATCH
         np.testing.assert_array_equal(r["t"], one["t"])
     assert all(r["scored_here"] > 0 for r in ranks)
     assert sum(r["scored_here"] for r in ranks) == n  # each embedded and published by one rank
