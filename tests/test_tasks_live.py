@@ -235,25 +235,32 @@ def test_streamgnn_train_learns_the_task_of_its_yaml_and_reports_it(tmp_path, ca
     assert "node_clasification" in capsys.readouterr().err
 
 
-def test_a_task_with_train_sharding_is_refused_naming_the_option(tmp_path, capsys):
-    """Labels are not routed to the ranks of a sharded job (yet): ``task:`` beside ``train.sharding`` is
-    one clear error before anything runs, not a job that learns no labels."""
+def test_streamgnn_train_learns_the_task_beside_train_sharding_and_resumes_it(tmp_path, capsys):
+    """``task:`` beside ``train.sharding`` (one rank here; 2 real ranks: ``test_tasks_sharded.py``) learns
+    the task as one process does, saves it in the rank's checkpoints, and a second run resumes it."""
     from streamgnn.cli import main
 
     events, src, _ = write_events(tmp_path, 300)
-    write_lines(tmp_path / "labels.jsonl", node_labels(src))
-    (tmp_path / "job.yaml").write_text(
-        "train: {batch_size: 100, sharding: {num_partitions: 2}, model: {memory_dim: 8, time_dim: 4, "
-        "embedding_dim: 8, num_neighbors: 3}}\n"
-        f"task: {{kind: node_classification, labels_file: {tmp_path / 'labels.jsonl'}}}\n"
-    )
+    write_lines(tmp_path / "labels.jsonl", node_labels(src) + ["oops"])
+    train = "batch_size: 100, model: {memory_dim: 8, time_dim: 4, embedding_dim: 8, num_neighbors: 3}"
+    task = f"task: {{kind: node_classification, labels_file: {tmp_path / 'labels.jsonl'}}}\n"
+    (tmp_path / "one.yaml").write_text(f"train: {{{train}}}\n" + task)
+    (tmp_path / "sharded.yaml").write_text(f"train: {{sharding: {{num_partitions: 2}}, {train}}}\n" + task)
+    base = ["train", "--file", str(events), "--quiet"]
+    assert main([*base, "--config", str(tmp_path / "one.yaml"), "--out", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
     ckpt = tmp_path / "ckpt"
-    argv = ["train", "--config", str(tmp_path / "job.yaml"), "--file", str(events), "--quiet",
-            "--checkpoint-dir", str(ckpt)]  # fmt: skip
-    assert main(argv) != 0
-    err = capsys.readouterr().err
-    assert "not learned by the sharded job (train.sharding)" in err and len(err.strip().splitlines()) == 1
-    assert not ckpt.exists() or not any(ckpt.iterdir())  # nothing ran
+    argv = [*base, "--config", str(tmp_path / "sharded.yaml"), "--checkpoint-dir", str(ckpt)]
+    assert main([*argv, "--events", "200", "--out", str(tmp_path / "part")]) == 0
+    text = capsys.readouterr().out
+    assert "task node_classification: 67 labels scored before learned" in text
+    assert "1 label dead letters" in text and "labels.jsonl:line 101: not JSON" in text
+    assert main([*argv, "--out", str(tmp_path / "sharded")]) == 0  # resumed from the rank's checkpoint
+    text = capsys.readouterr().out
+    assert "task node_classification: 100 labels scored before learned" in text and "resumed" in text
+    one, sharded = (json.loads((tmp_path / d / "task.json").read_text()) for d in ("one", "sharded"))
+    assert sharded["scored"] == one["scored"] == 100 and sharded["dead_letters"] == 1
+    assert sharded["all"]["head"]["auc"] == pytest.approx(one["all"]["head"]["auc"], abs=0.05)
 
 
 def test_the_task_s_figures_are_prometheus_gauges(tmp_path):

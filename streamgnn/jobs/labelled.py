@@ -23,6 +23,9 @@ labels after its checkpoint (at least once: the key, time and ``step`` tell a re
 Labels after the stream's last event stay pending (counted; a checkpoint keeps them, and a resumed job
 scores them once the events reach them). ``state()`` is the head's, the pending labels, the feed's
 position and the counters: a resumed job continues exactly.
+
+In a sharded job every rank runs this, in step: rank 0 reads the feed for all, each label's owner embeds
+it and publishes its prediction, and every rank holds the same head (``label_ranks``).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import torch
 from prometheus_client import Gauge
 
 from ..errors import CheckpointError, ConfigError
-from ..events import DeadLetter, EventBatch, EventKind
+from ..events import DeadLetter, EventBatch
 from ..serve.predict import prediction_fields
 from ..tasks.config import TaskConfig
 from ..tasks.feed import FileLabels, KafkaLabels, empty_labels, merge
@@ -44,6 +47,7 @@ from ..tasks.labels import Labels
 from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
 from ..train.step import StepEmbeddings
+from .label_ranks import placement
 
 LETTERS_KEPT = 100  # the first dead letters, as the summary quotes them
 
@@ -55,6 +59,7 @@ class LabelledStream:
     def __init__(self, config: TaskConfig, feed, trainer, registry=None, sink=None) -> None:
         self.config, self.task, self.feed, self.trainer = config, config.task(), feed, trainer
         self.sink = sink  # where each label's prediction goes (a ``KafkaSink``), or None
+        self.ranks = placement(trainer)  # one process, or a rank of a sharded job
         dim = trainer.link_model.out_dim
         if dim is None:
             raise ConfigError(f"task: {type(trainer.link_model).__name__} embeds nothing for a head to read")
@@ -66,6 +71,8 @@ class LabelledStream:
         self.watermark = -math.inf
         self.dead_letters = 0
         self.letters: list[DeadLetter] = []
+        self.scored_here = 0  # labels this process embedded and published (a sharded rank: its own)
+        self.held_back = feed.waiting()  # labels the feed holds back (a file's, after the events)
         if registry is not None:
             self._export(registry)
 
@@ -100,7 +107,7 @@ class LabelledStream:
         if not len(batch):
             return
         until = float(np.max(batch.t))
-        new, letters = self.feed.take(until)
+        new, letters, self.held_back = self.ranks.take(self.feed, until)
         late = new.t <= self.watermark
         for i in np.flatnonzero(late):
             letters.append(DeadLetter(
@@ -114,8 +121,10 @@ class LabelledStream:
             flush, unknown = self._known(flush, batch, until, embedded.blank)
             letters += unknown
             if len(flush):
-                scores = self.head.observe(self._inputs(flush, embedded), flush.y, flush.t, learn=learn)
-                self._publish(flush, scores)
+                x, mine = self._inputs(flush, embedded)
+                scores = self.head.observe(x, flush.y, flush.t, learn=learn)
+                self._publish(flush.take(mine), scores[mine])
+                self.scored_here += int(mine.sum())
         self.watermark = max(self.watermark, until)
         self._letters(letters)
 
@@ -140,32 +149,35 @@ class LabelledStream:
             seen &= known
         return labels.take(seen), letters
 
-    def _inputs(self, labels: Labels, embedded: StepEmbeddings) -> np.ndarray:
+    def _inputs(self, labels: Labels, embedded: StepEmbeddings) -> tuple[np.ndarray, np.ndarray]:
         """The head's inputs: each label's node (edge: both ends') embedding, and its stream features at its
-        own time. An end the step embeds to score its batch is read from there (``StepEmbeddings.find``:
-        the step's forward pass, from the state before the batch); the others are embedded from the model
-        now, at the earliest label time, each node once (nodes the store has not seen yet read the blank
-        row, as ``step`` does)."""
+        own time; and which labels are this process's (``label_ranks``: all, or a rank's own). An end the
+        step embeds to score its batch is read from there (``StepEmbeddings.find``: the step's forward
+        pass, from the state before the batch); the others are embedded from the model now, at the
+        earliest label time, each node once (nodes the store has not seen yet read the blank row, as
+        ``step`` does). A sharded rank embeds its own labels' ends and gathers everyone's."""
         tr, blank = self.trainer, embedded.blank
         ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
         rows = [self._rows(e, blank) for e in ends]
-        flat = np.concatenate(rows)
-        at = embedded.find(flat, np.tile(labels.t, len(ends)))
-        z = np.empty((len(flat), tr.link_model.out_dim), np.float32)
+        mine = self.ranks.mine(self.ranks.index(labels.node))
+        flat = np.concatenate([r[mine] for r in rows])
+        at = embedded.find(flat, np.tile(labels.t[mine], len(ends)))
+        d, k = tr.link_model.out_dim, int(mine.sum())
+        z = np.empty((len(flat), d), np.float32)
         rest = at < 0
         if not rest.all():
             z[~rest] = embedded.z[at[~rest]]
-        if rest.any():
-            nodes, back = np.unique(np.where(flat[rest] >= 0, flat[rest], blank), return_inverse=True)
+        if self.ranks.must_embed(rest):
+            nodes, back = np.unique(self.ranks.queries(flat[rest], blank), return_inverse=True)
             with torch.no_grad():
                 z[rest] = tr.link_model.embed(nodes, float(labels.t[0]), blank, tr.steps)[back]
-        z = z.reshape(len(ends), len(labels), -1)
-        x = self.task.inputs(z[0], z[1] if labels.dst is not None else None)
+        z = z.reshape(len(ends), k, d).transpose(1, 0, 2).reshape(k, len(ends) * d)  # a label a row
+        z = self.ranks.gather(z, mine).reshape(len(labels), len(ends), d)
+        x = self.task.inputs(z[:, 0], z[:, 1] if labels.dst is not None else None)
         if self.features is None:
-            return x
-        return np.concatenate(
-            [x, self.features.rows(rows[0], rows[1] if len(rows) > 1 else None, labels.t)], 1
-        )
+            return x, mine
+        features = self.features.rows(rows[0], rows[1] if len(rows) > 1 else None, labels.t)
+        return np.concatenate([x, features], 1), mine
 
     def _publish(self, labels: Labels, scores: np.ndarray) -> None:
         """Each scored label's prediction to the sink: its node (or edge), time and what the head predicted
@@ -182,19 +194,17 @@ class LabelledStream:
         batch's admission has already given the batch's new nodes the indices from ``blank`` on)."""
         if not blank:
             return np.full(len(ids), -1, np.int64)
-        rows = self.trainer.store.node_index(ids, strict=False)
+        rows = self.ranks.index(ids)
         return np.where(rows < blank, rows, -1)
 
     def after_step(self, batch: EventBatch, letters: list[DeadLetter]) -> None:
         """Count a stepped batch's learned edges (not its refused rows) into the stream features."""
         if self.features is None or not len(batch):
             return
-        ok = batch.kind == EventKind.EDGE_ADD
-        ok[[letter.index for letter in letters if 0 <= letter.index < len(batch)]] = False
-        store = self.trainer.store
-        src, dst = store.node_index(batch.src[ok]), store.node_index(batch.dst[ok])
+        ok = self.ranks.learned(batch, letters)
+        src, dst = self.ranks.index(batch.src[ok]), self.ranks.index(batch.dst[ok])
         w = None if batch.weight is None else batch.weight[ok]
-        self.features.observe(src, dst, batch.t[ok], w, lambda lo, hi: store.external_ids(np.arange(lo, hi)))
+        self.features.observe(src, dst, batch.t[ok], w, self.ranks.external)
 
     def _letters(self, letters: list[DeadLetter]) -> None:
         self.dead_letters += len(letters)
@@ -212,7 +222,7 @@ class LabelledStream:
 
     def waiting(self) -> int:
         """Labels the events have not reached yet (held here, or not yet handed out by a file)."""
-        return len(self.pending) + self.feed.waiting()
+        return len(self.pending) + self.held_back
 
     def write(self, path: Path) -> Path:
         """``figures()`` as JSON (an undefined figure, NaN, as null)."""
@@ -230,6 +240,7 @@ class LabelledStream:
             f"task {self.config.kind}: {self.head.seen:,} labels scored before learned"
             + (f": {shown}" if shown else "")
             + f"; {self.waiting():,} pending; {self.dead_letters:,} label dead letters"
+            + (f" ({self.scored_here:,} scored by this rank)" if self.ranks.world > 1 else "")
         )
 
     def _export(self, registry) -> None:
@@ -257,7 +268,7 @@ class LabelledStream:
         return {
             "head": self.head.state(), "watermark": self.watermark, "feed": self.feed.position(),
             "features": None if self.features is None else self.features.state(),
-            "dead_letters": self.dead_letters,
+            "dead_letters": self.dead_letters, "scored_here": self.scored_here, "held_back": self.held_back,
             "pending": {"node": p.node.tolist(), "t": p.t.tolist(), "y": p.y.tolist(),
                         "dst": None if p.dst is None else p.dst.tolist(),
                         "origin": [] if p.origin is None else p.origin.tolist()},
@@ -278,12 +289,14 @@ class LabelledStream:
         if state.get("features") is not None:
             self.features = LiveFeatures.from_state(state["features"])
         self.watermark, self.dead_letters = float(state["watermark"]), int(state["dead_letters"])
+        self.scored_here = int(state.get("scored_here", self.head.seen))  # (before: one process, all)
         p = state["pending"]
         y = np.asarray(p["y"], self.pending.y.dtype)
         dst = None if p["dst"] is None else _ids(p["dst"])
         origin = np.array(p["origin"], dtype=object) if len(p["origin"]) == len(y) else None
         self.pending = Labels(_ids(p["node"]), np.asarray(p["t"], np.float64), y, dst, origin)
         self.feed.seek(state["feed"])
+        self.held_back = int(state.get("held_back", self.feed.waiting()))  # (a sharded rank 0's)
 
     def close(self) -> None:
         """Close the feed; flush and close the predictions' sink."""

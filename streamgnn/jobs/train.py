@@ -10,7 +10,7 @@ With ``config.sharding`` set the job is sharded (``streamgnn.shard``): each rank
 reads only them, from its own topic partitions (``KafkaPartitions``) or from a dataset or file every rank
 replays (``PartitionedReplay``); it resumes from the newest step every rank checkpointed, and publishes the
 embeddings of the vertices it owns, so the topic holds every vertex once. Metrics, status lines and the
-report are the replicated job's.
+report are the replicated job's. A labelled task (``task``) runs on every rank (``label_ranks``).
 
     job = TrainJob(config, topic="events", bootstrap="localhost:9092", embeddings_topic="embeddings")
     result = job.run(idle_timeout_s=30)  # None: follow the topic until stopped
@@ -76,20 +76,16 @@ class TrainJob:
         self._rate = IntervalRate()
         self._lag_reader = None
         self._source = None  # the KafkaSource this rank reads (replicated: rank 0's)
-        self._chosen = None  # the checkpoint this run resumed from
+        self._chosen = None  # the checkpoint this run resumed from (sharded: this rank's)
         self.labelled: LabelledStream | None = None
-        # A labelled task's labels, head and predictions live in one process (jobs.labelled): a sharded job
-        # would route each label to its node's owner and learn a head per rank (or gather them), which is
-        # not built; refused before anything starts, naming what to drop.
-        if self.task is not None and self.sharded:
+        # A labelled task runs in one process or on the ranks of a sharded job (``jobs.label_ranks``: each
+        # label embedded by its node's owner). Replicas under torchrun would each score a slice of the
+        # batch and embed the rest apart: their heads would drift. Refused before anything starts.
+        if self.task is not None and self.dist.world_size > 1 and not self.sharded:
             raise ConfigError(
-                "task: a labelled task is not learned by the sharded job (train.sharding) yet: drop "
-                "train.sharding to learn it in one process, or drop the task section"
-            )
-        if self.task is not None and self.dist.world_size > 1:
-            raise ConfigError(
-                f"task: a labelled task is learned by a one-process job, not under torchrun "
-                f"({self.dist.world_size} processes): run it as one process, or drop the task section"
+                f"task: a labelled task is learned by one process or by the sharded job, not by replicas "
+                f"under torchrun ({self.dist.world_size} processes): add train.sharding, run it as one "
+                "process, or drop the task section"
             )
 
     # ------------------------------------------------------------------ build
@@ -163,6 +159,7 @@ class TrainJob:
             self.config.checkpoint_dir, config=self.config, dist=self.dist, sink=sink, expect=expect
         )
         offsets = trainer.start_offsets
+        self._chosen = trainer.resumed_from
         if trainer.steps and self.dist.is_main:
             for line in expect.notes:
                 print(line, flush=True)
@@ -184,9 +181,10 @@ class TrainJob:
             self.task, trainer, bootstrap=self.bootstrap, registry=self.metrics.registry
         )
         if self._chosen is not None:
+            from ..shard.checkpoint import KIND
             from ..train.checkpoint import load_tensors
 
-            path, _, state = load_tensors(self._chosen)
+            path, _, state = load_tensors(self._chosen, kind=KIND if self.sharded else "trainer")
             if "task" in state:
                 labelled.load_state(state["task"], str(path))
             else:
@@ -335,6 +333,6 @@ class TrainJob:
             print(f"nothing left to do: the source holds no events after the {trainer.position:,} learned")
         if self.out_dir and self.dist.is_main and result.windows:
             result = write_report(result, self.out_dir)
-        if self.out_dir and self.labelled is not None:
+        if self.out_dir and self.labelled is not None and self.dist.is_main:  # (sharded: every rank's)
             self.labelled.write(Path(self.out_dir) / "task.json")
         return result

@@ -7,7 +7,8 @@ moves, as ``scoring.LinkScorer`` does for the link predictor, so ``/predict`` an
 would answer for these embeddings; its weights may be up to one checkpoint interval older than them. A
 node task reads a node's embedding, an edge task the pair ``[z_src, z_dst]``; a head that also reads the
 stream features (``task.features``) reads them from the same checkpoint, as of its newest event (the
-service has no store of its own).
+service has no store of its own). A sharded job's head and stream features are the same on every rank
+(``jobs.label_ranks``): ``serve.checkpoint_dir`` may name any rank's folder (``ckpt/rank-00000``).
 
     predictor = TaskPredictor("out/ckpt")
     loaded = predictor.load()                      # None-headed, with the reason, when there is none
@@ -26,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CheckpointError, ConfigError
+from ..shard.checkpoint import KIND as SHARDED
 from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
 from ..tasks.task import Classification, Task
@@ -74,7 +76,7 @@ class TaskPredictor:
         from ..train.checkpoint import load_tensors
 
         try:
-            _, _, state = load_tensors(self.checkpoint_dir / latest)
+            _, _, state = load_tensors(self.checkpoint_dir / latest, kind=("trainer", SHARDED))
             if "task" not in state:
                 return LoadedTask(
                     latest, None, why=f"checkpoint {latest} holds no task head (no task learned)"

@@ -37,6 +37,11 @@ def rank_root(root: Path, rank: int) -> Path:
     return Path(root) / f"rank-{rank:05d}"
 
 
+def step_dir(root: Path, rank: int, step: int) -> Path:
+    """Rank ``rank``'s checkpoint of ``step`` under ``root``."""
+    return checkpoint.directory(rank_root(root, rank), step)
+
+
 def save(trainer, root: Path, offsets: dict[str, int]) -> Path:
     """Write this rank's checkpoint of ``trainer`` at its current step."""
     rank = rank_root(root, trainer.dist.rank)
@@ -58,6 +63,8 @@ def state(trainer) -> tuple[dict, dict]:
     for rank_state in trainer.states:  # a model's state that lives with the shards (TGN's memory)
         for part, arrays in rank_state.state().items():
             tensors.update(_tensors(part, arrays))
+    for name, follower in trainer.attached.items():  # a labelled task's head, labels and scores
+        tensors[name] = follower.state()
     values = {
         **trainer_checkpoint.TrainerState.of(trainer).values(),
         "shard": trainer.shard_config.to_dict(),
@@ -108,7 +115,7 @@ def common_step(trainer, root: Path) -> int | None:
 def load(trainer, root: Path, step: int, expect: Expectation | None = None) -> dict[str, int]:
     """Restore ``trainer`` from its rank's checkpoint of ``step``; returns the source offsets to resume at.
     ``expect``: refuse a checkpoint that does not fit this run (``train.resume``) before restoring it."""
-    path = checkpoint.directory(rank_root(root, trainer.dist.rank), step)
+    path = step_dir(root, trainer.dist.rank, step)
     if not path.is_dir():
         raise CheckpointError(f"{path} is missing: this rank no longer holds the step the others resume from")
     ckpt = trainer_checkpoint.load(path, trainer.device, KIND, expect)

@@ -113,6 +113,15 @@ class Embedder:
         self._round = _Round(order, served, z, out, grad)
         return out
 
+    def embed_apart(self, queries: Queries, key: int) -> torch.Tensor:
+        """Rows of ``queries`` (no gradient; a collective) that leave the batch in progress as it was: a
+        serving round, or a labelled task's embeddings between a batch's ``prepare`` and its training,
+        must not replace the round ``backward`` finishes nor the working set ``observe`` commits from."""
+        kept = self._round, self.last_working_set
+        (z,) = self.embed({self.tr.dist.rank: [queries]}, [False], key)
+        self._round, self.last_working_set = kept
+        return z
+
     def backward(self) -> None:
         """Send the gradients of the last ``embed``'s ``grad`` rows to their owners and finish the backward
         pass there (a collective; rows nothing used get zero)."""

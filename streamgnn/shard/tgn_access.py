@@ -96,11 +96,9 @@ class ShardEmbeddings:
         self.embedder.backward()
 
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> torch.Tensor:
-        """Rows of owned ``nodes`` (global ids) at ``t``."""
-        embedder = self.embedder
+        """Rows of ``nodes`` (global ids, each embedded by its owner; -1: the zero row) at ``t``."""
         queries = Queries.of(nodes, np.full(len(nodes), t))
-        (z,) = embedder.embed({self.tr.dist.rank: [queries]}, [False], 3 * step + SERVE)
-        embedder.last_working_set = None  # a serving round's rows are no batch's: ``observe`` gathers its own
+        z = self.embedder.embed_apart(queries, 3 * step + SERVE)
         return z[torch.from_numpy(queries.rows)]
 
 

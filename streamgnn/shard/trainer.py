@@ -130,7 +130,9 @@ class ShardedTrainer(StreamTrainer):
             total=lambda n: int(self.dist.all_sum([n], self.device)[0]),
         )  # fmt: skip
         self.steps = self.learned = self.position = self.dead_letter_count = 0
-        self.attached = {}  # a labelled task is refused by the sharded job: nothing attaches here yet
+        self.attached = {}  # a labelled task's stream (``jobs.labelled``), on every rank
+        self.admitted_rows = np.zeros(0, np.int64)  # rows of the last batch the global index admitted
+        self.resumed_from: Path | None = None  # this rank's checkpoint the trainer was resumed from
         self.batcher: GlobalBatcher | None = None
         self.start_offsets: dict[str, int] = {}  # where this rank's source resumes (``resume``'s)
         # a checkpoint's batcher ``state()``, for the batcher the next ``fit`` builds (``from_state``)
@@ -216,6 +218,7 @@ class ShardedTrainer(StreamTrainer):
         if step is None:
             return trainer
         trainer.start_offsets = checkpoint.load(trainer, root, step, expect)
+        trainer.resumed_from = checkpoint.step_dir(root, dist.rank, step)
         trainer.serving.refresh(trainer.index, trainer._embed, owned_vertices(trainer.index))
         return trainer
 
@@ -250,6 +253,7 @@ class ShardedTrainer(StreamTrainer):
             raise ConfigError("a sharded step ingests every batch it steps (ingest=False is one process's)")
         before = self.index.num_nodes
         adm = self.index.admit(batch)
+        self.admitted_rows = adm.rows  # the same on every rank (a labelled task's features follow them)
         new = np.arange(before, self.index.num_nodes)
         for state in self.states:
             state.add_vertices(new[self.index.owned(new)])

@@ -159,10 +159,13 @@ def load(
     return TrainerCheckpoint(ckpt.path, ckpt.manifest, state, store)
 
 
-def load_tensors(root: Path, map_location: torch.device | str = "cpu") -> tuple[Path, dict, dict]:
-    """``(checkpoint directory, manifest, state)`` of the checkpoint ``load`` would read, without rebuilding
-    its store (e.g. the link predictor's weights for a service that holds only embeddings)."""
-    ckpt = checkpoint.load(Path(root), "trainer", only=("state",))
+def load_tensors(
+    root: Path, map_location: torch.device | str = "cpu", kind: str | tuple[str, ...] = "trainer"
+) -> tuple[Path, dict, dict]:
+    """``(checkpoint directory, manifest, state)`` of the checkpoint of ``kind`` (or kinds) ``load``
+    would read, without rebuilding its store (e.g. the link predictor's weights for a service that holds
+    only embeddings; a sharded rank's labelled task)."""
+    ckpt = checkpoint.load(Path(root), kind, only=("state",))
     if "state" not in ckpt.arrays:
         raise CheckpointError(f"{ckpt.path} is not a trainer checkpoint: it has no tensor state")
     return ckpt.path, ckpt.manifest, checkpoint.tensors(ckpt.arrays["state"], ckpt.path, map_location)
