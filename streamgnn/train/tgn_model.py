@@ -45,7 +45,7 @@ from .distributed import DistContext
 from .head import ScoringHead
 from .negatives import counted
 from .protocol import Candidates, StepInput
-from .tgn_access import EVAL, TRAIN, QuerySet, TGNAccess
+from .tgn_access import EVAL, TRAIN, QuerySet, TGNAccess, distinct_rows
 from .tgn_local import local_access
 
 
@@ -339,9 +339,8 @@ class TGNLinkModel:
         now (before the store holds the batch) by the pair part (a collective when sharded), once per
         distinct pair: a reader's features are a function of the query."""
         n, q = cand.shape
-        queries = np.rec.fromarrays([np.repeat(src, q), cand.reshape(-1), np.repeat(t, q)])
-        distinct, index = np.unique(queries, return_inverse=True)
-        raw = self.pairs.read(*(np.ascontiguousarray(distinct[f]) for f in ("f0", "f1", "f2")))
+        distinct, index = distinct_rows(np.repeat(src, q), cand.reshape(-1), np.repeat(t, q))
+        raw = self.pairs.read(*distinct)
         return PairRows(tuple(torch.from_numpy(x) for x in raw), torch.from_numpy(index.reshape(n, q)))
 
     def _encode(self, *pairs: PairRows | None) -> list[torch.Tensor | None]:
