@@ -268,10 +268,11 @@ class TGNLinkModel:
         predict = self.model.predictor
         z_src = z[rows[:n]]
         ap_pair, rank_pair = self._encode(prepared.eval_pairs, prepared.rank_pairs)
-        ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T, ap_pair).double().cpu().numpy()
+        ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T, *ap_pair).double().cpu().numpy()
         ranked = None
         if prepared.candidates.rank:
-            ranked = predict.candidates(z_src, z, rows[3 * n :].view(n, -1), rank_pair).double().cpu().numpy()
+            index = rows[3 * n :].view(n, -1)
+            ranked = predict.candidates(z_src, z, index, *rank_pair).double().cpu().numpy()
         return ap, ranked
 
     @torch.no_grad()
@@ -330,7 +331,7 @@ class TGNLinkModel:
         n = len(pos_ok)
         index = rows[n : 3 * n].view(2, n).T
         pos, neg = self.model.predictor.candidates(
-            gather_rows(z, rows[:n]), z, index, self._encode(pairs)[0]
+            gather_rows(z, rows[:n]), z, index, *self._encode(pairs)[0]
         ).unbind(1)
         return pos_neg_loss(pos, neg, pos_ok, neg_ok, n_pos, n_neg)
 
@@ -343,20 +344,22 @@ class TGNLinkModel:
         raw = self.pairs.read(*distinct)
         return PairRows(tuple(torch.from_numpy(x) for x in raw), torch.from_numpy(index.reshape(n, q)))
 
-    def _encode(self, *pairs: PairRows | None) -> list[torch.Tensor | None]:
-        """``[n, q, pair_dim]`` pair vectors of each of ``pairs`` (None: none). Without autograd (scoring)
-        each distinct pair is encoded once, for all of ``pairs`` that share its rows; with it (training),
-        every pair is, so that gradients add up as they always did."""
+    def _encode(self, *pairs: PairRows | None) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
+        """``(vectors [d, pair_dim], index [n, q])`` of each of ``pairs``: each distinct pair's vector once
+        and each pair's row among them (``(None, None)``: no pairs), for ``LinkPredictor.candidates``.
+        Without autograd (scoring) every distinct row of a read is encoded once, for all of ``pairs`` that
+        share it; with it (training), only the rows a ``PairRows`` uses, and the gradients of a row's
+        pairs add up in the gather's backward, in a fixed order (``gather_rows``)."""
         codes: dict[int, torch.Tensor] = {}
         out = []
         for p in pairs:
             if p is None:
-                out.append(None)
+                out.append((None, None))
             elif torch.is_grad_enabled():
-                flat = p.index.reshape(-1)
-                out.append(self.model.pair_encoder(*(x[flat] for x in p.raw)).view(*p.index.shape, -1))
+                used, index = torch.unique(p.index, return_inverse=True)
+                out.append((self.model.pair_encoder(*(x[used] for x in p.raw)), index))
             else:
                 if id(p.raw) not in codes:
                     codes[id(p.raw)] = self.model.pair_encoder(*p.raw)
-                out.append(gather_rows(codes[id(p.raw)], p.index))
+                out.append((codes[id(p.raw)], p.index))
         return out
