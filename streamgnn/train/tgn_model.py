@@ -345,19 +345,20 @@ class TGNLinkModel:
         return PairRows(tuple(torch.from_numpy(x) for x in raw), torch.from_numpy(index.reshape(n, q)))
 
     def _encode(self, *pairs: PairRows | None) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
-        """``(vectors [d, pair_dim], index [n, q])`` of each of ``pairs``: each distinct pair's vector once
-        and each pair's row among them (``(None, None)``: no pairs), for ``LinkPredictor.candidates``.
-        Without autograd (scoring) every distinct row of a read is encoded once, for all of ``pairs`` that
-        share it; with it (training), only the rows a ``PairRows`` uses, and the gradients of a row's
-        pairs add up in the gather's backward, in a fixed order (``gather_rows``)."""
+        """``(vectors [d, pair_dim], index [n, q])`` of each of ``pairs``, for ``LinkPredictor.candidates``:
+        the vectors and each pair's row among them (``(None, None)``: no pairs). Without autograd (scoring)
+        every distinct row of a read is encoded once, for all of ``pairs`` that share it (a scored batch's
+        sources rank many of the same candidates); with it (training), every pair is, in order: a training
+        batch's pairs are nearly all distinct, and finding the few repeats costs more than they would."""
         codes: dict[int, torch.Tensor] = {}
         out = []
         for p in pairs:
             if p is None:
                 out.append((None, None))
             elif torch.is_grad_enabled():
-                used, index = torch.unique(p.index, return_inverse=True)
-                out.append((self.model.pair_encoder(*(x[used] for x in p.raw)), index))
+                flat = p.index.reshape(-1)
+                rows = torch.arange(len(flat), device=flat.device).view(p.index.shape)
+                out.append((self.model.pair_encoder(*(x[flat] for x in p.raw)), rows))
             else:
                 if id(p.raw) not in codes:
                     codes[id(p.raw)] = self.model.pair_encoder(*p.raw)
