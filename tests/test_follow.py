@@ -73,7 +73,8 @@ def last_times(events: EventBatch, nodes: np.ndarray) -> np.ndarray:
 
 def test_behind_its_source_it_learns_a_share_but_updates_state_for_every_event():
     events = stream(6000)
-    trainer = OnlineTrainer(config(drain_s=1e-3))  # a lag that must drain at once: no time to learn
+    # a lag that must drain at once, no floor: no time to learn
+    trainer = OnlineTrainer(config(drain_s=1e-3, min_learn_fraction=0.0))
     sizes = sizes_of(trainer)
     result = trainer.fit(Behind(events, 1000), progress=False)
     follow = result.follow
@@ -149,7 +150,15 @@ def test_the_sample_is_uniform_and_its_intervals_cover():
 
 
 @pytest.mark.parametrize(
-    "bad", [dict(mode="sometimes"), dict(eval_fraction=0), dict(max_batch_size=0), dict(headroom=1.5)]
+    "bad",
+    [
+        dict(mode="sometimes"),
+        dict(eval_fraction=0),
+        dict(max_batch_size=0),
+        dict(headroom=1.5),
+        dict(min_learn_fraction=1.5),
+        dict(min_learn_fraction=-0.1),
+    ],
 )
 def test_bad_settings_are_refused(bad):
     with pytest.raises(ConfigError):
@@ -177,7 +186,7 @@ def test_behind_it_learns_and_scores_in_parts_of_batch_size_and_updates_state_in
     events = stream(6000)
     steps = []
     for drain_s in (1e-3, 1e9):  # no time to learn; time to learn everything
-        trainer = OnlineTrainer(config(drain_s=drain_s, eval_fraction=0.2))
+        trainer = OnlineTrainer(config(drain_s=drain_s, eval_fraction=0.2, min_learn_fraction=0.0))
         step = trainer.step
 
         def recorded(batch, step=step, drain_s=drain_s, **kw):
@@ -241,3 +250,23 @@ def test_a_share_is_learned_from_every_part_in_as_many_steps_as_the_item_has_par
     # before anything was measured, is batch_size; later ones grow with the lag), then the rest state-only
     assert max(learned) <= 50 and len(learned) >= len(events) / 100 - 1
     assert max(size for size, train in steps if not train) > 100
+
+
+def test_behind_with_no_time_to_learn_it_still_learns_its_floor_and_says_what_that_cost():
+    """A lag that must drain at once affords no learning; the floor learns its share of every item anyway,
+    and the report counts the events learned past the budget and the seconds they took (the lag it
+    costs), beside a run without a floor on the same events."""
+    events = stream(6000)
+    runs = {}
+    for floor in (0.0, 0.3):
+        trainer = OnlineTrainer(config(drain_s=1e-3, min_learn_fraction=floor))
+        runs[floor] = trainer.fit(Behind(events, 1000), progress=False).follow
+        assert trainer.store.num_edges == len(events)  # the state path saw every event either way
+    free, floored = runs[0.0], runs[0.3]
+    assert free.floor_events == 0 and free.floor_s == 0 and "floor" not in free.text()
+    # the first items learn whole (no learning step measured yet), every later one the floor's share
+    assert floored.learned_events >= 0.3 * len(events) - 1
+    assert floored.learned_events > free.learned_events
+    assert floored.floor_events > 0.1 * len(events) and floored.floor_s > 0
+    assert floored.min_learn_fraction == 0.3 and "the floor of 30% learned" in floored.text()
+    assert floored.as_dict()["floor_s"] == floored.floor_s

@@ -129,9 +129,11 @@ def test_ranking_with_pair_vectors_equals_scoring_each_pair():
     torch.manual_seed(0)
     head = LinkPredictor(6, pair_dim=4)
     z_src, z = torch.randn(3, 6), torch.randn(5, 6)
-    index, pair = torch.randint(0, 5, (3, 2)), torch.randn(3, 2, 4)
+    index, vectors = torch.randint(0, 5, (3, 2)), torch.randn(4, 4)
+    rows = torch.tensor([[0, 3], [3, 1], [2, 0]])  # each pair's vector among the distinct ones
+    pair = vectors[rows]
     each = head(z_src.repeat_interleave(2, 0), z[index.reshape(-1)], pair.reshape(6, 4)).view(3, 2)
-    torch.testing.assert_close(head.candidates(z_src, z, index, pair), each)
+    torch.testing.assert_close(head.candidates(z_src, z, index, vectors, rows), each)
     with pytest.raises(ConfigError, match="pair vectors"):
         head.candidates(z_src, z, index)
 

@@ -106,8 +106,8 @@ class PairEncoder(nn.Module):
                 f"decayed features with pair_decayed), got {len(extra)}"
             )
         if self.walk is not None:
-            w = extra[0].to(dev).reshape(n, -1)
-            parts.append(self.walk((torch.sign(w) * torch.log1p(w.abs())).float()))
+            w = extra[0].to(dev).reshape(n, -1).float()  # (float32 first: a third of the float64 work)
+            parts.append(self.walk(torch.log1p(w.abs()).copysign_(w)))
         if self.decay is not None:
             parts.append(self.decay(extra[-1]))
         return torch.cat(parts, dim=1)

@@ -31,12 +31,17 @@ class LinkPredictor(nn.Module):
         parts = [z_src, z_dst] + ([self._pair(pair)] if self.pair_dim else [])
         return self.mlp(torch.cat(parts, dim=-1)).squeeze(-1)
 
-    def candidates(self, z_src: Tensor, z_cand: Tensor, index: Tensor, pair: Tensor | None = None) -> Tensor:
-        """Logits ``[n, q]`` of each source ``z_src[i]`` against the candidates ``z_cand[index[i]]``, with
-        ``pair [n, q, pair_dim]`` the pairs' vectors when the predictor reads them.
+    def candidates(
+        self, z_src: Tensor, z_cand: Tensor, index: Tensor, pair: Tensor | None = None,
+        pair_index: Tensor | None = None,
+    ) -> Tensor:  # fmt: skip
+        """Logits ``[n, q]`` of each source ``z_src[i]`` against the candidates ``z_cand[index[i]]``; when the
+        predictor reads pair vectors, ``pair [d, pair_dim]`` holds each distinct pair's once and
+        ``pair_index [n, q]`` each pair's row among them.
 
         The same as ``forward`` on every pair, but the first layer is split into its source, destination and
-        pair parts so that each embedding is projected once, not once per pair it appears in.
+        pair parts so that each embedding and each distinct pair vector is projected once, not once per
+        pair it appears in (a batch's sources draw many of the same candidates).
         """
         first, act, last = self.mlp
         d = self.in_dim
@@ -44,7 +49,9 @@ class LinkPredictor(nn.Module):
         cand = F.linear(z_cand, first.weight[:, d : 2 * d])
         hidden = src.unsqueeze(1) + gather_rows(cand, index)
         if self.pair_dim:
-            hidden = hidden + F.linear(self._pair(pair), first.weight[:, 2 * d :])
+            if pair_index is None:
+                raise ConfigError("candidates with pair vectors needs pair_index, each pair's row")
+            hidden = hidden + gather_rows(F.linear(self._pair(pair), first.weight[:, 2 * d :]), pair_index)
         return last(act(hidden)).squeeze(-1)
 
     def _pair(self, pair: Tensor | None) -> Tensor:

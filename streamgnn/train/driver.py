@@ -131,8 +131,11 @@ class FollowReport:
     """How a run kept up (``OnlineResult.follow``): events consumed, the share in batches it learned from,
     the events its online evaluation scored, the source's lag (events; None: a source without one) at the
     end and at most, the sampled figures with their intervals (``{name: {"ap": ..., "mrr": ...}}``, each
-    an ``Estimate`` as a dict; the model under ``"model"``, baselines by name, all on the same events), and
-    ``timeline``: ``[seconds, events, learned fraction since the previous point, lag, batch size]``."""
+    an ``Estimate`` as a dict; the model under ``"model"``, baselines by name, all on the same events),
+    ``timeline``: ``[seconds, events, learned fraction since the previous point, lag, batch size]``, and
+    what the learning floor (``FollowConfig.min_learn_fraction``) cost: ``floor_events`` learned past the
+    budget's share, ``floor_s`` the seconds their learning took beyond state-only steps (by the measured
+    costs): how much later the job drained its lag, or how much more lag it has."""
 
     mode: str
     events: int
@@ -142,6 +145,9 @@ class FollowReport:
     max_lag: int | None
     figures: dict[str, dict[str, dict]] = field(default_factory=dict)
     timeline: list[list] = field(default_factory=list)
+    min_learn_fraction: float = 0.0
+    floor_events: int = 0
+    floor_s: float = 0.0
 
     @property
     def learned_fraction(self) -> float:
@@ -154,9 +160,15 @@ class FollowReport:
             f"{k.upper()} {v['value']:.4f} [{v['low']:.4f}, {v['high']:.4f}]" for k, v in model.items()
         )
         lag = "" if self.max_lag is None else f"; lag max {self.max_lag:,}, end {self.end_lag:,} events"
+        floor = ""
+        if self.floor_events:
+            floor = (
+                f"; the floor of {self.min_learn_fraction:.0%} learned {self.floor_events:,} events past "
+                f"the budget, about {self.floor_s:.1f} s of lag"
+            )
         return (
             f"learned from {self.learned_fraction:.1%} of {self.events:,} events; evaluated "
-            f"{self.evaluated_events:,} ({self.mode})" + (f": {shown}" if shown else "") + lag
+            f"{self.evaluated_events:,} ({self.mode})" + (f": {shown}" if shown else "") + lag + floor
         )
 
     def as_dict(self) -> dict:
@@ -185,7 +197,9 @@ class Budget:
     learning from every part"). Caught up (or a source without a lag, a file), it learns on everything.
     Behind, batches grow to an eighth of the lag, up to ``max_batch_size``, for the state path only: an
     evaluated item is scored in parts of ``batch_size`` (scoring 1,000 events at once reads memory as of
-    their start for all of them).
+    their start for all of them). The share never falls under ``min_learn_fraction``: the costs are wall
+    time, and a loaded host would otherwise learn too little to keep the model's quality; what the floor
+    learned past the budget, and the seconds it took, are counted for the report.
 
     The ranks of a distributed job make one plan: rank 0's, with every rank's lag summed (one small
     collective per item). Every mode keeps a uniform sample of the scored events' scores (the model's and
@@ -200,6 +214,7 @@ class Budget:
         per_window = self.follow.eval_per_window / cfg.window_events
         self.eval_share = min(1.0, per_window) if self.follow.eval_per_window else self.follow.eval_fraction
         self.events = self.learned_events = self.evaluated = 0
+        self.floor_events, self.floor_s = 0.0, 0.0  # learned past the budget's share, and its seconds
         self.sample = EvalSample(seed=cfg.seed)
         self.cost: dict[tuple[bool, bool], float] = {}  # (learn, evaluate) -> seconds per event
         self.fraction, self.lag, self.max_lag, self.rate = 1.0, None, None, None
@@ -250,7 +265,8 @@ class Budget:
         figures = {n: {k: e.as_dict() for k, e in f.items()} for n, f in self.sample.figures().items()}
         return FollowReport(
             self.follow.mode, self.events, self.learned_events, self.evaluated, self.lag, self.max_lag,
-            figures, [list(p) for p in self.timeline],
+            figures, [list(p) for p in self.timeline], self.follow.min_learn_fraction,
+            round(self.floor_events), self.floor_s,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ the plan
@@ -260,7 +276,7 @@ class Budget:
         dist = self.trainer.dist
         if not dist.active:
             self._observe_lag(own)
-        self.fraction = self._fraction()
+        self.fraction = self._floored(self._fraction(), n)
         credit = self._credit
         credit["learn"] = min(credit["learn"] + self.fraction * n, float(n))
         learn = int(credit["learn"])
@@ -299,6 +315,19 @@ class Budget:
         if learn <= state:
             return 1.0
         return min(1.0, max(0.0, (per_event - state) / (learn - state)))
+
+    def _floored(self, share: float, n: int) -> float:
+        """``share``, or ``min_learn_fraction`` where that is more; the events an item learns past the
+        budget's share, and what they cost over state-only steps, are counted."""
+        floor = self.follow.min_learn_fraction
+        if share >= floor:
+            return share
+        extra = (floor - share) * n
+        self.floor_events += extra
+        learn = self.cost.get((True, False))
+        if learn is not None:
+            self.floor_s += extra * max(0.0, learn - self.cost.get((False, False), learn / 4))
+        return floor
 
     def _eval_cost(self) -> float:
         """Seconds an evaluated event adds to its step (0 until measured)."""

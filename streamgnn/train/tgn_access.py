@@ -38,13 +38,24 @@ EVAL, TRAIN, SERVE = 0, 1, 2  # what a query set is for: with the step, it keys 
 def distinct_queries(nodes: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct ``(node, time)`` pairs (sorted) and the index of each input pair among them: a query many
     roots share is embedded once."""
-    order = np.lexsort((times, nodes))
-    nodes, times = nodes[order], times[order]
+    (nodes, times), rows = distinct_rows(nodes, times)
+    return nodes, times, rows
+
+
+def distinct_rows(*columns: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """The distinct rows of equal-length ``columns`` (sorted by the first column, then the next, ...) and
+    each input row's index among them: ``np.unique`` of a record array, by one ``lexsort`` of the columns
+    (records compare field by field in Python's generic sort, four times slower)."""
+    order = np.lexsort(columns[::-1])
+    cols = [c[order] for c in columns]
     first = np.ones(len(order), bool)
-    first[1:] = (nodes[1:] != nodes[:-1]) | (times[1:] != times[:-1])
+    if len(order):
+        first[1:] = False
+        for c in cols:
+            first[1:] |= c[1:] != c[:-1]
     rows = np.empty(len(order), np.int64)
     rows[order] = np.cumsum(first) - 1
-    return nodes[first], times[first], rows
+    return [c[first] for c in cols], rows
 
 
 @dataclass(frozen=True)

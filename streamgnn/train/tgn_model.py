@@ -45,7 +45,7 @@ from .distributed import DistContext
 from .head import ScoringHead
 from .negatives import counted
 from .protocol import Candidates, StepInput
-from .tgn_access import EVAL, TRAIN, QuerySet, TGNAccess
+from .tgn_access import EVAL, TRAIN, QuerySet, TGNAccess, distinct_rows
 from .tgn_local import local_access
 
 
@@ -268,10 +268,11 @@ class TGNLinkModel:
         predict = self.model.predictor
         z_src = z[rows[:n]]
         ap_pair, rank_pair = self._encode(prepared.eval_pairs, prepared.rank_pairs)
-        ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T, ap_pair).double().cpu().numpy()
+        ap = predict.candidates(z_src, z, rows[n : 3 * n].view(2, n).T, *ap_pair).double().cpu().numpy()
         ranked = None
         if prepared.candidates.rank:
-            ranked = predict.candidates(z_src, z, rows[3 * n :].view(n, -1), rank_pair).double().cpu().numpy()
+            index = rows[3 * n :].view(n, -1)
+            ranked = predict.candidates(z_src, z, index, *rank_pair).double().cpu().numpy()
         return ap, ranked
 
     @torch.no_grad()
@@ -330,7 +331,7 @@ class TGNLinkModel:
         n = len(pos_ok)
         index = rows[n : 3 * n].view(2, n).T
         pos, neg = self.model.predictor.candidates(
-            gather_rows(z, rows[:n]), z, index, self._encode(pairs)[0]
+            gather_rows(z, rows[:n]), z, index, *self._encode(pairs)[0]
         ).unbind(1)
         return pos_neg_loss(pos, neg, pos_ok, neg_ok, n_pos, n_neg)
 
@@ -339,25 +340,27 @@ class TGNLinkModel:
         now (before the store holds the batch) by the pair part (a collective when sharded), once per
         distinct pair: a reader's features are a function of the query."""
         n, q = cand.shape
-        queries = np.rec.fromarrays([np.repeat(src, q), cand.reshape(-1), np.repeat(t, q)])
-        distinct, index = np.unique(queries, return_inverse=True)
-        raw = self.pairs.read(*(np.ascontiguousarray(distinct[f]) for f in ("f0", "f1", "f2")))
+        distinct, index = distinct_rows(np.repeat(src, q), cand.reshape(-1), np.repeat(t, q))
+        raw = self.pairs.read(*distinct)
         return PairRows(tuple(torch.from_numpy(x) for x in raw), torch.from_numpy(index.reshape(n, q)))
 
-    def _encode(self, *pairs: PairRows | None) -> list[torch.Tensor | None]:
-        """``[n, q, pair_dim]`` pair vectors of each of ``pairs`` (None: none). Without autograd (scoring)
-        each distinct pair is encoded once, for all of ``pairs`` that share its rows; with it (training),
-        every pair is, so that gradients add up as they always did."""
+    def _encode(self, *pairs: PairRows | None) -> list[tuple[torch.Tensor | None, torch.Tensor | None]]:
+        """``(vectors [d, pair_dim], index [n, q])`` of each of ``pairs``, for ``LinkPredictor.candidates``:
+        the vectors and each pair's row among them (``(None, None)``: no pairs). Without autograd (scoring)
+        every distinct row of a read is encoded once, for all of ``pairs`` that share it (a scored batch's
+        sources rank many of the same candidates); with it (training), every pair is, in order: a training
+        batch's pairs are nearly all distinct, and finding the few repeats costs more than they would."""
         codes: dict[int, torch.Tensor] = {}
         out = []
         for p in pairs:
             if p is None:
-                out.append(None)
+                out.append((None, None))
             elif torch.is_grad_enabled():
                 flat = p.index.reshape(-1)
-                out.append(self.model.pair_encoder(*(x[flat] for x in p.raw)).view(*p.index.shape, -1))
+                rows = torch.arange(len(flat), device=flat.device).view(p.index.shape)
+                out.append((self.model.pair_encoder(*(x[flat] for x in p.raw)), rows))
             else:
                 if id(p.raw) not in codes:
                     codes[id(p.raw)] = self.model.pair_encoder(*p.raw)
-                out.append(gather_rows(codes[id(p.raw)], p.index))
+                out.append((codes[id(p.raw)], p.index))
         return out
