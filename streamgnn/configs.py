@@ -360,8 +360,9 @@ def _json_safe(value):
 # configs in checkpoints, and a YAML job file may name it at its top level. A config without a stamp is the
 # oldest version, 1. ``upgrade`` takes a job config's dict (sections ``train``, ``kafka``, ...) from its
 # version to ``CONFIG_VERSION`` one ``Step`` at a time, and ``from_record`` reads one section saved alone (a
-# checkpoint's training config) through the same steps. A version newer than this streamgnn knows is
-# refused, naming the file, rather than read with keys it would misunderstand.
+# checkpoint's config) through the same steps, at the place a job file gives it. A version
+# newer than this streamgnn knows is refused, naming the file, rather than read with keys it would
+# misunderstand.
 #
 # A step does two things. ``move`` renames, moves or removes keys (in every config). ``then`` names the
 # values the keys it added had before it: a checkpoint's config is a complete record (``to_dict`` writes
@@ -371,6 +372,18 @@ def _json_safe(value):
 #
 # To rename, move or remove a key, or to change what runs do where a key is not given: append a ``Step``
 # (its version one more than the last's) that says what and why.
+#
+# The configs checkpoints hold, each read by ``from_record`` at the place of its section in a job config
+# (those no job file has take a section of their own, which no step touches yet): the trainers' training
+# config (online and sharded: the manifest's ``config``, "train"), a sharded rank's ``shard``
+# ("train.sharding"), the store's (in every store and trainer checkpoint, "store"), the partition router's
+# partitioner ("partition.partitioner"), a labelled task's head ("task"), a snapshot stream's spec
+# ("snapshots.spec"), the snapshot trainer's config ("snapshot_train") and GraphNN's ("graph_nn"). What
+# else a container writes is not a config and needs no stamp: the router's event ``Schema`` is what it
+# learned of the stream (older manifests are read by its own fallback), a task's live features hold
+# measured values (``tau``, ``rated``), and the rest is state (offsets, counts, arrays, the trainer kind).
+# Reports, summaries and a snapshot folder's ``signal.json`` quote configs for people and tools; streamgnn
+# never reads them back as configs, so they carry no stamp either.
 
 VERSION_KEY = "config_version"
 
@@ -444,7 +457,8 @@ def version_of(data: Mapping, where: str = "") -> int:
 def upgrade(data: Mapping, where: str = "", *, complete: bool) -> dict:
     """The job config ``data`` as ``CONFIG_VERSION`` lays it out, its stamp removed: every ``Step`` after its
     version, in order; with ``complete`` (a record, not a file a person wrote) the keys a step added take
-    the values they had before it.
+    the values they had before it. The configs checkpoints hold come here too, each at its place in a job
+    config (listed under "Config versions" above, with why the rest a checkpoint holds needs no stamp).
 
     >>> upgrade({"train": {"model": {"merge": "mlp"}}}, complete=False)
     {'train': {'model': {}}}
@@ -467,12 +481,21 @@ reads (2): upgrade streamgnn to read it
 
 
 def from_record(cls, data: Mapping, where: str = "", section: str = "train"):
-    """A ``cls`` from ``data``, one section of a job config (``section``) saved alone with its stamp: a
-    checkpoint's config, upgraded as a complete record."""
+    """A ``cls`` from ``data``, one section of a job config saved alone with its stamp (a checkpoint's
+    config), upgraded as a complete record at ``section``, its dotted place in a job config (see "Config
+    versions"); ``where``: the file, named by any refusal."""
+    if not isinstance(data, Mapping):
+        prefix = f"{where}: " if where else ""
+        raise ConfigError(f"{prefix}expected a mapping of {cls.__name__} keys, got {type(data).__name__}")
     version = version_of(data, where)
-    body = {key: value for key, value in data.items() if key != VERSION_KEY}
-    upgraded = upgrade({VERSION_KEY: version, section: body}, where, complete=True)
-    return from_dict(cls, upgraded[section], where)
+    path = section.split(".")
+    record: dict = {key: value for key, value in data.items() if key != VERSION_KEY}
+    for key in reversed(path):
+        record = {key: record}
+    upgraded = upgrade({VERSION_KEY: version, **record}, where, complete=True)
+    for key in path:
+        upgraded = upgraded[key]
+    return from_dict(cls, upgraded, where)
 
 
 def _fill(data: dict, then: Mapping[str, object]) -> dict:
