@@ -199,10 +199,8 @@ def from_dict(cls, data: Mapping, where: str = ""):
     # holding such a field below, is already built by ``_prepare``; the others are converted one by one
     hints, values = _hints(cls), {}
     for key, value in prepared.items():
-        if key in _built(cls):
-            values[key] = (
-                value  # checked by the class's ``check_choices`` (a family) or built by ``_prepare``
-            )
+        if key in _built(cls):  # a family's value is checked by the class (``check_choices``)
+            values[key] = value
             if key not in _families(cls) and not isinstance(value, hints[key]):
                 label = ": ".join([*([where] if where else []), key])
                 raise ConfigError(
