@@ -25,6 +25,17 @@ def join(rank: int, world: int, port: int):
     return init_distributed()
 
 
+def reference_or_join(rank: int, world: int, port: int, out: str, key: str, reference):
+    """A worker script's start: ``world`` 0 is the one-process reference, ``reference()`` saved under
+    ``key`` at ``out`` (None returned); any other ``world`` joins as ``rank`` of it (``join``: the
+    ``DistContext``)."""
+    torch.set_num_threads(1)
+    if world == 0:
+        torch.save({key: reference()}, out)
+        return None
+    return join(rank, world, port)
+
+
 def replay(trainer, events, batch: int, chunk: int = 37) -> tuple[list, list[np.ndarray]]:
     """Step ``trainer`` through every global batch of ``events`` (this rank reads its partitions in
     ``chunk``-row pulls); each batch's ``StepResult`` and event ids."""
