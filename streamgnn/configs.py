@@ -46,8 +46,9 @@ NON_FINITE = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.
 class Config:
     """A base for config dataclasses: ``to_dict`` and ``from_dict`` as methods (the functions below), and
     the one check of every choice: a field typed ``Literal[...]`` (or ``Literal[...] | None``) holds one of
-    its values however the config was built (``from_dict`` or in Python), before the class's own
-    ``__post_init__`` runs, in the converter's words (``mode: expected one of [...], got ...``)."""
+    its values, and a field typed as a ``Family`` member one of its registered classes, however the config
+    was built (``from_dict`` or in Python), before the class's own ``__post_init__`` runs, in the
+    converter's words (``mode: expected one of [...], got ...``)."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -87,12 +88,85 @@ def _choices(cls) -> tuple[tuple[str, tuple], ...]:
 
 
 def check_choices(config) -> None:
-    """Raise ``ConfigError`` where a ``Literal`` field of the dataclass ``config`` holds another value."""
+    """Raise ``ConfigError`` where a ``Literal`` field of the dataclass ``config`` holds another value, or a
+    ``Family`` field an instance of a class the family has not registered."""
     for name, values in _choices(type(config)):
         value = getattr(config, name)
         if value not in values or isinstance(value, bool) != any(isinstance(v, bool) for v in values):
             shown = [v for v in values if v is not None]
             raise ConfigError(f"{name}: expected one of {shown}, got {value!r}")
+    for name, family in _families(type(config)).items():
+        family.check(getattr(config, name), name)
+
+
+class Family:
+    """The config dataclasses one field may hold, told apart by their ``variant`` field: a field typed
+    ``Annotated[Config, family]`` holds an instance of a class ``register`` was given, and ``from_dict``
+    builds it from a mapping by the ``variant`` it names (none named: the first registered class, with its
+    default variant). The field's class (``TrainConfig``) then names none of its members, so adding one (a
+    model) is one registration where its code lives (``train.models.register``), not an edit of the field.
+
+    A class's variants are the values its ``variant`` field may take (its ``Literal``, or its default);
+    two classes may not claim one variant. An unknown variant is an error naming where it was found and the
+    known variants, rather than a default class's complaint about its own field."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.classes: dict[str, type] = {}  # variant -> the config class that has it, in registration order
+
+    def register(self, cls: type) -> None:
+        hint = _hints(cls).get("variant")
+        variants = typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ()
+        variants = variants or (getattr(_defaults(cls), "variant", None),)
+        if not dataclasses.is_dataclass(cls) or not all(isinstance(v, str) for v in variants):
+            raise ConfigError(f"{self.name}: {cls.__name__} is not a config dataclass with a str 'variant'")
+        taken = sorted(v for v in variants if self.classes.get(v, cls) is not cls)
+        if taken:
+            raise ConfigError(f"{self.name}: variant {taken[0]!r} is {self.classes[taken[0]].__name__}'s")
+        self.classes.update(dict.fromkeys(variants, cls))
+
+    def default(self):
+        """An instance of the first registered class at its defaults (a dataclass field's default)."""
+        if not self.classes:
+            raise ConfigError(f"{self.name}: no config class is registered")
+        return next(iter(self.classes.values()))()
+
+    def members(self) -> tuple[type, ...]:
+        return tuple(dict.fromkeys(self.classes.values()))
+
+    def from_dict(self, data: Mapping, where: str = ""):
+        """The registered class ``data["variant"]`` names (the first one where none), built from ``data``."""
+        prefix = f"{where}: " if where else ""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{prefix}expected a mapping of {self.name} config keys, got {data!r}")
+        variant = data.get("variant")
+        if variant is None and self.classes:
+            return from_dict(self.members()[0], data, where)
+        if not isinstance(variant, str) or variant not in self.classes:
+            known = ", ".join(sorted(self.classes))
+            raise ConfigError(
+                f"{prefix}variant: unknown {self.name} variant {variant!r}; known variants: {known}"
+            )
+        return from_dict(self.classes[variant], data, where)
+
+    def check(self, value, where: str) -> None:
+        if not isinstance(value, self.members()):
+            names = ", ".join(sorted(cls.__name__ for cls in self.members()))
+            raise ConfigError(
+                f"{where}: expected a registered {self.name} config ({names}), got {type(value).__name__}"
+            )
+
+
+@functools.cache
+def _families(cls) -> dict[str, Family]:
+    """``{field: its Family}`` of each field of ``cls`` typed ``Annotated[..., family]``."""
+    return {
+        name: extra
+        for name, hint in typing.get_type_hints(cls, include_extras=True).items()
+        if typing.get_origin(hint) is typing.Annotated
+        for extra in hint.__metadata__
+        if isinstance(extra, Family)
+    }
 
 
 def to_dict(config) -> dict:
@@ -121,17 +195,17 @@ def from_dict(cls, data: Mapping, where: str = ""):
             return msgspec.convert(prepared, cls)
         except msgspec.ValidationError as exc:
             raise _explain(exc, cls, prepared, where) from None
-    # msgspec takes no union of two dataclasses (``model: TGNConfig | DyGFormerConfig``): such a field, and
-    # one holding such a field below, is already built by ``_prepare``; the others are converted one by one
+    # msgspec knows no ``Family`` (``model``: one of the registered model configs): such a field, and one
+    # holding such a field below, is already built by ``_prepare``; the others are converted one by one
     hints, values = _hints(cls), {}
     for key, value in prepared.items():
-        if key in _built(cls):
-            options = tuple(_dataclasses_of(hints[key]))
-            if not isinstance(value, options) and not (value is None and _optional(hints[key])):
-                names = " or ".join(option.__name__ for option in options)
-                label = ": ".join([*([where] if where else []), key])
-                raise ConfigError(f"{label}: expected a mapping of {names} keys, got {value!r}")
+        if key in _built(cls):  # a family's value is checked by the class (``check_choices``)
             values[key] = value
+            if key not in _families(cls) and not isinstance(value, hints[key]):
+                label = ": ".join([*([where] if where else []), key])
+                raise ConfigError(
+                    f"{label}: expected a mapping of {_describe(hints[key])} keys, got {value!r}"
+                )
             continue
         try:
             values[key] = msgspec.convert(value, hints[key])
@@ -145,15 +219,6 @@ def from_dict(cls, data: Mapping, where: str = ""):
         return cls(**values)
     except StreamGNNError as exc:
         raise ConfigError(f"{where}: {exc}" if where else str(exc)) from None
-
-
-def pick_variant(options, data: Mapping):
-    """The dataclass among ``options`` whose ``variant`` default ``data["variant"]`` names, else the first:
-    ``model: {variant: dygformer}`` is a ``DyGFormerConfig``, any other model a ``TGNConfig``."""
-    for option in options:
-        if getattr(_defaults(option), "variant", None) == data.get("variant"):
-            return option
-    return options[0]
 
 
 def field_default(cls, dotted: str):
@@ -181,17 +246,11 @@ def _hints(cls) -> dict:
 
 @functools.cache
 def _built(cls) -> frozenset:
-    """The fields of ``cls`` that ``_prepare`` builds into instances itself: a union of two or more
-    dataclasses (a choice of model, which msgspec cannot convert), or a dataclass with one somewhere below."""
-    return frozenset(
-        key
-        for key, hint in _hints(cls).items()
-        if len(options := _dataclasses_of(hint)) > 1 or any(_built(option) for option in options)
+    """The fields of ``cls`` that ``_prepare`` builds into instances itself: a ``Family`` (a choice of
+    model, which msgspec cannot convert), or a dataclass with one somewhere below."""
+    return frozenset(_families(cls)) | frozenset(
+        key for key, hint in _hints(cls).items() if any(_built(option) for option in _dataclasses_of(hint))
     )
-
-
-def _optional(hint) -> bool:
-    return type(None) in typing.get_args(hint)
 
 
 def _dataclasses_of(hint) -> list:
@@ -213,16 +272,21 @@ def _prepare(cls, data, where: list[str]) -> dict:
         raise ConfigError(
             f"{prefix}unknown key {unknown[0]!r} for {cls.__name__}; known keys: {', '.join(sorted(fields))}"
         )
-    hints = _hints(cls)
-    return {key: _prepare_value(hints[key], value, [*where, key]) for key, value in data.items()}
+    hints, families = _hints(cls), _families(cls)
+    return {
+        key: families[key].from_dict(value, ": ".join([*where, key]))
+        if key in families and isinstance(value, Mapping)  # (an instance: checked by the class)
+        else _prepare_value(hints[key], value, [*where, key])
+        for key, value in data.items()
+    }
 
 
 def _prepare_value(hint, value, where: list[str]):
     mapped = _dataclasses_of(hint)
-    if len(mapped) > 1 or any(_built(option) for option in mapped):  # built here (see ``from_dict``)
+    if any(_built(option) for option in mapped):  # built here (see ``from_dict``)
         if isinstance(value, tuple(mapped)) or not isinstance(value, Mapping):
             return value
-        return from_dict(pick_variant(mapped, value), value, ": ".join(where))
+        return from_dict(mapped[0], value, ": ".join(where))
     if dataclasses.is_dataclass(hint):
         return value if isinstance(value, hint) else _prepare(hint, value, where)
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
@@ -294,8 +358,9 @@ def _json_safe(value):
 # configs in checkpoints, and a YAML job file may name it at its top level. A config without a stamp is the
 # oldest version, 1. ``upgrade`` takes a job config's dict (sections ``train``, ``kafka``, ...) from its
 # version to ``CONFIG_VERSION`` one ``Step`` at a time, and ``from_record`` reads one section saved alone (a
-# checkpoint's training config) through the same steps. A version newer than this streamgnn knows is
-# refused, naming the file, rather than read with keys it would misunderstand.
+# checkpoint's config) through the same steps, at the place a job file gives it. A version
+# newer than this streamgnn knows is refused, naming the file, rather than read with keys it would
+# misunderstand.
 #
 # A step does two things. ``move`` renames, moves or removes keys (in every config). ``then`` names the
 # values the keys it added had before it: a checkpoint's config is a complete record (``to_dict`` writes
@@ -305,6 +370,18 @@ def _json_safe(value):
 #
 # To rename, move or remove a key, or to change what runs do where a key is not given: append a ``Step``
 # (its version one more than the last's) that says what and why.
+#
+# The configs checkpoints hold, each read by ``from_record`` at the place of its section in a job config
+# (those no job file has take a section of their own, which no step touches yet): the trainers' training
+# config (online and sharded: the manifest's ``config``, "train"), a sharded rank's ``shard``
+# ("train.sharding"), the store's (in every store and trainer checkpoint, "store"), the partition router's
+# partitioner ("partition.partitioner"), a labelled task's head ("task"), a snapshot stream's spec
+# ("snapshots.spec"), the snapshot trainer's config ("snapshot_train") and GraphNN's ("graph_nn"). What
+# else a container writes is not a config and needs no stamp: the router's event ``Schema`` is what it
+# learned of the stream (older manifests are read by its own fallback), a task's live features hold
+# measured values (``tau``, ``rated``), and the rest is state (offsets, counts, arrays, the trainer kind).
+# Reports, summaries and a snapshot folder's ``signal.json`` quote configs for people and tools; streamgnn
+# never reads them back as configs, so they carry no stamp either.
 
 VERSION_KEY = "config_version"
 
@@ -378,7 +455,8 @@ def version_of(data: Mapping, where: str = "") -> int:
 def upgrade(data: Mapping, where: str = "", *, complete: bool) -> dict:
     """The job config ``data`` as ``CONFIG_VERSION`` lays it out, its stamp removed: every ``Step`` after its
     version, in order; with ``complete`` (a record, not a file a person wrote) the keys a step added take
-    the values they had before it.
+    the values they had before it. The configs checkpoints hold come here too, each at its place in a job
+    config (listed under "Config versions" above, with why the rest a checkpoint holds needs no stamp).
 
     >>> upgrade({"train": {"model": {"merge": "mlp"}}}, complete=False)
     {'train': {'model': {}}}
@@ -401,12 +479,21 @@ reads (2): upgrade streamgnn to read it
 
 
 def from_record(cls, data: Mapping, where: str = "", section: str = "train"):
-    """A ``cls`` from ``data``, one section of a job config (``section``) saved alone with its stamp: a
-    checkpoint's config, upgraded as a complete record."""
+    """A ``cls`` from ``data``, one section of a job config saved alone with its stamp (a checkpoint's
+    config), upgraded as a complete record at ``section``, its dotted place in a job config (see "Config
+    versions"); ``where``: the file, named by any refusal."""
+    if not isinstance(data, Mapping):
+        prefix = f"{where}: " if where else ""
+        raise ConfigError(f"{prefix}expected a mapping of {cls.__name__} keys, got {type(data).__name__}")
     version = version_of(data, where)
-    body = {key: value for key, value in data.items() if key != VERSION_KEY}
-    upgraded = upgrade({VERSION_KEY: version, section: body}, where, complete=True)
-    return from_dict(cls, upgraded[section], where)
+    path = section.split(".")
+    record: dict = {key: value for key, value in data.items() if key != VERSION_KEY}
+    for key in reversed(path):
+        record = {key: record}
+    upgraded = upgrade({VERSION_KEY: version, **record}, where, complete=True)
+    for key in path:
+        upgraded = upgraded[key]
+    return from_dict(cls, upgraded, where)
 
 
 def _fill(data: dict, then: Mapping[str, object]) -> dict:

@@ -42,7 +42,7 @@ def demo_config(events: int, checkpoint_dir: str | Path, follow: str = "budget")
     budget it learns from the share of its events the host's speed allows within about ``drain_s``: from a
     fifth of the events on, that share of every part of each batch kept the sampled online AP and MRR above
     both EdgeBanks on JODIE Wikipedia and CollegeMsg; a busy host affords less, and there the model falls
-    under EdgeBank (benchmarks/RESULTS.md, "Following: learning from every part")."""
+    under EdgeBank (benchmarks/CHANGELOG.md, "Following: learning from every part")."""
     mode = FollowConfig(mode=follow)
     scored = events * (mode.eval_fraction if mode.budgeted else 1.0)  # what the online evaluation scores
     return TrainConfig(

@@ -1,7 +1,9 @@
 """Config versions (``streamgnn.configs``: ``stamp``, ``upgrade``, ``STEPS``): a config written to disk
 carries ``config_version``; an old one (no stamp: version 1), from a checkpoint or a YAML job file, is
 read through the one upgrade path; a version newer than this streamgnn reads is refused naming the file;
-what is written again carries the current stamp."""
+what is written again carries the current stamp. The same holds for every other config a checkpoint
+holds: the store's, the router's partitioner, a task head's, a snapshot stream's spec, a sharded rank's
+``shard``, GraphNN's."""
 
 from __future__ import annotations
 
@@ -132,3 +134,136 @@ def test_the_snapshot_trainers_config_is_stamped_and_read_through_the_same_path(
     assert from_record(SnapshotTrainConfig, config.to_dict(), "ckpt: config", "snapshot_train") == config
     with pytest.raises(ConfigError, match=rf"^ckpt: config: config_version {CONFIG_VERSION + 1} is newer"):
         from_record(SnapshotTrainConfig, {**written, VERSION_KEY: CONFIG_VERSION + 1}, "ckpt: config")
+
+
+# ---------------------------------------------------------------- every other config a checkpoint holds
+NEWER = CONFIG_VERSION + 1
+
+
+def _restamp(config: dict, version: int | None) -> dict:
+    """``config`` as a checkpoint written by another version holds it: unstamped (None) or ``version``."""
+    body = {key: value for key, value in config.items() if key != VERSION_KEY}
+    return body if version is None else {VERSION_KEY: version, **body}
+
+
+def _store_checkpoint(tmp_path) -> Path:
+    from streamgnn.events import EventBatch
+    from streamgnn.store import StoreConfig, TemporalGraphStore
+
+    store = TemporalGraphStore(StoreConfig(num_partitions=2, partitioner={"name": "ldg"}))
+    store.ingest(EventBatch.from_columns(src=[1, 2, 3], dst=[2, 3, 1], t=[1.0, 2.0, 3.0], eid=[0, 1, 2]))
+    return store.save(tmp_path / "store")
+
+
+def test_a_store_checkpoints_config_is_stamped_an_old_one_loads_and_a_newer_one_is_refused(tmp_path):
+    from streamgnn.errors import CheckpointError
+    from streamgnn.store import TemporalGraphStore
+
+    path = _store_checkpoint(tmp_path)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["config"][VERSION_KEY] == CONFIG_VERSION
+    saved = TemporalGraphStore.load(tmp_path / "store")
+    manifest["config"] = _restamp(manifest["config"], None)  # as before the stamp
+    reseal(path, manifest)
+    old = TemporalGraphStore.load(tmp_path / "store")
+    assert old.config == saved.config and old.content_hash() == saved.content_hash()
+    manifest["config"] = _restamp(manifest["config"], NEWER)
+    reseal(path, manifest)
+    where = tmp_path / "store"
+    with pytest.raises(CheckpointError, match=rf"^{where}: store config: config_version {NEWER} is newer"):
+        TemporalGraphStore.load(tmp_path / "store")
+
+
+def test_a_routers_partitioner_is_stamped_an_old_one_loads_and_a_newer_one_is_refused():
+    from streamgnn.events import EventBatch
+    from streamgnn.jobs.routing import RoutingState
+    from streamgnn.partition import PartitionerConfig
+
+    state = RoutingState(PartitionerConfig.from_dict({"name": "fennel", "buffer_edges": 3}), 4)
+    state.route(
+        EventBatch.from_columns(src=[1, 2, 3, 4], dst=[2, 3, 4, 1], t=[1.0, 2.0, 3.0, 4.0], eid=[0, 1, 2, 3])
+    )
+    arrays, meta = state.state()
+    assert meta["partitioner"][VERSION_KEY] == CONFIG_VERSION
+    old = {**meta, "partitioner": _restamp(meta["partitioner"], None)}
+    restored = RoutingState.from_state(arrays, old, 4, where="router/ckpt-000001")
+    assert restored.partitioner.config == state.partitioner.config and restored.counts == state.counts
+    newer = {**meta, "partitioner": _restamp(meta["partitioner"], NEWER)}
+    with pytest.raises(ConfigError, match=rf"^router/ckpt-000001: partitioner: config_version {NEWER} is"):
+        RoutingState.from_state(arrays, newer, 4, where="router/ckpt-000001")
+
+
+def test_a_task_heads_config_is_stamped_an_old_one_loads_and_a_newer_one_is_refused():
+    from streamgnn.tasks.config import TaskConfig
+    from streamgnn.tasks.online import OnlineHead
+
+    config = TaskConfig(kind="node_classification", classes=2, labels_file="x", hidden=(4,))
+    state = OnlineHead(config, 6, features=2).state()
+    assert state["config"][VERSION_KEY] == CONFIG_VERSION
+    old = OnlineHead.from_state({**state, "config": _restamp(state["config"], None)}, "ckpt-000004: task")
+    assert old.config == config
+    with pytest.raises(ConfigError, match=rf"^ckpt-000004: task: config: config_version {NEWER} is newer"):
+        OnlineHead.from_state({**state, "config": _restamp(state["config"], NEWER)}, "ckpt-000004: task")
+
+
+def test_a_snapshot_streams_spec_is_stamped_an_old_one_loads_and_a_newer_one_is_refused(tmp_path):
+    from streamgnn.events import EventBatch
+    from streamgnn.snapshots import SnapshotSpec
+    from streamgnn.snapshots.stream import SnapshotStream
+    from streamgnn.store import TemporalGraphStore
+
+    spec = SnapshotSpec(kind="window", every=2.0, width=4.0)
+    store = TemporalGraphStore()
+    stream = SnapshotStream(store, spec, lateness=0.0)
+    store.ingest(EventBatch.from_columns(src=[1, 2, 3], dst=[2, 3, 1], t=[1.0, 2.0, 9.0], eid=[0, 1, 2]))
+    assert list(stream.ready())  # a snapshot cut: the builder has state to save
+    path = stream.save(tmp_path / "snaps")
+    manifest = json.loads((path / "manifest.json").read_text())
+    values = manifest["stream"]["builder"]
+    assert values["spec"][VERSION_KEY] == CONFIG_VERSION
+    values["spec"] = _restamp(values["spec"], None)
+    reseal(path, manifest)
+    assert SnapshotStream.load(tmp_path / "snaps").builder.spec == spec
+    values["spec"] = _restamp(values["spec"], NEWER)
+    reseal(path, manifest)
+    with pytest.raises(ConfigError, match=rf"^{path}: spec: config_version {NEWER} is newer"):
+        SnapshotStream.load(tmp_path / "snaps")
+
+
+def test_a_graph_nn_config_is_stamped_an_old_one_loads_and_a_newer_one_is_refused(tmp_path):
+    from streamgnn.filters.graph_filter import GraphNN, GraphNNConfig
+
+    model = GraphNN(GraphNNConfig((2, 4, 3), taps=2))
+    path = model.save(tmp_path / "gnn")
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["config"][VERSION_KEY] == CONFIG_VERSION
+    manifest["config"] = _restamp(manifest["config"], None)
+    reseal(path, manifest)
+    assert GraphNN.load(tmp_path / "gnn").config == model.config
+    manifest["config"] = _restamp(manifest["config"], NEWER)
+    reseal(path, manifest)
+    with pytest.raises(ConfigError, match=rf"^{tmp_path / 'gnn'}: config: config_version {NEWER} is newer"):
+        GraphNN.load(tmp_path / "gnn")
+
+
+def test_a_sharded_ranks_shard_config_is_read_through_the_one_path_and_a_newer_one_is_refused(
+    old_trainer, tmp_path
+):
+    """The old (unstamped) rank's ``shard`` loads in ``test_checkpoint_compat``; here it is made newer."""
+    from streamgnn.shard import ShardConfig, ShardedTrainer
+
+    root = old_trainer.parent / "sharded"
+    manifest_path = next(root.glob("rank-00000/step-*/trainer/ckpt-*/manifest.json"))
+    manifest = json.loads(manifest_path.read_text())
+    assert VERSION_KEY not in manifest["shard"]
+    manifest["shard"] = {VERSION_KEY: CONFIG_VERSION + 1, **manifest["shard"]}
+    reseal(manifest_path.parent, manifest)
+    model = TGNConfig(
+        memory_dim=4, time_dim=2, embedding_dim=4, num_neighbors=2, dropout=0.0, pair_features=False
+    )
+    config = TrainConfig(model=model, batch_size=40, lr=1e-3, eval_negatives=2, serve_every=0,
+                         checkpoint_dir=str(root), sharding=ShardConfig(num_partitions=2))  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        ShardedTrainer.resume(None, config=config)
+    step = manifest_path.parents[2]  # the rank's step folder: the checkpoint the refusal names
+    assert str(err.value).startswith(f"{step}: shard: config_version {CONFIG_VERSION + 1} is newer")

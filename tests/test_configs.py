@@ -40,7 +40,9 @@ def test_module_examples_run():
             sharding=ShardConfig(num_partitions=4),
             baselines=("edgebank",),
         ),
-        TrainConfig(model=DyGFormerConfig(sequence_length=8)),  # the other model: a union msgspec cannot take
+        TrainConfig(
+            model=DyGFormerConfig(sequence_length=8)
+        ),  # the other model: a registry msgspec cannot read
         StoreConfig(partitioner={"name": "fennel", "buffer_time": math.inf, "rebalance": {"every_edges": 5}}),
         SnapshotSpec(times=(1.0, 2.5), kind="window", width=2.0),
         SnapshotTrainConfig(lr=0.5),
@@ -189,3 +191,76 @@ def test_every_choice_of_a_config_is_a_literal_checked_by_config(cls, field, val
                              (NextLinks, "strategy", "popular")):  # fmt: skip
         with pytest.raises(ConfigError, match=rf"^{name}: expected one of .*, got '{bad}'$"):
             other(**{name: bad})
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyConfig(streamgnn.configs.Config):
+    """A model config that no module of streamgnn knows: registered by the test alone."""
+
+    width: int = 3
+    variant: str = "toy"
+
+
+class ToyModel:
+    def __init__(self, config, *, device, dist) -> None:
+        self.config = config
+
+
+@pytest.fixture
+def toy_registered():
+    """``ToyConfig`` registered as a model for the test's length, then taken out again (the conformance
+    suite runs over every registered family)."""
+    from streamgnn.train import models
+    from streamgnn.train.config import MODEL_CONFIGS
+
+    models.register(ToyConfig, ToyModel)
+    yield
+    del models.MODELS[ToyConfig], MODEL_CONFIGS.classes["toy"]
+
+
+def test_a_model_registered_elsewhere_is_built_by_its_variant_without_editing_train_config(
+    toy_registered, tmp_path
+):
+    """Adding a model is one ``register`` call: a file, a checkpoint's config and Python all reach it."""
+    from streamgnn.cli._config import load_config
+    from streamgnn.train.distributed import DistContext
+    from streamgnn.train.models import make_link_model
+
+    path = tmp_path / "toy.yaml"
+    path.write_text("train:\n  model: {variant: toy, width: 7}\n")
+    config = load_config(path, env={}).train
+    assert config.model == ToyConfig(width=7)
+    written = streamgnn.configs.stamp(config.to_dict())  # as a checkpoint holds it
+    assert TrainConfig.from_checkpoint(written) == config == TrainConfig(model=ToyConfig(width=7))
+    assert TrainConfig().model == TGNConfig()  # the default is still the first registered
+    model = make_link_model(config, device="cpu", dist=DistContext())
+    assert isinstance(model, ToyModel) and model.config is config
+    with pytest.raises(ConfigError, match=r"^toy\.yaml: model: unknown key 'depth' for ToyConfig"):
+        TrainConfig.from_dict({"model": {"variant": "toy", "depth": 2}}, "toy.yaml")
+
+
+def test_an_unknown_model_variant_names_the_file_the_key_and_the_known_variants(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text("train:\n  model: {variant: dygformr}\n")
+    with pytest.raises(ConfigError) as err:
+        streamgnn.cli._config.load_config(path, env={})
+    assert str(err.value) == (
+        f"{path}: train: model: variant: unknown model variant 'dygformr'; "
+        "known variants: dygformer, jodie, tgat, tgn"
+    )
+    with pytest.raises(ConfigError, match=r"^ckpt: model: variant: unknown model variant \[1\]; known"):
+        TrainConfig.from_checkpoint({"model": {"variant": [1]}}, "ckpt")
+    with pytest.raises(ConfigError, match=r"^model: expected a registered model config \(DyGFormerConfig, "):
+        TrainConfig(model=GraphNNConfig((3, 8, 2)))  # a config, but of no registered model
+
+
+def test_a_variant_two_model_configs_claim_is_refused():
+    from streamgnn.train.config import MODEL_CONFIGS
+
+    @dataclasses.dataclass(frozen=True)
+    class Impostor(streamgnn.configs.Config):
+        variant: str = "tgat"
+
+    with pytest.raises(ConfigError, match="model: variant 'tgat' is TGNConfig's"):
+        MODEL_CONFIGS.register(Impostor)
+    assert MODEL_CONFIGS.classes["tgat"] is TGNConfig

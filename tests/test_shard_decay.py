@@ -12,9 +12,11 @@ from dataclasses import replace
 import numpy as np
 import torch
 from shard_ranks import join
-from test_shard_walks import CUTS, batches, make_events, queries
+from test_shard_walks import CUTS, assert_ranks_answer_as_one, batches, make_events, queries, sharded
 
 from streamgnn.train.config import ShardConfig
+
+STEPS, DECAYED = range(len(CUTS) - 1), 3  # every batch; the decayed features' part of the pair features
 
 
 def make_config():
@@ -38,20 +40,7 @@ def reference() -> list[np.ndarray]:
     out = []
     for step, batch in enumerate(batches(make_events())):
         store.ingest(batch)
-        out.append(pairs.read(*queries(step, store.num_nodes, float(store.edges().t.max())))[-1])
-    return out
-
-
-def sharded(trainer, events) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The rows each rank answers (its sources; unknown ones everywhere) and their decayed features."""
-    out = []
-    for step in range(len(CUTS) - 1):
-        trainer.step(batches(events)[step], train=False, score=False)
-        src, dst, t = queries(step, trainer.index.num_nodes, float(events.t[: CUTS[step + 1]].max()))
-        mine = trainer.index.owned(src) | (src < 0)
-        parts = trainer.link_model.pairs.read(src[mine], dst[mine], t[mine])
-        assert len(parts) == 4  # history, co-occurrence, walk products, decayed features
-        out.append((np.flatnonzero(mine), parts[-1]))
+        out.append(pairs.read(*queries(step, store.num_nodes, float(store.edges().t.max())))[DECAYED])
     return out
 
 
@@ -60,7 +49,7 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
 
     torch.set_num_threads(1)
     trainer = ShardedTrainer(make_config(), dist=join(rank, world, port))
-    torch.save({"decayed": sharded(trainer, make_events())}, out)
+    torch.save({"decayed": sharded(trainer, STEPS, make_events(), DECAYED)}, out)
 
 
 def test_every_rank_answers_as_one_store(tmp_path, spawn_ranks):
@@ -70,13 +59,7 @@ def test_every_rank_answers_as_one_store(tmp_path, spawn_ranks):
     assert sum(int((w[:, [7 * c for c in range(taus)]] > 0).sum()) for w in want) > 20
     for world in (2, 4):
         ranks = spawn_ranks(__file__, world, tmp_path)
-        for step, expected in enumerate(want):
-            seen = np.zeros(len(expected), int)
-            for r in ranks:
-                rows, got = r["decayed"][step]
-                np.testing.assert_array_equal(got, expected[rows], err_msg=f"W={world}, batch {step}")
-                seen[rows] += 1
-            assert (seen >= 1).all()
+        assert_ranks_answer_as_one(ranks, "decayed", want, world)
 
 
 def test_a_lone_rank_answers_as_one_store_in_both_modes():
@@ -86,7 +69,7 @@ def test_a_lone_rank_answers_as_one_store_in_both_modes():
     for mode in ("exact", "comm_free"):
         config = make_config()
         trainer = ShardedTrainer(replace(config, sharding=replace(config.sharding, mode=mode)))
-        for (rows, got), expected in zip(sharded(trainer, events), want, strict=True):
+        for (rows, got), expected in zip(sharded(trainer, STEPS, events, DECAYED), want, strict=True):
             assert len(rows) == len(expected)
             np.testing.assert_array_equal(got, expected, err_msg=mode)
 
@@ -99,6 +82,10 @@ def test_a_sharded_model_trains_and_scores_on_the_decayed_features():
     trainer, events = ShardedTrainer(make_config()), make_events()
     assert trainer.link_model.pairs.exchange is not None  # exact mode
     results = [trainer.step(batch, train=True, score=True) for batch in batches(events)[:5]]
+    parts = trainer.link_model.pairs.read(
+        *queries(4, trainer.index.num_nodes, float(events.t[: CUTS[5]].max()))
+    )
+    assert len(parts) == DECAYED + 1  # history, co-occurrence, walk products, decayed features
     scored = [r for r in results if len(r.pos)]  # (the first batch has nothing to learn from yet)
     assert sum(len(r.pos) for r in scored) > 100
     for r in scored:

@@ -71,8 +71,10 @@ def reference() -> list[np.ndarray]:
     return out
 
 
-def sharded(trainer, steps: range, events) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The rows each rank answers (its sources; unknown ones everywhere) and its walk products."""
+def sharded(trainer, steps: range, events, part: int = 2) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The rows each rank answers (its sources; unknown ones everywhere) and that ``part`` of its pair
+    features after each batch of ``steps`` (``PairFeatures.read``'s: 2 the walk products, 3 the decayed
+    features of a ``pair_decayed`` model)."""
     out = []
     for step in steps:
         trainer.step(batches(events)[step], train=False, score=False)
@@ -80,8 +82,20 @@ def sharded(trainer, steps: range, events) -> list[tuple[np.ndarray, np.ndarray]
         src, dst, t = queries(step, trainer.index.num_nodes, newest)
         mine = trainer.index.owned(src) | (src < 0)
         raw = trainer.link_model.pairs.read(src[mine], dst[mine], t[mine])
-        out.append((np.flatnonzero(mine), raw[2]))
+        out.append((np.flatnonzero(mine), raw[part]))
     return out
+
+
+def assert_ranks_answer_as_one(ranks: list[dict], key: str, want: list[np.ndarray], world: int) -> None:
+    """Each rank's rows (under ``key``, from ``sharded``) equal the one store's ``want`` after every batch,
+    and every query row is answered by some rank."""
+    for step, expected in enumerate(want):
+        seen = np.zeros(len(expected), int)
+        for r in ranks:
+            rows, got = r[key][step]
+            np.testing.assert_array_equal(got, expected[rows], err_msg=f"W={world}, batch {step}")
+            seen[rows] += 1
+        assert (seen >= 1).all()
 
 
 def worker(rank: int, world: int, port: int, out: str) -> None:
@@ -113,13 +127,7 @@ def test_every_rank_answers_as_one_store_to_the_bit(tmp_path, spawn_ranks):
     vertices = len(np.unique(np.r_[events.src, events.dst]))
     for world in (2, 4):
         ranks = spawn_ranks(__file__, world, tmp_path)
-        for step, expected in enumerate(want):
-            seen = np.zeros(len(expected), int)
-            for r in ranks:
-                rows, got = r["walks"][step]
-                np.testing.assert_array_equal(got, expected[rows], err_msg=f"W={world}, batch {step}")
-                seen[rows] += 1
-            assert (seen >= 1).all()
+        assert_ranks_answer_as_one(ranks, "walks", want, world)
         for r in ranks:  # resumed from the checkpoint: the rebuilt state answers to the bit as well
             for (rows, got), (rows_again, again) in zip(r["walks"][RESUME_AT:], r["resumed"], strict=True):
                 np.testing.assert_array_equal(rows_again, rows)

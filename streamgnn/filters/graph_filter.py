@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import checkpoint
-from ..configs import Config
+from ..configs import Config, from_record, stamp
 from ..errors import CheckpointError, ConfigError
 from .exchange import Exchange
 from .robust import Aggregation
@@ -136,7 +136,7 @@ class GraphNN(nn.Module):
     def save(self, path: str | Path) -> Path:
         """Checkpoint the network (config and weights) as a ``streamgnn.checkpoint`` container at ``path``."""
         arrays = {"state": checkpoint.tensor_blob(self.state_dict())}
-        return checkpoint.save(Path(path), KIND, arrays, {"config": self.config.to_dict()}, keep=1)
+        return checkpoint.save(Path(path), KIND, arrays, {"config": stamp(self.config.to_dict())}, keep=1)
 
     @classmethod
     def load(cls, path: str | Path) -> GraphNN:
@@ -149,8 +149,10 @@ class GraphNN(nn.Module):
             else:
                 blob = torch.load(path, weights_only=True)
                 config, state = blob["config"], blob["state"]
-            model = cls(GraphNNConfig.from_dict(config))
+            model = cls(from_record(GraphNNConfig, config, f"{path}: config", "graph_nn"))
             model.load_state_dict(state)
+        except ConfigError:  # its config: a newer version, or a value this one refuses (named, one line)
+            raise
         except (OSError, KeyError, RuntimeError, TypeError, ValueError, pickle.UnpicklingError) as exc:
             raise CheckpointError(f"{path}: not a GraphNN checkpoint ({exc})") from exc
         return model

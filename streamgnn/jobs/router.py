@@ -44,7 +44,7 @@ from ..events import EventBatch
 from ..partition.config import PartitionerConfig
 from ..partition.metrics import PartitionReport, PartitionTimeline
 from ..store.config import check_lateness
-from .routing import RoutingState
+from .routing import RoutingState, saved_partitioner
 
 FORMATS = ("binary", "json")
 BACKEND = "kafka-python"  # the client of every connection the router makes (its settings' spelling)
@@ -265,14 +265,14 @@ class PartitionRouter:
         try:
             want = (self.in_topic, self.out_topic, self.k, self.state.partitioner.config)
             have = (manifest["in_topic"], manifest["out_topic"], manifest["num_partitions"],
-                    PartitionerConfig.from_dict(manifest["state"]["partitioner"]))  # fmt: skip
+                    saved_partitioner(manifest["state"], str(ckpt.path)))  # fmt: skip
             if want != have:
                 raise ConfigError(
                     f"the checkpoint in {self.checkpoint_dir} is of a router with other settings {have}; "
                     "use another checkpoint folder or the same settings"
                 )
             lateness = self.state.admission.config.allowed_lateness  # (a setting of this run, not saved)
-            self.state = RoutingState.from_state(a, manifest["state"], self.k, lateness)
+            self.state = RoutingState.from_state(a, manifest["state"], self.k, lateness, str(ckpt.path))
             self.positions = {str(k): int(v) for k, v in manifest["source_offsets"].items()}
             self.out_offsets = {int(p): int(o) for p, o in manifest["output_offsets"].items()}
             ids, held = manifest["state"]["id_kind"], self.state.held  # older checkpoints: what they tell
@@ -280,6 +280,8 @@ class PartitionRouter:
                      "feature_width": held.feature_dim if len(held) else -1}  # fmt: skip
             self.schema = Schema.from_dict(manifest.get("schema", older))
             self.decode_dead_letter_count = int(manifest.get("decode_dead_letters", 0))
+        except ConfigError:  # other settings, or a config this version does not read: one line, named
+            raise
         except (KeyError, ValueError, TypeError, IndexError) as exc:
             raise CheckpointError(
                 f"router checkpoint in {self.checkpoint_dir} is inconsistent: {exc!r}"

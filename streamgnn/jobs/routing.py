@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from ..codec import CONTENT_BINARY, decode, encode_binary
+from ..configs import from_record, stamp
 from ..connectors.kafka.merge import join_rows
 from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
@@ -182,16 +183,21 @@ class RoutingState(Admits):
         arrays["held_vertex"] = self.held_vertex
         arrays["edge_loads"] = self.edge_loads
         arrays["last_eid"] = self.last_eid
-        meta = {"partitioner": self.partitioner.config.to_dict(), **admission, "counts": self.counts}
+        meta = {"partitioner": stamp(self.partitioner.config.to_dict()), **admission, "counts": self.counts}
         return arrays, meta
 
     @classmethod
     def from_state(
-        cls, a: dict[str, np.ndarray], meta: dict, num_partitions: int, allowed_lateness: float = math.inf
+        cls,
+        a: dict[str, np.ndarray],
+        meta: dict,
+        num_partitions: int,
+        allowed_lateness: float = math.inf,
+        where: str = "router checkpoint",
     ) -> RoutingState:
-        """The state ``state()`` saved, its partitioner as ``meta`` names it; raises ValueError (or KeyError)
-        where it is inconsistent."""
-        self = cls(PartitionerConfig.from_dict(meta["partitioner"]), num_partitions, allowed_lateness)
+        """The state ``state()`` saved, its partitioner as ``meta`` names it (``saved_partitioner``); raises
+        ValueError (or KeyError) where it is inconsistent, ``ConfigError`` naming ``where`` for its config."""
+        self = cls(saved_partitioner(meta, where), num_partitions, allowed_lateness)
         if "watermark" not in meta:  # written before the admission state had one layout: in an array, or none
             meta = {**meta, "watermark": float(a["watermark"][0]) if "watermark" in a else -math.inf}
         self.admission = Admission.from_state(a, meta, self.admission.config)
@@ -237,3 +243,11 @@ class RoutingState(Admits):
             vertex_loads=vertex_loads.tolist(),
             edge_loads=self.edge_loads.tolist(),
         )
+
+
+def saved_partitioner(meta: dict, where: str) -> PartitionerConfig:
+    """The partitioner config a router checkpoint's ``meta`` holds, as this version reads it
+    (``configs.from_record``, its place in a job file: ``partition.partitioner``)."""
+    return from_record(
+        PartitionerConfig, meta["partitioner"], f"{where}: partitioner", "partition.partitioner"
+    )

@@ -74,7 +74,7 @@ class TGNConfig(Config):
     decayed counts per direction, each endpoint's recency, decayed common neighbors and each endpoint's
     share of its recent activity that went to the other, per ``pair_decays`` time constant, and the pair's
     recency in each endpoint's own pace; encoded by ``nn.DecayEncoder`` into one more ``pair_dim``.
-    They say how much a pair interacts now, where the counts say whether it ever did (benchmarks/RESULTS.md,
+    They say how much a pair interacts now, where the counts say whether it ever did (benchmarks/CHANGELOG.md,
     "Closing on TPNet").
     """
 

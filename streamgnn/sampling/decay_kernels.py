@@ -21,26 +21,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..store.kernels import decode
-from .pair_kernels import _prefix, _visible, pair_scan
+from .pair_kernels import _latest_events, pair_scan
 
 TAU_COLS, FREE_COLS = 7, 4
-
-
-@njit(cache=True)
-def _latest_events(start, deg, pool, edge_t, edge_del, w, t, k, nbr, tim):
-    """The latest ``k`` visible entries of ``w`` before ``t`` (newest first): neighbor and time; how many."""
-    s = start[w]
-    n = 0
-    j = _prefix(start, deg, pool, edge_t, w, t) - 1
-    while j >= 0 and n < k:
-        code = pool[s + j, 1]
-        if _visible(code, edge_del, t):
-            nbr[n] = pool[s + j, 0]
-            tim[n] = edge_t[decode(code)]
-            n += 1
-        j -= 1
-    return n
 
 
 @njit(cache=True, inline="always")

@@ -127,15 +127,21 @@ def endpoint_since(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, 
                 out[i, side] = t - edge_t[decode(pool[s + j, 1])]
 
 
-@njit(cache=True)
-def _latest(start, deg, pool, edge_t, edge_del, v, t, k, seq):
-    """The latest ``k`` visible neighbors of ``v`` before ``t`` into ``seq`` (newest first); how many."""
-    s = start[v]
+@njit(cache=True, inline="always")
+def _latest_events(start, deg, pool, edge_t, edge_del, w, t, k, nbr, tim):
+    """The latest ``k`` visible entries of ``w`` before ``t`` (newest first): neighbor into ``nbr``, time into
+    ``tim`` (an empty ``tim``: neighbors only, no time read); how many. The one reader of a node's latest
+    events (co-occurrence, the decayed features)."""
+    s = start[w]
     n = 0
-    j = _prefix(start, deg, pool, edge_t, v, t) - 1
+    times = len(tim) > 0
+    j = _prefix(start, deg, pool, edge_t, w, t) - 1
     while j >= 0 and n < k:
-        if _visible(pool[s + j, 1], edge_del, t):
-            seq[n] = pool[s + j, 0]
+        code = pool[s + j, 1]
+        if _visible(code, edge_del, t):
+            nbr[n] = pool[s + j, 0]
+            if times:
+                tim[n] = edge_t[decode(code)]
             n += 1
         j -= 1
     return n
@@ -147,6 +153,7 @@ def cooccurrence(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, k,
     latest neighbor among u's latest ``k``, among v's latest ``k``); ``out[i, 1, j]`` the same for v's
     neighbors (v's sequence first). Slots past a sequence's end (and unknown nodes) hold (0, 0)."""
     seqs = np.empty((2, k), np.int64)
+    no_times = np.empty(0, np.float64)  # co-occurrence reads neighbors only
     lens = np.zeros(2, np.int64)
     for i in range(len(src)):
         for side in range(2):
@@ -155,7 +162,9 @@ def cooccurrence(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, k,
                 continue  # the same source at the same time (a row of candidates): its sequence is read
             lens[side] = 0
             if w >= 0 and w < num_nodes:
-                lens[side] = _latest(start, deg, pool, edge_t, edge_del, w, ts[i], k, seqs[side])
+                lens[side] = _latest_events(
+                    start, deg, pool, edge_t, edge_del, w, ts[i], k, seqs[side], no_times
+                )
         _count(seqs[0], lens[0], seqs[1], lens[1], out[i])
 
 

@@ -24,9 +24,10 @@ import numpy as np
 import torch
 
 from .. import checkpoint
+from ..configs import from_record, stamp
 from ..errors import CheckpointError, ConfigError
 from ..train import checkpoint as trainer_checkpoint
-from ..train.config import TrainConfig
+from ..train.config import ShardConfig, TrainConfig
 from ..train.resume import Expectation
 
 KIND = "sharded-trainer"
@@ -67,7 +68,7 @@ def state(trainer) -> tuple[dict, dict]:
         tensors[name] = follower.state()
     values = {
         **trainer_checkpoint.TrainerState.of(trainer).values(),
-        "shard": trainer.shard_config.to_dict(),
+        "shard": stamp(trainer.shard_config.to_dict()),
         "index": index_values,
         "world_size": trainer.dist.world_size,
         "rank": trainer.dist.rank,
@@ -120,18 +121,18 @@ def load(trainer, root: Path, step: int, expect: Expectation | None = None) -> d
         raise CheckpointError(f"{path} is missing: this rank no longer holds the step the others resume from")
     ckpt = trainer_checkpoint.load(path, trainer.device, KIND, expect)
     man, tensors = ckpt.manifest, ckpt.state
+    shard = from_record(ShardConfig, man["shard"], f"{path}: shard", "train.sharding")
     if (
         man["world_size"] != trainer.dist.world_size
-        or man["shard"]["num_partitions"] != trainer.ownership.num_partitions
+        or shard.num_partitions != trainer.ownership.num_partitions
     ):
         raise CheckpointError(
-            f"{path} was written by {man['world_size']} ranks over {man['shard']['num_partitions']} "
-            "partitions; "
+            f"{path} was written by {man['world_size']} ranks over {shard.num_partitions} partitions; "
             f"this run has {trainer.dist.world_size} over {trainer.ownership.num_partitions}"
         )
-    if man["shard"].get("placement", "hash") != trainer.shard_config.placement:
+    if shard.placement != trainer.shard_config.placement:  # (placement "hash" before the option existed)
         raise CheckpointError(
-            f"{path} placed vertices by {man['shard'].get('placement', 'hash')!r}; this run by "
+            f"{path} placed vertices by {shard.placement!r}; this run by "
             f"{trainer.shard_config.placement!r}: resume with the same ShardConfig.placement"
         )
     trainer.store = ckpt.store

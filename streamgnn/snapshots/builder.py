@@ -35,6 +35,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..configs import from_record, stamp
 from ..errors import SnapshotError
 from ..growth import grow, grown_size
 from ..store import LogPosition, StoreChanges, TemporalGraphStore
@@ -283,15 +284,15 @@ class SnapshotBuilder:
                   **self.updates.state("updates_"), **{f"fifo_{k}": v for k, v in self.fifo.items()},
                   "x": self.x, "ver_t": self.ver_t, "ver_i": self.ver_i}  # fmt: skip
         pos = self.position
-        values = {"spec": self.spec.to_dict(), "t": self.t, "index": self.index, "high": self.high,
+        values = {"spec": stamp(self.spec.to_dict()), "t": self.t, "index": self.index, "high": self.high,
                   "position": [pos.edges, pos.deletions, pos.updates], "arrivals": self.arrivals}  # fmt: skip
         return arrays, values
 
     @classmethod
     def from_state(
-        cls, store: TemporalGraphStore, arrays: dict[str, np.ndarray], values: dict
+        cls, store: TemporalGraphStore, arrays: dict[str, np.ndarray], values: dict, where: str = "snapshots"
     ) -> SnapshotBuilder:
-        spec = SnapshotSpec.from_dict(values["spec"])
+        spec = from_record(SnapshotSpec, values["spec"], f"{where}: spec", "snapshots.spec")
         position = LogPosition(*(int(v) for v in values["position"]))
         b = cls(store, spec, position=position, arrivals=bool(values["arrivals"]))
         b.pairs = PairTable.from_state({k[6:]: v for k, v in arrays.items() if k.startswith("pairs_")})

@@ -114,10 +114,12 @@ class SnapshotStream:
         values: dict,
         *,
         target: NodeTarget | NextLinks | None = None,
+        where: str = "snapshot stream",
     ) -> SnapshotStream:
-        """The stream as ``state()`` saw it, over ``store`` restored from the same checkpoint."""
+        """The stream as ``state()`` saw it, over ``store`` restored from the same checkpoint (``where``:
+        named by a refusal)."""
         builder_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("builder.")}
-        builder = SnapshotBuilder.from_state(store, builder_arrays, values["builder"])
+        builder = SnapshotBuilder.from_state(store, builder_arrays, values["builder"], where)
         stream = cls(store, builder.spec, target=target, lateness=values["lateness"], builder=builder)
         if stream.labeler is not None:
             if values["labeler"] is None:
@@ -151,7 +153,9 @@ class SnapshotStream:
 
         ckpt = checkpoint.load(Path(root), kind="snapshot-stream")
         arrays = container.as_arrays(ckpt.state)
-        return cls.from_state(ckpt.store, arrays, ckpt.manifest["stream"], target=target)
+        return cls.from_state(
+            ckpt.store, arrays, ckpt.manifest["stream"], target=target, where=str(ckpt.path)
+        )
 
 
 def live_snapshots(

@@ -349,7 +349,7 @@ class SnapshotTrainer:
         ckpt = checkpoint.load(Path(checkpoint_dir), kind=KIND, expect=expect)
         man = ckpt.manifest
         config = config or dataclasses.replace(
-            from_record(SnapshotTrainConfig, man["config"], f"{checkpoint_dir}: config", "snapshot_train"),
+            from_record(SnapshotTrainConfig, man["config"], f"{ckpt.path}: config", "snapshot_train"),
             checkpoint_dir=str(checkpoint_dir),
         )
         trainer = cls(cell, config, hidden=hidden)
@@ -359,7 +359,7 @@ class SnapshotTrainer:
         trainer.hidden = None if hidden_state is None else tuple(hidden_state)
         trainer.cell.load_state(ckpt.state["inner"])
         trainer.stream = SnapshotStream.from_state(
-            ckpt.store, as_arrays(ckpt.state["stream"]), man["stream"], target=target
+            ckpt.store, as_arrays(ckpt.state["stream"]), man["stream"], target=target, where=str(ckpt.path)
         )
         trainer.position = int(man["steps"])
         trainer.metrics = [SnapshotMetrics(**m) for m in man["metrics"]]

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import checkpoint
+from ..configs import from_record
 from ..errors import CheckpointError, ConfigError, EventValidationError, UnknownNodeError
 from ..events import DeadLetter, EventBatch, EventKind
 from ..growth import grow
@@ -520,9 +521,12 @@ class TemporalGraphStore(Admits):
     ) -> TemporalGraphStore:
         """The store ``state()`` gave, every index checked before a kernel reads it and the content hash
         compared; anything inconsistent is a ``CheckpointError`` naming ``where``."""
+        try:  # the config as this version reads it (``configs.from_record``): a newer one is refused
+            config = from_record(StoreConfig, values.get("config"), f"{where}: store config", "store")
+        except ConfigError as exc:
+            raise CheckpointError(str(exc)) from None
         try:
-            # keys absent from checkpoints written before they existed (partitioner, dense_ids) take defaults
-            store = cls(StoreConfig.from_dict(values["config"], f"{where}: store config"))
+            store = cls(config)
             persist.fill(store, a, values)
         except (KeyError, ValueError, TypeError, AttributeError, IndexError) as exc:
             raise CheckpointError(f"checkpoint under {where} is inconsistent: {exc!r}") from exc

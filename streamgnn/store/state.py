@@ -8,6 +8,7 @@ import hashlib
 
 import numpy as np
 
+from ..configs import stamp
 from . import kernels as K
 from .admission import Admission
 
@@ -61,7 +62,7 @@ def content_hash(store) -> str:
 def state(store) -> tuple[dict[str, np.ndarray], dict]:
     """``store`` as plain arrays and JSON values (``fill`` puts them back)."""
     values = {
-        "config": store.config.to_dict(),
+        "config": stamp(store.config.to_dict()),
         **store.admission.state()[1],
         "counts": {
             "nodes": store.num_nodes,

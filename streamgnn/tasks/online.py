@@ -26,7 +26,8 @@ import json
 import numpy as np
 import torch
 
-from ..errors import CheckpointError
+from ..configs import from_record, stamp
+from ..errors import CheckpointError, ConfigError
 from .config import TaskConfig
 from .head import StagedHead
 from .task import Classification
@@ -191,7 +192,7 @@ class OnlineHead:
     def state(self) -> dict:
         """Everything ``from_state`` needs to continue exactly (tensors, arrays, JSON-able values)."""
         return {
-            "config": self.config.to_dict(), "in_dim": self.in_dim, "head": self.head.state_dict(),
+            "config": stamp(self.config.to_dict()), "in_dim": self.in_dim, "head": self.head.state_dict(),
             "optimizer": self.optimizer.state_dict(), "count": self.count,
             "mean": torch.from_numpy(self.mean.copy()), "m2": torch.from_numpy(self.m2.copy()),
             "replay_x": torch.from_numpy(self.replay_x.copy()),
@@ -208,7 +209,7 @@ class OnlineHead:
     def from_state(cls, state: dict, where: str = "task state") -> OnlineHead:
         """An ``OnlineHead`` exactly as ``state()`` left it; a state that does not fit is one line."""
         try:
-            config = TaskConfig.from_dict(state["config"], where)
+            config = from_record(TaskConfig, state["config"], f"{where}: config", "task")
             head = cls(config, int(state["in_dim"]), features=int(state["features"]))
             head.head.load_state_dict(state["head"])
             head.optimizer.load_state_dict(state["optimizer"])
@@ -222,6 +223,8 @@ class OnlineHead:
             head.rng.bit_generator.state = json.loads(state["rng"])
             head.records = {name: [state["records"][name].numpy().copy()] for name in RECORDS}
             head._counts = state["prior_counts"].numpy().copy()
+        except ConfigError:  # its config: a newer version, or a value this one refuses (named, one line)
+            raise
         except (KeyError, RuntimeError, ValueError, TypeError, AttributeError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CheckpointError(f"{where}: not a task head's state ({first})") from None

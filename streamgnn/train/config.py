@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from ..configs import Config, from_dict, from_record, pick_variant
+from ..configs import Config, Family, from_record
 from ..errors import ConfigError
-from ..nn import DyGFormerConfig, TGNConfig
 from ..partition import partition_count_problem
 from ..sampling.negative import STRATEGIES as NEGATIVE_STRATEGIES
 from ..sampling.sampler import STRATEGIES as SAMPLING_STRATEGIES
@@ -114,6 +113,8 @@ class FollowConfig(Config):
         return self.mode == "budget"
 
 
+# the model configs a ``TrainConfig`` may hold: each registered with its model (``train.models.register``)
+MODEL_CONFIGS = Family("model")
 BASELINES = ("edgebank", "edgebank_tw")
 DEFAULT_CHECKPOINT_EVERY = 100  # batches: 20,000 events at the default batch size
 
@@ -123,8 +124,10 @@ class TrainConfig(Config):
     """One run. Defaults follow the TGN paper on JODIE Wikipedia (dims 100, batch 200, 10 recent neighbors,
     Adam 1e-4, one random negative per positive), with the model departures ``TGNConfig`` explains.
 
-    ``model``: a ``TGNConfig`` (TGN and its variants, the default) or a ``DyGFormerConfig`` (the sequence
-    model; ``variant: dygformer`` in a config file or a checkpoint's dict).
+    ``model``: a config of a registered model (``MODEL_CONFIGS``, filled by ``train.models.register``),
+    picked by its ``variant`` in a config file or a checkpoint's dict: a ``TGNConfig`` (TGN and its tgn,
+    jodie and tgat variants; the default, registered first) or a ``DyGFormerConfig`` (``variant:
+    dygformer``, the sequence model).
     ``eval_negatives``: fixed negatives each positive is ranked against for MRR (0: no MRR); the first one
     is also the AP/AUC negative. ``eval_strategy``/``train_negatives``: where negatives come from (see
     ``NegativeSampler``). ``train_negative_fraction``: the share of training negatives that
@@ -170,7 +173,7 @@ class TrainConfig(Config):
     own, whatever the checkpoint's was, as the partition router's ``--allowed-lateness`` does.
     """
 
-    model: TGNConfig | DyGFormerConfig = field(default_factory=TGNConfig)
+    model: Annotated[Config, MODEL_CONFIGS] = field(default_factory=MODEL_CONFIGS.default)
     batch_size: int = 200
     lr: float = 1e-4
     seed: int = 0
@@ -196,10 +199,6 @@ class TrainConfig(Config):
 
     def __post_init__(self) -> None:
         check_lateness(self.allowed_lateness)
-        if not isinstance(self.model, TGNConfig | DyGFormerConfig):
-            raise ConfigError(
-                f"model must be a TGNConfig or DyGFormerConfig, got {type(self.model).__name__}"
-            )
         for name in ("batch_size", "window_events", "checkpoint_keep", "publish_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -250,7 +249,6 @@ class TrainConfig(Config):
         return from_record(cls, data, where)
 
 
-def model_config(data: Mapping, where: str = "") -> TGNConfig | DyGFormerConfig:
-    """The model config a plain dict names: ``variant: dygformer`` a ``DyGFormerConfig``, else a
-    ``TGNConfig`` (whose own variants are tgn, jodie and tgat)."""
-    return from_dict(pick_variant((TGNConfig, DyGFormerConfig), data), data, where)
+def model_config(data: Mapping, where: str = "") -> Config:
+    """The registered model config a plain dict names by its ``variant`` (none: the default model's)."""
+    return MODEL_CONFIGS.from_dict(data, where)

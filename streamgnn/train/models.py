@@ -13,7 +13,7 @@ import torch
 
 from ..errors import ConfigError
 from ..nn import DyGFormerConfig, TGNConfig
-from .config import TrainConfig
+from .config import MODEL_CONFIGS, TrainConfig
 from .distributed import DistContext
 from .dygformer_model import DyGFormerLinkModel
 from .head import ScoringHead
@@ -35,12 +35,17 @@ MODELS: dict[type, ModelFamily] = {}
 
 
 def register(config_class: type, model: type, part: str | None = None) -> None:
-    """Build ``model`` for every ``TrainConfig`` whose ``model`` is a ``config_class``; ``part``: the keyword
-    of ``model``'s constructor that takes its stream-dependent part (see ``make_link_model``)."""
+    """Build ``model`` for every ``TrainConfig`` whose ``model`` is a ``config_class``, which a config file or
+    checkpoint names by its ``variant`` (``TrainConfig.model`` may then hold one: ``MODEL_CONFIGS``);
+    ``part``: the keyword of ``model``'s constructor that takes its stream-dependent part (see
+    ``make_link_model``). The first family registered is the default model."""
+    MODEL_CONFIGS.register(config_class)
     MODELS[config_class] = ModelFamily(model, part)
 
 
-register(TGNConfig, TGNLinkModel, part="access")  # embeddings, memory, pair features (``tgn_access``)
+register(
+    TGNConfig, TGNLinkModel, part="access"
+)  # the default; embeddings, memory, pair features (``tgn_access``)
 register(DyGFormerConfig, DyGFormerLinkModel, part="neighbors")  # sequence reader (``NeighborReader``)
 
 
