@@ -46,8 +46,10 @@ from dataclasses import dataclass
 import numpy as np
 
 try:
+    from . import tasks_affinity as affinity
     from .common import report, set_threads
 except ImportError:  # run as a script
+    import tasks_affinity as affinity
     from common import report, set_threads
 
 from streamgnn.cli._args import positive_int
@@ -176,9 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         help="link pretraining passes (default 3; 1 with --quick)",
     )
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="e.g. --seeds 0 1 (default 0)")
-    ap.add_argument(
-        "--streams", nargs="+", choices=list(STREAMS), default=list(STREAMS), help="e.g. bitcoin_otc"
-    )
+    names = [*STREAMS, affinity.KEY]
+    ap.add_argument("--streams", nargs="+", choices=names, default=names, help="e.g. bitcoin_otc")
     ap.add_argument("--threads", type=positive_int, default=1, help="torch and Numba threads")
     ap.add_argument("--events", type=positive_int, default=None, help="cap each stream at its first N events")
     args = ap.parse_args(argv)
@@ -186,16 +187,26 @@ def main(argv: list[str] | None = None) -> int:
     epochs = args.epochs or (1 if args.quick else 3)
     seeds = args.seeds or [0]
     cap = args.events or (QUICK_EVENTS if args.quick else None)
-    runs = []
+    runs, travian = [], []
     for name in args.streams:
+        if name == affinity.KEY:
+            travian = [affinity.run(cap, seed, epochs, BATCH_SIZE) for seed in seeds]
+            continue
         stream = STREAMS[name]
         events, labels = prepare(stream, cap)
         runs += [run_stream(stream, events, labels, seed, epochs) for seed in seeds]
     summary = summarize(runs)
+    if travian:
+        summary.update(affinity.summarize(travian, _mean))
+        summary["runs"] += travian
     summary["published_auc_wikipedia_ban"] = dict(PUBLISHED)
     summary.update(epochs=epochs, seeds=seeds, threads=args.threads)
     headline = {}
+    if travian:
+        headline.update(affinity.HEADLINE)
     for name in args.streams:
+        if name == affinity.KEY:
+            continue
         key = STREAMS[name].key
         headline[f"auc_{key}"] = f"test AUC-ROC, ours, {name}"
         headline[f"auc_{key}_embeddings"] = f"test AUC-ROC, ours over the embeddings alone, {name}"
