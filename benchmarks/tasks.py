@@ -13,6 +13,10 @@ Tasks (``streamgnn.tasks``):
   ``auc_sign_bitcoin_alpha``. Past ratings (rating / 10) are the model's 1-d edge features: its memory
   reads the ratings a node gave and received, never the one being predicted.
 
+- Travian alliances as node affinity (TGB's node property prediction; ``tasks_affinity``): how a player's
+  next day's attacks, messages and trades are shared among alliances; test NDCG@10,
+  ``ndcg10_travian_alliance``, beside TGB's persistence and moving average (its own protocol, below).
+
 Ours: the default model (``TrainConfig()``'s, batch 200, Adam 1e-4) trained on link prediction over the
 training period's events for ``--epochs`` passes, then frozen; the stream is replayed and each label's
 embedding is taken before its event's batch is ingested (``tasks.stream``); a staged task head over the
@@ -29,7 +33,8 @@ for ratings, the reputation features) and, for ratings, ``reputation`` (a logist
 rater's past mean rating given and the ratee's past mean received alone). ``margin_<task>`` is ours minus
 the best baseline. Figures are means over ``--seeds``; ``runs`` holds each seed's, with AP, validation
 figures and the split's sizes. ``--quick``: the first 4,000 events of each stream, 1 epoch, seed 0 (smoke
-values: Wikipedia's first 4,000 edits hold 6 bans, so its AUC there is noise).
+values: Wikipedia's first 4,000 edits hold 6 bans, so its AUC there is noise; Travian is thinned to
+every k-th event instead, all 30 days).
 
 Published (quoted, not rerun): dynamic node classification AUC-ROC on JODIE Wikipedia with its 172-d LIWC
 edge features, which the bundled dataset does not ship (``published_auc_wikipedia_ban``).
@@ -217,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     report(
         summary,
         args.json,
-        "tasks: node and edge labels, ours vs baselines (test AUC-ROC)",
+        "tasks: node and edge labels, ours vs baselines (test AUC-ROC; Travian NDCG@10)",
         headline,
         args.quick,
     )

@@ -169,6 +169,9 @@ def class_features(
     return np.concatenate([stacked, np.asarray(extra, np.float32)], axis=2)
 
 
+CHUNK = 1024  # rows a head scores at once: its class MLP holds rows x classes x hidden values
+
+
 class AffinityHead(nn.Module):
     """A node affinity head in stages (as ``head.StagedHead``): ``linear`` scores every class by one linear
     map of its own features (shared by all classes: a class id means nothing across periods, what the
@@ -191,6 +194,8 @@ class AffinityHead(nn.Module):
         self.stage = len(self.stages)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.is_grad_enabled() and len(x) > CHUNK:  # scoring: bounded memory, whatever the rows
+            return torch.cat([self(x[lo : lo + CHUNK]) for lo in range(0, len(x), CHUNK)])
         per = x[:, : self.features].reshape(len(x), self.classes, self.per_class)
         out = self.linear(per)[..., 0]
         if self.stage > 1:
