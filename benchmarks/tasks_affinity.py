@@ -11,7 +11,9 @@ midnight US Eastern) and scored by NDCG@10, TGB's way (``tasks.affinity_eval``).
 
 A player's own alliance is not the label: a player changes alliance on about 1% of days, so persistence
 scores that label near 1. Ours also reads, per alliance, whether it was the player's own the day before
-(known by then) beside what the player's revealed labels say.
+(known by then), and how what was aimed at the player (attacks, messages, trades received) was shared among
+the senders' alliances the day before and on average (TGB's two forecasts over those), beside what the
+player's revealed labels say.
 
 ``--quick`` (and ``--events N``) thin the stream evenly (every k-th event, all 30 days), where the other
 streams take a prefix: the first hours of the month hold no day's label to score.
@@ -28,7 +30,7 @@ from streamgnn.datasets import load, load_alliances
 from streamgnn.events import EventBatch
 from streamgnn.nn import TGNConfig
 from streamgnn.tasks import HeadConfig, Labels
-from streamgnn.tasks.affinity import NodeAffinity, affinity_labels
+from streamgnn.tasks.affinity import NodeAffinity, affinity_labels, moving_average, persistence
 from streamgnn.tasks.affinity_eval import evaluate_affinity
 from streamgnn.train import TrainConfig
 
@@ -41,7 +43,9 @@ COMPARED = ("persistence", "moving_average", "no_embeddings")  # TGB's baselines
 
 def prepare(events: int | None) -> tuple[EventBatch, Labels, np.ndarray, int]:
     """The merged stream (times from the month's start; every k-th event where ``events`` caps it), its
-    labels, each label's own-alliance-the-day-before flags ``[n, C, 1]``, and the number of alliances."""
+    labels, each label's extra class features ``[n, C, 3]`` (the module docstring: its own alliance the
+    day before; the received events' last day and moving average per alliance), and the number of
+    alliances."""
     parts = [load(f"travian_{r}", dedup=True, drop_self_loops=True) for r in RELATIONS]
     relation = np.concatenate([np.full(len(p), i) for i, p in enumerate(parts)])
     order = np.argsort(np.concatenate([p.t for p in parts]), kind="stable")
@@ -54,7 +58,7 @@ def prepare(events: int | None) -> tuple[EventBatch, Labels, np.ndarray, int]:
     classes = int(max(a.max() for _, a in members)) + 1
     bounds = DAY * np.arange(len(days) + 1)
     labels = affinity_labels(ev, bounds, members, classes)
-    own = np.zeros((len(labels), classes, 1), np.float32)
+    own = np.zeros((len(labels), classes), np.float32)
     day = (labels.t // DAY).astype(np.int64)
     for p in range(1, len(days)):
         rows = np.flatnonzero(day == p)
@@ -62,8 +66,12 @@ def prepare(events: int | None) -> tuple[EventBatch, Labels, np.ndarray, int]:
         where = dict(zip(players.tolist(), alliance.tolist(), strict=True))
         for i in rows.tolist():
             if labels.node[i] in where:
-                own[i, where[labels.node[i]], 0] = 1.0
-    return ev, labels, own, classes
+                own[i, where[labels.node[i]]] = 1.0
+    # what was aimed at the player, per the aggressor's (sender's, trader's) alliance: a reply's cue
+    back = EventBatch.from_columns(src=ev.dst, dst=ev.src, t=ev.t, eid=ev.eid)
+    received = affinity_labels(back, bounds, members, classes)
+    extra = [own, persistence(received, DAY, at=labels), moving_average(received, DAY, at=labels)]
+    return ev, labels, np.stack(extra, axis=2).astype(np.float32), classes
 
 
 def run(events: int | None, seed: int, epochs: int, batch_size: int) -> dict:

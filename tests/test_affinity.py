@@ -91,6 +91,9 @@ def test_persistence_and_moving_average_read_only_revealed_labels():
     # at 20: labels at 0, 5 and 10 revealed, in order: [1,0] -> [0.5,0.5] -> [0.75,0.25]
     np.testing.assert_allclose(ma[4], [0.75, 0.25])
     np.testing.assert_allclose(ma[3], [1.0, 0.0])
+    # another relation's labels read at these rows' times: node 1 at 12 sees its label at 0 only
+    at = Labels(np.array([1, 2]), np.array([12.0, 30.0]), np.zeros(2))
+    np.testing.assert_allclose(persistence(labels, horizon=10.0, at=at), [[1, 0], [0.5, 0.5]])
     # everyone's mean at the latest label time revealed: none, none, that at 0, that at 0, that at 10
     pop = popularity(labels, horizon=10.0)
     np.testing.assert_allclose(pop, [[0, 0], [0, 0], [1, 0], [1, 0], [0.75, 0.25]])

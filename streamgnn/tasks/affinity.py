@@ -105,39 +105,41 @@ def affinity_labels(
     return Labels(np.concatenate(nodes), np.concatenate(times), np.concatenate(rows))
 
 
-def _sweep(labels: Labels, horizon: float, update: Callable) -> np.ndarray:
-    """Each label's forecast from its node's labels revealed by its time (``t' + horizon <= t``): the
-    state ``update(state, y)`` folds them into, in order; zeros where the node has none."""
+def _sweep(labels: Labels, horizon: float, update: Callable, at: Labels | None) -> np.ndarray:
+    """For each row of ``at`` (default: the labels themselves), the state ``update(state, y)`` folds its
+    node's labels revealed by its time (``t' + horizon <= t``) into, in order; zeros where it has none."""
     if not horizon > 0:
         raise ConfigError(f"horizon must be > 0, got {horizon}")
+    at = labels if at is None else at
     y = np.asarray(labels.y, np.float64)
-    out = np.zeros_like(y)
+    out = np.zeros((len(at), y.shape[1]))
     reveal = labels.t + horizon
     order = np.argsort(reveal, kind="stable").tolist()
-    node, t = labels.node.tolist(), labels.t.tolist()
+    node, query_node, query_t = labels.node.tolist(), at.node.tolist(), at.t.tolist()
     state: dict = {}
     j = 0
-    for i in range(len(labels)):
-        while j < len(order) and reveal[order[j]] <= t[i]:
+    for i in range(len(at)):
+        while j < len(order) and reveal[order[j]] <= query_t[i]:
             r = order[j]
             state[node[r]] = update(state.get(node[r]), y[r])
             j += 1
-        if node[i] in state:
-            out[i] = state[node[i]]
+        if query_node[i] in state:
+            out[i] = state[query_node[i]]
     return out
 
 
-def persistence(labels: Labels, horizon: float) -> np.ndarray:
-    """TGB's persistence forecast: the node's last revealed label (zeros where it has none)."""
-    return _sweep(labels, horizon, lambda _, y: y)
+def persistence(labels: Labels, horizon: float, at: Labels | None = None) -> np.ndarray:
+    """TGB's persistence forecast: the node's last revealed label (zeros where it has none); for the rows
+    of ``at`` where given (another task's labels: what this relation's last period says at their times)."""
+    return _sweep(labels, horizon, lambda _, y: y, at)
 
 
-def moving_average(labels: Labels, horizon: float, window: int = 7) -> np.ndarray:
+def moving_average(labels: Labels, horizon: float, window: int = 7, at: Labels | None = None) -> np.ndarray:
     """TGB's moving average (``MovingAverage``, window 7): the node's first revealed label, then each
-    next one moves it by ``1 / window`` (zeros where it has none)."""
+    next one moves it by ``1 / window`` (zeros where it has none); at the rows of ``at`` where given."""
     if not isinstance(window, int) or window < 1:
         raise ConfigError(f"window must be an int >= 1, got {window!r}")
-    return _sweep(labels, horizon, lambda m, y: y if m is None else m + (y - m) / window)
+    return _sweep(labels, horizon, lambda m, y: y if m is None else m + (y - m) / window, at)
 
 
 def popularity(labels: Labels, horizon: float) -> np.ndarray:
