@@ -76,6 +76,10 @@ def test_affinity_labels_share_each_sources_next_period_by_class():
     assert torch.allclose(task.target(labels.y), torch.tensor(labels.y, dtype=torch.float32))
     with pytest.raises(ConfigError, match="row 1 is not a distribution"):
         task.target(np.array([[0.5, 0.5], [0.5, 0.6]]))
+    with pytest.raises(ConfigError, match="period 1 gives a node two classes"):
+        affinity_labels(
+            ev, np.array([0.0, 10.0, 20.0]), [members[0], (np.array([5, 5]), np.array([0, 1]))], 2
+        )
     with pytest.raises(ConfigError, match="class outside 0..1"):
         affinity_labels(ev, np.array([0.0, 10.0, 20.0]), [members[0], (np.array([5]), np.array([2]))], 2)
 

@@ -89,8 +89,12 @@ def affinity_labels(
         raise ConfigError(f"affinity_labels: need {len(members) + 1} increasing bounds, got {bounds.shape}")
     nodes, times, rows = [], [], []
     for p, (ids, cls) in enumerate(members):
-        if len(cls) and (np.min(cls) < 0 or np.max(cls) >= classes):
-            raise ConfigError(f"affinity_labels: period {p} has a class outside 0..{classes - 1}")
+        if len(cls) != len(ids) or (len(cls) and (np.min(cls) < 0 or np.max(cls) >= classes)):
+            raise ConfigError(
+                f"affinity_labels: period {p} has a class outside 0..{classes - 1}, or not one a node"
+            )
+        if len(np.unique(ids)) != len(ids):
+            raise ConfigError(f"affinity_labels: period {p} gives a node two classes")
         inside = np.flatnonzero((events.t >= bounds[p]) & (events.t < bounds[p + 1]))
         order = np.argsort(ids, kind="stable")
         at = np.minimum(np.searchsorted(ids[order], events.dst[inside]), max(len(ids) - 1, 0))
