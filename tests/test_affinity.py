@@ -195,3 +195,19 @@ def test_the_protocol_beats_persistence_where_persistence_is_blind():
     assert result.sizes["test"] > 0 and all(0 <= v <= 1 for v in result.ndcg.values())
     assert result.ndcg["ours"] > result.ndcg["persistence"] + 0.2
     assert result.ndcg["persistence"] == result.ndcg["moving_average"]  # both all zeros: nobody recurs
+
+
+def test_travian_alliances_keep_their_ids_across_days():
+    """The bundled community files: each day a player has one alliance id, and most alliances of a day
+    carry an id of the day before (matched by members); an id never names two groups on one day."""
+    from streamgnn.datasets import load_alliances, load_communities
+
+    days, alliances = load_alliances()
+    communities = load_communities()
+    assert days == sorted(communities) and len(days) == 30
+    for day, (players, ids) in zip(days, alliances, strict=True):
+        assert len(np.unique(players)) == len(players)
+        assert len(np.unique(ids)) == len(communities[day])  # one id per group that day
+    for (_, before), (_, after) in zip(alliances, alliances[1:], strict=False):
+        kept = np.isin(np.unique(after), before)
+        assert kept.mean() > 0.9
