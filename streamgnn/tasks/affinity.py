@@ -89,10 +89,10 @@ def affinity_labels(
         raise ConfigError(f"affinity_labels: need {len(members) + 1} increasing bounds, got {bounds.shape}")
     nodes, times, rows = [], [], []
     for p, (ids, cls) in enumerate(members):
-        if len(cls) != len(ids) or (len(cls) and (np.min(cls) < 0 or np.max(cls) >= classes)):
-            raise ConfigError(
-                f"affinity_labels: period {p} has a class outside 0..{classes - 1}, or not one a node"
-            )
+        if len(cls) != len(ids):
+            raise ConfigError(f"affinity_labels: period {p} has {len(ids)} nodes but {len(cls)} classes")
+        if len(cls) and (np.min(cls) < 0 or np.max(cls) >= classes):
+            raise ConfigError(f"affinity_labels: period {p} has a class outside 0..{classes - 1}")
         if len(np.unique(ids)) != len(ids):
             raise ConfigError(f"affinity_labels: period {p} gives a node two classes")
         inside = np.flatnonzero((events.t >= bounds[p]) & (events.t < bounds[p + 1]))
@@ -116,6 +116,8 @@ def _sweep(labels: Labels, horizon: float, update: Callable, at: Labels | None) 
         raise ConfigError(f"horizon must be > 0, got {horizon}")
     at = labels if at is None else at
     y = np.asarray(labels.y, np.float64)
+    if y.ndim != 2:
+        raise ConfigError(f"a forecast of node affinity takes [n, C] labels, got shape {y.shape}")
     out = np.zeros((len(at), y.shape[1]))
     reveal = labels.t + horizon
     order = np.argsort(reveal, kind="stable").tolist()
