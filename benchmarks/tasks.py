@@ -13,6 +13,10 @@ Tasks (``streamgnn.tasks``):
   ``auc_sign_bitcoin_alpha``. Past ratings (rating / 10) are the model's 1-d edge features: its memory
   reads the ratings a node gave and received, never the one being predicted.
 
+- Travian alliances as node affinity (TGB's node property prediction; ``tasks_affinity``): how a player's
+  next day's attacks, messages and trades are shared among alliances; test NDCG@10,
+  ``ndcg10_travian_alliance``, beside TGB's persistence and moving average (its own protocol, below).
+
 Ours: the default model (``TrainConfig()``'s, batch 200, Adam 1e-4) trained on link prediction over the
 training period's events for ``--epochs`` passes, then frozen; the stream is replayed and each label's
 embedding is taken before its event's batch is ingested (``tasks.stream``); a staged task head over the
@@ -29,7 +33,8 @@ for ratings, the reputation features) and, for ratings, ``reputation`` (a logist
 rater's past mean rating given and the ratee's past mean received alone). ``margin_<task>`` is ours minus
 the best baseline. Figures are means over ``--seeds``; ``runs`` holds each seed's, with AP, validation
 figures and the split's sizes. ``--quick``: the first 4,000 events of each stream, 1 epoch, seed 0 (smoke
-values: Wikipedia's first 4,000 edits hold 6 bans, so its AUC there is noise).
+values: Wikipedia's first 4,000 edits hold 6 bans, so its AUC there is noise; Travian is thinned to
+every k-th event instead, all 30 days).
 
 Published (quoted, not rerun): dynamic node classification AUC-ROC on JODIE Wikipedia with its 172-d LIWC
 edge features, which the bundled dataset does not ship (``published_auc_wikipedia_ban``).
@@ -46,8 +51,10 @@ from dataclasses import dataclass
 import numpy as np
 
 try:
+    from . import tasks_affinity as affinity
     from .common import report, set_threads
 except ImportError:  # run as a script
+    import tasks_affinity as affinity
     from common import report, set_threads
 
 from streamgnn.cli._args import positive_int
@@ -176,9 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         help="link pretraining passes (default 3; 1 with --quick)",
     )
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="e.g. --seeds 0 1 (default 0)")
-    ap.add_argument(
-        "--streams", nargs="+", choices=list(STREAMS), default=list(STREAMS), help="e.g. bitcoin_otc"
-    )
+    names = [*STREAMS, affinity.KEY]
+    ap.add_argument("--streams", nargs="+", choices=names, default=names, help="e.g. bitcoin_otc")
     ap.add_argument("--threads", type=positive_int, default=1, help="torch and Numba threads")
     ap.add_argument("--events", type=positive_int, default=None, help="cap each stream at its first N events")
     args = ap.parse_args(argv)
@@ -186,16 +192,26 @@ def main(argv: list[str] | None = None) -> int:
     epochs = args.epochs or (1 if args.quick else 3)
     seeds = args.seeds or [0]
     cap = args.events or (QUICK_EVENTS if args.quick else None)
-    runs = []
+    runs, travian = [], []
     for name in args.streams:
+        if name == affinity.KEY:
+            travian = [affinity.run(cap, seed, epochs, BATCH_SIZE) for seed in seeds]
+            continue
         stream = STREAMS[name]
         events, labels = prepare(stream, cap)
         runs += [run_stream(stream, events, labels, seed, epochs) for seed in seeds]
     summary = summarize(runs)
+    if travian:
+        summary.update(affinity.summarize(travian, _mean))
+        summary["runs"] += travian
     summary["published_auc_wikipedia_ban"] = dict(PUBLISHED)
     summary.update(epochs=epochs, seeds=seeds, threads=args.threads)
     headline = {}
+    if travian:
+        headline.update(affinity.HEADLINE)
     for name in args.streams:
+        if name == affinity.KEY:
+            continue
         key = STREAMS[name].key
         headline[f"auc_{key}"] = f"test AUC-ROC, ours, {name}"
         headline[f"auc_{key}_embeddings"] = f"test AUC-ROC, ours over the embeddings alone, {name}"
@@ -206,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     report(
         summary,
         args.json,
-        "tasks: node and edge labels, ours vs baselines (test AUC-ROC)",
+        "tasks: node and edge labels, ours vs baselines (test AUC-ROC; Travian NDCG@10)",
         headline,
         args.quick,
     )

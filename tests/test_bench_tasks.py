@@ -1,4 +1,5 @@
-"""``streamgnn bench tasks --quick --json``: the promised keys, each baseline's beside ours, sane values."""
+"""``streamgnn bench tasks --quick --json``: the promised keys, each baseline's beside ours, sane values
+(AUC for the node and edge labels, NDCG@10 for Travian's node affinity)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ def test_quick_json_reports_every_task_beside_its_baselines():
             assert math.isclose(result[f"margin_{key}"], figures[0] - max(defined))
     assert result["test_positive_sign_bitcoin_otc"] > 0 and result["test_positive_sign_bitcoin_alpha"] > 0
     for run in result["runs"]:
-        assert run["train"] + run["val"] + run["test"] == run["events"]  # one label per event, all split
+        labelled = run["labels"] if run["stream"] == "travian_alliance" else run["events"]
+        assert run["train"] + run["val"] + run["test"] == labelled  # every label split
         assert run["train"] > run["val"] > 0 and run["test"] > 0
+    # Travian alliances as node affinity: NDCG@10 of ours and of TGB's baselines, on the same test rows
+    travian = [result[f"ndcg10_travian_alliance{b}"] for b in ("", "_persistence", "_moving_average")]
+    assert all(0.0 < v <= 1.0 for v in travian), travian
+    best = max(travian[1:])
+    assert math.isclose(result["margin_travian_alliance"], travian[0] - best)
     assert all(0.8 < v < 0.9 for v in result["published_auc_wikipedia_ban"].values())

@@ -5,7 +5,8 @@ regression, with their heads, losses, metrics, baselines and one evaluation prot
 and their chronological split; ``features`` the causal stream features; ``baselines`` the majority class,
 persistence and logistic regression; ``protocol`` trains and scores a head; ``stream`` takes a link
 model's embeddings at the labels' times; ``evaluate`` runs all of it on one stream; ``admit`` decodes
-labels sent as JSON lines, each bad one a dead letter.
+labels sent as JSON lines, each bad one a dead letter. ``affinity`` is node affinity (TGB's node property
+prediction: a node's next period's interactions per class, NDCG@10) and ``affinity_eval`` its protocol.
 
 On the live job (``streamgnn train`` with a ``task``, ``jobs.labelled``): ``config`` is the YAML's ``task``
 section, ``feed`` reads labels from a file or a Kafka topic, ``online`` is the head scored before it learns
@@ -13,6 +14,8 @@ section, ``feed`` reads labels from a file or a Kafka topic, ``online`` is the h
 """
 
 from .admit import decode_labels
+from .affinity import NodeAffinity
+from .affinity_eval import evaluate_affinity
 from .baselines import logistic_regression, majority, persistence
 from .config import TaskConfig
 from .edge import EdgeClassification, EdgeRegression
@@ -34,6 +37,7 @@ __all__ = [
     "HeadResult",
     "LabelSplit",
     "Labels",
+    "NodeAffinity",
     "NodeClassification",
     "NodeRegression",
     "OnlineHead",
@@ -45,6 +49,7 @@ __all__ = [
     "decode_labels",
     "embed_at_labels",
     "evaluate",
+    "evaluate_affinity",
     "fit_head",
     "logistic_regression",
     "majority",

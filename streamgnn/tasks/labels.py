@@ -18,8 +18,9 @@ from ..events import EventBatch
 @dataclass(frozen=True)
 class Labels:
     """``n`` labels in time order: ``node`` (external ids; an edge label's source), ``t``, ``y`` (int64
-    classes or float64 values) and, for edge labels, ``dst``; ``origin``, where each was read (a file's
-    line, a message's offset: what a dead letter about it names), when it was read from records."""
+    classes, float64 values, or ``[n, C]`` rows of a distribution: node affinity) and, for edge labels,
+    ``dst``; ``origin``, where each was read (a file's line, a message's offset: what a dead letter about
+    it names), when it was read from records."""
 
     node: np.ndarray
     t: np.ndarray
@@ -32,7 +33,8 @@ class Labels:
         columns = {"t": self.t, "y": self.y}
         columns.update({k: v for k, v in (("dst", self.dst), ("origin", self.origin)) if v is not None})
         for name, column in columns.items():
-            if np.ndim(column) != 1 or len(column) != n:
+            rows_of_vectors = name == "y" and np.ndim(column) == 2  # a distribution per label (affinity)
+            if (np.ndim(column) != 1 and not rows_of_vectors) or len(column) != n:
                 raise ConfigError(f"Labels.{name} has shape {np.shape(column)}, need ({n},) like Labels.node")
         if n and np.any(np.diff(self.t) < 0):
             raise ConfigError("Labels must be sorted by time (t non-decreasing)")

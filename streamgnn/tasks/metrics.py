@@ -37,19 +37,39 @@ def macro_f1(pred, y, classes: int | None = None) -> float:
     return float(np.mean(f1))
 
 
-def ndcg_at_k(scores, relevance, k: int = 10) -> float:
-    """Mean over rows of NDCG@k: ``scores`` and ``relevance`` are ``[n, c]`` (a node's score and true
-    affinity for each of ``c`` candidates, e.g. alliances); rows with no relevant candidate are left out."""
+def ndcg_at_k(scores, relevance, k: int = 10, groups=None) -> float:
+    """NDCG@k as TGB scores node affinity (``tgbn-*``): ``scores`` and ``relevance`` are ``[n, c]`` (a
+    node's score and true affinity for each of ``c`` candidates, e.g. alliances). Candidates with equal
+    scores share their positions: each gets the mean of their discounts, so a tie (a persistence forecast
+    of zeros) is scored as its average order, never by its arbitrary one. The figure is the mean over rows
+    or, given ``groups`` (one key per row: the label's time), the mean over groups of each group's mean,
+    TGB's average over label timestamps. Rows with no relevant candidate are left out."""
     scores, relevance = np.asarray(scores, np.float64), np.asarray(relevance, np.float64)
     if scores.ndim != 2 or scores.shape != relevance.shape:
         raise ValueError(f"ndcg_at_k takes two [n, c] arrays, got {scores.shape} and {relevance.shape}")
-    k = min(k, scores.shape[1])
-    discount = 1.0 / np.log2(np.arange(2, k + 2))
-    top = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-    dcg = (np.take_along_axis(relevance, top, axis=1) * discount).sum(axis=1)
-    ideal = (-np.sort(-relevance, axis=1)[:, :k] * discount).sum(axis=1)
+    n, c = scores.shape
+    k = min(k, c)
+    discount = np.zeros(c)
+    discount[:k] = 1.0 / np.log2(np.arange(2, k + 2))
+    order = np.argsort(-scores, axis=1, kind="stable")
+    ranked = np.take_along_axis(scores, order, axis=1)
+    gain = np.take_along_axis(relevance, order, axis=1)
+    dcg = np.zeros(n)
+    for i in range(n):
+        # runs of equal scores: each run's mean gain times the sum of its positions' discounts
+        starts = np.flatnonzero(np.r_[True, ranked[i, 1:] != ranked[i, :-1]])
+        sizes = np.diff(np.r_[starts, c])
+        mean_gain = np.add.reduceat(gain[i], starts) / sizes
+        dcg[i] = float(mean_gain @ np.add.reduceat(discount, starts))
+    ideal = -np.sort(-relevance, axis=1) @ discount
     ok = ideal > 0
-    return float(np.mean(dcg[ok] / ideal[ok])) if ok.any() else math.nan
+    if not ok.any():
+        return math.nan
+    each = dcg[ok] / ideal[ok]
+    if groups is None:
+        return float(np.mean(each))
+    _, group = np.unique(np.asarray(groups)[ok], return_inverse=True)
+    return float(np.mean(np.bincount(group, weights=each) / np.bincount(group)))
 
 
 def mae(pred, y) -> float:

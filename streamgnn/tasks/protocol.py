@@ -88,14 +88,28 @@ def fit_head(
         raise ConfigError("fit_head: the training split holds no labels")
     mean = x[split.train].mean(axis=0)
     std = x[split.train].std(axis=0)
-    data = _Data(task, torch.from_numpy((x - mean) / np.where(std > 0, std, 1.0)), y, split, config)
+    inputs = torch.from_numpy((x - mean) / np.where(std > 0, std, 1.0))
     torch.manual_seed(config.seed)
     features = x.shape[1] if features is None else features
     head = StagedHead(task, x.shape[1], features, config.hidden, config.dropout)
+    return fit_stages(task, head, inputs, y, split, config)
+
+
+def fit_stages(
+    task: Task,
+    head: torch.nn.Module,
+    inputs: torch.Tensor,
+    y: np.ndarray,
+    split: LabelSplit,
+    config: HeadConfig,
+) -> HeadResult:
+    """Train ``head`` (a ``StagedHead``, or one with its ``stages``, ``stage``, ``features`` and
+    ``module``) on ``inputs`` as ``fit_head`` says, a stage at a time; then score every row."""
+    data = _Data(task, inputs, y, split, config)
     best, stages, history, best_epoch = -math.inf, {}, [], 0
     for stage, name in enumerate(head.stages):
         head.stage = stage + 1
-        if name == "linear" and not features:
+        if name == "linear" and not head.features:
             continue  # nothing to fit: a constant 0, the joint stage's own bias takes the prior
         how = (
             dataclasses.replace(LINEAR, balanced=config.balanced, seed=config.seed)

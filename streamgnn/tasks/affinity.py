@@ -1,0 +1,217 @@
+"""Node affinity, TGB's node property prediction (``tgbn-trade``, ``-genre``, ``-reddit``): for each node and
+each period, the label is how the node's interactions in the NEXT period are shared among ``C`` classes (the
+nations a nation trades with next year, the genres a user listens to next week; on Travian, the alliances a
+player attacks, messages and trades with tomorrow), a distribution over the classes. It is predicted at the
+period's start from what came before, and scored by NDCG@10 of the predicted distribution against it
+(``metrics.ndcg_at_k``: ties averaged, the mean over label times of each time's mean, as TGB's evaluator).
+
+A label at ``t`` describes ``[t, t + horizon)``, so its value is known only at ``t + horizon``: what predicts
+a label reads events strictly before its time and labels revealed by then (``revealed``), never the period
+it describes. TGB's baselines read only those: ``persistence`` (the node's last revealed label; zeros where
+none) and ``moving_average`` (TGB's: each revealed label moves the forecast by ``1 / window``).
+
+Why not the class a node belongs to (a player's own alliance) as the label: it hardly moves (a Travian
+player changes alliance on about 1% of days), so persistence scores it near 1 and there is nothing to learn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+from ..events import EventBatch
+from .head import mlp
+from .labels import Labels
+from .metrics import ndcg_at_k
+from .task import Task
+
+
+@dataclass(frozen=True)
+class NodeAffinity(Task):
+    """A distribution over ``classes`` per node label (rows of ``Labels.y``, ``[n, classes]``): a softmax
+    head trained by cross-entropy to the distribution, scored by NDCG@``k``."""
+
+    classes: int = 2
+    k: int = 10
+
+    on_edges = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.classes, int) or self.classes < 2:
+            raise ConfigError(f"NodeAffinity.classes must be an int >= 2, got {self.classes!r}")
+        if not isinstance(self.k, int) or self.k < 1:
+            raise ConfigError(f"NodeAffinity.k must be an int >= 1, got {self.k!r}")
+
+    @property
+    def out_dim(self) -> int:
+        return self.classes
+
+    def target(self, y: np.ndarray) -> torch.Tensor:
+        y = np.asarray(y, np.float64)
+        if y.ndim != 2 or y.shape[1] != self.classes:
+            raise ConfigError(f"NodeAffinity: labels of shape {y.shape}, need [n, {self.classes}]")
+        sums = y.sum(axis=1)
+        bad = ~np.isfinite(sums) | (y < 0).any(axis=1) | (np.abs(sums - 1) > 1e-6)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ConfigError(f"NodeAffinity: label row {row} is not a distribution (sum {sums[row]!r})")
+        return torch.as_tensor(y, dtype=torch.float32)
+
+    def losses(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return -(y * torch.log_softmax(out, dim=1)).sum(dim=1)
+
+    def predict(self, out: torch.Tensor) -> np.ndarray:
+        return torch.softmax(out, dim=1).double().numpy()
+
+    def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
+        return {f"ndcg{self.k}": ndcg_at_k(scores, y, self.k)}
+
+    def selection(self, metrics: dict[str, float]) -> float:
+        value = metrics[f"ndcg{self.k}"]
+        return -math.inf if math.isnan(value) else value
+
+
+def affinity_labels(
+    events: EventBatch, bounds: np.ndarray, members: list[tuple[np.ndarray, np.ndarray]], classes: int
+) -> Labels:
+    """The labels of a stream cut into periods ``[bounds[p], bounds[p + 1])``: for each period and each
+    node that is the source of an event in it whose destination has a class then (``members[p]``: node
+    ids and their classes, ``0..classes-1``), one label at ``bounds[p]`` whose ``y`` is the share of those
+    events per destination class. Events whose destination has no class that period count in no label."""
+    bounds = np.asarray(bounds, np.float64)
+    if bounds.ndim != 1 or len(bounds) != len(members) + 1 or np.any(np.diff(bounds) <= 0):
+        raise ConfigError(f"affinity_labels: need {len(members) + 1} increasing bounds, got {bounds.shape}")
+    nodes, times, rows = [], [], []
+    for p, (ids, cls) in enumerate(members):
+        if len(cls) != len(ids):
+            raise ConfigError(f"affinity_labels: period {p} has {len(ids)} nodes but {len(cls)} classes")
+        if len(cls) and (np.min(cls) < 0 or np.max(cls) >= classes):
+            raise ConfigError(f"affinity_labels: period {p} has a class outside 0..{classes - 1}")
+        if len(np.unique(ids)) != len(ids):
+            raise ConfigError(f"affinity_labels: period {p} gives a node two classes")
+        inside = np.flatnonzero((events.t >= bounds[p]) & (events.t < bounds[p + 1]))
+        order = np.argsort(ids, kind="stable")
+        at = np.minimum(np.searchsorted(ids[order], events.dst[inside]), max(len(ids) - 1, 0))
+        known = np.zeros(len(inside), bool) if not len(ids) else ids[order][at] == events.dst[inside]
+        src, cls_of = events.src[inside][known], cls[order][at][known]
+        who, which = np.unique(src, return_inverse=True)
+        counts = np.zeros((len(who), classes))
+        np.add.at(counts, (which, cls_of), 1.0)
+        nodes.append(who)
+        times.append(np.full(len(who), bounds[p]))
+        rows.append(counts / counts.sum(axis=1, keepdims=True))
+    return Labels(np.concatenate(nodes), np.concatenate(times), np.concatenate(rows))
+
+
+def _sweep(labels: Labels, horizon: float, update: Callable, at: Labels | None) -> np.ndarray:
+    """For each row of ``at`` (default: the labels themselves), the state ``update(state, y)`` folds its
+    node's labels revealed by its time (``t' + horizon <= t``) into, in order; zeros where it has none."""
+    if not horizon > 0:
+        raise ConfigError(f"horizon must be > 0, got {horizon}")
+    at = labels if at is None else at
+    y = np.asarray(labels.y, np.float64)
+    if y.ndim != 2:
+        raise ConfigError(f"a forecast of node affinity takes [n, C] labels, got shape {y.shape}")
+    out = np.zeros((len(at), y.shape[1]))
+    reveal = labels.t + horizon
+    order = np.argsort(reveal, kind="stable").tolist()
+    node, query_node, query_t = labels.node.tolist(), at.node.tolist(), at.t.tolist()
+    state: dict = {}
+    j = 0
+    for i in range(len(at)):
+        while j < len(order) and reveal[order[j]] <= query_t[i]:
+            r = order[j]
+            state[node[r]] = update(state.get(node[r]), y[r])
+            j += 1
+        if query_node[i] in state:
+            out[i] = state[query_node[i]]
+    return out
+
+
+def persistence(labels: Labels, horizon: float, at: Labels | None = None) -> np.ndarray:
+    """TGB's persistence forecast: the node's last revealed label (zeros where it has none); for the rows
+    of ``at`` where given (another task's labels: what this relation's last period says at their times)."""
+    return _sweep(labels, horizon, lambda _, y: y, at)
+
+
+def moving_average(labels: Labels, horizon: float, window: int = 7, at: Labels | None = None) -> np.ndarray:
+    """TGB's moving average (``MovingAverage``, window 7): the node's first revealed label, then each
+    next one moves it by ``1 / window`` (zeros where it has none); at the rows of ``at`` where given."""
+    if not isinstance(window, int) or window < 1:
+        raise ConfigError(f"window must be an int >= 1, got {window!r}")
+    return _sweep(labels, horizon, lambda m, y: y if m is None else m + (y - m) / window, at)
+
+
+def popularity(labels: Labels, horizon: float) -> np.ndarray:
+    """Each label's view of the classes' share of everyone's interactions: the mean of the labels of the
+    latest label time revealed by its own (zeros before any)."""
+    y = np.asarray(labels.y, np.float64)
+    times, start = np.unique(labels.t, return_index=True)
+    means = np.add.reduceat(y, start, axis=0) / np.diff(np.r_[start, len(labels)])[:, None]
+    latest = np.searchsorted(times + horizon, labels.t, side="right") - 1
+    return np.where((latest >= 0)[:, None], means[np.maximum(latest, 0)], 0.0)
+
+
+def class_features(
+    labels: Labels, horizon: float, window: int = 7, extra: np.ndarray | None = None
+) -> np.ndarray:
+    """``[n, C, f]``: per label and class, what the revealed labels say (persistence, moving average,
+    popularity) and the caller's ``extra`` ``[n, C, e]`` (e.g. the node's own class as of its last known
+    period), the inputs a head shares across classes (``affinity_head``)."""
+    parts = [
+        persistence(labels, horizon),
+        moving_average(labels, horizon, window),
+        popularity(labels, horizon),
+    ]
+    stacked = np.stack(parts, axis=2).astype(np.float32)
+    if extra is None:
+        return stacked
+    if extra.shape[:2] != stacked.shape[:2]:
+        raise ConfigError(f"class_features: extra of shape {extra.shape}, need {stacked.shape[:2]} first")
+    return np.concatenate([stacked, np.asarray(extra, np.float32)], axis=2)
+
+
+CHUNK = 1024  # rows a head scores at once: its class MLP holds rows x classes x hidden values
+
+
+class AffinityHead(nn.Module):
+    """A node affinity head in stages (as ``head.StagedHead``): ``linear`` scores every class by one linear
+    map of its own features (shared by all classes: a class id means nothing across periods, what the
+    node did with it does; it starts at zero, uniform), ``features`` adds an MLP over them, ``joint`` an
+    MLP from the node's embedding and stream features to every class (TGB's TGN decoder). Each added
+    branch starts at zero. Its input rows are ``[class features flattened (C * f) ; embedding and node
+    features (d)]``."""
+
+    def __init__(self, classes: int, per_class: int, node_dim: int, hidden: tuple[int, ...], dropout: float):
+        super().__init__()
+        self.classes, self.per_class, self.node_dim = classes, per_class, node_dim
+        self.features = classes * per_class
+        self.linear = nn.Linear(per_class, 1)
+        nn.init.zeros_(self.linear.weight)  # uniform at the start: a random sign could rank classes backwards
+        self.branches = nn.ModuleDict({"features": mlp(per_class, hidden, 1, dropout)})
+        self.stages = ["linear", "features"]
+        if node_dim:
+            self.branches["joint"] = mlp(node_dim, hidden, classes, dropout)
+            self.stages.append("joint")
+        self.stage = len(self.stages)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.is_grad_enabled() and len(x) > CHUNK:  # scoring: bounded memory, whatever the rows
+            return torch.cat([self(x[lo : lo + CHUNK]) for lo in range(0, len(x), CHUNK)])
+        per = x[:, : self.features].reshape(len(x), self.classes, self.per_class)
+        out = self.linear(per)[..., 0]
+        if self.stage > 1:
+            out = out + self.branches["features"](per)[..., 0]
+        if self.stage > 2:
+            out = out + self.branches["joint"](x[:, self.features :])
+        return out
+
+    def module(self, stage: int) -> nn.Module:
+        name = self.stages[stage]
+        return self.linear if name == "linear" else self.branches[name]
