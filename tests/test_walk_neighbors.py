@@ -159,3 +159,11 @@ def test_sharded_training_refuses_it_by_name():
     model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, pair_dim=4, walk_dim=8, walk_neighbors=2)
     with pytest.raises(ConfigError, match="walk_neighbors=0 under train.sharding"):
         ShardedTrainer(TrainConfig(model=model, sharding=ShardConfig(num_partitions=2)))
+
+
+def test_docstring_example_runs():
+    import doctest
+
+    from streamgnn.nn import relative
+
+    assert doctest.testmod(relative).failed == 0
