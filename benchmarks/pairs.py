@@ -25,7 +25,10 @@ one epoch each in ``--repeats`` alternating rounds, forwards and backwards in tu
 round (the issue's target: at least 0.7), with every round's ratio and the spread beside it, and
 ``walks_vs_no_walks_speed`` the default's over the one without walks, likewise. A fourth side, the default
 plus the time-decayed pair features (``TGNConfig.pair_decayed``): ``decayed_vs_pairs_speed`` (its events/s
-over the default's), and ``decayed_us_per_query`` their cost per query on the query-cost store.
+over the default's), and ``decayed_us_per_query`` their cost per query on the query-cost store. A fifth,
+the default plus the 10 latest neighbors' relative walk products (``TGNConfig.walk_neighbors``):
+``relative_vs_tgn_speed`` (its events/s over TGN alone's: the bar ``pair_vs_tgn_speed`` sets for a default)
+and ``relative_vs_pairs_speed``.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ HEADLINE = {
     "walks_vs_no_walks_speed": "training events/s with walk features / the pair features without them",
     "decayed_us_per_query": "time-decayed pair features, us per query (same store and queries)",
     "decayed_vs_pairs_speed": "training events/s with the decayed pair features / the default without them",
+    "relative_vs_tgn_speed": "training events/s with the neighbors' relative walk products / TGN alone",
 }
 
 
@@ -124,6 +128,7 @@ def walk_cost(events, src: np.ndarray, dst: np.ndarray, repeats: int) -> dict:
 
 SIDES = (("tgn", dict(pair_features=False)), ("no_walks", dict(pair_walks=False)), ("pairs", {}))
 DECAYED = ("decayed", dict(pair_decayed=True))  # ``bench pairs`` only: the default plus decayed features
+RELATIVE = ("relative", dict(walk_neighbors=10))  # ``bench pairs`` only: plus the neighbors' walk products
 WARMUP_EVENTS = 1_000
 
 
@@ -159,6 +164,8 @@ def train_speed(events, repeats: int = 5, sides=SIDES) -> dict:
         ("pair_vs_tgn_speed", "pairs", "tgn"),
         ("walks_vs_no_walks_speed", "pairs", "no_walks"),
         ("decayed_vs_pairs_speed", "decayed", "pairs"),
+        ("relative_vs_tgn_speed", "relative", "tgn"),
+        ("relative_vs_pairs_speed", "relative", "pairs"),
     ):
         if num not in configs:
             continue
@@ -189,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     n_train = args.train_events or (6_000 if args.quick else 30_000)
     results = {"dataset": "jodie_wikipedia", "events": n, "train_events": n_train, "threads": args.threads}
     results.update(query_cost(events.take(slice(0, n)), args.repeats))
-    results.update(train_speed(events.take(slice(0, n_train)), args.repeats, (*SIDES, DECAYED)))
+    results.update(train_speed(events.take(slice(0, n_train)), args.repeats, (*SIDES, DECAYED, RELATIVE)))
     report(results, args.json, "pair features: cost per query and training speed", HEADLINE, args.quick)
     return 0
 

@@ -30,6 +30,8 @@ def test_tiny_run_prints_costs_and_the_speed_ratio(capsys):
     assert result["pair_vs_tgn_speed"] == round_["pairs"] / round_["tgn"]
     assert result["walks_vs_no_walks_speed"] == round_["pairs"] / round_["no_walks"]
     assert result["decayed_vs_pairs_speed"] == round_["decayed"] / round_["pairs"]
+    assert result["relative_vs_tgn_speed"] == round_["relative"] / round_["tgn"]
+    assert result["relative_vs_pairs_speed"] == round_["relative"] / round_["pairs"]
     assert result["decayed_us_per_query"] > 0
 
 

@@ -47,9 +47,16 @@ def decayed_pairs() -> LinkModel:
     return make_link_model(config, device="cpu", dist=None)
 
 
+def relative_walks() -> LinkModel:
+    """TGN whose pair features also hold the neighbors' relative walk products (``walk_neighbors``)."""
+    config = TrainConfig(model=dataclasses.replace(SMALL[TGNConfig], walk_neighbors=3), seed=3)
+    return make_link_model(config, device="cpu", dist=None)
+
+
 FACTORIES = {
     **{cls.__name__: registered(cls) for cls in MODELS},
     "TGNConfig(pair_decayed)": decayed_pairs,
+    "TGNConfig(walk_neighbors)": relative_walks,
     "EdgeBank": EdgeBank,
     "EdgeBank(window)": lambda: EdgeBank(window_ratio=0.5),
 }

@@ -11,7 +11,8 @@ histogram of counts times that table: no ``[pairs, k, dim]`` tensor is ever buil
 candidates per positive cheap. Walk products (``sampling.WalkFeatures``, with ``walks``), inner products
 of random-projected walk counts that span orders of magnitude and may be negative, go in as
 ``sign(x) log(1 + |x|)`` through a third MLP, as TPNet scales them. Time-decayed pair features
-(``sampling.DecayPairs``, with ``decayed``) go through ``DecayEncoder``, after the walk part.
+(``sampling.DecayPairs``, with ``decayed``) go through ``DecayEncoder``, after the walk part. The
+neighbors' relative walk products (with ``relative``) go through ``RelativeEncoder``, between the two.
 
 >>> import numpy as np
 >>> enc = PairEncoder(history_dim=5, neighbors=3, dim=4)
@@ -28,7 +29,9 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from ..sampling.decay_pairs import DecayPairs
 from ..sampling.pair_kernels import HISTORY_FIXED, N_UV, N_VU, SINCE_UV, SINCE_VU
+from ..sampling.walks import relative_width
 from .decay_pairs import DecayEncoder
+from .relative import RelativeEncoder
 
 
 class PairEncoder(nn.Module):
@@ -36,9 +39,10 @@ class PairEncoder(nn.Module):
     3 * dim`` (history, u's neighbors, v's neighbors). ``endpoints``: the history's last two columns are
     the time since each endpoint's latest event with anyone, encoded as the pair's gaps are. ``walks``:
     how many walk products a pair has (0: none); then ``out_dim = 4 * dim``. ``decayed``: how many
-    decayed pair features a pair has (0: none), one more ``dim``. ``forward`` reads the raw parts in
-    ``PairFeatures.read``'s order: history, co-occurrence, then walk products and decayed features where
-    on."""
+    decayed pair features a pair has (0: none), one more ``dim``. ``relative``: the width of a neighbor's
+    relative walk products (0: none; needs ``walks``), two more ``dim``. ``forward`` reads the raw parts
+    in ``PairFeatures.read``'s order: history, co-occurrence, then walk products, relative products and
+    decayed features where on."""
 
     def __init__(
         self,
@@ -48,8 +52,13 @@ class PairEncoder(nn.Module):
         endpoints: bool = False,
         walks: int = 0,
         decayed: int = 0,
+        relative: int = 0,
     ) -> None:
         super().__init__()
+        if relative and not walks:
+            raise ConfigError(
+                "the neighbors' relative walk products come with the pair's: relative needs walks"
+            )
         self.neighbors, self.endpoints = neighbors, endpoints
         n_in = 2 + 2 + 2 + (history_dim - HISTORY_FIXED)  # log counts, seen flags, log gaps, log decayed
         n_in += 2 * endpoints  # the endpoints' gaps (counted in history_dim) also have seen flags
@@ -57,7 +66,8 @@ class PairEncoder(nn.Module):
         self.count = nn.Sequential(nn.Linear(1, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.walk = nn.Sequential(nn.Linear(walks, dim), nn.ReLU(), nn.Linear(dim, dim)) if walks else None
         self.decay = DecayEncoder(decayed, dim) if decayed else None
-        self.out_dim = (3 + bool(walks) + bool(decayed)) * dim
+        self.relative = RelativeEncoder(relative, dim) if relative else None
+        self.out_dim = (3 + bool(walks) + bool(decayed) + 2 * bool(relative)) * dim
 
     @classmethod
     def of(cls, config) -> PairEncoder:
@@ -67,7 +77,18 @@ class PairEncoder(nn.Module):
         history_dim = HISTORY_FIXED + len(config.pair_decays) + 2 * config.pair_endpoints
         walks = len(config.walk_decays) * (2 * config.walk_hops + 2) ** 2 if config.pair_walks else 0
         decayed = DecayPairs.width(config) if config.pair_decayed else 0
-        return cls(history_dim, config.pair_neighbors, config.pair_dim, config.pair_endpoints, walks, decayed)
+        relative = 0
+        if config.pair_walks and config.walk_neighbors:
+            relative = relative_width(config.walk_hops, len(config.walk_decays))
+        return cls(
+            history_dim,
+            config.pair_neighbors,
+            config.pair_dim,
+            config.pair_endpoints,
+            walks,
+            decayed,
+            relative,
+        )
 
     def forward(self, history: Tensor, cooc: Tensor, *extra: Tensor) -> Tensor:
         dev = self.count[0].weight.device
@@ -99,15 +120,17 @@ class PairEncoder(nn.Module):
         table = self.count(torch.arange(k + 1, device=dev, dtype=torch.float32).unsqueeze(1))  # [k+1, dim]
         pooled = (hist @ table) / valid.sum(2, keepdim=True).clamp_min(1)  # mean of f(own) + f(other)
         parts = [self.history(h), pooled.reshape(n, -1)]
-        wanted = (self.walk is not None) + (self.decay is not None)
+        wanted = (self.walk is not None) + (self.relative is not None) + (self.decay is not None)
         if len(extra) != wanted:
             raise ConfigError(
                 f"this pair encoder reads {wanted} parts after co-occurrence (walk products with pair_walks, "
-                f"decayed features with pair_decayed), got {len(extra)}"
+                f"relative ones with walk_neighbors, decayed features with pair_decayed), got {len(extra)}"
             )
         if self.walk is not None:
             w = extra[0].to(dev).reshape(n, -1).float()  # (float32 first: a third of the float64 work)
             parts.append(self.walk(torch.log1p(w.abs()).copysign_(w)))
+        if self.relative is not None:
+            parts.append(self.relative(extra[1], cooc))
         if self.decay is not None:
             parts.append(self.decay(extra[-1]))
         return torch.cat(parts, dim=1)

@@ -76,6 +76,11 @@ class TGNConfig(Config):
     recency in each endpoint's own pace; encoded by ``nn.DecayEncoder`` into one more ``pair_dim``.
     They say how much a pair interacts now, where the counts say whether it ever did (benchmarks/CHANGELOG.md,
     "Closing on TPNet").
+    ``walk_neighbors``: with ``pair_walks``, each endpoint's latest ``walk_neighbors`` neighbors (at most
+    ``pair_neighbors``; 0: off, the default) also carry their walk products with both endpoints, TPNet's
+    relative encoding (``WalkFeatures.relative``), encoded per neighbor with its co-occurrence counts and
+    pooled per endpoint into two more ``pair_dim`` (benchmarks/RESULTS.md, "Neighbor-relative walk
+    features"). Not read across shards yet: a sharded run refuses it.
     """
 
     memory_dim: int = 100
@@ -104,6 +109,7 @@ class TGNConfig(Config):
     walk_dim: int = 64
     walk_decays: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
     pair_decayed: bool = False
+    walk_neighbors: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pair_decays", tuple(self.pair_decays))  # (lists from JSON)
@@ -111,6 +117,13 @@ class TGNConfig(Config):
         for name in ("pair_neighbors", "pair_dim", "walk_hops", "walk_dim"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
+        if not isinstance(self.walk_neighbors, int) or not 0 <= self.walk_neighbors <= self.pair_neighbors:
+            raise ConfigError(
+                f"walk_neighbors must be an int in 0..pair_neighbors ({self.pair_neighbors}), "
+                f"got {self.walk_neighbors!r}"
+            )
+        if self.walk_neighbors and not self.pair_walks:
+            raise ConfigError("walk_neighbors reads the walk state: it needs pair_walks=True")
         if not all(isinstance(x, int | float) and 0 < x < float("inf") for x in self.pair_decays):
             raise ConfigError(f"pair_decays must be finite time constants > 0, got {list(self.pair_decays)}")
         if not self.walk_decays or not all(

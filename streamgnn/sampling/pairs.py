@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..store import GraphStore
+from . import decay_kernels as D
 from . import pair_kernels as K
 from .decay_pairs import DecayPairs
 from .walks import WalkFeatures
@@ -37,6 +38,9 @@ class PairFeatures:
     ``endpoints``: two more history columns, the time since each endpoint's latest event with anyone.
     ``walks``: TPNet's temporal walk features too (``walk``), a cache over the store (``reset`` forgets it).
     ``decayed``: time-decayed pair features too (``DecayPairs``), read after the walk products.
+    ``walk_neighbors``: with ``walks``, each endpoint's latest ``walk_neighbors`` neighbors (those
+    co-occurrence counts, newest first) also get their walk products with both endpoints
+    (``WalkFeatures.relative``, TPNet's relative encoding), read after the pair's own.
     """
 
     def __init__(
@@ -47,9 +51,14 @@ class PairFeatures:
         endpoints: bool = False,
         walks: WalkFeatures | None = None,
         decayed: DecayPairs | None = None,
+        walk_neighbors: int = 0,
     ) -> None:
         if not isinstance(neighbors, int) or neighbors < 1:
             raise ConfigError(f"pair neighbors must be an int >= 1, got {neighbors!r}")
+        if not isinstance(walk_neighbors, int) or not 0 <= walk_neighbors <= neighbors:
+            raise ConfigError(f"walk neighbors must be an int in 0..{neighbors}, got {walk_neighbors!r}")
+        if walk_neighbors and walks is None:
+            raise ConfigError("walk neighbors read the walk state: they need walks")
         decays = tuple(float(x) for x in decays)
         if not all(x > 0 and np.isfinite(x) for x in decays):
             raise ConfigError(f"pair decay time constants must be finite and > 0, got {list(decays)}")
@@ -59,6 +68,7 @@ class PairFeatures:
         self.endpoints = endpoints
         self.walks = walks
         self.decayed = decayed
+        self.walk_neighbors = walk_neighbors
 
     @classmethod
     def of(cls, store: GraphStore, config) -> PairFeatures:
@@ -67,7 +77,10 @@ class PairFeatures:
         if config.pair_walks:
             walks = WalkFeatures(config.walk_hops, config.walk_dim, config.walk_decays)
         decayed = DecayPairs.of(config) if config.pair_decayed else None
-        return cls(store, config.pair_neighbors, config.pair_decays, config.pair_endpoints, walks, decayed)
+        return cls(
+            store, config.pair_neighbors, config.pair_decays, config.pair_endpoints, walks, decayed,
+            config.walk_neighbors if config.pair_walks else 0,
+        )  # fmt: skip
 
     def nbytes(self) -> int:
         """The walk features' cache (the other features keep nothing beside the store)."""
@@ -113,11 +126,29 @@ class PairFeatures:
         src, dst, t = pair_queries(src, dst, t)
         return self.walks.products(self.store, src, dst, t)
 
+    def relative(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``walk``'s products and ``WalkFeatures.relative``'s ``float32 [n, 2, walk_neighbors, width]``
+        of both endpoints' latest ``walk_neighbors`` neighbors before ``t`` (newest first, as
+        ``cooccurrence`` orders them; zeros pad)."""
+        src, dst, t = pair_queries(src, dst, t)
+        k, view = self.walk_neighbors, self.store.view()
+        nbr = np.full((2, len(src), k), -1, np.int64)
+        tim, lens = np.empty((len(src), k)), np.empty(len(src), np.int64)
+        for side, nodes in enumerate((src, dst)):
+            D.latest_events(
+                view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes, nodes, t, k,
+                nbr[side], tim, lens,
+            )  # fmt: skip
+        return self.walks.relative(self.store, src, dst, t, nbr.transpose(1, 0, 2))
+
     def read(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, ...]:
         """Every raw feature ``PairEncoder`` reads, in one call (a sharded reader answers with one exchange):
-        history, co-occurrence (then the walk products and the decayed features, where on)."""
+        history, co-occurrence (then the walk products, the neighbors' relative ones and the decayed
+        features, where on)."""
         parts = (self.history(src, dst, t), self.cooccurrence(src, dst, t))
-        if self.walks is not None:
+        if self.walk_neighbors:
+            parts = (*parts, *self.relative(src, dst, t))
+        elif self.walks is not None:
             parts = (*parts, self.walk(src, dst, t))
         if self.decayed is not None:
             parts = (*parts, self.decayed.read(self.store, *pair_queries(src, dst, t)))

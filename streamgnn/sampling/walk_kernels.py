@@ -6,7 +6,9 @@ of the start node's ``P``, each walk weighted by ``exp(-rate_c * (events since i
 ``<H[u, c, i-1], H[v, c, j-1]>`` approximates (Johnson-Lindenstrauss) the decayed number of walk pairs
 meeting at a common start, and ``<P[u], H[v, c, k-1]>`` the decayed number of ``k``-event walks from ``u``
 to ``v``: counts no fixed neighborhood can hold, at O(K d) per event and O(K^2 d) per query (a query
-reads the Gram matrix of both endpoints' hops, so each node's own products too).
+reads the Gram matrix of both endpoints' hops, so each node's own products too). A query may also name
+neighbors of its endpoints (TPNet's relative encoding): each one's products with both endpoints and with
+itself come from the same state, O(K^2 d) per neighbor.
 
 A walk's events have strictly increasing times: the events of one time stamp (a *group*) all read the
 state from before the group, so the batch they came in changes nothing; within a group they are applied in
@@ -143,12 +145,74 @@ def _gram(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, X, out, i, prev):
 
 
 @njit(cache=True)
-def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, order, out):
+def _load(H, lam, sH, slam, slot, P, rates, x, clock, Y):
+    """``Y[c]``: node ``x``'s hops 0..K in channel ``c``, decayed to ``clock`` (from its scratch row where
+    pending events gave it one)."""
+    K = Y.shape[1] - 1
+    r = slot[x]
+    for c in range(Y.shape[0]):
+        Y[c, 0] = P[x]
+        if r >= 0:
+            f = np.exp(-rates[c] * (clock - slam[r]))
+            for k in range(K):
+                for j in range(Y.shape[2]):
+                    Y[c, 1 + k, j] = sH[r, c, k, j] * f
+        else:
+            f = np.exp(-rates[c] * (clock - lam[x]))
+            for k in range(K):
+                for j in range(Y.shape[2]):
+                    Y[c, 1 + k, j] = H[x, c, k, j] * f
+
+
+@njit(cache=True, inline="always")
+def _dot(a, b):
+    s = 0.0
+    for j in range(len(a)):
+        s += a[j] * b[j]
+    return s
+
+
+@njit(cache=True, fastmath={"reassoc"})
+def _relative(X, Y, nbr, rel, i, prev, H, lam, sH, slam, slot, P, rates, clock):
+    """``rel[i, s, j]``: neighbor ``w = nbr[i, s, j]`` of endpoint ``s`` (0: u, 1: v; -1: none, zeros)
+    against both endpoints, whose decayed hops ``X`` holds (``_gram``: u's rows, then v's): per channel
+    ``<w's hop a, own endpoint's hop b>``, then the same against the other endpoint, then ``<w's hop a,
+    itself>`` (``relative_width`` columns). After a query ``prev`` with the same ``u`` and clock, a
+    neighbor of u in the same position has the same products with u and itself: those are copied."""
+    C, m = X.shape[0], Y.shape[1]
+    block = C * m * m
+    for s in range(2):
+        own = 0 if s == 0 else m
+        for j in range(nbr.shape[2]):
+            w = nbr[i, s, j]
+            row = rel[i, s, j]
+            if w < 0 or w >= len(P):
+                row[:] = 0.0
+                continue
+            _load(H, lam, sH, slam, slot, P, rates, w, clock, Y)
+            same = s == 0 and prev >= 0 and nbr[prev, 0, j] == w
+            for c in range(C):
+                for a in range(m):
+                    for b in range(m):
+                        col = c * m * m + a * m + b
+                        if same:
+                            row[col] = rel[prev, 0, j, col]
+                        else:
+                            row[col] = _dot(Y[c, a], X[c, own + b])
+                        row[block + col] = _dot(Y[c, a], X[c, m - own + b])
+                    col = 2 * block + c * m + a
+                    row[col] = rel[prev, 0, j, col] if same else _dot(Y[c, a], Y[c, a])
+
+
+@njit(cache=True)
+def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, order, out, nbr, rel):
     """Queries in ``order`` (non-decreasing ``prefix``): query ``i`` sees the state plus the first
     ``prefix[i]`` pending events ``ev_*`` (the events before its time that the state does not hold). They
     go to a scratch copy of the rows they touch (``slot[x]``: x's scratch row, -1: none; all -1 again on
     return), so the state itself never holds an event that a later arrival could have to precede.
-    ``clock``: the events the state holds. Unknown nodes (-1, or beyond ``P``) read zeros."""
+    ``clock``: the events the state holds. Unknown nodes (-1, or beyond ``P``) read zeros. ``nbr``
+    ``[n, 2, k]``: neighbors of each query's endpoints whose products with both go to ``rel`` (``_relative``;
+    ``k = 0``: none), from the same state."""
     n_ev = len(ev_s)
     C, K, d = H.shape[1], H.shape[2], H.shape[3]
     sH = np.zeros((2 * n_ev + 1, C, K, d))
@@ -156,6 +220,7 @@ def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, or
     rows_s = np.empty(n_ev, np.int64)
     rows_d = np.empty(n_ev, np.int64)
     X = np.empty((C, 2 * (K + 1), d))
+    Y = np.empty((C, K + 1, d))
     last_u, last_clock, last_i = -1, -1, -1
     used = 0
     done = 0
@@ -177,6 +242,7 @@ def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, or
         u, v = src[i], dst[i]
         if u < 0 or v < 0 or u >= len(P) or v >= len(P):
             out[i] = 0.0
+            rel[i] = 0.0
             continue
         prev = last_i if u == last_u and clock == last_clock else -1
         if slot[u] < 0:
@@ -188,6 +254,8 @@ def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, or
             _gram(sH, slam, slot[u], H, lam, v, P, rates, u, v, clock, X, out, i, prev)
         else:
             _gram(sH, slam, slot[u], sH, slam, slot[v], P, rates, u, v, clock, X, out, i, prev)
+        if nbr.shape[2]:
+            _relative(X, Y, nbr, rel, i, prev, H, lam, sH, slam, slot, P, rates, clock)
         last_u, last_clock, last_i = u, clock, i
     for j in range(n_ev):
         slot[ev_s[j]] = -1

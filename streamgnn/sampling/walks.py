@@ -94,27 +94,47 @@ class WalkFeatures:
         self._slot = np.zeros(0, np.int64)
         self._pending = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
+    @property
+    def relative_width(self) -> int:
+        """One neighbor's values in ``relative`` (``relative_width``)."""
+        return relative_width(self.hops, len(self.rates))
+
     def products(self, store: GraphStore, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
         """``float64 [n, channels, 2 (hops + 1), 2 (hops + 1)]``: per channel the Gram matrix of
         ``src[i]``'s hops 0..hops then ``dst[i]``'s over the events before ``t[i]`` (``[i, c, a, hops + 1
         + b]`` = <src's hop ``a``, dst's hop ``b``>). -1: unknown node (zeros)."""
+        return self.relative(store, src, dst, t, np.zeros((len(np.reshape(src, -1)), 2, 0), np.int64))[0]
+
+    def relative(
+        self, store: GraphStore, src: np.ndarray, dst: np.ndarray, t: np.ndarray, nbr: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``products`` and, from the same state, ``float32 [n, 2, k, relative_width]``: for each
+        ``w = nbr[i, s, j]``, a neighbor of ``src[i]`` (``s = 0``) or ``dst[i]`` (``s = 1``; -1: none,
+        zeros), TPNet's relative encoding: per channel ``<w's hop a, own endpoint's hop b>`` (``[c, a, b]``
+        flat), the same against the other endpoint, then ``<w's hop a, w's hop a>``. Zeros for a query with
+        an unknown endpoint; a real neighbor's row is never all zeros (its hop 0 with itself)."""
         src, dst = np.asarray(src, np.int64).reshape(-1), np.asarray(dst, np.int64).reshape(-1)
         t = np.ascontiguousarray(np.broadcast_to(np.asarray(t, np.float64), src.shape).reshape(-1))
         if len(dst) != len(src):
             raise ConfigError(f"walk queries need as many destinations as sources: {len(src)} != {len(dst)}")
+        nbr = np.ascontiguousarray(nbr, np.int64)
+        if nbr.ndim != 3 or nbr.shape[:2] != (len(src), 2):
+            raise ConfigError(f"walk neighbors must be [queries, 2, k] ids, got shape {nbr.shape}")
         out = np.empty((len(src), *self.shape))  # ``answer`` writes every entry
+        rel = np.empty((*nbr.shape, self.relative_width), np.float32)
         if len(src):
             with self._lock:
-                self._answer(store, src, dst, t, out)
-        return out
+                self._answer(store, src, dst, t, out, nbr, rel)
+        return out, rel
 
-    def _answer(self, store: GraphStore, src: np.ndarray, dst: np.ndarray, t: np.ndarray, out) -> None:
+    def _answer(self, store: GraphStore, src: np.ndarray, dst: np.ndarray, t: np.ndarray, out, nbr, rel):
         self._sync(store, float(t.min()))
         known = self._store.view().num_nodes
         src, dst = np.where(src < known, src, -1), np.where(dst < known, dst, -1)
         answer(
-            self._H, self._lam, self._P, self.rates, self._slot, self._pending, self._clock, src, dst, t, out
-        )
+            self._H, self._lam, self._P, self.rates, self._slot, self._pending, self._clock, src, dst, t, out,
+            np.where(nbr < known, nbr, -1), rel,
+        )  # fmt: skip
 
     def _sync(self, store: GraphStore, t_min: float) -> None:
         """Take in the store's new edges and fold the pending ones before ``min(t_min, newest)`` into the
@@ -166,6 +186,13 @@ class WalkFeatures:
         self._slot = np.concatenate([self._slot, np.full(cap - have, -1, np.int64)])
 
 
+def relative_width(hops: int, channels: int) -> int:
+    """One neighbor's values in ``WalkFeatures.relative``: per channel ``(hops + 1)^2`` products with its
+    own endpoint, as many with the other, and ``hops + 1`` with itself (the encoder's input width)."""
+    m = hops + 1
+    return channels * (2 * m * m + m)
+
+
 def new_edges(view, first: int, seen_deg: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(src, dst)`` of a store ``view``'s edges from ``first`` on, read from the rows of the nodes whose
     degree grew past ``seen_deg`` (their degrees when edge ``first`` was next; ``walk_kernels.new_edges``),
@@ -188,14 +215,17 @@ def by_time(t: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray
     return t[order], src[order], dst[order]
 
 
-def answer(H, lam, P, rates, slot, pending, clock: int, src, dst, t, out) -> None:
+def answer(H, lam, P, rates, slot, pending, clock: int, src, dst, t, out, nbr=None, rel=None) -> None:
     """``out[i]``: query ``(src[i], dst[i], t[i])``'s products over the state ``H``/``lam`` (row = node id,
     ``clock`` events applied) plus the ``pending`` events ``(t, src, dst)`` (``by_time``) before ``t[i]``,
-    which go to scratch rows only (``walk_kernels.answer``; ``slot``: all -1, of ``len(P)``)."""
+    which go to scratch rows only (``walk_kernels.answer``; ``slot``: all -1, of ``len(P)``). ``nbr``:
+    the endpoints' neighbors whose relative products go to ``rel`` (``WalkFeatures.relative``)."""
     pt, ps, pd = pending
     prefix = np.searchsorted(pt, t, side="left")
     m = int(prefix.max())
+    if nbr is None:
+        nbr, rel = np.zeros((len(src), 2, 0), np.int64), np.zeros((len(src), 2, 0, 0), np.float32)
     W.answer(
         H, lam, P, rates, slot, ps[:m], pd[:m], pt[:m], clock, src, dst, prefix,
-        np.argsort(prefix, kind="stable"), out,
+        np.argsort(prefix, kind="stable"), out, nbr, rel,
     )  # fmt: skip

@@ -49,6 +49,11 @@ def shard_access(trainer) -> Callable:
             raise ConfigError("sharded training does not yet gather node features: set node_feature_dim=0")
         if not mcfg.uses_memory:
             raise ConfigError("sharded training shards TGN memory: the tgat variant (no memory) needs none")
+        if mcfg.pair_features and mcfg.pair_walks and mcfg.walk_neighbors:
+            raise ConfigError(
+                "sharded training does not yet read the neighbors' relative walk products: set "
+                "model.walk_neighbors=0 under train.sharding"
+            )
         state = TGNShardState(trainer, model.model)
         trainer.states.append(state)
         pairs = None
