@@ -16,10 +16,11 @@ from streamgnn.events import EventBatch
 from streamgnn.nn import DyGFormerConfig, TGNConfig
 from streamgnn.tasks import EdgeClassification, Labels, NodeClassification, evaluate, pretrain
 from streamgnn.tasks.config import TaskConfig
-from streamgnn.tasks.joint import JointHead, TrainingLabels
-from streamgnn.train import OnlineTrainer, TrainConfig
+from streamgnn.tasks.joint import JointHead, TrainingLabels, training_labels
+from streamgnn.train import OnlineTrainer, TrainConfig, fit_offline
 from streamgnn.train.dygformer_model import DyGFormerLinkModel
 from streamgnn.train.edgebank import EdgeBank
+from streamgnn.train.offline import ChronologicalSplit
 
 torch.set_num_threads(1)
 
@@ -88,7 +89,7 @@ def test_a_label_s_joint_loss_is_computed_before_its_event_s_batch_is_applied():
     for events in (ev, moved):
         trainer = OnlineTrainer(config())
         head = JointHead(NodeClassification(), trainer.link_model, 1.0)
-        follower = TrainingLabels(head, trainer, events, labels)
+        follower = TrainingLabels(head, trainer, labels)
         trainer.attached["joint"] = follower
         seen = []
         term = head.term
@@ -100,6 +101,32 @@ def test_a_label_s_joint_loss_is_computed_before_its_event_s_batch_is_applied():
     assert len(first) == len(second) == len(ev) // bs
     assert first[: k + 1] == second[: k + 1]
     assert first[k + 1] != second[k + 1]
+
+
+def test_fit_offline_trains_jointly_on_the_training_period_s_labels_only():
+    """``fit_offline``'s ``attach``: the same step, the task's loss in its training epochs; labels of the
+    validation and test parts (whose steps learn nothing) change nothing the model learns."""
+    ev, labels = stream(500)
+    split = ChronologicalSplit.make(ev, new_node_fraction=0.0)
+    cut = float(ev.t[split.train].max())
+    later = Labels(labels.node, labels.t, np.where(labels.t > cut, 1 - labels.y, labels.y))
+    earlier = Labels(labels.node, labels.t, np.where(labels.t <= cut, 1 - labels.y, labels.y))
+
+    def fit(lab: Labels, weight: float = 2.0) -> dict[str, torch.Tensor]:
+        seen = []
+
+        def attach(trainer) -> dict:
+            seen.append(trainer)
+            return training_labels(NodeClassification(), lab, weight)(trainer) if weight else {}
+
+        fit_offline(ev, config(), epochs=2, split=split, attach=attach)
+        return parameters(seen[0])
+
+    plain, a, b, c = fit(labels, 0.0), fit(labels), fit(later), fit(earlier)
+    assert any(not torch.equal(plain[k], a[k]) for k in a if k.startswith("memory."))
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0)
+    assert any(not torch.equal(a[k], c[k]) for k in a)
 
 
 def test_evaluate_at_a_joint_weight_differs_from_frozen_embeddings_and_weight_zero_is_today_s():

@@ -100,24 +100,26 @@ class JointHead:
 
 
 class TrainingLabels:
-    """The training split's labels as a follower of the offline link pretraining's steps
-    (``stream.pretrain``): before batch ``k`` of ``events`` (batches of ``batch_size``) is applied, the
-    labels whose first event at or after their time falls in it give the step a ``JointTerm``
-    (``embed_at_labels`` reads each label from the same state)."""
+    """Labels given up front as a follower of offline link training's steps (``stream.pretrain``,
+    ``train.fit_offline``'s ``attach``): before each learned batch is applied, the labels it makes due (as
+    the live job does: after the newest event of the batches before, at or before this batch's newest)
+    give the step a ``JointTerm`` (``embed_at_labels`` reads each label from the same state). A batch
+    older than the newest seen starts a new pass over the stream (a new epoch). Only learned batches take
+    labels: the validation and test parts' steps, which learn nothing, read none."""
 
-    def __init__(self, joint: JointHead, trainer, events: EventBatch, labels: Labels) -> None:
-        self.head, self.trainer, self.labels = joint, trainer, labels
-        self.batch_of = np.searchsorted(events.t, labels.t, side="left") // trainer.config.batch_size
-        self.batch = 0
+    def __init__(self, head: JointHead, trainer, labels: Labels) -> None:
+        self.head, self.trainer, self.labels = head, trainer, labels
+        self.watermark = -np.inf
         self._term: JointTerm | None = None
 
-    def restart(self) -> None:
-        """A new pass over the events, from their first batch."""
-        self.batch, self._term = 0, None
-
     def before_apply(self, batch: EventBatch, learn: bool, embedded: StepEmbeddings) -> None:
-        lo, hi = np.searchsorted(self.batch_of, [self.batch, self.batch + 1], side="left")
-        self.batch += 1
+        if not len(batch):
+            return
+        until = float(np.max(batch.t))
+        if until < self.watermark:
+            self.watermark = -np.inf  # a new pass
+        lo, hi = np.searchsorted(self.labels.t, [self.watermark, until], side="right")
+        self.watermark = until
         if not learn or hi <= lo:
             return
         labels, blank = self.labels.take(slice(lo, hi)), embedded.blank
@@ -126,6 +128,7 @@ class TrainingLabels:
         self._term = self.head.term(rows, labels.y, float(labels.t[0]), blank, self.trainer.steps)
 
     def _rows(self, ids: np.ndarray, blank: int) -> np.ndarray:
+        """The store's rows of ``ids`` before the batch, -1 for a node it does not hold then."""
         if not blank:
             return np.full(len(ids), -1, np.int64)
         rows = self.trainer.store.node_index(ids, strict=False)
@@ -136,4 +139,11 @@ class TrainingLabels:
         return term
 
     def state(self) -> dict:
-        return {"joint": self.head.state(), "batch": self.batch}
+        return {"joint": self.head.state(), "watermark": self.watermark}
+
+
+def training_labels(task: Task, labels: Labels, weight: float, seed: int = 0):
+    """``fit_offline``'s ``attach``: a trainer's ``TrainingLabels`` of ``labels`` at ``weight``."""
+    return lambda trainer: {
+        "joint": TrainingLabels(JointHead(task, trainer.link_model, weight, seed), trainer, labels)
+    }

@@ -34,18 +34,16 @@ def pretrain(
     if epochs < 1:
         raise ConfigError(f"epochs must be >= 1, got {epochs}")
     part = events.take(np.flatnonzero(events.t <= until))
-    follower = None
     if joint is not None:
         if labels is None:
             raise ConfigError("pretrain: joint training needs the labels")
-        follower = TrainingLabels(joint, trainer, part, labels.take(np.flatnonzero(labels.t <= until)))
-        trainer.attached["joint"] = follower
+        trainer.attached["joint"] = TrainingLabels(
+            joint, trainer, labels.take(np.flatnonzero(labels.t <= until))
+        )
     losses = []
     try:
         for _ in range(epochs):
             trainer.reset_stream()
-            if follower is not None:
-                follower.restart()
             step_losses = [trainer.step(b, score=False).loss for b in part.split(trainer.config.batch_size)]
             losses.append(float(np.nanmean(step_losses)) if step_losses else float("nan"))
     finally:
