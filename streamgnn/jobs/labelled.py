@@ -125,9 +125,7 @@ class LabelledStream:
             if len(flush):
                 scores = self.head.observe(self._inputs(flush, embedded), flush.y, flush.t, learn=learn)
                 self._publish(flush, scores)
-                if (
-                    learn and self.joint_head is not None
-                ):  # (scored first: the labels move later answers only)
+                if learn and self.joint_head is not None:  # (after scoring: they move later answers only)
                     ends = [flush.node] if flush.dst is None else [flush.node, flush.dst]
                     rows = [self._rows(e, embedded.blank) for e in ends]
                     self._term = self.joint_head.term(
