@@ -178,3 +178,31 @@ def test_the_live_job_trains_jointly_scores_before_learning_and_resumes_exactly(
     w, r = parameters(whole.trainer), parameters(resumed.trainer)
     for name in w:
         torch.testing.assert_close(r[name], w[name], rtol=0, atol=0)
+
+
+def _run(seed: int, weight: float, val: float, test: float) -> dict:
+    sizes = {"train": 70, "val": 15, "test": 15, "test_positive": 3}
+    return {
+        "stream": "jodie_wikipedia", "seed": seed, "events": 100, "joint_weight": weight, "val_auc": val,
+        "auc": test, "ap": 0.1, "auc_embeddings": 0.5, "auc_features_mlp": 0.5, "cpu_seconds": 1.0,
+        "val_auc_stages": {"linear": val}, "auc_majority": 0.5, "auc_features": 0.6, **sizes,
+    }  # fmt: skip
+
+
+def test_the_benchmark_picks_each_seed_s_joint_weight_on_validation_never_on_test():
+    from streamgnn.benchmarks.tasks import summarize
+
+    runs = [
+        _run(0, 0.0, val=0.80, test=0.90),  # seed 0: the frozen run tests best, validates worst
+        _run(0, 1.0, val=0.85, test=0.70),
+        _run(1, 0.0, val=0.90, test=0.60),  # seed 1: the frozen run validates best
+        _run(1, 1.0, val=float("nan"), test=0.99),  # no validation figure: never picked
+    ]
+    out = summarize(runs)
+    assert out["joint_chosen_wikipedia_ban"] == [1.0, 0.0]
+    assert out["auc_wikipedia_ban"] == pytest.approx((0.70 + 0.60) / 2)
+    assert out["auc_wikipedia_ban_joint_0"] == pytest.approx((0.90 + 0.60) / 2)
+    assert out["auc_wikipedia_ban_joint_1"] == pytest.approx((0.70 + 0.99) / 2)
+    assert out["margin_wikipedia_ban"] == pytest.approx(out["auc_wikipedia_ban"] - 0.6)
+    single = summarize([r for r in runs if r["joint_weight"] == 0.0])
+    assert "joint_chosen_wikipedia_ban" not in single and single["auc_wikipedia_ban"] == pytest.approx(0.75)
