@@ -2,6 +2,7 @@
 beside the baselines on the same chronological 70/15/15 split.
 
 python benchmarks/tasks.py [--quick] [--json] [--epochs N] [--seeds 0 1] [--streams NAME ...]
+                           [--joint-weights 0 1 ...]
 (also: streamgnn bench tasks)
 
 Tasks (``streamgnn.tasks``):
@@ -35,6 +36,11 @@ the best baseline. Figures are means over ``--seeds``; ``runs`` holds each seed'
 figures and the split's sizes. ``--quick``: the first 4,000 events of each stream, 1 epoch, seed 0 (smoke
 values: Wikipedia's first 4,000 edits hold 6 bans, so its AUC there is noise; Travian is thinned to
 every k-th event instead, all 30 days).
+
+``--joint-weights 0 1 3``: the model is pretrained once per weight, jointly with the task's loss on the
+training labels at that weight (``tasks.joint``; 0: link prediction alone), and ours is, per seed, the run
+whose validation AUC is highest (keys ``auc_<task>_joint_<w>``, ``val_auc_<task>_joint_<w>``,
+``cpu_seconds_<task>_joint_<w>``, ``joint_chosen_<task>``).
 
 Published (quoted, not rerun): dynamic node classification AUC-ROC on JODIE Wikipedia with its 172-d LIWC
 edge features, which the bundled dataset does not ship (``published_auc_wikipedia_ban``).
@@ -110,15 +116,21 @@ def prepare(stream: Stream, events: int | None) -> tuple[EventBatch, Labels]:
     return ev, Labels.of_events(ev, load_labels(stream.dataset)[:n].astype(np.int64), on_edges=False)
 
 
-def run_stream(stream: Stream, events: EventBatch, labels: Labels, seed: int, epochs: int) -> dict:
-    """One seed of ours and the baselines on one stream: test AUC/AP, validation AUC, sizes, seconds."""
+def run_stream(
+    stream: Stream, events: EventBatch, labels: Labels, seed: int, epochs: int, joint_weight: float = 0.0
+) -> dict:
+    """One seed of ours and the baselines on one stream: test AUC/AP, validation AUC, sizes, seconds;
+    ``joint_weight``: the model pretrained jointly with the task's loss at that weight (0: link alone)."""
     model = TGNConfig(edge_feature_dim=1 if stream.ratings else 0)
     config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model)
-    started = time.perf_counter()
-    result = evaluate(stream.task, events, labels, config, epochs=epochs, head=HeadConfig(seed=seed))
+    started, cpu = time.perf_counter(), time.process_time()
+    result = evaluate(
+        stream.task, events, labels, config, epochs=epochs, head=HeadConfig(seed=seed),
+        joint_weight=joint_weight,
+    )  # fmt: skip
     run = {
-        "stream": stream.dataset, "seed": seed, "events": len(events),
-        "seconds": time.perf_counter() - started,
+        "stream": stream.dataset, "seed": seed, "events": len(events), "joint_weight": joint_weight,
+        "seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu,
         "auc": result.ours.test["auc"], "ap": result.ours.test["ap"], "val_auc": result.ours.val["auc"],
         "auc_embeddings": result.embeddings_only.test["auc"],
         "auc_features_mlp": result.features_only.test["auc"],
@@ -133,13 +145,24 @@ def run_stream(stream: Stream, events: EventBatch, labels: Labels, seed: int, ep
 
 def summarize(runs: list[dict]) -> dict:
     """Per task: the mean over seeds of ours (``auc_<key>``) and of each baseline (``auc_<key>_<name>``),
-    ``margin_<key>`` (ours minus the best baseline), and every run."""
+    ``margin_<key>`` (ours minus the best baseline), and every run. Where a seed ran at several joint
+    weights, ours is its run of the best validation AUC (``chosen``); each weight's own means are
+    ``auc_<key>_joint_<w>`` and ``val_auc_<key>_joint_<w>``, the weights chosen ``joint_chosen_<key>``."""
     out: dict = {}
     for stream in STREAMS.values():
-        mine = [r for r in runs if r["stream"] == stream.dataset]
-        if not mine:
+        every = [r for r in runs if r["stream"] == stream.dataset]
+        if not every:
             continue
         key = stream.key
+        mine = chosen(every)
+        weights = sorted({r.get("joint_weight", 0.0) for r in every})
+        if len(weights) > 1:
+            for w in weights:
+                at = [r for r in every if r.get("joint_weight", 0.0) == w]
+                out[f"auc_{key}_joint_{w:g}"] = _mean([r["auc"] for r in at])
+                out[f"val_auc_{key}_joint_{w:g}"] = _mean([r["val_auc"] for r in at])
+                out[f"cpu_seconds_{key}_joint_{w:g}"] = _mean([r.get("cpu_seconds", math.nan) for r in at])
+            out[f"joint_chosen_{key}"] = [r.get("joint_weight", 0.0) for r in mine]
         out[f"auc_{key}"] = _mean([r["auc"] for r in mine])
         out[f"ap_{key}"] = _mean([r["ap"] for r in mine])
         out[f"auc_{key}_embeddings"] = _mean([r["auc_embeddings"] for r in mine])
@@ -161,6 +184,18 @@ def summarize(runs: list[dict]) -> dict:
         out[f"events_{key}"] = mine[0]["events"]
     out["runs"] = runs
     return out
+
+
+def chosen(runs: list[dict]) -> list[dict]:
+    """Each seed's run of the highest validation AUC of ours (the first on a tie): the joint weight is
+    picked on validation, never on test."""
+    best: dict[int, dict] = {}
+    for r in runs:
+        val = r["val_auc"] if math.isfinite(r["val_auc"]) else -math.inf
+        kept = best.get(r["seed"])
+        if kept is None or val > (kept["val_auc"] if math.isfinite(kept["val_auc"]) else -math.inf):
+            best[r["seed"]] = r
+    return [best[s] for s in sorted(best)]
 
 
 def _mean(values: list[float]) -> float:
@@ -187,7 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", nargs="+", choices=names, default=names, help="e.g. bitcoin_otc")
     ap.add_argument("--threads", type=positive_int, default=1, help="torch and Numba threads")
     ap.add_argument("--events", type=positive_int, default=None, help="cap each stream at its first N events")
+    ap.add_argument(
+        "--joint-weights", type=float, nargs="+", default=[0.0],
+        help="pretrain at each task-loss weight (0: link prediction alone); ours is each seed's best on "
+        "validation (default: 0)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if any(not 0 <= w < math.inf for w in args.joint_weights):
+        ap.error(f"--joint-weights: each weight must be a number >= 0, got {args.joint_weights}")
     set_threads(args.threads)
     epochs = args.epochs or (1 if args.quick else 3)
     seeds = args.seeds or [0]
@@ -199,13 +241,15 @@ def main(argv: list[str] | None = None) -> int:
             continue
         stream = STREAMS[name]
         events, labels = prepare(stream, cap)
-        runs += [run_stream(stream, events, labels, seed, epochs) for seed in seeds]
+        runs += [
+            run_stream(stream, events, labels, seed, epochs, w) for seed in seeds for w in args.joint_weights
+        ]
     summary = summarize(runs)
     if travian:
         summary.update(affinity.summarize(travian, _mean))
         summary["runs"] += travian
     summary["published_auc_wikipedia_ban"] = dict(PUBLISHED)
-    summary.update(epochs=epochs, seeds=seeds, threads=args.threads)
+    summary.update(epochs=epochs, seeds=seeds, threads=args.threads, joint_weights=args.joint_weights)
     headline = {}
     if travian:
         headline.update(affinity.HEADLINE)
@@ -219,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
         for b in BASELINES:
             headline[f"auc_{key}_{b}"] = f"test AUC-ROC, {b}, {name}"
         headline[f"margin_{key}"] = f"ours minus the best baseline, {name}"
+        for w in args.joint_weights if len(args.joint_weights) > 1 else ():
+            headline[f"auc_{key}_joint_{w:g}"] = (
+                f"test AUC-ROC, ours pretrained at joint weight {w:g}, {name}"
+            )
     report(
         summary,
         args.json,

@@ -9,6 +9,8 @@ JSON-lines file, ``task.labels_file``). Reported:
 - ``cost_ratio_<key>``: the job's seconds with the task over without (the issue's target: at most 1.3;
   medians over ``--repeats`` runs of each, alternating which goes first), with events per second;
   ``cpu_ratio_<key>`` the same of the CPU seconds the jobs used (on a loaded host, the cost itself);
+  with ``--joint-weight W``, the job with the task trains the model jointly with its loss at ``W``
+  (``task.joint_weight``; ``joint_weight`` in the JSON), so the ratios are the joint path's;
 - ``auc_online_<key>``: the head's AUC-ROC on the test period's labels (the last 15% of the stream's
   time, as ``bench tasks`` splits it), each scored before the head learned from it, and ``auc_online_all_
   <key>`` over every label; ``auc_online_prior_<key>`` the running class share's;
@@ -77,7 +79,9 @@ def run_job(events, config: TrainConfig, task: TaskConfig | None) -> tuple[float
     return time.perf_counter() - started, job, time.process_time() - cpu
 
 
-def run_stream(name: str, cap: int | None, seed: int, folder: Path, repeats: int) -> dict:
+def run_stream(
+    name: str, cap: int | None, seed: int, folder: Path, repeats: int, joint_weight: float = 0.0
+) -> dict:
     stream = STREAMS[name]
     events, labels = prepare(stream, cap)
     path = folder / f"{name}.jsonl"
@@ -85,7 +89,7 @@ def run_stream(name: str, cap: int | None, seed: int, folder: Path, repeats: int
     kind = "edge_classification" if labels.on_edges else "node_classification"
     model = TGNConfig(edge_feature_dim=1 if stream.ratings else 0)
     config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model, serve_every=0)
-    task_config = TaskConfig(kind=kind, labels_file=str(path))
+    task_config = TaskConfig(kind=kind, labels_file=str(path), joint_weight=joint_weight)
     link_s, task_s, link_cpu, task_cpu, jobs = [], [], [], [], []
     for r in range(repeats):  # alternating which runs first: a host whose load drifts favours neither
         for with_task in (False, True) if r % 2 == 0 else (True, False):
@@ -154,13 +158,19 @@ def main(argv: list[str] | None = None) -> int:
         help="runs of each job, alternating which goes first; the cost ratio is of their medians",
     )  # fmt: skip
     ap.add_argument("--threads", type=positive_int, default=1, help="torch and Numba threads")
+    ap.add_argument(
+        "--joint-weight", type=float, default=0.0,
+        help="the job with the task trains the model jointly with the task's loss at this weight",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     set_threads(args.threads)
     cap = args.events or (QUICK_EVENTS if args.quick else None)
-    summary: dict = {"seed": args.seed, "threads": args.threads, "repeats": args.repeats}
+    summary: dict = {
+        "seed": args.seed, "threads": args.threads, "repeats": args.repeats, "joint_weight": args.joint_weight
+    }  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
         for name in args.streams:
-            summary.update(run_stream(name, cap, args.seed, Path(folder), args.repeats))
+            summary.update(run_stream(name, cap, args.seed, Path(folder), args.repeats, args.joint_weight))
     headline = {}
     for name in args.streams:
         key = STREAMS[name].key

@@ -14,7 +14,8 @@ feed's new labels are admitted and those due are scored:
 - due labels read their ends' embeddings from the step's own (those it scores the batch from: an edge
   label on the batch's own event reads exactly what its link was scored from), others are embedded from
   the model as it is (at the earliest of their times); scored by the head, then learned from when the
-  job learns on this batch (its budget, ``train.follow``).
+  job learns on this batch (its budget, ``train.follow``); with ``task.joint_weight``, their loss is
+  also added to the step's link loss (``joint``, ``tasks.joint``), computed from the same state.
 
 With ``task.predictions_topic``, each scored label's prediction is published there (``_publish``), in
 the order the labels are scored; a dead letter gets none. A resumed job publishes again those of the
@@ -43,11 +44,13 @@ from ..events import DeadLetter, EventBatch
 from ..serve.predict import prediction_fields
 from ..tasks.config import TaskConfig
 from ..tasks.feed import FileLabels, KafkaLabels, empty_labels, merge
+from ..tasks.joint import JointHead
 from ..tasks.labels import Labels
 from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
+from ..train.protocol import JointTerm
 from ..train.step import StepEmbeddings
-from .label_ranks import placement
+from .label_ranks import Ranks, placement
 
 LETTERS_KEPT = 100  # the first dead letters, as the summary quotes them
 
@@ -60,6 +63,17 @@ class LabelledStream:
         self.config, self.task, self.feed, self.trainer = config, config.task(), feed, trainer
         self.sink = sink  # where each label's prediction goes (a ``KafkaSink``), or None
         self.ranks = placement(trainer)  # one process, or a rank of a sharded job
+        self.joint_head = None  # the task's loss trained with the link loss (``tasks.joint``), or None
+        if config.joint_weight:
+            if isinstance(self.ranks, Ranks):
+                raise ConfigError(
+                    "task.joint_weight under train.sharding: joint training is built for one process "
+                    "(the sharded job's head learns on the embeddings as they are); set it to 0 there"
+                )
+            self.joint_head = JointHead(
+                self.task, trainer.link_model, config.joint_weight, trainer.config.seed
+            )
+        self._term = None
         dim = trainer.link_model.out_dim
         if dim is None:
             raise ConfigError(f"task: {type(trainer.link_model).__name__} embeds nothing for a head to read")
@@ -125,8 +139,19 @@ class LabelledStream:
                 scores = self.head.observe(x, flush.y, flush.t, learn=learn)
                 self._publish(flush.take(mine), scores[mine])
                 self.scored_here += int(mine.sum())
+                if learn and self.joint_head is not None:  # (after scoring: they move later answers only)
+                    ends = [flush.node] if flush.dst is None else [flush.node, flush.dst]
+                    rows = [self._rows(e, embedded.blank) for e in ends]
+                    self._term = self.joint_head.term(
+                        rows, flush.y, float(flush.t[0]), embedded.blank, self.trainer.steps
+                    )
         self.watermark = max(self.watermark, until)
         self._letters(letters)
+
+    def joint(self) -> JointTerm | None:
+        """The joint loss of the labels learned before this batch (once), for the step's backward pass."""
+        term, self._term = self._term, None
+        return term
 
     def _known(
         self, labels: Labels, batch: EventBatch, until: float, blank: int
@@ -268,6 +293,7 @@ class LabelledStream:
         return {
             "head": self.head.state(), "watermark": self.watermark, "feed": self.feed.position(),
             "features": None if self.features is None else self.features.state(),
+            "joint": None if self.joint_head is None else self.joint_head.state(),
             "dead_letters": self.dead_letters, "scored_here": self.scored_here, "held_back": self.held_back,
             "pending": {"node": p.node.tolist(), "t": p.t.tolist(), "y": p.y.tolist(),
                         "dst": None if p.dst is None else p.dst.tolist(),
@@ -288,6 +314,8 @@ class LabelledStream:
         self.head = OnlineHead.from_state(state["head"], f"{where}: task")
         if state.get("features") is not None:
             self.features = LiveFeatures.from_state(state["features"])
+        if self.joint_head is not None and state.get("joint") is not None:
+            self.joint_head.load_state(state["joint"])
         self.watermark, self.dead_letters = float(state["watermark"]), int(state["dead_letters"])
         self.scored_here = int(state.get("scored_here", self.head.seen))  # (before: one process, all)
         p = state["pending"]

@@ -6,6 +6,7 @@ prediction, where its labels come from, and how its online head learns.
       classes: 2
       labels_file: labels.jsonl     # or labels_topic: labels (with --kafka)
       predictions_topic: task-predictions   # optional: each label's prediction, published there
+      joint_weight: 0.5             # optional: train the model's embeddings with the task's loss too
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ class TaskConfig(Config):
     the label's causal stream features (``live_features``: degree, activity decayed over ``tau``, recency;
     for edges both ends' and the reputation ones), which a memory-based embedding lacks.
     ``predictions_topic``: a Kafka topic (the events' broker) the job publishes each label's prediction to,
-    as the head made it before learning from the label (``jobs.labelled``)."""
+    as the head made it before learning from the label (``jobs.labelled``). ``joint_weight``: 0 (the
+    default), the head reads the link model's embeddings as link prediction trains them; above 0, the
+    task's loss on each learned batch's labels, times this weight, is added to the link loss in the same
+    backward pass, so the embeddings learn the labels too (``tasks.joint``; a model with learned
+    embeddings only)."""
 
     kind: TaskKind = "node_classification"
     classes: int = 2
@@ -57,6 +62,7 @@ class TaskConfig(Config):
     features: bool = True
     tau: float = 86400.0
     predictions_topic: str | None = None
+    joint_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.labels_file is None) == (self.labels_topic is None):
@@ -67,6 +73,12 @@ class TaskConfig(Config):
             raise ConfigError(f"task.hidden: widths are ints >= 1, got {list(self.hidden)}")
         if not (self.lr > 0 and self.tau > 0):
             raise ConfigError(f"task.lr and task.tau must be > 0, got {self.lr} and {self.tau}")
+        if isinstance(self.joint_weight, bool) or not (
+            isinstance(self.joint_weight, (int, float)) and 0 <= self.joint_weight < float("inf")
+        ):
+            raise ConfigError(
+                f"task.joint_weight must be a number >= 0 (0: no joint training), got {self.joint_weight!r}"
+            )
         if self.predictions_topic is not None and not self.predictions_topic.strip():
             raise ConfigError("task.predictions_topic: give a topic name, or leave it out")
         for name in ("replay", "replay_batch", "window", "steps"):

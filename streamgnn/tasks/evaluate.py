@@ -25,6 +25,7 @@ from ..events import EventBatch
 from ..train import OnlineTrainer, TrainConfig
 from . import baselines as base
 from .features import REPUTATION, stream_features
+from .joint import JointHead
 from .labels import Labels, LabelSplit
 from .protocol import HeadConfig, HeadResult, fit_head
 from .stream import embed_at_labels, pretrain
@@ -64,13 +65,16 @@ def evaluate(
     epochs: int = 1,
     head: HeadConfig | None = None,
     tau: float = 86400.0,
+    joint_weight: float = 0.0,
 ) -> TaskResult:
     """Ours and the baselines on ``labels`` over the time-ordered stream ``events`` (module docstring);
-    ``epochs`` of link pretraining; ``tau``: the stream features' activity decay time."""
+    ``epochs`` of link pretraining, jointly with the task's loss on the training labels at
+    ``joint_weight`` (``joint``; 0: link prediction alone); ``tau``: the stream features' decay time."""
     split = LabelSplit.by_time(labels, events.t)
     head = head or HeadConfig(seed=config.seed)
     trainer = OnlineTrainer(dataclasses.replace(config, serve_every=0, checkpoint_every=0))
-    losses = pretrain(trainer, events, split.val_time, epochs)
+    joint = JointHead(task, trainer.link_model, joint_weight, config.seed) if joint_weight else None
+    losses = pretrain(trainer, events, split.val_time, epochs, joint, labels)
     z = task.inputs(*embed_at_labels(trainer, events, labels))
     feats = stream_features(events, labels, tau=tau)
     width = feats.x.shape[1]

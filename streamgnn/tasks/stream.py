@@ -1,7 +1,8 @@
 """A link model's stream state at each label's time: what "ours" feeds a task's head.
 
 The link model learns link prediction over the training period as ``fit_offline`` does (``pretrain``:
-passes over the training part's events from blank memory, test-then-train batches). Then one pass replays
+passes over the training part's events from blank memory, test-then-train batches), jointly with the
+task's loss on the training labels where asked (``joint``). Then one pass replays
 the whole stream with the learned weights frozen (``embed_at_labels``): before each batch is ingested, the
 labels that fall in it are embedded from the model as it was, so a label's embedding holds only events
 strictly before its time, never its own event nor any later one.
@@ -15,19 +16,38 @@ import torch
 from ..errors import ConfigError
 from ..events import EventBatch
 from ..train import OnlineTrainer
+from .joint import JointHead, TrainingLabels
 from .labels import Labels
 
 
-def pretrain(trainer: OnlineTrainer, events: EventBatch, until: float, epochs: int) -> list[float]:
-    """``epochs`` passes of link prediction over the events at ``t <= until``; each pass's mean loss."""
+def pretrain(
+    trainer: OnlineTrainer,
+    events: EventBatch,
+    until: float,
+    epochs: int,
+    joint: JointHead | None = None,
+    labels: Labels | None = None,
+) -> list[float]:
+    """``epochs`` passes of link prediction over the events at ``t <= until``; each pass's mean link loss.
+    ``joint``: the task's loss on ``labels`` at ``t <= until`` (the training split's) is added to each
+    step's (``joint.TrainingLabels``: each label from the state before its event's batch)."""
     if epochs < 1:
         raise ConfigError(f"epochs must be >= 1, got {epochs}")
     part = events.take(np.flatnonzero(events.t <= until))
+    if joint is not None:
+        if labels is None:
+            raise ConfigError("pretrain: joint training needs the labels")
+        trainer.attached["joint"] = TrainingLabels(
+            joint, trainer, labels.take(np.flatnonzero(labels.t <= until))
+        )
     losses = []
-    for _ in range(epochs):
-        trainer.reset_stream()
-        step_losses = [trainer.step(b, score=False).loss for b in part.split(trainer.config.batch_size)]
-        losses.append(float(np.nanmean(step_losses)) if step_losses else float("nan"))
+    try:
+        for _ in range(epochs):
+            trainer.reset_stream()
+            step_losses = [trainer.step(b, score=False).loss for b in part.split(trainer.config.batch_size)]
+            losses.append(float(np.nanmean(step_losses)) if step_losses else float("nan"))
+    finally:
+        trainer.attached.pop("joint", None)
     return losses
 
 

@@ -26,7 +26,7 @@ from ..sampling import EvalNegatives
 from .config import TrainConfig
 from .driver import Batches, Drive
 from .metrics import LinkMetrics, batch_mean_metrics, losses_to_baselines
-from .step import StepResult
+from .step import Attached, StepResult
 from .trainer import OnlineTrainer
 
 
@@ -156,6 +156,7 @@ def fit_offline(
     test_by: dict[str, Callable[[OnlineTrainer, np.ndarray], LinkMetrics]] | None = None,
     score_val: bool = True,
     progress: bool = False,
+    attach: Callable[[OnlineTrainer], dict[str, Attached]] | None = None,
 ) -> OfflineResult:
     """Train ``epochs`` passes over the training part and score validation and test (module docstring).
 
@@ -176,6 +177,8 @@ def fit_offline(
     part (the store already holds it, as for ``test_with``): ``OfflineResult.test_with[name]``.
     ``score_val=False`` replays validation into memory and graph without scoring it. ``progress``: a bar
     over epochs with each one's loss and validation AP (converged training can run for hours).
+    ``attach``: what follows the trainer's steps, made from it (``StreamTrainer.attached``; e.g. a
+    labelled task's loss trained jointly, ``tasks.joint.training_labels``).
 
     Every part is a ``Phase``: the online trainers' step (``StreamTrainer.step``) over its batches, driven
     by their loop (``driver.Drive``), with the phase's flags (train, score, ingest) and negatives.
@@ -186,7 +189,9 @@ def fit_offline(
         raise ConfigError(f"patience must be an int >= 1 (epochs) or None, got {patience!r}")
     split = split or ChronologicalSplit.make(events)
     config = dataclasses.replace(config, serve_every=0, checkpoint_every=0)
-    run = OfflineRun(events, split, config, OnlineTrainer(config))
+    trainer = OnlineTrainer(config)
+    trainer.attached.update(attach(trainer) if attach is not None else {})
+    run = OfflineRun(events, split, config, trainer)
     more = {k: run.given(f"test_with[{k!r}]", v) for k, v in (test_with or {}).items()}
     test_negatives = run.given("test_negatives", test_negatives)
     training = run.train(epochs, patience, progress)

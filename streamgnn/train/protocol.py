@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import torch
 
 from ..store import TemporalGraphStore
 
@@ -56,6 +57,17 @@ class Candidates:
     rank: bool  # score every column for MRR (else column 0 only)
 
 
+@dataclass(frozen=True)
+class JointTerm:
+    """A loss that what follows the step (a labelled task, ``step.Attached.joint``) adds to the link loss
+    of a trained batch, in the same backward pass, so that its gradients reach the model's embedding
+    module: ``loss`` (scalar, already weighted; its graph built from the state before the batch) and the
+    ``optimizer`` of the follower's own parameters, stepped after the model's."""
+
+    loss: torch.Tensor
+    optimizer: torch.optim.Optimizer
+
+
 @runtime_checkable
 class LinkModel(Protocol):
     """A link-prediction model the online loop drives (see the module docstring for the call order)."""
@@ -80,7 +92,9 @@ class LinkModel(Protocol):
         None."""
 
     def train(self, prepared: Any, keep: np.ndarray) -> float:
-        """One update on the rows where ``keep`` (bool [m]: the store applied them); the global mean loss."""
+        """One update on the rows where ``keep`` (bool [m]: the store applied them); the global mean loss.
+        A model whose embeddings a task can train jointly also takes ``joint`` (``JointTerm``s, added to
+        its loss before the backward pass; the link loss alone is returned) and has ``joint_embed``."""
 
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         """Take in a scored batch's applied edges (internal ids after ingest)."""

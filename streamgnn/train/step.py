@@ -155,6 +155,10 @@ class Attached(Protocol):
 
     def state(self) -> dict: ...
 
+    # Optional: ``joint() -> JointTerm | None``, the loss it computed in ``before_apply`` (from the state
+    # before the batch), handed over once and added to the link loss when the step trains
+    # (``LinkModel.train``'s ``joint``): a labelled task trained jointly with link prediction.
+
 
 class StreamTrainer:
     """The step and the stream loop of an online trainer; a subclass gives its distribution hooks (module
@@ -230,10 +234,13 @@ class StreamTrainer:
         base_prepared = (
             {n: b.prepare(view, candidates, None) for n, b in self.baselines.items()} if scoring else {}
         )
+        joint = []  # the followers' losses on this batch's labels, trained with the link loss
         if self.attached:  # (before the graph holds the batch: what they embed themselves must not see it)
             embedded = step_embeddings(lm, prepared, view) if scoring else StepEmbeddings.none(view.blank)
             for follower in self.attached.values():
                 follower.before_apply(batch, train, embedded)
+                term = follower.joint() if hasattr(follower, "joint") else None
+                joint += [term] if term is not None else []
         letters = self._apply(batch, pos)
         local = []
         if scoring:
@@ -241,7 +248,10 @@ class StreamTrainer:
             local += [
                 local_scores(self.baselines[n], p, candidates, view.rows) for n, p in base_prepared.items()
             ]
-        loss = lm.train(prepared, np.ones(m, bool)) if training else math.nan
+        keep = np.ones(m, bool)
+        loss = (
+            (lm.train(prepared, keep, joint) if joint else lm.train(prepared, keep)) if training else math.nan
+        )
         scores = self._gather(np.concatenate(local, 1), view) if scoring else np.zeros((0, 3))
         # (one exchange for the model's and the baselines' scores: three columns each)
         by_model = {

@@ -27,7 +27,7 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +44,7 @@ from .config import TrainConfig
 from .distributed import DistContext
 from .head import ScoringHead
 from .negatives import counted
-from .protocol import Candidates, StepInput
+from .protocol import Candidates, JointTerm, StepInput
 from .tgn_access import EVAL, TRAIN, QuerySet, TGNAccess, distinct_rows
 from .tgn_local import local_access
 
@@ -293,9 +293,11 @@ class TGNLinkModel:
             prepared.scored = self.embeddings.forward(prepared.eval_input)
         return prepared.scored
 
-    def train(self, prepared: _Prepared, keep: np.ndarray) -> float:
+    def train(self, prepared: _Prepared, keep: np.ndarray, joint: Sequence[JointTerm] = ()) -> float:
         """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the
-        single-process full-batch gradient of ``mean BCE(pos) + mean BCE(neg)``."""
+        single-process full-batch gradient of ``mean BCE(pos) + mean BCE(neg)``. ``joint``: a task's
+        losses, added before the one backward pass (their own parameters stepped after the model's);
+        the link loss alone is returned."""
         r = prepared.batch.rows
         has_neg = keep & counted(prepared.train_neg, self.config.train_negative_pool)
         n_pos, n_neg = int(keep.sum()), int(has_neg.sum())
@@ -307,14 +309,27 @@ class TGNLinkModel:
             z, rows = self.embeddings.forward(prepared.train_input)
             loss = self.loss(z, rows, keep[r], has_neg[r], n_pos, n_neg, prepared.train_pairs)
         self.optimizer.zero_grad()
+        for term in joint:
+            term.optimizer.zero_grad()
         local = 0.0
         if loss is not None:
-            (loss * self.dist.world_size).backward()
+            total = sum((term.loss for term in joint), loss)
+            (total * self.dist.world_size).backward()
             local = loss.item()
         self.embeddings.finish()
         self.dist.average_gradients(list(self.model.parameters()))
         self.optimizer.step()
+        for term in joint:
+            term.optimizer.step()
         return self.dist.all_sum([local], self.device)[0]
+
+    def joint_embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> torch.Tensor:
+        """``embed``'s rows with autograd (training mode): what a task's ``JointTerm`` is computed from,
+        called before the batch is applied (the memory and the store as ``prepare`` read them)."""
+        if self.dist.active:
+            raise ConfigError("joint training with a task runs in one process (not under torchrun)")
+        self.model.train()
+        return self.embeddings.embed(nodes, t, blank, step)
 
     @torch.no_grad()
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:
