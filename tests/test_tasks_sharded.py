@@ -238,5 +238,17 @@ def test_replicas_under_torchrun_refuse_a_task_naming_what_to_change(tmp_path, s
     assert not (tmp_path / "replicas").exists()
 
 
+def test_joint_training_under_the_sharded_job_is_refused_naming_the_key(tmp_path, monkeypatch):
+    """The sharded job's head learns on the embeddings as they are: a joint weight there is refused
+    before anything runs, naming the key and what to set."""
+    from streamgnn.errors import ConfigError
+
+    monkeypatch.setenv("JOB_BOOTSTRAP", "unused:9092")
+    write_events(tmp_path / "events.csv", 200)
+    (tmp_path / "labels.jsonl").write_text("")
+    with pytest.raises(ConfigError, match="task.joint_weight under train.sharding"):
+        job(tmp_path, "ckpt", sharded=True, labels_file=str(tmp_path / "labels.jsonl"), joint_weight=1.0)
+
+
 if __name__ == "__main__":
     worker(*map(int, sys.argv[1:4]), sys.argv[4])

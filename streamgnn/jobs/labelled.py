@@ -50,7 +50,7 @@ from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
 from ..train.protocol import JointTerm
 from ..train.step import StepEmbeddings
-from .label_ranks import Ranks, placement
+from .label_ranks import placement
 
 LETTERS_KEPT = 100  # the first dead letters, as the summary quotes them
 
@@ -65,11 +65,6 @@ class LabelledStream:
         self.ranks = placement(trainer)  # one process, or a rank of a sharded job
         self.joint_head = None  # the task's loss trained with the link loss (``tasks.joint``), or None
         if config.joint_weight:
-            if isinstance(self.ranks, Ranks):
-                raise ConfigError(
-                    "task.joint_weight under train.sharding: joint training is built for one process "
-                    "(the sharded job's head learns on the embeddings as they are); set it to 0 there"
-                )
             self.joint_head = JointHead(
                 self.task, trainer.link_model, config.joint_weight, trainer.config.seed
             )

@@ -87,6 +87,11 @@ class TrainJob:
                 f"under torchrun ({self.dist.world_size} processes): add train.sharding, run it as one "
                 "process, or drop the task section"
             )
+        if self.task is not None and self.task.joint_weight and self.sharded:
+            raise ConfigError(
+                "task.joint_weight under train.sharding: joint training is built for one process (the "
+                "sharded job's head learns on the embeddings as they are); set it to 0 there"
+            )
 
     # ------------------------------------------------------------------ build
     def _expectation(self) -> Expectation:
