@@ -56,7 +56,11 @@ def test_config_file_maps_onto_the_dataclasses(tmp_path):
         ("train: {batch_size: '200'}\n", {}, "train: batch_size: expected int, got '200'"),
         ("train: {batch_size: 0}\n", {}, "batch_size must be >= 1"),
         ("serve: {metric: l2}\n", {}, "serve: metric: expected one of ['cosine', 'dot'], got 'l2'"),
-        ("train: {model: {variant: gru}}\n", {}, "expected one of ['tgn', 'jodie', 'tgat']"),
+        (
+            "train: {model: {variant: gru}}\n",
+            {},
+            "c.yaml: train: model: variant: unknown model variant 'gru'; known variants: dygformer, jodie",
+        ),
         ("train: {model: {merge: linear_skip}}\n", {}, "c.yaml: TGNConfig.merge='linear_skip' is no"),
         ("[1, 2]\n", {}, "the top level must be a mapping"),
         ("train: {\n", {}, "is not valid YAML"),

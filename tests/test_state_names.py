@@ -44,6 +44,7 @@ IN_PLACE: dict[str, str] = {
     "GlobalIndex": "a sharded trainer's parts (pair features, baselines, rank states) hold the index",
     "RecurrentCell": "it wraps the caller's layer, which the snapshot trainer's model holds",
     "LabelledStream": "the trainer (attached) and the metrics' gauges hold it; its feed is this run's",
+    "JointHead": "the labelled stream and the offline labels feeding the step hold it; it holds the model",
 }
 
 
