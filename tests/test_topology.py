@@ -214,9 +214,19 @@ serve: {{log_every_s: 1.0}}
             "the final checkpoint",
             procs,
         )
+        # Every event once, none lost across the SIGKILL. Compared as a set, not as the time-ordered store's
+        # hash: the router writes the two partitions live, and a partition read to its end frees the others
+        # (idle_partition_s 0, docs/kafka.md), so on a loaded host an event can arrive after a later one of
+        # the other partition and be stored late (the run on 2026-12-06 stored 89 of 2,400 that way).
         reference = TemporalGraphStore()
         reference.ingest(events)
-        assert ckpt.store.content_hash() == reference.content_hash()
+
+        def stored(store) -> np.ndarray:  # (t, src, dst) of every stored edge, ids as the stream gave them
+            e = store.edges()
+            rows = np.c_[e.t, store.external_ids(e.src), store.external_ids(e.dst)]
+            return rows[np.lexsort(rows.T[::-1])]
+
+        np.testing.assert_array_equal(stored(ckpt.store), stored(reference))
         assert (
             "resumed from"
             in (tmp_path / "trainer-a.log").read_text() + (tmp_path / "trainer-b.log").read_text()
