@@ -21,6 +21,8 @@ from streamgnn.train import OnlineTrainer, TrainConfig, fit_offline
 from streamgnn.train.dygformer_model import DyGFormerLinkModel
 from streamgnn.train.edgebank import EdgeBank
 from streamgnn.train.offline import ChronologicalSplit
+from streamgnn.train.protocol import JointTerm
+from streamgnn.train.step import Attached
 
 torch.set_num_threads(1)
 
@@ -101,6 +103,58 @@ def test_a_label_s_joint_loss_is_computed_before_its_event_s_batch_is_applied():
     assert len(first) == len(second) == len(ev) // bs
     assert first[: k + 1] == second[: k + 1]
     assert first[k + 1] != second[k + 1]
+
+
+class Watcher(Attached):
+    """A follower with no joint term of its own (``Attached``'s): it counts the batches it is told of."""
+
+    def __init__(self) -> None:
+        self.told = 0
+
+    def before_apply(self, batch: EventBatch, learn: bool, embedded) -> None:
+        self.told += 1
+
+    def state(self) -> dict:
+        return {"told": self.told}
+
+
+class Pull(Watcher):
+    """A follower whose joint term pulls one of the model's weights towards zero, through a factor of its
+    own (so its optimizer has something to step)."""
+
+    def __init__(self, trainer: OnlineTrainer, name: str) -> None:
+        super().__init__()
+        self.weight = dict(trainer.model.named_parameters())[name]
+        self.factor = torch.nn.Parameter(torch.ones(()))
+        self.optimizer = torch.optim.SGD([self.factor], lr=0.1)
+
+    def joint(self) -> JointTerm:
+        return JointTerm(self.factor * self.weight.square().sum(), self.optimizer)
+
+
+def test_an_attached_follower_without_a_joint_term_trains_as_before_and_one_with_it_adds_its_loss():
+    """The step asks every follower for ``joint()``: ``Attached``'s None changes nothing the model learns;
+    a term joins the link loss in the one backward pass (the link loss alone is reported), moving exactly
+    the weights it reaches and stepping the follower's own optimizer."""
+    ev, _ = stream(200)
+    plain, watched, pulled = (OnlineTrainer(config()) for _ in range(3))
+    watcher = watched.attached["w"] = Watcher()
+    name = "predictor.mlp.0.weight"
+    pull = pulled.attached["p"] = Pull(pulled, name)
+    trained = 0
+    for batch in ev.split(20):
+        a, b, c = (trainer.step(batch).loss for trainer in (plain, watched, pulled))
+        assert a == b or np.isnan(a) and np.isnan(b)
+        if trained == 0 and not np.isnan(a):  # the first step that trains: the same start for all three
+            assert c == a  # the link loss alone
+            p, q = parameters(plain), parameters(pulled)
+            assert [k for k in p if not torch.equal(p[k], q[k])] == [name]
+            assert pull.factor.item() != 1.0
+        trained += not np.isnan(a)
+    assert trained > 1 and watcher.told == pull.told == len(ev) // 20
+    p, w = parameters(plain), parameters(watched)
+    for k in p:
+        torch.testing.assert_close(w[k], p[k], rtol=0, atol=0)
 
 
 def test_fit_offline_trains_jointly_on_the_training_period_s_labels_only():

@@ -49,13 +49,13 @@ from ..tasks.labels import Labels
 from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
 from ..train.protocol import JointTerm
-from ..train.step import StepEmbeddings
+from ..train.step import Attached, StepEmbeddings
 from .label_ranks import placement
 
 LETTERS_KEPT = 100  # the first dead letters, as the summary quotes them
 
 
-class LabelledStream:
+class LabelledStream(Attached):
     """Routes ``feed``'s labels through ``trainer``'s model to an ``OnlineHead`` (module docstring);
     ``registry``: where its Prometheus gauges go (None: none)."""
 

@@ -24,7 +24,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..events import EventBatch
 from ..train.protocol import JointTerm
-from ..train.step import StepEmbeddings
+from ..train.step import Attached, StepEmbeddings
 from .labels import Labels
 from .task import Classification, Task
 
@@ -99,7 +99,7 @@ class JointHead:
         self.counts = state["counts"].numpy().copy()
 
 
-class TrainingLabels:
+class TrainingLabels(Attached):
     """Labels given up front as a follower of offline link training's steps (``stream.pretrain``,
     ``train.fit_offline``'s ``attach``): before each learned batch is applied, the labels it makes due (as
     the live job does: after the newest event of the batches before, at or before this batch's newest)

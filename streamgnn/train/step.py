@@ -41,7 +41,7 @@ from .distributed import collective
 from .driver import Batches, Budget, Drive, FollowReport, StepHook
 from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
 from .negatives import EVAL, TRAIN
-from .protocol import Candidates, LinkModel, StepInput
+from .protocol import Candidates, JointTerm, LinkModel, StepInput
 
 
 @dataclass(frozen=True)
@@ -149,15 +149,19 @@ class StepEmbeddings:
 class Attached(Protocol):
     """What a trainer carries beside its model (``StreamTrainer.attached``): told of each batch after the
     step read the graph for it and before the graph holds it (whether it will be learned from, and the
-    embeddings the step scores it from), and part of the trainer's checkpoint state."""
+    embeddings the step scores it from), and part of the trainer's checkpoint state. A follower subclasses
+    it, so that every follower has ``joint`` and the step asks each plainly."""
 
     def before_apply(self, batch: EventBatch, learn: bool, embedded: StepEmbeddings) -> None: ...
 
     def state(self) -> dict: ...
 
-    # Optional: ``joint() -> JointTerm | None``, the loss it computed in ``before_apply`` (from the state
-    # before the batch), handed over once and added to the link loss when the step trains
-    # (``LinkModel.train``'s ``joint``): a labelled task trained jointly with link prediction.
+    def joint(self) -> JointTerm | None:
+        """The loss it computed in ``before_apply`` (from the state before the batch), handed over once and
+        added to the link loss when the step trains (``LinkModel.train``'s ``joint``): a labelled task
+        trained jointly with link prediction. None (what a follower that subclasses ``Attached`` gets unless
+        it says otherwise): nothing to add."""
+        return None
 
 
 class StreamTrainer:
@@ -239,7 +243,7 @@ class StreamTrainer:
             embedded = step_embeddings(lm, prepared, view) if scoring else StepEmbeddings.none(view.blank)
             for follower in self.attached.values():
                 follower.before_apply(batch, train, embedded)
-                term = follower.joint() if hasattr(follower, "joint") else None
+                term = follower.joint()
                 joint += [term] if term is not None else []
         letters = self._apply(batch, pos)
         local = []
