@@ -10,8 +10,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sampling import build, event, ingest, timed
-from test_walks import HOPS, RATES, brute_products, queries, rows
+from test_sampling import event, timed
+from test_walks import HOPS, RATES, asked_after_batches, brute_products, queries, rows
 
 from streamgnn import EventBatch
 from streamgnn.errors import ConfigError
@@ -47,15 +47,8 @@ def test_matches_brute_force_for_any_neighbors(raw, splits, asked, data):
     reuse the source's products), each naming any neighbors (repeats, unknown ids, -1): every value is
     the dense replay's, and the pair's own products are ``products``'."""
     events = timed(raw)
-    cuts = [0, *sorted({s for s in splits if s < len(events)}), len(events)]
-    store, ref = build([])
     walks = WalkFeatures(hops=HOPS, dim=8, decays=RATES)
-    for (a, b), qs in zip(zip(cuts[:-1], cuts[1:], strict=True), [*asked, *[[]] * len(cuts)], strict=False):
-        ingest(store, ref, events[a:b], a)
-        if not qs or not store.num_nodes:
-            continue
-        src, dst, t = (np.array(c) for c in zip(*qs, strict=True))
-        t = 2.0 * t - 1.0
+    for store, (src, dst, t), stored in asked_after_batches(events, splits, asked):
         k = data.draw(st.integers(0, 3))
         nbr = np.array(
             data.draw(st.lists(st.integers(-1, 12), min_size=2 * k * len(src), max_size=2 * k * len(src)))
@@ -68,10 +61,6 @@ def test_matches_brute_force_for_any_neighbors(raw, splits, asked, data):
         got, rel = walks.relative(store, src, dst, t, nbr)
         np.testing.assert_array_equal(got, WalkFeatures(HOPS, 8, RATES).products(store, src, dst, t))
         n, P = store.num_nodes, walks.vectors(store.num_nodes)
-        table = store.edges()
-        stored = list(
-            zip(table.src.tolist(), table.dst.tolist(), table.t.tolist(), table.t.tolist(), strict=True)
-        )
         for i, (u, v, tq) in enumerate(zip(src.tolist(), dst.tolist(), t.tolist(), strict=True)):
             u, v = (x if x < n else -1 for x in (u, v))
             for side in range(2):

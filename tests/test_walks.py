@@ -59,6 +59,25 @@ rows = st.lists(
 ).map(lambda rs: [(u, v, tq) for u, vs, tq in rs for v in vs])
 
 
+def asked_after_batches(events, splits, asked):
+    """``events`` ingested batch by batch (cut at ``splits``) into a store; after each batch that
+    ``asked`` has queries for (its i-th entry: the i-th batch's), yields the store, those queries as arrays
+    (``src``, ``dst``, times ``2t - 1``: between and at the events' times) and the stored events (some of
+    a stream may be refused) as ``brute_products`` reads them, by edge id."""
+    cuts = [0, *sorted({s for s in splits if s < len(events)}), len(events)]
+    store, ref = build([])  # ref: not read (deletions do not undo walks)
+    for (a, b), qs in zip(zip(cuts[:-1], cuts[1:], strict=True), [*asked, *[[]] * len(cuts)], strict=False):
+        ingest(store, ref, events[a:b], a)
+        if not qs or not store.num_nodes:
+            continue
+        src, dst, t = (np.array(c) for c in zip(*qs, strict=True))
+        table = store.edges()
+        stored = list(
+            zip(table.src.tolist(), table.dst.tolist(), table.t.tolist(), table.t.tolist(), strict=True)
+        )
+        yield store, (src, dst, 2.0 * t - 1.0), stored
+
+
 @settings(max_examples=80, deadline=None)
 @given(
     st.lists(event, max_size=30),
@@ -72,22 +91,11 @@ def test_matches_brute_force_however_queries_and_batches_interleave(raw, splits,
     events = timed(raw)
     rng = np.random.default_rng(len(events))
     events = [(k, s, d, t + 3.0 * rng.integers(0, 2)) for k, s, d, t in events]  # the next may arrive late
-    cuts = [0, *sorted({s for s in splits if s < len(events)}), len(events)]
-    store, ref = build([])  # ref: not read (deletions do not undo walks)
     walks = WalkFeatures(hops=HOPS, dim=8, decays=RATES)
-    for (a, b), qs in zip(zip(cuts[:-1], cuts[1:], strict=True), [*asked, *[[]] * len(cuts)], strict=False):
-        ingest(store, ref, events[a:b], a)
-        if not qs or not store.num_nodes:
-            continue
-        src, dst, t = (np.array(c) for c in zip(*qs, strict=True))
-        t = 2.0 * t - 1.0
+    for store, (src, dst, t), stored in asked_after_batches(events, splits, asked):
         got = walks.products(store, src, dst, t)
         n = store.num_nodes
         P = walks.vectors(n)
-        table = store.edges()  # the stored events (some of a stream may be refused), by edge id
-        stored = list(
-            zip(table.src.tolist(), table.dst.tolist(), table.t.tolist(), table.t.tolist(), strict=True)
-        )
         for j, (u, v, tq) in enumerate(zip(src.tolist(), dst.tolist(), t.tolist(), strict=True)):
             u, v = (x if x < n else -1 for x in (u, v))  # ids past the store's are unknown
             want = brute_products(P, stored, u, v, tq)
