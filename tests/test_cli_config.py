@@ -3,6 +3,11 @@ dataclasses (unknown keys and wrong types named, environment and flags override)
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -87,6 +92,46 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--dataset", "x", "--file", str(tmp_path / "c.yaml")])
     assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+# What ``streamgnn ARGS`` loads, in a fresh process: the console script's ``main``, then its modules.
+LOADS = """
+import json, sys
+from streamgnn.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in ("torch", "numba") if m in sys.modules)), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["bench", "--help"], ["datasets"], ["train", "--help"]])
+def test_a_command_loads_torch_and_numba_only_where_it_needs_them(argv, monkeypatch):
+    """Only the command a run names is built (``build_parser``): ``streamgnn --help``, ``bench --help``
+    and ``datasets`` load neither library (seconds of CPU each, in every process); ``train --help`` shows
+    the config classes' defaults, which load both. The help is the one of the parser with every command
+    built."""
+    env = {**os.environ, "COLUMNS": "100"}
+    done = subprocess.run(
+        [sys.executable, "-c", LOADS, *argv], env=env, capture_output=True, text=True, check=True
+    )
+    loaded = json.loads(done.stderr.strip().splitlines()[-1])
+    assert loaded == (["numba", "torch"] if argv[0] == "train" else [])
+    monkeypatch.setenv("COLUMNS", "100")
+    whole = build_parser()
+    if argv == ["--help"]:
+        assert done.stdout == whole.format_help()
+    elif argv[0] == "train":
+        assert done.stdout == whole._subparsers._group_actions[0].choices["train"].format_help()
+        assert "(default 200)" in done.stdout  # --batch-size's, from TrainConfig
+
+
+@pytest.mark.parametrize("command", command_modules())
+def test_a_command_built_alone_helps_as_when_every_command_is_built(command):
+    alone = build_parser([command])._subparsers._group_actions[0].choices[command]
+    built = build_parser()._subparsers._group_actions[0].choices[command]
+    assert alone.format_help() == built.format_help()
 
 
 def test_parser_builds_every_command():

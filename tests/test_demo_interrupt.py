@@ -67,9 +67,9 @@ def test_ctrl_c_while_the_commands_load_ends_in_one_line():
         "import os, signal, sys\n"
         "from streamgnn import cli\n"
         "build = cli.build_parser\n"
-        "def interrupted():\n"
+        "def interrupted(argv):\n"
         "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "    return build()\n"
+        "    return build(argv)\n"
         "cli.build_parser = interrupted\n"
         "sys.exit(cli.main(['demo', '--help']))\n"
     )

@@ -1,8 +1,15 @@
 """The ``streamgnn`` command: one subcommand per module of this package.
 
 Each module ``streamgnn/cli/<name>.py`` (names without a leading underscore) is the subcommand ``<name>``:
-it defines ``register(subparsers)``, which adds its parser and sets ``func(args, rest) -> int``. Adding a
-command is adding a file; nothing here lists them.
+it defines ``HELP`` (its line in ``streamgnn --help``) and ``register(subparsers)``, which adds its parser
+(``help=HELP``) and sets ``func(args, rest) -> int``. Adding a command is adding a file; nothing here lists
+them.
+
+Only the command a run names is built (``build_parser``): its module's ``register`` and, where it has
+flags that set config keys, the config dataclasses whose defaults its help shows. Those load torch and
+Numba (seconds of CPU), so a command module imports only argparse helpers at its top, and what its flags
+or its run need inside ``register`` and its ``func``: ``streamgnn --help``, ``streamgnn bench --help``
+or ``streamgnn datasets`` load neither.
 """
 
 from __future__ import annotations
@@ -12,10 +19,12 @@ import importlib
 import os
 import pkgutil
 import sys
+from collections.abc import Sequence
 
-# First, before torch or Numba loads (``_config`` imports torch): passive OpenMP waiting and explicit pool
-# sizes, unless the user set their own (``_threads``).
+# First, before torch or Numba loads (a command's config classes and its run import them): passive OpenMP
+# waiting and explicit pool sizes, unless the user set their own (``_threads``).
 from . import _threads  # noqa: F401, I001
+from ._flags import sets_config
 
 # Commands whose extra arguments go to the job they start (a benchmark parses its own flags).
 _PASS_THROUGH = {"bench"}
@@ -34,17 +43,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of ``argv``'s command (its first argument that is not an option): every command is
+    listed by its ``HELP``, only that one is built (module docstring). None: every command is built."""
     p = _Parser(
         prog="streamgnn",
         description="streamgnn: learning on graphs that never stop changing. Run `streamgnn COMMAND --help`.",
     )
-    from ._config import show_config_defaults  # loads torch: here, so that main() holds a Ctrl-C meanwhile
-
+    named = None if argv is None else next((a for a in argv if not a.startswith("-")), "")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in command_modules():
-        importlib.import_module(f"{__name__}.{name}").register(sub)
-    show_config_defaults(p)
+        module = importlib.import_module(f"{__name__}.{name}")
+        if named is not None and name != named:
+            sub.add_parser(name, help=module.HELP)  # listed, never parsed with
+            continue
+        module.register(sub)  # (here, so that main() holds a Ctrl-C while it loads torch)
+        if sets_config(sub.choices[name]):
+            from ._config import show_config_defaults  # the config classes: torch, Numba
+
+            show_config_defaults(sub.choices[name])
     return p
 
 
@@ -64,7 +81,8 @@ def _main(argv: list[str] | None) -> int:
     from ._args import forget_new_folders, remove_new_empty_folders
 
     forget_new_folders()  # an earlier call in this process (tests run many) noted its own
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     args, rest = parser.parse_known_args(argv)
     if rest and args.command not in _PASS_THROUGH:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

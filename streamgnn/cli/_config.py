@@ -61,6 +61,7 @@ from ..tasks.config import TaskConfig
 from ..train.config import TrainConfig
 from ..train.resume import ResumeConfig
 from ._args import check_output_dir
+from ._flags import CONFIG_KEY, FLAG
 
 ENV_PREFIX = "STREAMGNN_"
 
@@ -273,33 +274,9 @@ def _put(data: dict, keys: list[str], value, origin: str, keep: bool = False) ->
 # ---------------------------------------------------------------------------------------------- argparse
 
 
-_FLAG = "flag:"  # namespace entries naming the flag of each config key a flag overrides
-
 # Keys that name a folder: a file in the way is refused before any work, from a flag, the file or the
 # environment alike (the flags that set them are checked as they are parsed, with their own names).
 FOLDERS = ("train.checkpoint_dir", "partition.checkpoint_dir", "serve.checkpoint_dir")
-
-
-def add_config_option(parser: argparse.ArgumentParser, sections: str = "kafka") -> None:
-    parser.add_argument(
-        "--config",
-        metavar="FILE.yaml",
-        help=f"settings shared by every job; this command reads sections {sections} (keys: the Python "
-        "config dataclasses'; STREAMGNN_SECTION__KEY variables and flags override it), e.g. cluster.yaml",
-    )
-
-
-def override(parser, *flags: str, key: str | tuple[str, ...], **kw) -> None:
-    """A flag that overrides config key ``key`` ("serve.port"), or each of several keys, when given;
-    a positional argument when ``flags`` is empty."""
-    dest = "cfg:" + ",".join((key,) if isinstance(key, str) else key)
-    if flags:
-        if "choices" not in kw and kw.get("action") is None:  # as argparse names it, not after the dest
-            kw.setdefault("metavar", flags[-1].lstrip("-").upper().replace("-", "_"))
-        parser.add_argument(*flags, dest=dest, default=None, **kw)
-        parser.set_defaults(**{_FLAG + dest: flags[-1]})  # how an error about its value names it
-    else:
-        parser.add_argument(dest, nargs="?", default=None, **kw)
 
 
 def show_config_defaults(parser: argparse.ArgumentParser) -> None:
@@ -311,8 +288,8 @@ def show_config_defaults(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for command in action.choices.values():
                 show_config_defaults(command)
-        elif action.dest.startswith("cfg:") and action.help and action.help != argparse.SUPPRESS:
-            key = action.dest[4:].split(",")[0]
+        elif action.dest.startswith(CONFIG_KEY) and action.help and action.help != argparse.SUPPRESS:
+            key = action.dest.removeprefix(CONFIG_KEY).split(",")[0]
             value = own.get(key, field_default(JobConfig, key))
             if value is not None and not isinstance(value, bool) and not dataclasses.is_dataclass(value):
                 shown = ",".join(map(str, value)) if isinstance(value, tuple) else value
@@ -323,7 +300,9 @@ def _flag_error(args: argparse.Namespace, given: dict, defaults, exc: ConfigErro
     """``exc`` naming the flag whose value the config refuses (a value its type let through, such as
     ``--batch-size 0``): the flag without which the config builds, else the one without which this mistake
     goes away (the file has another). None when no flag is at fault (the file or the environment)."""
-    flags = {name.removeprefix(_FLAG + "cfg:"): f for name, f in vars(args).items() if name.startswith(_FLAG)}
+    flags = {
+        name.removeprefix(FLAG + CONFIG_KEY): f for name, f in vars(args).items() if name.startswith(FLAG)
+    }
     changed = None
     for dotted in given:
         try:
@@ -351,8 +330,8 @@ def config_from_args(args: argparse.Namespace, defaults: Mapping[str, object] | 
     given = {
         key: str(value) if isinstance(value, PurePath) else value  # a checked folder is a str key in YAML
         for dest, value in vars(args).items()
-        if dest.startswith("cfg:") and value is not None
-        for key in dest[4:].split(",")
+        if dest.startswith(CONFIG_KEY) and value is not None
+        for key in dest.removeprefix(CONFIG_KEY).split(",")
     }
     try:
         cfg = load_config(args.config, overrides=given, defaults=defaults)

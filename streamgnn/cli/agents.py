@@ -13,7 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ._args import output_dir, positive_float, positive_int
-from ._config import add_config_option, config_from_args, override
+from ._flags import add_config_option, override
+
+HELP = "link-failure-robust GNN agents (works under mpiexec -n N)"
 
 # --die-round's names besides a round (streamgnn.jobs.agents: STARTUP, SETUP, GATHER; not imported here, so
 # that parsing loads no job)
@@ -151,6 +153,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     fault-tolerant rank runs the same command again as its supervised child."""
     from ..agents.runtime import supervise, supervised
     from ..jobs import agents as job
+    from ._config import config_from_args
 
     faults = job.Faults(args.deadline, args.patience, args.fault_tolerant, args.die_rank, args.die_round)
     faults.check()
@@ -180,7 +183,7 @@ EXAMPLE = """example:
 def register(sub) -> None:
     a = sub.add_parser(
         "agents",
-        help="link-failure-robust GNN agents (works under mpiexec -n N)",
+        help=HELP,
         description=__doc__,
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,

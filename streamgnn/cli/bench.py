@@ -8,6 +8,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+HELP = "run a benchmark (other flags go to it: --quick, --json, --help)"
+
 BENCHMARKS = (
     "store",
     "sampler",
@@ -66,7 +68,7 @@ def register(sub) -> None:
     b = sub.add_parser(
         "bench",
         add_help=False,  # --help after a name goes to that benchmark
-        help="run a benchmark (other flags go to it: --quick, --json, --help)",
+        help=HELP,
         description="Run one of the benchmarks in benchmarks/ (figures and commands: benchmarks/RESULTS.md).",
         epilog=EXAMPLE,
         usage=f"streamgnn bench {{{','.join(BENCHMARKS)}}} [--quick] [--json] [...]",

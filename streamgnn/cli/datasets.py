@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+HELP = "list the bundled datasets"
+
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from .. import datasets
@@ -22,7 +24,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 def register(sub) -> None:
     ds = sub.add_parser(
         "datasets",
-        help="list the bundled datasets",
+        help=HELP,
         description="List the datasets bundled with streamgnn: event streams (rows, nodes, source), which "
         "--dataset and streamgnn.datasets.load take, and signals, which datasets.load_signal takes.",
         epilog="example:\n  streamgnn datasets\n  streamgnn train --dataset collegemsg --events 20000",

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from ._args import output_dir, port_or_any, positive_int
-from ._config import add_config_option, config_from_args
+from ._flags import add_config_option
 from .train import add_follow_option
+
+HELP = "the end-to-end job on an embedded default"
 
 EXAMPLE = """examples:
   streamgnn demo --events 3000          # a short run (only 3,000 events are produced)
@@ -22,6 +24,7 @@ def train_config(args: argparse.Namespace):
 
     from .. import datasets
     from ..demo import demo_config
+    from ._config import config_from_args
 
     rows = datasets.info(args.dataset).rows
     events = min(args.events or rows, rows)
@@ -59,7 +62,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 def register(sub) -> None:
     d = sub.add_parser(
         "demo",
-        help="the end-to-end job on an embedded default",
+        help=HELP,
         description="Start a local broker, replay a bundled dataset into a topic, train TGN online from it "
         "with running AP/MRR, publish embeddings to a compacted topic, write a plot and a JSON summary.",
         epilog=EXAMPLE,

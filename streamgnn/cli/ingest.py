@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 
 from ._args import output_dir, positive_float, positive_int, seconds
-from ._config import add_config_option, config_from_args
 from ._dead_letters import Tally, count_text
+from ._flags import add_config_option
 from .train import add_source_options, event_source
+
+HELP = "read a topic or file into a store checkpoint (no training)"
 
 EXAMPLE = """examples:
   streamgnn ingest --kafka --bootstrap localhost:9092 --topic events --store out/store --idle-timeout 10
@@ -26,6 +28,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..checkpoint import numbers
     from ..progress import IntervalLog, IntervalRate
     from ..store import TemporalGraphStore
+    from ._config import config_from_args
 
     cfg = config_from_args(args)
     path = Path(args.store)
@@ -93,7 +96,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "ingest",
-        help="read a topic or file into a store checkpoint (no training)",
+        help=HELP,
         description="Ingest events into a TemporalGraphStore and save it (atomic, with the Kafka offsets).",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,

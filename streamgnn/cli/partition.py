@@ -6,7 +6,9 @@ import argparse
 import json
 
 from ._args import non_negative, output_dir, output_file, positive_int, seconds, topic_name
-from ._config import add_config_option, config_from_args, override
+from ._flags import add_config_option, override
+
+HELP = "route a raw event topic into one keyed and placed by graph partition (LDG, Fennel, HDRF, ...)"
 
 EXAMPLE = """examples:
   streamgnn partition --bootstrap localhost:9092 --in-topic raw --out-topic events --partitions 8 \\
@@ -25,6 +27,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..errors import ConfigError
     from ..jobs.router import PartitionRouter
     from ..progress import IntervalLog, IntervalRate
+    from ._config import config_from_args
 
     cfg = config_from_args(args)
     k, r = cfg.kafka, cfg.partition
@@ -73,7 +76,7 @@ def register(sub) -> None:
 
     p = sub.add_parser(
         "partition",
-        help="route a raw event topic into one keyed and placed by graph partition (LDG, Fennel, HDRF, ...)",
+        help=HELP,
         description=__doc__,
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,

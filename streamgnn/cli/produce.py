@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from ._args import positive_float, positive_int, seconds, topic_name
-from ._config import add_config_option, config_from_args, override
 from ._dead_letters import Tally
+from ._flags import add_config_option, override
+
+HELP = "load a dataset or events file into a Kafka topic"
 
 EXAMPLE = """examples:
   streamgnn produce jodie_wikipedia --bootstrap localhost:9092 --topic events --partitions 4 --rate 1000
@@ -20,6 +22,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..connectors.kafka.producer import events_source
     from ..errors import ConfigError
     from ..events import concat
+    from ._config import config_from_args
 
     cfg = config_from_args(args)
     k, p = cfg.kafka, cfg.produce
@@ -52,7 +55,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 def register(sub) -> None:
     pr = sub.add_parser(
         "produce",
-        help="load a dataset or events file into a Kafka topic",
+        help=HELP,
         description="Write events into a topic in time order, keyed by graph partition (creates the topic).",
         epilog=EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ._args import port_or_any, seconds
-from ._config import add_config_option, config_from_args, override
+from ._flags import add_config_option, override
+
+HELP = "serve node embeddings over HTTP (lookups, top-k, link scores, /metrics)"
 
 EXAMPLE = """example:
   streamgnn serve --bootstrap localhost:9092 --topic embeddings --port 8000
@@ -20,6 +22,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     import dataclasses
 
     from ..serve.service import EmbeddingService
+    from ._config import config_from_args
 
     cfg = config_from_args(args)
     serve = cfg.serve
@@ -33,7 +36,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "serve",
-        help="serve node embeddings over HTTP (lookups, top-k, link scores, /metrics)",
+        help=HELP,
         description="Read the compacted embeddings topic (what `streamgnn train` publishes) from its start "
         "into a table and answer over HTTP: GET/POST /embeddings, /topk, /score, /health, /metrics.",
         epilog=EXAMPLE,

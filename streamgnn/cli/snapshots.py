@@ -6,8 +6,10 @@ import argparse
 from pathlib import Path
 
 from ._args import output_dir, positive_float, positive_int
-from ._config import add_config_option, config_from_args, override
 from ._dead_letters import Tally, count_text
+from ._flags import add_config_option, override
+
+HELP = "cut snapshots from a dataset, events file or topic into a signal folder"
 
 EXAMPLES = """examples:
   streamgnn snapshots bitcoin_otc --out otc-monthly --kind window --every 2592000 --weight count \\
@@ -58,6 +60,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..snapshots import live_snapshots
     from ..snapshots.files import SignalWriter, check_output_folder
     from ..store import TemporalGraphStore
+    from ._config import config_from_args
 
     check_output_folder(args.out)  # before any long work
     args.bootstrap_given = vars(args)["cfg:kafka.bootstrap"] is not None
@@ -97,7 +100,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "snapshots",
-        help="cut snapshots from a dataset, events file or topic into a signal folder",
+        help=HELP,
         description=__doc__,
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

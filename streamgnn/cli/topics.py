@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ._args import positive_int, topic_name
-from ._config import add_config_option, config_from_args, override
+from ._flags import add_config_option, override
+
+HELP = "create the Kafka topics a config names (idempotent)"
 
 EXAMPLE = """examples:
   streamgnn topics --config cluster.yaml  # events (kafka.partitions), embeddings, raw, dead letters
@@ -16,6 +18,7 @@ EXAMPLE = """examples:
 
 def _run(args: argparse.Namespace, rest: list[str]) -> int:
     from ..connectors.kafka import create_topic
+    from ._config import config_from_args
 
     k = config_from_args(args).kafka
     k.check_reachable()
@@ -33,7 +36,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "topics",
-        help="create the Kafka topics a config names (idempotent)",
+        help=HELP,
         description="Create kafka.events_topic with kafka.partitions partitions, the compacted "
         "kafka.embeddings_topic, kafka.raw_topic (a partition router's input) and kafka.dead_letter_topic; "
         "existing topics with the same counts are fine (with no count given, any count is).",

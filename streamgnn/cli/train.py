@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from ..tasks.config import KINDS
-from ..train.config import DEFAULT_CHECKPOINT_EVERY, FOLLOW_MODES
 from ._args import device, input_file, non_negative, output_dir, port, positive_float, positive_int, seconds
-from ._config import add_config_option, config_from_args, override
 from ._dead_letters import Tally, count_text
+from ._flags import add_config_option, override
+
+HELP = "online TGN training from a dataset, a file or a Kafka topic"
 
 EXAMPLE = """examples:
   streamgnn train --dataset jodie_wikipedia --events 20000 --out out/train
@@ -65,6 +65,7 @@ def _run(args: argparse.Namespace, rest: list[str]) -> int:
 
     from ..jobs import TrainJob
     from ..train.report import latency_text, scores_text
+    from ._config import config_from_args
 
     cfg = config_from_args(args)
     train = cfg.train
@@ -112,6 +113,8 @@ LIVE_DEFAULTS = {"train.follow.mode": "budget"}
 
 
 def add_follow_option(p: argparse.ArgumentParser) -> None:
+    from ..train.config import FOLLOW_MODES
+
     override(
         p, "--follow", key="train.follow.mode", choices=FOLLOW_MODES,
         help="budget: every event updates the state, learning and a sample of evaluation as the source's "
@@ -120,9 +123,12 @@ def add_follow_option(p: argparse.ArgumentParser) -> None:
 
 
 def register(sub) -> None:
+    from ..tasks.config import KINDS
+    from ..train.config import DEFAULT_CHECKPOINT_EVERY
+
     p = sub.add_parser(
         "train",
-        help="online TGN training from a dataset, a file or a Kafka topic",
+        help=HELP,
         description="Update the store, memory and served embeddings with every event; score and train "
         "(test-then-train) on every batch, or on the share a lagging source leaves time for (--follow, "
         "docs/following.md); checkpoints make a rerun resume; --metrics-port serves Prometheus metrics.",
