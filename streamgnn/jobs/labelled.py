@@ -295,9 +295,10 @@ class LabelledStream:
                         "origin": [] if p.origin is None else p.origin.tolist()},
         }  # fmt: skip
 
-    def load_state(self, state: dict, where: str) -> None:
+    def load_state(self, state: dict, where: str) -> str:
         """Continue from ``state()`` of a checkpoint (the same task, or a refusal naming both), in place: the
-        trainer (``attached``) and the metrics' gauges hold this stream, and its feed is this run's."""
+        trainer (``attached``) and the metrics' gauges hold this stream, and its feed is this run's. Returns
+        a line to say about the joint head (``_joint_note``), or ""."""
         saved, mine = state["head"]["config"], self.config.to_dict()
         keys = ("kind", "classes", "features", "hidden")
         if any(saved.get(k) != mine[k] for k in keys):
@@ -306,6 +307,7 @@ class LabelledStream:
                 f"{where} learned task {was}; this run's is {now}: resume with the same task, or use "
                 "another checkpoint folder"
             )
+        note = self._joint_note(state.get("joint"), where)
         self.head = OnlineHead.from_state(state["head"], f"{where}: task")
         if state.get("features") is not None:
             self.features = LiveFeatures.from_state(state["features"])
@@ -320,6 +322,28 @@ class LabelledStream:
         self.pending = Labels(_ids(p["node"]), np.asarray(p["t"], np.float64), y, dst, origin)
         self.feed.seek(state["feed"])
         self.held_back = int(state.get("held_back", self.feed.waiting()))  # (a sharded rank 0's)
+        return note
+
+    def _joint_note(self, saved: dict | None, where: str) -> str:
+        """Refuse a checkpoint whose model learned the task jointly when this run's ``task.joint_weight`` is
+        0: resuming would drop its joint head and silently stop the embeddings learning the labels (0 is
+        also the default, so an omitted key would do it). Otherwise, what changes, in a line ("": none)."""
+        weight = self.config.joint_weight
+        if saved is not None and self.joint_head is None:
+            was = float(saved["weight"])
+            raise CheckpointError(
+                f"{where} trained the task jointly with link prediction (task.joint_weight {was:g}: its "
+                f"joint head's weights and optimizer); this run's task.joint_weight is 0, which would drop "
+                f"them and stop training the embeddings on the labels: resume with task.joint_weight: "
+                f"{was:g}, or start a new checkpoint folder to train without the joint loss"
+            )
+        if saved is None and self.joint_head is not None:
+            return f"{where} trained the task on frozen embeddings: joint training (weight {weight:g}) starts"
+        if saved is not None and float(saved["weight"]) != weight:
+            return (
+                f"{where} trained the task jointly at weight {float(saved['weight']):g}; {weight:g} from now"
+            )
+        return ""
 
     def close(self) -> None:
         """Close the feed; flush and close the predictions' sink."""
