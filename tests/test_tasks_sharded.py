@@ -203,19 +203,49 @@ def test_a_sharded_job_stopped_and_resumed_continues_the_task(runs):
 
 def test_the_service_reads_the_head_from_any_rank_s_checkpoint(runs):
     """``/predict``'s head (``TaskPredictor``) from a sharded job's checkpoint folder: each rank's holds the
-    head every rank ended with, and the same stream features."""
+    head every rank ended with, and the same stream features; the job's folder reads rank 0's."""
     from streamgnn.serve.predict import TaskPredictor
 
     want = runs["ranks"][0]["whole"]["params"]
     rows = np.random.default_rng(0).normal(size=(5, runs["ranks"][0]["whole"]["in_dim"])).astype(np.float32)
     answers = []
-    for rank in (0, 1):
-        loaded = TaskPredictor(runs["work"] / "whole2" / f"rank-{rank:05d}").load()
+    for folder in ("rank-00000", "rank-00001", "."):
+        loaded = TaskPredictor(runs["work"] / "whole2" / folder).load()
         assert loaded.head is not None, loaded.why
         for name, value in loaded.head.head.state_dict().items():
             assert bool((value == want[name]).all()), name
         answers.append(loaded.head.predict(rows))
-    np.testing.assert_array_equal(*answers)
+    for other in answers[1:]:
+        np.testing.assert_array_equal(other, answers[0])
+
+
+def test_score_reads_the_link_predictor_from_a_sharded_job_s_checkpoint_folder(runs):
+    """``/score``'s scorer (``LinkScorer``) over a sharded job's checkpoints: given the job's folder (rank
+    0's read) or any rank's, it scores by the trained link predictor (with pair features over a store of
+    the same events), the same on every rank, not by cosine."""
+    from streamgnn.events import EventBatch
+    from streamgnn.serve.scoring import LinkScorer
+    from streamgnn.store import TemporalGraphStore
+
+    cols = np.loadtxt(runs["work"] / "events.csv", delimiter=",")
+    store = TemporalGraphStore()
+    store.ingest(EventBatch.from_columns(
+        src=cols[:, 0].astype(np.int64), dst=cols[:, 1].astype(np.int64), t=cols[:, 2],
+        eid=np.arange(len(cols)),
+    ))  # fmt: skip
+    z = np.random.default_rng(1).normal(size=(4, 8)).astype(np.float32)
+    src, dst = np.array([0, 1, 40, 59]), np.array([100, 139, 120, 101])
+    root = runs["work"] / "whole2"
+    answers = []
+    for folder in (root, root / "rank-00000", root / "rank-00001"):
+        scores, info = LinkScorer(folder, store).score(z, z[::-1].copy(), src, dst)
+        assert info["scorer"] == "link_predictor", info
+        assert info["pair_features"] == "store" and info["checkpoint"].startswith("ckpt-")
+        answers.append(scores)
+    for other in answers[1:]:
+        np.testing.assert_array_equal(other, answers[0])
+    cosine, _ = LinkScorer(None).score(z, z[::-1].copy())
+    assert not np.allclose(answers[0], cosine)
 
 
 def test_edge_labels_are_scored_once_by_the_owner_of_their_source(runs):

@@ -10,7 +10,8 @@ stream features (``task.features``) reads them from the same checkpoint, as of i
 service has no store of its own), and so does node affinity's head its nodes' revealed labels
 (``affinity.RevealedShares``: what it ranks each node's classes from beside the embedding). A sharded
 job's head and stream features are the same on every rank
-(``jobs.label_ranks``): ``serve.checkpoint_dir`` may name any rank's folder (``ckpt/rank-00000``).
+(``jobs.label_ranks``): ``serve.checkpoint_dir`` may name the job's checkpoint folder (rank 0's is read) or
+any rank's (``ckpt/rank-00001``).
 
     predictor = TaskPredictor("out/ckpt")
     loaded = predictor.load()                      # None-headed, with the reason, when there is none
@@ -30,6 +31,7 @@ import numpy as np
 
 from ..errors import CheckpointError, ConfigError
 from ..shard.checkpoint import KIND as SHARDED
+from ..shard.checkpoint import replicated_folder
 from ..tasks.affinity import NodeAffinity, RevealedShares
 from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
@@ -68,7 +70,7 @@ class TaskPredictor:
             )
         from ..train.checkpoint import step_path
 
-        folder = self.checkpoint_dir
+        folder = replicated_folder(self.checkpoint_dir)
         with self._lock:
             try:
                 latest = step_path(folder).name
