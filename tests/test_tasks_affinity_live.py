@@ -142,7 +142,8 @@ def test_predict_ranks_a_node_s_classes_by_the_job_s_head_and_each_prediction_is
         url = service.url
         wait_for(lambda: call(f"{url}/health")[1]["nodes"] == SOURCES + 20, "every node served")
         _, got = call(f"{url}/embeddings?ids={','.join(map(str, nodes))}")
-        z = np.stack([np.array(e["embedding"], np.float32) for e in got["embeddings"]])
+        served_z = {e["id"]: np.array(e["embedding"], np.float32) for e in got["embeddings"]}
+        z = np.stack([served_z[node] for node in nodes])
         status, got = call(f"{url}/predict?nodes={','.join(map(str, nodes))}")
     assert status == 200 and got["task"] == "node_affinity"
     rows_of = features.index(np.array(nodes))
@@ -163,3 +164,34 @@ def test_predict_ranks_a_node_s_classes_by_the_job_s_head_and_each_prediction_is
         assert [a["share"] for a in p["affinities"]] == pytest.approx(expect[ranked].tolist(), rel=1e-6)
         tops.append(ranked[0] == node % C)
     assert sum(tops) > len(nodes) / 2  # most nodes' favourite class ranked first: learned, not arbitrary
+
+
+def test_streamgnn_train_learns_node_affinity_from_its_yaml_and_refuses_it_without_a_horizon(
+    tmp_path, capsys
+):
+    from streamgnn.cli import main
+
+    rows = write_stream(tmp_path)
+    write_lines(tmp_path / "labels.jsonl", rows)
+    model = (
+        "train: {batch_size: 100, model: {memory_dim: 8, time_dim: 4, embedding_dim: 8, num_neighbors: 3}}\n"
+    )
+    task = f"kind: node_affinity, classes: {C}, labels_file: {tmp_path / 'labels.jsonl'}"
+    (tmp_path / "job.yaml").write_text(model + f"task: {{{task}, horizon: {PERIOD}, top_k: 2}}\n")
+    argv = [
+        "train",
+        "--config",
+        str(tmp_path / "job.yaml"),
+        "--file",
+        str(tmp_path / "events.csv"),
+        "--quiet",
+    ]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    assert f"task node_affinity: {len(rows)} labels scored before learned: NDCG2" in capsys.readouterr().out
+    figures = json.loads((tmp_path / "out" / "task.json").read_text())
+    assert figures["scored"] == len(rows) and set(figures["all"]["head"]) == {"ndcg2"}
+
+    (tmp_path / "bad.yaml").write_text(model + f"task: {{{task}}}\n")
+    argv[2] = str(tmp_path / "bad.yaml")
+    assert main(argv) == 2
+    assert "task.horizon" in capsys.readouterr().err

@@ -147,9 +147,7 @@ class LabelledStream:
                 x, mine = self._inputs(flush, embedded)
                 known = not self.config.horizon
                 scores = self.head.observe(x, flush.y, flush.t, learn=learn, known=known)
-                if known and self.revealed is not None:
-                    self.revealed.reveal(flush.node, flush.y)
-                if not known:  # (scored in time order: they stay in it)
+                if not known:  # (after every awaiting label's time: the order they were scored in)
                     self.awaiting = merge(self.awaiting, flush)
                     self.awaiting_x = np.concatenate([self.awaiting_x, x])
                 self._publish(flush.take(mine), scores[mine])
@@ -169,10 +167,10 @@ class LabelledStream:
         describes only events before them), in the order they were scored."""
         known = self.awaiting.t + self.config.horizon <= now
         if known.any():
-            now = self.awaiting.take(known)
-            self.head.reveal(self.awaiting_x[known], now.y, learn=learn)
-            if self.revealed is not None:
-                self.revealed.reveal(now.node, now.y)
+            taken = self.awaiting.take(known)
+            self.head.reveal(self.awaiting_x[known], taken.y, learn=learn)
+            if self.revealed is not None:  # (node affinity: its horizon is > 0, so every label comes here)
+                self.revealed.reveal(taken.node, taken.y)
             self.awaiting, self.awaiting_x = self.awaiting.take(~known), self.awaiting_x[~known]
 
     def joint(self) -> JointTerm | None:
