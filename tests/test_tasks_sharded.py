@@ -20,6 +20,7 @@ from shard_ranks import rank_env  # noqa: E402
 from topic_records import read_topic  # noqa: E402
 
 N, HOT, EDGES, BATCH = 3000, 30, 800, 200  # events; sources below HOT: active, labelled 1; edge labels
+PERIOD = 100.0  # node affinity's label period (over the first EDGES events)
 BAD = {  # a label record that is not one, and the reason its dead letter gives
     "not json": "not JSON",
     json.dumps({"node": 1, "t": 5.0}): "missing field 'y'",
@@ -47,6 +48,24 @@ def edge_labels(src: np.ndarray, dst: np.ndarray) -> list[str]:
     return [
         json.dumps({"node": int(s), "dst": int(d), "t": float(t), "y": int(s < HOT)})
         for t, (s, d) in enumerate(zip(src[:EDGES], dst[:EDGES], strict=True))
+    ]
+
+
+def affinity_labels_of(src: np.ndarray, dst: np.ndarray) -> list[str]:
+    """Node affinity labels of the first ``EDGES`` events: each source's share of its events per class of
+    destination (``d % 4``) in each period of ``PERIOD`` after the first."""
+    from streamgnn.events import EventBatch
+    from streamgnn.tasks.affinity import affinity_labels
+
+    n = EDGES
+    ev = EventBatch.from_columns(src=src[:n], dst=dst[:n], t=np.arange(n, dtype=float), eid=np.arange(n))
+    ids = np.arange(100, 140)
+    bounds = np.arange(0, n + PERIOD, PERIOD)
+    labels = affinity_labels(ev, bounds, [(ids, ids % 4)] * (len(bounds) - 1), 4)
+    keep = labels.t >= PERIOD
+    return [
+        json.dumps({"node": int(a), "t": float(t), "y": y.tolist()})
+        for a, t, y in zip(labels.node[keep], labels.t[keep], labels.y[keep], strict=True)
     ]
 
 
@@ -109,6 +128,10 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
                 labels_file=str(work / "edges.jsonl"))  # fmt: skip
     edges.run(max_events=EDGES, progress=False)
     got["edges"] = outcome(edges)
+    affinity = job(work, f"affinity{world}", sharded=sharded, kind="node_affinity", classes=4, horizon=PERIOD,
+                   labels_file=str(work / "affinity.jsonl"))  # fmt: skip
+    affinity.run(max_events=EDGES, progress=False)
+    got["affinity"] = outcome(affinity)
     torch.save(got, out)
 
 
@@ -120,6 +143,7 @@ def runs(kafka_bootstrap, tmp_path_factory, spawn_ranks):
     work = tmp_path_factory.mktemp("tasks_sharded")
     src, dst = write_events(work / "events.csv")
     (work / "edges.jsonl").write_text("\n".join(edge_labels(src, dst)) + "\n")
+    (work / "affinity.jsonl").write_text("\n".join(affinity_labels_of(src, dst)) + "\n")
     name = f"labels-{os.getpid()}-{work.name[-6:]}"
     topics = {"LABELS": name, "PREDICTIONS_0": f"{name}-one", "PREDICTIONS_2": f"{name}-two"}
     for topic in topics.values():
@@ -256,6 +280,22 @@ def test_edge_labels_are_scored_once_by_the_owner_of_their_source(runs):
     for name, value in ranks[0]["params"].items():
         assert bool((value == ranks[1]["params"][name]).all()), name
     assert ranks[0]["figures"]["all"]["head"]["auc"] > ranks[0]["figures"]["all"]["prior"]["auc"]
+
+
+def test_node_affinity_is_scored_once_over_the_ranks_and_as_in_one_process(runs):
+    """Node affinity under sharding: each label scored by its node's owner, every rank's head and revealed
+    shares the same (every rank takes in every label at its period's end), scores as one process's."""
+    one, ranks = runs["one"]["affinity"], [r["affinity"] for r in runs["ranks"]]
+    n = one["figures"]["scored"]
+    assert n > 0 and one["figures"]["awaiting"] > 0 and one["figures"]["dead_letters"] == 0
+    for r in ranks:
+        assert r["figures"]["scored"] == n and r["figures"]["awaiting"] == one["figures"]["awaiting"]
+        np.testing.assert_array_equal(r["t"], one["t"])
+    assert sum(r["scored_here"] for r in ranks) == n and all(r["scored_here"] for r in ranks)
+    for name, value in ranks[0]["params"].items():
+        assert bool((value == ranks[1]["params"][name]).all()), name
+    np.testing.assert_array_equal(ranks[0]["score"], ranks[1]["score"])
+    np.testing.assert_allclose(ranks[0]["score"], one["score"], rtol=0, atol=1e-3)
 
 
 def test_replicas_under_torchrun_refuse_a_task_naming_what_to_change(tmp_path, spawn_ranks, monkeypatch):
