@@ -166,7 +166,9 @@ def _bytes(job: dict, dist) -> dict:
     return trainer.nbytes()
 
 
-def launch(job: dict, world: int) -> list[dict]:
+def launch(job: dict, world: int, script: str = __file__) -> list[dict]:
+    """``world`` processes of ``script --worker JOB OUT`` as the ranks of one gloo job on this host; what
+    each wrote to its ``OUT`` (JSON), in rank order."""
     from streamgnn.connectors.broker import free_port
 
     env = {**os.environ, "OMP_WAIT_POLICY": "passive", "PYTHONWARNINGS": "ignore"}
@@ -178,7 +180,7 @@ def launch(job: dict, world: int) -> list[dict]:
             outs.append(out)
             env_r = {**env, "RANK": str(r), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                      "MASTER_PORT": str(port)}  # fmt: skip
-            cmd = [sys.executable, __file__, "--worker", json.dumps(job), str(out)]
+            cmd = [sys.executable, script, "--worker", json.dumps(job), str(out)]
             procs.append(subprocess.Popen(cmd, env=env_r, stderr=subprocess.PIPE, text=True))
         errors = [p.communicate()[1] for p in procs]
         for p, err in zip(procs, errors, strict=True):

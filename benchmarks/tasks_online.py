@@ -20,6 +20,14 @@ JSON-lines file, ``task.labels_file``). Reported:
   same online head, linear, over the stream features the live job keeps, scored before it learns on each
   batch of ``BATCH_SIZE`` labels); and ``margin_online_<key>``: the head minus the best of them.
 
+With ``--sharded W`` the same two jobs run sharded instead (``train.sharding``, ``SHARD_PARTITIONS``
+partitions), as ``W`` real gloo ranks on this host, back to back within each rank: what a task adds there is
+one broadcast of the labels read, one embedding exchange and one gather of the head's inputs per batch with
+labels due (``jobs.label_ranks``). Reported: ``sharded_cost_ratio_<key>`` (the slowest rank's median
+seconds with the task over without: the ranks step in lockstep), ``sharded_cpu_ratio_<key>`` (all ranks'
+CPU seconds), events per second of each, and ``sharded_auc_online_all_<key>`` (every label, as rank 0's
+head scored it: each rank's head is the job's).
+
 The head (``tasks.online``) is the staged one of ``bench tasks`` (a logistic regression on the stream
 features, then MLPs over them and over the embeddings too), learned online: a few steps per batch with
 class-balanced replay, answering with the stage whose recent prequential loss is lowest.
@@ -30,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -40,14 +49,17 @@ import numpy as np
 
 try:
     from .common import report, set_threads
+    from .distributed import launch
     from .tasks import BATCH_SIZE, STREAMS, prepare
-except ImportError:  # run as a script
+except ImportError:  # run as a script (a rank of --sharded)
     from common import report, set_threads
+    from distributed import launch
     from tasks import BATCH_SIZE, STREAMS, prepare
 
 from streamgnn.cli._args import positive_int
 from streamgnn.jobs import TrainJob
 from streamgnn.nn import TGNConfig
+from streamgnn.shard import ShardConfig
 from streamgnn.tasks import REPUTATION, Labels, LabelSplit, logistic_regression, stream_features
 from streamgnn.tasks.config import TaskConfig
 from streamgnn.tasks.live_features import LiveFeatures
@@ -55,7 +67,10 @@ from streamgnn.tasks.online import OnlineHead
 from streamgnn.train import TrainConfig
 
 QUICK_EVENTS = 4_000
+QUICK_SHARDED_EVENTS = 2_000  # (--quick --sharded: each rank runs both jobs, under a minute in all)
 SOURCE_BATCH = 10 * BATCH_SIZE
+SHARD_PARTITIONS = 4
+WARMUP_EVENTS = 3 * BATCH_SIZE
 
 
 def write_labels(labels: Labels, path: Path) -> None:
@@ -79,6 +94,32 @@ def run_job(events, config: TrainConfig, task: TaskConfig | None) -> tuple[float
     return time.perf_counter() - started, job, time.process_time() - cpu
 
 
+def both_jobs(
+    events, labels: Labels, path: Path, seed: int, repeats: int, joint_weight: float = 0.0, sharding=None
+) -> tuple[dict[str, float], TrainJob]:
+    """The job on ``events`` without and with the task (its labels in ``path``), ``repeats`` times each,
+    after an untimed warm-up on the first ``WARMUP_EVENTS``, alternating which runs first (a host whose load
+    drifts favours neither): the medians of their wall and CPU seconds (``link_s``, ``task_s``,
+    ``link_cpu``, ``task_cpu``) and the last job with the task."""
+    kind = "edge_classification" if labels.on_edges else "node_classification"
+    model = TGNConfig(edge_feature_dim=events.feature_dim or 0)
+    config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model, serve_every=0, sharding=sharding)
+    task_config = TaskConfig(kind=kind, labels_file=str(path), joint_weight=joint_weight)
+    # untimed, first: the first job in a process pays its kernels' compiling or loading and torch's first
+    # calls (at 1,200 events that put the ratio at 0.4 with the link job first)
+    run_job(events.take(slice(0, WARMUP_EVENTS)), config, task_config)
+    times: dict[str, list[float]] = {"link_s": [], "task_s": [], "link_cpu": [], "task_cpu": []}
+    last = None
+    for r in range(repeats):
+        for with_task in (False, True) if r % 2 == 0 else (True, False):
+            seconds, job, cpu = run_job(events, config, task_config if with_task else None)
+            times["task_s" if with_task else "link_s"].append(seconds)
+            times["task_cpu" if with_task else "link_cpu"].append(cpu)
+            if with_task:
+                last = job
+    return {k: statistics.median(v) for k, v in times.items()}, last
+
+
 def run_stream(
     name: str, cap: int | None, seed: int, folder: Path, repeats: int, joint_weight: float = 0.0
 ) -> dict:
@@ -86,20 +127,9 @@ def run_stream(
     events, labels = prepare(stream, cap)
     path = folder / f"{name}.jsonl"
     write_labels(labels, path)
-    kind = "edge_classification" if labels.on_edges else "node_classification"
-    model = TGNConfig(edge_feature_dim=1 if stream.ratings else 0)
-    config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model, serve_every=0)
-    task_config = TaskConfig(kind=kind, labels_file=str(path), joint_weight=joint_weight)
-    link_s, task_s, link_cpu, task_cpu, jobs = [], [], [], [], []
-    for r in range(repeats):  # alternating which runs first: a host whose load drifts favours neither
-        for with_task in (False, True) if r % 2 == 0 else (True, False):
-            seconds, job, cpu = run_job(events, config, task_config if with_task else None)
-            (task_s if with_task else link_s).append(seconds)
-            (task_cpu if with_task else link_cpu).append(cpu)
-            jobs += [job] if with_task else []
-    link_s, task_s = statistics.median(link_s), statistics.median(task_s)
-    link_cpu, task_cpu = statistics.median(link_cpu), statistics.median(task_cpu)
-    job = jobs[-1]  # every run with the task scores alike (the same seed, every event learned)
+    medians, job = both_jobs(events, labels, path, seed, repeats, joint_weight)
+    link_s, task_s, link_cpu, task_cpu = (medians[k] for k in ("link_s", "task_s", "link_cpu", "task_cpu"))
+    # (every run with the task scores alike: the same seed, every event learned)
     head = job.labelled.head
     t, y, score, prior = (np.concatenate(head.records[k]) for k in ("t", "y", "score", "prior"))
     if len(t) != len(labels) or not np.array_equal(t, labels.t):
@@ -130,6 +160,43 @@ def run_stream(
     return out
 
 
+def sharded_stream(name: str, cap: int | None, seed: int, folder: Path, repeats: int, world: int) -> dict:
+    """The two jobs sharded over ``world`` gloo ranks (module docstring): the ranks' seconds and the
+    ratios, and every label's online AUC as rank 0's head scored it."""
+    stream = STREAMS[name]
+    _, labels = prepare(stream, cap)
+    path = folder / f"{name}.jsonl"
+    write_labels(labels, path)
+    job = {"name": name, "cap": cap, "seed": seed, "labels": str(path), "repeats": repeats}
+    ranks = launch(job, world, script=__file__)
+    key = stream.key
+    slowest = max(ranks, key=lambda r: r["link_s"] + r["task_s"])
+    cpu = {k: sum(r[k] for r in ranks) for k in ("link_cpu", "task_cpu")}
+    n = ranks[0]["events"]
+    return {
+        f"sharded_cost_ratio_{key}": slowest["task_s"] / slowest["link_s"],
+        f"sharded_cpu_ratio_{key}": cpu["task_cpu"] / cpu["link_cpu"],
+        f"sharded_events_per_s_link_{key}": n / slowest["link_s"],
+        f"sharded_events_per_s_task_{key}": n / slowest["task_s"],
+        f"sharded_auc_online_all_{key}": ranks[0]["auc"], f"sharded_labels_{key}": ranks[0]["scored"],
+        f"sharded_scored_per_rank_{key}": [r["scored_here"] for r in ranks],
+    }  # fmt: skip
+
+
+def rank_worker(job: dict) -> dict:
+    """One rank of ``sharded_stream``'s jobs (its own process, joined by the launcher's environment)."""
+    set_threads(1)
+    events, labels = prepare(STREAMS[job["name"]], job["cap"])
+    sharding = ShardConfig(SHARD_PARTITIONS)
+    medians, last = both_jobs(events, labels, Path(job["labels"]), job["seed"], job["repeats"], 0.0, sharding)
+    head = last.labelled.head
+    score, y = (np.concatenate(head.records[k]) for k in ("score", "y"))
+    return {
+        **medians, "events": len(events), "auc": head.task.metrics(score, y)["auc"], "scored": head.seen,
+        "scored_here": last.labelled.scored_here,
+    }  # fmt: skip
+
+
 def online_logistic_regression(task, feats, labels: Labels, split: LabelSplit) -> float:
     """Test AUC of the online head, linear, over the stream features the live job keeps (``LiveFeatures``'
     names), each batch of ``BATCH_SIZE`` labels scored before it is learned."""
@@ -146,7 +213,11 @@ def online_logistic_regression(task, feats, labels: Labels, split: LabelSplit) -
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help=f"the first {QUICK_EVENTS:,} events of each stream")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"the first {QUICK_EVENTS:,} events of each stream ({QUICK_SHARDED_EVENTS:,} sharded)",
+    )
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument(
         "--streams", nargs="+", choices=list(STREAMS), default=list(STREAMS), help="e.g. bitcoin_otc"
@@ -162,18 +233,41 @@ def main(argv: list[str] | None = None) -> int:
         "--joint-weight", type=float, default=0.0,
         help="the job with the task trains the model jointly with the task's loss at this weight",
     )  # fmt: skip
+    ap.add_argument(
+        "--sharded", type=positive_int, default=None, metavar="W",
+        help="run both jobs sharded over W gloo ranks on this host instead (the task's cost there)",
+    )  # fmt: skip
+    ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker:
+        Path(args.worker[1]).write_text(json.dumps(rank_worker(json.loads(args.worker[0]))))
+        return 0
+    if args.sharded and args.joint_weight:
+        ap.error("--joint-weight with --sharded: the sharded job refuses joint training")
     set_threads(args.threads)
-    cap = args.events or (QUICK_EVENTS if args.quick else None)
+    cap = args.events or ((QUICK_SHARDED_EVENTS if args.sharded else QUICK_EVENTS) if args.quick else None)
     summary: dict = {
         "seed": args.seed, "threads": args.threads, "repeats": args.repeats, "joint_weight": args.joint_weight
     }  # fmt: skip
+    summary["load_avg_1m_before"] = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder:
         for name in args.streams:
-            summary.update(run_stream(name, cap, args.seed, Path(folder), args.repeats, args.joint_weight))
+            if args.sharded:
+                summary["sharded_world"] = args.sharded
+                summary.update(sharded_stream(name, cap, args.seed, Path(folder), args.repeats, args.sharded))
+            else:
+                summary.update(
+                    run_stream(name, cap, args.seed, Path(folder), args.repeats, args.joint_weight)
+                )
+    summary["load_avg_1m_after"] = os.getloadavg()[0]
     headline = {}
     for name in args.streams:
         key = STREAMS[name].key
+        if args.sharded:
+            headline[f"sharded_cost_ratio_{key}"] = f"seconds with the task / link alone, sharded, {name}"
+            headline[f"sharded_cpu_ratio_{key}"] = f"CPU seconds with the task / link alone, sharded, {name}"
+            headline[f"sharded_auc_online_all_{key}"] = f"AUC-ROC of every label, online, sharded, {name}"
+            continue
         headline[f"cost_ratio_{key}"] = f"seconds with the task / link prediction alone, {name}"
         headline[f"cpu_ratio_{key}"] = f"CPU seconds with the task / link prediction alone, {name}"
         headline[f"auc_online_{key}"] = (

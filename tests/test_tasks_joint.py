@@ -260,3 +260,30 @@ def test_the_benchmark_picks_each_seed_s_joint_weight_on_validation_never_on_tes
     assert out["margin_wikipedia_ban"] == pytest.approx(out["auc_wikipedia_ban"] - 0.6)
     single = summarize([r for r in runs if r["joint_weight"] == 0.0])
     assert "joint_chosen_wikipedia_ban" not in single and single["auc_wikipedia_ban"] == pytest.approx(0.75)
+
+
+def test_resuming_a_joint_checkpoint_at_weight_zero_is_refused_and_a_new_weight_is_said(tmp_path, capsys):
+    """A checkpoint whose model learned the task jointly, resumed with ``task.joint_weight`` 0 (also what
+    an omitted key gives), would silently drop its joint head: refused by name, saying what it holds and
+    what to set, the folder left as it was. Resumed at another weight, the job says which applies."""
+    from streamgnn.errors import CheckpointError
+
+    events, src, _ = write_events(tmp_path, 600)
+    write_lines(tmp_path / "a.jsonl", node_labels(src))
+    ckpt = tmp_path / "ckpt"
+    run(tmp_path, events, tmp_path / "a.jsonl", ckpt=ckpt, max_events=300, joint_weight=2.0)
+    before = sorted(p.name for p in ckpt.iterdir())
+    with pytest.raises(CheckpointError, match=r"task.joint_weight 2: .*resume with task.joint_weight: 2"):
+        run(tmp_path, events, tmp_path / "a.jsonl", ckpt=ckpt)
+    assert sorted(p.name for p in ckpt.iterdir()) == before
+    capsys.readouterr()
+    resumed = run(tmp_path, events, tmp_path / "a.jsonl", ckpt=ckpt, joint_weight=0.5)
+    assert "trained the task jointly at weight 2; 0.5 from now" in capsys.readouterr().out
+    assert resumed.labelled.joint_head.weight == 0.5 and resumed.trainer.position == 600
+    # a frozen checkpoint resumed with a weight starts joint training, and says so
+    frozen = tmp_path / "frozen"
+    run(tmp_path, events, tmp_path / "a.jsonl", ckpt=frozen, max_events=300)
+    run(tmp_path, events, tmp_path / "a.jsonl", ckpt=frozen, joint_weight=1.0)
+    assert (
+        "trained the task on frozen embeddings: joint training (weight 1) starts" in capsys.readouterr().out
+    )

@@ -20,6 +20,7 @@ from shard_ranks import rank_env  # noqa: E402
 from topic_records import read_topic  # noqa: E402
 
 N, HOT, EDGES, BATCH = 3000, 30, 800, 200  # events; sources below HOT: active, labelled 1; edge labels
+PERIOD = 100.0  # node affinity's label period (over the first EDGES events)
 BAD = {  # a label record that is not one, and the reason its dead letter gives
     "not json": "not JSON",
     json.dumps({"node": 1, "t": 5.0}): "missing field 'y'",
@@ -47,6 +48,24 @@ def edge_labels(src: np.ndarray, dst: np.ndarray) -> list[str]:
     return [
         json.dumps({"node": int(s), "dst": int(d), "t": float(t), "y": int(s < HOT)})
         for t, (s, d) in enumerate(zip(src[:EDGES], dst[:EDGES], strict=True))
+    ]
+
+
+def affinity_labels_of(src: np.ndarray, dst: np.ndarray) -> list[str]:
+    """Node affinity labels of the first ``EDGES`` events: each source's share of its events per class of
+    destination (``d % 4``) in each period of ``PERIOD`` after the first."""
+    from streamgnn.events import EventBatch
+    from streamgnn.tasks.affinity import affinity_labels
+
+    n = EDGES
+    ev = EventBatch.from_columns(src=src[:n], dst=dst[:n], t=np.arange(n, dtype=float), eid=np.arange(n))
+    ids = np.arange(100, 140)
+    bounds = np.arange(0, n + PERIOD, PERIOD)
+    labels = affinity_labels(ev, bounds, [(ids, ids % 4)] * (len(bounds) - 1), 4)
+    keep = labels.t >= PERIOD
+    return [
+        json.dumps({"node": int(a), "t": float(t), "y": y.tolist()})
+        for a, t, y in zip(labels.node[keep], labels.t[keep], labels.y[keep], strict=True)
     ]
 
 
@@ -109,6 +128,10 @@ def worker(rank: int, world: int, port: int, out: str) -> None:
                 labels_file=str(work / "edges.jsonl"))  # fmt: skip
     edges.run(max_events=EDGES, progress=False)
     got["edges"] = outcome(edges)
+    affinity = job(work, f"affinity{world}", sharded=sharded, kind="node_affinity", classes=4, horizon=PERIOD,
+                   labels_file=str(work / "affinity.jsonl"))  # fmt: skip
+    affinity.run(max_events=EDGES, progress=False)
+    got["affinity"] = outcome(affinity)
     torch.save(got, out)
 
 
@@ -120,6 +143,7 @@ def runs(kafka_bootstrap, tmp_path_factory, spawn_ranks):
     work = tmp_path_factory.mktemp("tasks_sharded")
     src, dst = write_events(work / "events.csv")
     (work / "edges.jsonl").write_text("\n".join(edge_labels(src, dst)) + "\n")
+    (work / "affinity.jsonl").write_text("\n".join(affinity_labels_of(src, dst)) + "\n")
     name = f"labels-{os.getpid()}-{work.name[-6:]}"
     topics = {"LABELS": name, "PREDICTIONS_0": f"{name}-one", "PREDICTIONS_2": f"{name}-two"}
     for topic in topics.values():
@@ -203,19 +227,49 @@ def test_a_sharded_job_stopped_and_resumed_continues_the_task(runs):
 
 def test_the_service_reads_the_head_from_any_rank_s_checkpoint(runs):
     """``/predict``'s head (``TaskPredictor``) from a sharded job's checkpoint folder: each rank's holds the
-    head every rank ended with, and the same stream features."""
+    head every rank ended with, and the same stream features; the job's folder reads rank 0's."""
     from streamgnn.serve.predict import TaskPredictor
 
     want = runs["ranks"][0]["whole"]["params"]
     rows = np.random.default_rng(0).normal(size=(5, runs["ranks"][0]["whole"]["in_dim"])).astype(np.float32)
     answers = []
-    for rank in (0, 1):
-        loaded = TaskPredictor(runs["work"] / "whole2" / f"rank-{rank:05d}").load()
+    for folder in ("rank-00000", "rank-00001", "."):
+        loaded = TaskPredictor(runs["work"] / "whole2" / folder).load()
         assert loaded.head is not None, loaded.why
         for name, value in loaded.head.head.state_dict().items():
             assert bool((value == want[name]).all()), name
         answers.append(loaded.head.predict(rows))
-    np.testing.assert_array_equal(*answers)
+    for other in answers[1:]:
+        np.testing.assert_array_equal(other, answers[0])
+
+
+def test_score_reads_the_link_predictor_from_a_sharded_job_s_checkpoint_folder(runs):
+    """``/score``'s scorer (``LinkScorer``) over a sharded job's checkpoints: given the job's folder (rank
+    0's read) or any rank's, it scores by the trained link predictor (with pair features over a store of
+    the same events), the same on every rank, not by cosine."""
+    from streamgnn.events import EventBatch
+    from streamgnn.serve.scoring import LinkScorer
+    from streamgnn.store import TemporalGraphStore
+
+    cols = np.loadtxt(runs["work"] / "events.csv", delimiter=",")
+    store = TemporalGraphStore()
+    store.ingest(EventBatch.from_columns(
+        src=cols[:, 0].astype(np.int64), dst=cols[:, 1].astype(np.int64), t=cols[:, 2],
+        eid=np.arange(len(cols)),
+    ))  # fmt: skip
+    z = np.random.default_rng(1).normal(size=(4, 8)).astype(np.float32)
+    src, dst = np.array([0, 1, 40, 59]), np.array([100, 139, 120, 101])
+    root = runs["work"] / "whole2"
+    answers = []
+    for folder in (root, root / "rank-00000", root / "rank-00001"):
+        scores, info = LinkScorer(folder, store).score(z, z[::-1].copy(), src, dst)
+        assert info["scorer"] == "link_predictor", info
+        assert info["pair_features"] == "store" and info["checkpoint"].startswith("ckpt-")
+        answers.append(scores)
+    for other in answers[1:]:
+        np.testing.assert_array_equal(other, answers[0])
+    cosine, _ = LinkScorer(None).score(z, z[::-1].copy())
+    assert not np.allclose(answers[0], cosine)
 
 
 def test_edge_labels_are_scored_once_by_the_owner_of_their_source(runs):
@@ -226,6 +280,22 @@ def test_edge_labels_are_scored_once_by_the_owner_of_their_source(runs):
     for name, value in ranks[0]["params"].items():
         assert bool((value == ranks[1]["params"][name]).all()), name
     assert ranks[0]["figures"]["all"]["head"]["auc"] > ranks[0]["figures"]["all"]["prior"]["auc"]
+
+
+def test_node_affinity_is_scored_once_over_the_ranks_and_as_in_one_process(runs):
+    """Node affinity under sharding: each label scored by its node's owner, every rank's head and revealed
+    shares the same (every rank takes in every label at its period's end), scores as one process's."""
+    one, ranks = runs["one"]["affinity"], [r["affinity"] for r in runs["ranks"]]
+    n = one["figures"]["scored"]
+    assert n > 0 and one["figures"]["awaiting"] > 0 and one["figures"]["dead_letters"] == 0
+    for r in ranks:
+        assert r["figures"]["scored"] == n and r["figures"]["awaiting"] == one["figures"]["awaiting"]
+        np.testing.assert_array_equal(r["t"], one["t"])
+    assert sum(r["scored_here"] for r in ranks) == n and all(r["scored_here"] for r in ranks)
+    for name, value in ranks[0]["params"].items():
+        assert bool((value == ranks[1]["params"][name]).all()), name
+    np.testing.assert_array_equal(ranks[0]["score"], ranks[1]["score"])
+    np.testing.assert_allclose(ranks[0]["score"], one["score"], rtol=0, atol=1e-3)
 
 
 def test_replicas_under_torchrun_refuse_a_task_naming_what_to_change(tmp_path, spawn_ranks, monkeypatch):

@@ -17,6 +17,12 @@ feed's new labels are admitted and those due are scored:
   job learns on this batch (its budget, ``train.follow``); with ``task.joint_weight``, their loss is
   also added to the step's link loss (``joint``, ``tasks.joint``), computed from the same state.
 
+With ``task.horizon`` (node affinity: a label describes the period after its time), a label is scored as
+above but known only at ``t + horizon``: its inputs are held (``awaiting``) and the head takes it in
+(``OnlineHead.reveal``: the prior's counts, the stages' judge, learning; node affinity's revealed shares)
+before the first label at or after that time is scored, or once the events pass it, never earlier: no
+prediction before ``t + horizon`` was helped by it.
+
 With ``task.predictions_topic``, each scored label's prediction is published there (``_publish``), in
 the order the labels are scored; a dead letter gets none. A resumed job publishes again those of the
 labels after its checkpoint (at least once: the key, time and ``step`` tell a repeat).
@@ -42,6 +48,7 @@ from prometheus_client import Gauge
 from ..errors import CheckpointError, ConfigError
 from ..events import DeadLetter, EventBatch
 from ..serve.predict import prediction_fields
+from ..tasks.affinity import NodeAffinity, RevealedShares
 from ..tasks.config import TaskConfig
 from ..tasks.feed import FileLabels, KafkaLabels, empty_labels, merge
 from ..tasks.joint import JointHead
@@ -75,8 +82,13 @@ class LabelledStream(Attached):
         edges = self.task.on_edges
         self.features = LiveFeatures(config.tau, rated=edges) if config.features else None
         width = 0 if self.features is None else self.features.width(edges)
-        self.head = OnlineHead(config, dim * (2 if edges else 1) + width, trainer.config.seed, features=width)
+        # node affinity: each class's revealed shares of the label's node (``affinity.RevealedShares``)
+        self.revealed = RevealedShares(self.task.classes) if isinstance(self.task, NodeAffinity) else None
+        in_dim = self.task.fixed_inputs + dim * (2 if edges else 1) + width
+        self.head = OnlineHead(config, in_dim, trainer.config.seed, features=width)
         self.pending = empty_labels(self.task)
+        # labels scored but not known yet (``task.horizon``), and their inputs
+        self.awaiting, self.awaiting_x = self.pending, np.zeros((0, in_dim), np.float32)
         self.watermark = -math.inf
         self.dead_letters = 0
         self.letters: list[DeadLetter] = []
@@ -125,13 +137,19 @@ class LabelledStream(Attached):
             ))  # fmt: skip
         self.pending = merge(self.pending, new.take(~late))
         due = int(np.searchsorted(self.pending.t, until, side="right"))
+        # known now: what describes only events stepped, or before every label about to be scored
+        self._reveal(max(self.watermark, float(self.pending.t[0])) if due else self.watermark, learn)
         if due:
             flush, self.pending = self.pending.take(slice(0, due)), self.pending.take(slice(due, None))
             flush, unknown = self._known(flush, batch, until, embedded.blank)
             letters += unknown
             if len(flush):
                 x, mine = self._inputs(flush, embedded)
-                scores = self.head.observe(x, flush.y, flush.t, learn=learn)
+                known = not self.config.horizon
+                scores = self.head.observe(x, flush.y, flush.t, learn=learn, known=known)
+                if not known:  # (after every awaiting label's time: the order they were scored in)
+                    self.awaiting = merge(self.awaiting, flush)
+                    self.awaiting_x = np.concatenate([self.awaiting_x, x])
                 self._publish(flush.take(mine), scores[mine])
                 self.scored_here += int(mine.sum())
                 if learn and self.joint_head is not None:  # (after scoring: they move later answers only)
@@ -142,6 +160,18 @@ class LabelledStream(Attached):
                     )
         self.watermark = max(self.watermark, until)
         self._letters(letters)
+
+    def _reveal(self, now: float, learn: bool) -> None:
+        """Take in the awaiting labels whose period ends by ``now`` (``t + horizon <= now``: the events
+        stepped so far reach it, or it is before every label about to be scored, which may read it: it
+        describes only events before them), in the order they were scored."""
+        known = self.awaiting.t + self.config.horizon <= now
+        if known.any():
+            taken = self.awaiting.take(known)
+            self.head.reveal(self.awaiting_x[known], taken.y, learn=learn)
+            if self.revealed is not None:  # (node affinity: its horizon is > 0, so every label comes here)
+                self.revealed.reveal(taken.node, taken.y)
+            self.awaiting, self.awaiting_x = self.awaiting.take(~known), self.awaiting_x[~known]
 
     def joint(self) -> JointTerm | None:
         """The joint loss of the labels learned before this batch (once), for the step's backward pass."""
@@ -194,6 +224,8 @@ class LabelledStream(Attached):
         z = z.reshape(len(ends), k, d).transpose(1, 0, 2).reshape(k, len(ends) * d)  # a label a row
         z = self.ranks.gather(z, mine).reshape(len(labels), len(ends), d)
         x = self.task.inputs(z[:, 0], z[:, 1] if labels.dst is not None else None)
+        if self.revealed is not None:
+            x = np.concatenate([self.revealed.rows(labels.node), x], 1)
         if self.features is None:
             return x, mine
         features = self.features.rows(rows[0], rows[1] if len(rows) > 1 else None, labels.t)
@@ -236,7 +268,8 @@ class LabelledStream(Attached):
         return {
             "kind": self.config.kind, "all": self.head.figures(),
             "window": self.head.figures(self.config.window),
-            "scored": self.head.seen, "pending": self.waiting(), "dead_letters": self.dead_letters,
+            "scored": self.head.seen, "pending": self.waiting(), "awaiting": len(self.awaiting),
+            "dead_letters": self.dead_letters,
             "head_steps": self.head.steps,
         }  # fmt: skip
 
@@ -270,8 +303,7 @@ class LabelledStream(Attached):
         labels.set_function(lambda: self.head.seen)
         pending.set_function(self.waiting)
         dead.set_function(lambda: self.dead_letters)
-        out = self.task.out_dim
-        names = self.task.metrics(np.zeros((0, out)) if out > 1 else np.zeros(0), np.zeros(0, np.int64))
+        names = self.task.metrics(self.head.predict(np.zeros((0, self.head.in_dim))), self.pending.y[:0])
         for model in ("head", "prior"):
             for name in names:
                 window.labels(model, name).set_function(
@@ -284,20 +316,20 @@ class LabelledStream(Attached):
         (a checkpoint never holds a head past a prediction the topic may not have)."""
         if self.sink is not None:
             self.sink.flush()
-        p = self.pending
         return {
             "head": self.head.state(), "watermark": self.watermark, "feed": self.feed.position(),
             "features": None if self.features is None else self.features.state(),
             "joint": None if self.joint_head is None else self.joint_head.state(),
             "dead_letters": self.dead_letters, "scored_here": self.scored_here, "held_back": self.held_back,
-            "pending": {"node": p.node.tolist(), "t": p.t.tolist(), "y": p.y.tolist(),
-                        "dst": None if p.dst is None else p.dst.tolist(),
-                        "origin": [] if p.origin is None else p.origin.tolist()},
+            "pending": _labels_state(self.pending), "awaiting": _labels_state(self.awaiting),
+            "awaiting_x": torch.from_numpy(self.awaiting_x.copy()),
+            "revealed": None if self.revealed is None else self.revealed.state(),
         }  # fmt: skip
 
-    def load_state(self, state: dict, where: str) -> None:
+    def load_state(self, state: dict, where: str) -> str:
         """Continue from ``state()`` of a checkpoint (the same task, or a refusal naming both), in place: the
-        trainer (``attached``) and the metrics' gauges hold this stream, and its feed is this run's."""
+        trainer (``attached``) and the metrics' gauges hold this stream, and its feed is this run's. Returns
+        a line to say about the joint head (``_joint_note``), or ""."""
         saved, mine = state["head"]["config"], self.config.to_dict()
         keys = ("kind", "classes", "features", "hidden")
         if any(saved.get(k) != mine[k] for k in keys):
@@ -306,6 +338,7 @@ class LabelledStream(Attached):
                 f"{where} learned task {was}; this run's is {now}: resume with the same task, or use "
                 "another checkpoint folder"
             )
+        note = self._joint_note(state.get("joint"), where)
         self.head = OnlineHead.from_state(state["head"], f"{where}: task")
         if state.get("features") is not None:
             self.features = LiveFeatures.from_state(state["features"])
@@ -313,13 +346,43 @@ class LabelledStream(Attached):
             self.joint_head.load_state(state["joint"])
         self.watermark, self.dead_letters = float(state["watermark"]), int(state["dead_letters"])
         self.scored_here = int(state.get("scored_here", self.head.seen))  # (before: one process, all)
-        p = state["pending"]
-        y = np.asarray(p["y"], self.pending.y.dtype)
-        dst = None if p["dst"] is None else _ids(p["dst"])
-        origin = np.array(p["origin"], dtype=object) if len(p["origin"]) == len(y) else None
-        self.pending = Labels(_ids(p["node"]), np.asarray(p["t"], np.float64), y, dst, origin)
+        self.pending = self._labels_from(state["pending"])
+        if "awaiting" in state:  # (before: no horizon, none)
+            self.awaiting = self._labels_from(state["awaiting"])
+            self.awaiting_x = state["awaiting_x"].numpy().copy()
+        if state.get("revealed") is not None:
+            self.revealed = RevealedShares.from_state(state["revealed"])
         self.feed.seek(state["feed"])
         self.held_back = int(state.get("held_back", self.feed.waiting()))  # (a sharded rank 0's)
+        return note
+
+    def _labels_from(self, saved: dict) -> Labels:
+        """``_labels_state``'s labels back, with the task's dtypes."""
+        y = np.asarray(saved["y"], self.pending.y.dtype).reshape(-1, *self.task.label_shape)
+        dst = None if saved["dst"] is None else _ids(saved["dst"])
+        origin = np.array(saved["origin"], dtype=object) if len(saved["origin"]) == len(y) else None
+        return Labels(_ids(saved["node"]), np.asarray(saved["t"], np.float64), y, dst, origin)
+
+    def _joint_note(self, saved: dict | None, where: str) -> str:
+        """Refuse a checkpoint whose model learned the task jointly when this run's ``task.joint_weight`` is
+        0: resuming would drop its joint head and silently stop the embeddings learning the labels (0 is
+        also the default, so an omitted key would do it). Otherwise, what changes, in a line ("": none)."""
+        weight = self.config.joint_weight
+        if saved is not None and self.joint_head is None:
+            was = float(saved["weight"])
+            raise CheckpointError(
+                f"{where} trained the task jointly with link prediction (task.joint_weight {was:g}: its "
+                f"joint head's weights and optimizer); this run's task.joint_weight is 0, which would drop "
+                f"them and stop training the embeddings on the labels: resume with task.joint_weight: "
+                f"{was:g}, or start a new checkpoint folder to train without the joint loss"
+            )
+        if saved is None and self.joint_head is not None:
+            return f"{where} trained the task on frozen embeddings: joint training (weight {weight:g}) starts"
+        if saved is not None and float(saved["weight"]) != weight:
+            return (
+                f"{where} trained the task jointly at weight {float(saved['weight']):g}; {weight:g} from now"
+            )
+        return ""
 
     def close(self) -> None:
         """Close the feed; flush and close the predictions' sink."""
@@ -329,6 +392,15 @@ class LabelledStream(Attached):
                 self.sink.flush()
             finally:
                 self.sink.close()
+
+
+def _labels_state(p: Labels) -> dict:
+    """Labels as JSON-able lists (a checkpoint's pending and awaiting labels)."""
+    return {
+        "node": p.node.tolist(), "t": p.t.tolist(), "y": p.y.tolist(),
+        "dst": None if p.dst is None else p.dst.tolist(),
+        "origin": [] if p.origin is None else p.origin.tolist(),
+    }  # fmt: skip
 
 
 def _ids(values: list) -> np.ndarray:
@@ -343,7 +415,8 @@ def _nulls(value):
 
 
 def _plain(value):
-    return value.item() if hasattr(value, "item") else value
+    """A JSON-able value of a numpy scalar (or a label's row of shares)."""
+    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def _origin(labels: Labels, i: int) -> str:

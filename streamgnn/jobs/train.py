@@ -191,7 +191,9 @@ class TrainJob:
 
             path, _, state = load_tensors(self._chosen, kind=KIND if self.sharded else "trainer")
             if "task" in state:
-                labelled.load_state(state["task"], str(path))
+                note = labelled.load_state(state["task"], str(path))
+                if note:
+                    print(note, flush=True)
             else:
                 print(f"{path} holds no task state: the task's head starts now", flush=True)
         trainer.attached["task"] = labelled  # told of each step, saved in its checkpoints

@@ -11,7 +11,8 @@
 - ``GET /predict?nodes=1,2``, ``POST /predict {"nodes": [1, 2]}`` (an edge task: ``?src=1&dst=2``,
   ``{"pairs": [[1, 2]]}``): ``{"task", "checkpoint", "predictions": [{"node" (or "src", "dst"),
   "probability", "label"}]}`` by the task head of the trainer's checkpoint (``streamgnn.serve.predict``;
-  ``"probabilities"`` for classes, ``"value"`` for regression); 404 when there is no head, 400 for node
+  ``"probabilities"`` for classes, ``"value"`` for regression, ``"affinities": [{"class", "share"}]``, the
+  ``task.top_k`` best first, for node affinity); 404 when there is no head, 400 for node
   ids to an edge task or pairs to a node task
 - ``GET /metrics``: Prometheus text format
 

@@ -7,8 +7,11 @@ moves, as ``scoring.LinkScorer`` does for the link predictor, so ``/predict`` an
 would answer for these embeddings; its weights may be up to one checkpoint interval older than them. A
 node task reads a node's embedding, an edge task the pair ``[z_src, z_dst]``; a head that also reads the
 stream features (``task.features``) reads them from the same checkpoint, as of its newest event (the
-service has no store of its own). A sharded job's head and stream features are the same on every rank
-(``jobs.label_ranks``): ``serve.checkpoint_dir`` may name any rank's folder (``ckpt/rank-00000``).
+service has no store of its own), and so does node affinity's head its nodes' revealed labels
+(``affinity.RevealedShares``: what it ranks each node's classes from beside the embedding). A sharded
+job's head and stream features are the same on every rank
+(``jobs.label_ranks``): ``serve.checkpoint_dir`` may name the job's checkpoint folder (rank 0's is read) or
+any rank's (``ckpt/rank-00001``).
 
     predictor = TaskPredictor("out/ckpt")
     loaded = predictor.load()                      # None-headed, with the reason, when there is none
@@ -28,6 +31,8 @@ import numpy as np
 
 from ..errors import CheckpointError, ConfigError
 from ..shard.checkpoint import KIND as SHARDED
+from ..shard.checkpoint import replicated_folder
+from ..tasks.affinity import NodeAffinity, RevealedShares
 from ..tasks.live_features import LiveFeatures
 from ..tasks.online import OnlineHead
 from ..tasks.task import Classification, Task
@@ -38,13 +43,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LoadedTask:
-    """One checkpoint's head (None: none to use, ``why``), its stream features and their time."""
+    """One checkpoint's head (None: none to use, ``why``), its stream features and their time, and node
+    affinity's revealed shares per class."""
 
     checkpoint: str
     head: OnlineHead | None
     features: LiveFeatures | None = None
     t: float = 0.0
     why: str = ""
+    revealed: RevealedShares | None = None
 
 
 class TaskPredictor:
@@ -63,20 +70,21 @@ class TaskPredictor:
             )
         from ..train.checkpoint import step_path
 
+        folder = replicated_folder(self.checkpoint_dir)
         with self._lock:
             try:
-                latest = step_path(self.checkpoint_dir).name
+                latest = step_path(folder).name
             except CheckpointError:
                 return LoadedTask("", None, why=f"{self.checkpoint_dir} holds no usable checkpoint yet")
             if self._loaded is None or self._loaded.checkpoint != latest:
-                self._loaded = self._read(latest)
+                self._loaded = self._read(folder, latest)
             return self._loaded
 
-    def _read(self, latest: str) -> LoadedTask:
+    def _read(self, folder: Path, latest: str) -> LoadedTask:
         from ..train.checkpoint import load_tensors
 
         try:
-            _, _, state = load_tensors(self.checkpoint_dir / latest, kind=("trainer", SHARDED))
+            _, _, state = load_tensors(folder / latest, kind=("trainer", SHARDED))
             if "task" not in state:
                 return LoadedTask(
                     latest, None, why=f"checkpoint {latest} holds no task head (no task learned)"
@@ -85,7 +93,9 @@ class TaskPredictor:
             head = OnlineHead.from_state(task["head"], f"{latest}: task")
             features = None if task.get("features") is None else LiveFeatures.from_state(task["features"])
             t = float(task["watermark"])
-            return LoadedTask(latest, head, features, t if math.isfinite(t) else 0.0)
+            revealed = task.get("revealed")
+            revealed = None if revealed is None else RevealedShares.from_state(revealed)
+            return LoadedTask(latest, head, features, t if math.isfinite(t) else 0.0, revealed=revealed)
         except (CheckpointError, ConfigError, KeyError, OSError) as exc:
             log.warning("task predictor: cannot use %s (%s)", latest, exc)
             return LoadedTask(
@@ -94,9 +104,12 @@ class TaskPredictor:
 
     @staticmethod
     def inputs(loaded: LoadedTask, z: np.ndarray, ids: np.ndarray, z_dst=None, dst=None) -> np.ndarray:
-        """The head's input rows: the embeddings (an edge's two ends side by side) and, when it reads
-        them, the nodes' stream features as of the checkpoint's newest event."""
+        """The head's input rows: node affinity's revealed shares of the nodes, the embeddings (an edge's two
+        ends side by side) and, when it reads them, the nodes' stream features as of the checkpoint's
+        newest event."""
         x = z if z_dst is None else np.concatenate([z, z_dst], axis=1)
+        if loaded.revealed is not None:
+            x = np.concatenate([loaded.revealed.rows(ids), x], axis=1)
         if loaded.features is None:
             return x
         f = loaded.features
@@ -128,7 +141,15 @@ def feature_rows(features: LiveFeatures, ids: np.ndarray) -> np.ndarray:
 def prediction_fields(task: Task, out: np.ndarray) -> list[dict]:
     """What ``task.predict``'s output ``out`` says of each row, as ``/predict`` and the training job's
     predictions topic give it: a binary task's probability of class 1 and the label it implies
-    (``probability >= 0.5``), a multi-class task's probabilities and most likely class, a value."""
+    (``probability >= 0.5``), a multi-class task's probabilities and most likely class, node affinity's
+    ``k`` highest-ranked classes with their predicted shares (``affinities``, best first; ties by class
+    id), a value."""
+    if isinstance(task, NodeAffinity):
+        top = np.argsort(-out, axis=1, kind="stable")[:, : task.k]
+        return [
+            {"affinities": [{"class": int(c), "share": float(row[c])} for c in best]}
+            for row, best in zip(out, top, strict=True)
+        ]
     if not isinstance(task, Classification):
         return [{"value": float(v)} for v in out]
     if task.binary:

@@ -6,7 +6,8 @@ The embeddings topic carries vectors only; the predictor (for TGN its MLP on ``[
 scorer asks the model family for the scoring head of the newest checkpoint (``train.models.scoring_head``:
 this module knows no model's weights or kinds) and reloads it when ``LATEST`` moves, so ``/score``
 gives the probability the trainer itself would give the pair from these embeddings; its weights may be up to
-one checkpoint interval older than the embeddings.
+one checkpoint interval older than the embeddings. A sharded job's link predictor is the same on every rank:
+``checkpoint_dir`` may name its checkpoint folder (rank 0's is read) or any rank's (``ckpt/rank-00001``).
 
 A predictor that reads pair features also needs the pair's history and its ends' latest neighbors, which
 live in the trainer's store, not in the topic. Given that ``store`` (the service runs in the trainer's
@@ -69,19 +70,22 @@ class LinkScorer:
     def _refresh(self) -> None:
         if self.checkpoint_dir is None:
             return
+        from ..shard.checkpoint import KIND as SHARDED
+        from ..shard.checkpoint import replicated_folder
         from ..train.checkpoint import load_tensors, step_path
         from ..train.config import TrainConfig
         from ..train.models import scoring_head
 
+        folder = replicated_folder(self.checkpoint_dir)  # (a sharded run's: the same weights on every rank)
         try:
-            latest = step_path(self.checkpoint_dir).name
+            latest = step_path(folder).name
         except CheckpointError:  # none yet (or LATEST mid-replace): keep what we have
             self._why = "serve.checkpoint_dir holds no usable checkpoint yet"
             return
         if latest in (self._refused, self._loaded.step if self._loaded is not None else None):
             return
         try:
-            _, manifest, state = load_tensors(self.checkpoint_dir / latest)
+            _, manifest, state = load_tensors(folder / latest, kind=("trainer", SHARDED))
             head = scoring_head(TrainConfig.from_checkpoint(manifest["config"]), state)
         except (CheckpointError, ConfigError, KeyError, RuntimeError, OSError, ValueError, TypeError) as exc:
             # written by another process, it may hold anything: the answer says so, the log once

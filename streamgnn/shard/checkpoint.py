@@ -38,6 +38,15 @@ def rank_root(root: Path, rank: int) -> Path:
     return Path(root) / f"rank-{rank:05d}"
 
 
+def replicated_folder(root: Path) -> Path:
+    """Where a reader of what every rank holds alike (the link predictor, a task head and its stream
+    features: ``jobs.label_ranks``) finds checkpoints under ``root``: rank 0's folder when ``root`` is a
+    sharded run's checkpoint folder (``rank-RRRRR`` folders, no ``LATEST`` of its own), else ``root``."""
+    root = Path(root)
+    first = rank_root(root, 0)
+    return first if first.is_dir() and not (root / "LATEST").exists() else root
+
+
 def step_dir(root: Path, rank: int, step: int) -> Path:
     """Rank ``rank``'s checkpoint of ``step`` under ``root``."""
     return checkpoint.directory(rank_root(root, rank), step)

@@ -6,7 +6,8 @@ and their chronological split; ``features`` the causal stream features; ``baseli
 persistence and logistic regression; ``protocol`` trains and scores a head; ``stream`` takes a link
 model's embeddings at the labels' times; ``evaluate`` runs all of it on one stream; ``admit`` decodes
 labels sent as JSON lines, each bad one a dead letter. ``affinity`` is node affinity (TGB's node property
-prediction: a node's next period's interactions per class, NDCG@10) and ``affinity_eval`` its protocol.
+prediction: a node's next period's interactions per class, NDCG@10; on the live job too, ``kind:
+node_affinity``, its per-class features kept as labels are revealed) and ``affinity_eval`` its protocol.
 
 On the live job (``streamgnn train`` with a ``task``, ``jobs.labelled``): ``config`` is the YAML's ``task``
 section, ``feed`` reads labels from a file or a Kafka topic, ``online`` is the head scored before it learns

@@ -1,7 +1,9 @@
 """Labels as records on the wire: JSON lines decoded and admitted, every bad one a dead letter.
 
-One object per label: ``{"node": id, "t": time, "y": value}``, with ``"dst": id`` for an edge label. A label
-is admitted when its fields are what the task takes (a class in ``0..classes-1``, a finite value), its
+One object per label: ``{"node": id, "t": time, "y": value}``, with ``"dst": id`` for an edge label; for
+node affinity ``y`` is a list of ``classes`` non-negative numbers (counts or shares: scaled to sum to 1 on
+admission). A label is admitted when its fields are what the task takes (a class in ``0..classes-1``, a
+finite value, such a list), its
 time is a finite number not before ``after`` (a label older than what the job has already scored is late:
 its moment has passed), and its node (and edge destination) is one the store has seen. Anything else
 becomes a ``DeadLetter`` naming the line and the reason; the other lines still decode, and the admitted
@@ -49,10 +51,26 @@ def _problem(obj, task: Task, after: float | None) -> str | None:
     if after is not None and t < after:
         return f"late label: time {t} is before {after}, what the job has already scored"
     y = obj["y"]
+    if task.label_shape:
+        return _distribution_problem(y, task.label_shape[0])
     if isinstance(y, bool) or not isinstance(y, int | float) or not math.isfinite(y):
         return f"label value {y!r} is not a finite number"
     if isinstance(task, Classification) and (y != int(y) or not 0 <= y < task.classes):
         return f"label value {y!r} is not a class in 0..{task.classes - 1}"
+    return None
+
+
+def _distribution_problem(y, classes: int) -> str | None:
+    """Why ``y`` is not a list of ``classes`` non-negative finite numbers, not all 0 (None: it is one)."""
+    if not isinstance(y, list) or len(y) != classes:
+        return f"label value {y!r} is not a list of {classes} shares (one per class)"
+    if any(isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0 for v in y):
+        return f"label value {y!r}: each share is a finite number >= 0"
+    total = sum(y)
+    if not total > 0:
+        return f"label value {y!r}: the shares are all 0 (no class to rank)"
+    if not math.isfinite(total):
+        return f"label value {y!r}: the shares' sum is not finite"
     return None
 
 
@@ -98,6 +116,9 @@ def decode_labels(
     letters.sort(key=lambda d: d.index)
     good.sort(key=lambda g: g["t"])
     y = np.array([g["y"] for g in good], np.int64 if isinstance(task, Classification) else np.float64)
+    if task.label_shape:  # shares: each row scaled to sum to 1
+        y = y.reshape(len(good), *task.label_shape)
+        y = y / y.sum(axis=1, keepdims=True)
     t = np.array([g["t"] for g in good], np.float64)
     dst = _ids([g["dst"] for g in good]) if task.on_edges else None
     origin = np.array([f"{where}:line {g['line']}" for g in good], dtype=object)

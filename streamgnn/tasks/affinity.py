@@ -52,6 +52,10 @@ class NodeAffinity(Task):
     def out_dim(self) -> int:
         return self.classes
 
+    @property
+    def label_shape(self) -> tuple[int, ...]:
+        return (self.classes,)
+
     def target(self, y: np.ndarray) -> torch.Tensor:
         y = np.asarray(y, np.float64)
         if y.ndim != 2 or y.shape[1] != self.classes:
@@ -68,6 +72,17 @@ class NodeAffinity(Task):
 
     def predict(self, out: torch.Tensor) -> np.ndarray:
         return torch.softmax(out, dim=1).double().numpy()
+
+    @property
+    def fixed_inputs(self) -> int:
+        """The head's leading inputs an online head leaves unstandardised: the class features
+        (``RevealedShares``, shares in [0, 1] its class map shares across classes)."""
+        return self.classes * PER_CLASS
+
+    def head(self, in_dim: int, features: int, hidden: tuple[int, ...], dropout: float) -> nn.Module:
+        """The online head (``tasks.online``): ``AffinityHead`` over ``[RevealedShares.rows ; embedding
+        and stream features]`` (``in_dim`` in all)."""
+        return AffinityHead(self.classes, PER_CLASS, in_dim - self.fixed_inputs, hidden, dropout)
 
     def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
         return {f"ndcg{self.k}": ndcg_at_k(scores, y, self.k)}
@@ -178,6 +193,70 @@ def class_features(
 
 
 CHUNK = 1024  # rows a head scores at once: its class MLP holds rows x classes x hidden values
+PER_CLASS = 3  # the live job's features per class (``RevealedShares``)
+
+
+class RevealedShares:
+    """The live job's per-class features of node affinity (as ``class_features`` offline, a label at a
+    time): for each node, its last revealed label (persistence) and TGB's moving average of its revealed
+    labels (``window``), beside the mean of the labels revealed last (popularity). Labels come in as they
+    are revealed (``reveal``, ``jobs.labelled``: once the events pass ``t + horizon``), so ``rows`` at a
+    label's scoring reads only labels known then. Nodes are keyed by ``str(id)``: the service finds them
+    whether it reads ids as ints or strings."""
+
+    def __init__(self, classes: int, window: int = 7) -> None:
+        self.classes, self.window = int(classes), int(window)
+        self.row: dict[str, int] = {}
+        self.last = np.zeros((0, self.classes))
+        self.average = np.zeros((0, self.classes))
+        self.popular = np.zeros(self.classes)
+
+    def reveal(self, nodes: np.ndarray, y: np.ndarray) -> None:
+        """Take in revealed labels ``y`` ``[n, classes]`` of ``nodes``, in order."""
+        y = np.asarray(y, np.float64)
+        if not len(y):
+            return
+        room = len(self.row) + len(y)
+        if room > len(self.last):  # (grown by doubling: a new node is not a copy of every row)
+            grow = np.zeros((max(room, 2 * len(self.last)) - len(self.last), self.classes))
+            self.last, self.average = np.vstack([self.last, grow]), np.vstack([self.average, grow])
+        for node, share in zip(nodes, y, strict=True):
+            key = str(node)
+            at = self.row.get(key)
+            if at is None:
+                at = self.row[key] = len(self.row)
+                self.last[at] = self.average[at] = share
+            else:
+                self.last[at] = share
+                self.average[at] += (share - self.average[at]) / self.window
+        self.popular = y.mean(axis=0)
+
+    def rows(self, nodes) -> np.ndarray:
+        """``[n, classes * PER_CLASS]`` float32: per class, the node's persistence, moving average and the
+        popularity (a node with no revealed label: zeros, and the popularity)."""
+        at = np.array([self.row.get(str(n), -1) for n in nodes], np.int64)
+        out = np.zeros((len(at), self.classes, PER_CLASS), np.float32)
+        known = at >= 0
+        out[known, :, 0] = self.last[at[known]]
+        out[known, :, 1] = self.average[at[known]]
+        out[:, :, 2] = self.popular
+        return out.reshape(len(at), -1)
+
+    def state(self) -> dict:
+        return {
+            "classes": self.classes, "window": self.window, "nodes": list(self.row),
+            "last": torch.from_numpy(self.last[: len(self.row)].copy()),
+            "average": torch.from_numpy(self.average[: len(self.row)].copy()),
+            "popular": torch.from_numpy(self.popular.copy()),
+        }  # fmt: skip
+
+    @classmethod
+    def from_state(cls, state: dict) -> RevealedShares:
+        out = cls(int(state["classes"]), int(state["window"]))
+        out.row = {key: i for i, key in enumerate(state["nodes"])}
+        out.last, out.average = state["last"].numpy().copy(), state["average"].numpy().copy()
+        out.popular = state["popular"].numpy().copy()
+        return out
 
 
 class AffinityHead(nn.Module):
@@ -204,12 +283,19 @@ class AffinityHead(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.is_grad_enabled() and len(x) > CHUNK:  # scoring: bounded memory, whatever the rows
             return torch.cat([self(x[lo : lo + CHUNK]) for lo in range(0, len(x), CHUNK)])
+        return self.parts(x, upto=self.stage)[-1]
+
+    def parts(self, x: torch.Tensor, *, detach: bool = False, upto: int | None = None) -> list[torch.Tensor]:
+        """The first ``upto`` (all) stages' outputs, as ``StagedHead.parts``: each adds its branch to the
+        one before, whose gradient ``detach`` stops (the online head, ``tasks.online``)."""
         per = x[:, : self.features].reshape(len(x), self.classes, self.per_class)
-        out = self.linear(per)[..., 0]
-        if self.stage > 1:
-            out = out + self.branches["features"](per)[..., 0]
-        if self.stage > 2:
-            out = out + self.branches["joint"](x[:, self.features :])
+        out = [self.linear(per)[..., 0]]
+        for name in self.stages[1 : len(self.stages) if upto is None else upto]:
+            prev = out[-1].detach() if detach else out[-1]
+            if name == "features":
+                out.append(prev + self.branches["features"](per)[..., 0])
+            else:
+                out.append(prev + self.branches["joint"](x[:, self.features :]))
         return out
 
     def module(self, stage: int) -> nn.Module:

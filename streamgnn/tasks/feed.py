@@ -29,7 +29,7 @@ SYNC_S = 0.5  # seconds between two reads of a label topic to its end (each asks
 
 def empty_labels(task: Task) -> Labels:
     """No labels, of ``task``'s dtypes."""
-    y = np.zeros(0, np.int64 if isinstance(task, Classification) else np.float64)
+    y = np.zeros((0, *task.label_shape), np.int64 if isinstance(task, Classification) else np.float64)
     dst = np.zeros(0, np.int64) if task.on_edges else None
     return Labels(np.zeros(0, np.int64), np.zeros(0), y, dst, np.zeros(0, dtype=object))
 

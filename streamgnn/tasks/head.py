@@ -15,11 +15,15 @@ below a logistic regression on the features alone on every bundled task (benchma
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
 from ..errors import ConfigError
-from .task import Task
+
+if TYPE_CHECKING:  # (only named: ``Task.head`` builds this head)
+    from .task import Task
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, dropout: float) -> nn.Sequential:

@@ -1,14 +1,16 @@
 """A task's head learned online, as labels arrive: predicted first, learned from after (prequential).
 
 Each label is scored by the head as it is before the label is seen (``observe`` records the score, and
-the prior's: the share of each class, or the mean value, of the labels before it), then, when the job
-learns on that batch (its budget, ``train.follow``), the head takes ``steps`` Adam steps, each on the new
+the prior's: the share of each class, or the mean value or distribution, of the labels known before it),
+then, once it is known (at once, or ``reveal`` later: ``task.horizon``) and when the job learns on that
+batch (its budget, ``train.follow``), the head takes ``steps`` Adam steps, each on the new
 labels and ``replay_batch`` earlier ones drawn from a replay of the last ``replay`` (a ring per class, so a
 rare class stays in it), every class weighing the same in each step's loss. Inputs are standardised by
 the running mean and spread of every input learned from so far, so the head sees embeddings on one scale
 however their norm drifts as the link model learns.
 
-The head is ``head.StagedHead``: a logistic regression on the stream features, then MLPs that add to it.
+The head is the task's (``Task.head``): ``head.StagedHead``, a logistic regression on the stream features,
+then MLPs that add to it (node affinity: ``affinity.AffinityHead``, a class map shared by all classes first).
 Online, every stage learns at once, each on what the stages before it leave (their gradients stopped), and
 the head answers with the stage whose recent prequential loss (scored before it learned, every class
 weighing the same, about the last ``window`` labels of each class) is lowest: a stage that has not yet
@@ -29,7 +31,6 @@ import torch
 from ..configs import from_record, stamp
 from ..errors import CheckpointError, ConfigError
 from .config import TaskConfig
-from .head import StagedHead
 from .task import Classification
 
 RECORDS = ("t", "y", "score", "prior")
@@ -43,13 +44,13 @@ class OnlineHead:
         self.features = int(features)
         with torch.random.fork_rng(devices=[]):  # the job's own random draws are left as they were
             torch.manual_seed(seed)
-            self.head = StagedHead(self.task, self.in_dim, self.features, config.hidden, 0.0)
+            self.head = self.task.head(self.in_dim, self.features, config.hidden, 0.0)
         self.optimizer = torch.optim.Adam(self.head.parameters(), lr=config.lr)
         self.count, self.mean, self.m2 = 0, np.zeros(self.in_dim), np.zeros(self.in_dim)
         rings = self.task.classes if isinstance(self.task, Classification) else 1
         self.ring = config.replay // rings  # slots per class (values: one ring)
         self.replay_x = np.zeros((self.ring * rings, self.in_dim), np.float32)
-        self.replay_y = np.zeros(self.ring * rings, np.float64)
+        self.replay_y = np.zeros((self.ring * rings, *self.task.label_shape), np.float64)
         self.replayed = np.zeros(rings, np.int64)  # labels ever pushed into each ring
         # each stage's recent prequential loss per class (decayed sums) and the decayed label counts
         self.stage_loss = np.zeros((len(self.head.stages), rings))
@@ -57,8 +58,9 @@ class OnlineHead:
         self.rng = np.random.default_rng(seed)
         self.steps = 0
         self.records: dict[str, list[np.ndarray]] = {name: [] for name in RECORDS}
-        # what the prior has seen: labels per class, or the values' sum and number
-        self._counts = np.zeros(self.task.classes if isinstance(self.task, Classification) else 2)
+        # what the prior has seen: labels per class, or the values' (distributions') sum and their number
+        width = int(np.prod(self.task.label_shape, dtype=np.int64))
+        self._counts = np.zeros(self.task.classes if isinstance(self.task, Classification) else width + 1)
 
     @property
     def seen(self) -> int:
@@ -72,27 +74,43 @@ class OnlineHead:
         with torch.no_grad():
             return self.task.predict(self.head(self._standardised(x)))
 
-    def observe(self, x: np.ndarray, y: np.ndarray, t: np.ndarray, *, learn: bool) -> np.ndarray:
-        """Score the labels ``y`` at times ``t`` from inputs ``x``, record the scores and the prior's, then
-        learn from them when ``learn``; returns the scores."""
+    def observe(
+        self, x: np.ndarray, y: np.ndarray, t: np.ndarray, *, learn: bool, known: bool = True
+    ) -> np.ndarray:
+        """Score the labels ``y`` at times ``t`` from inputs ``x``, record the scores and the prior's, then,
+        when ``known`` (else the caller ``reveal``s them once they are), take them in; returns the scores."""
         x = np.asarray(x, np.float32)
         scores = self.predict(x)
         self._record(t, y, scores)
-        if len(y):
-            self._judge(x, y)
-        if learn and len(y):
-            self._learn(x, y)
+        if known:
+            self.reveal(x, y, learn=learn)
         return scores
+
+    def reveal(self, x: np.ndarray, y: np.ndarray, *, learn: bool) -> None:
+        """Take in labels scored earlier (``observe``) now that they are known: the prior counts them, each
+        stage's recent loss judges them, and the head learns from them when ``learn``."""
+        if not len(y):
+            return
+        x = np.asarray(x, np.float32)
+        if isinstance(self.task, Classification):
+            self._counts += np.bincount(np.asarray(y, np.int64), minlength=self.task.classes)
+        else:
+            rows = np.asarray(y, np.float64).reshape(len(y), -1)
+            self._counts += np.r_[rows.sum(axis=0), len(y)]
+        self._judge(x, y)
+        if learn:
+            self._learn(x, y)
 
     def _record(self, t: np.ndarray, y: np.ndarray, scores: np.ndarray) -> None:
         n = len(y)
         if isinstance(self.task, Classification):
             share = (self._counts + 1.0) / (self._counts.sum() + self.task.classes)  # Laplace: none yet
             prior = np.full(n, share[1]) if self.task.binary else np.tile(share, (n, 1))
-            self._counts += np.bincount(np.asarray(y, np.int64), minlength=self.task.classes)
-        else:
-            prior = np.full(n, self._counts[0] / self._counts[1] if self._counts[1] else 0.0)
-            self._counts += [float(np.sum(y)), n]
+        else:  # the mean value (distribution) known so far, 0 before any
+            mean = (
+                self._counts[:-1] / self._counts[-1] if self._counts[-1] else np.zeros(len(self._counts) - 1)
+            )
+            prior = np.tile(mean, (n, 1)).reshape(n, *self.task.label_shape)
         for name, value in zip(RECORDS, (t, y, scores, prior), strict=True):
             self.records[name].append(np.asarray(value))
 
@@ -165,6 +183,8 @@ class OnlineHead:
     def _standardised(self, x: np.ndarray) -> torch.Tensor:
         std = np.sqrt(self.m2 / self.count) if self.count > 1 else np.ones(self.in_dim)
         z = (np.asarray(x, np.float64) - self.mean) / np.where(std > 0, std, 1.0)
+        fixed = self.task.fixed_inputs  # (node affinity's class features: shares, as they are)
+        z[:, :fixed] = np.asarray(x, np.float64)[:, :fixed]
         return torch.from_numpy(z.astype(np.float32))
 
     # ------------------------------------------------------------------ figures
@@ -173,8 +193,11 @@ class OnlineHead:
         if parts:
             return np.concatenate(parts)
         if name == "y":
-            return np.zeros(0, np.int64 if isinstance(self.task, Classification) else np.float64)
-        return np.zeros(0)
+            dtype = np.int64 if isinstance(self.task, Classification) else np.float64
+            return np.zeros((0, *self.task.label_shape), dtype)
+        if name == "t":
+            return np.zeros(0)
+        return self.task.predict(torch.zeros(0, self.task.out_dim))  # (class probabilities: [0, C])
 
     def figures(self, last: int | None = None) -> dict[str, dict[str, float]]:
         """The prequential figures (``Task.metrics``) of the head and the prior over every label scored,

@@ -21,6 +21,7 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..train.metrics import average_precision
+from .head import StagedHead
 from .metrics import accuracy, macro_f1, mae, rmse, roc_auc
 
 
@@ -34,6 +35,21 @@ class Task(ABC):
     @abstractmethod
     def out_dim(self) -> int:
         """Width of the head's output."""
+
+    @property
+    def label_shape(self) -> tuple[int, ...]:
+        """The shape of one label's ``y``: ``()`` for a class or a value, ``(C,)`` for a distribution."""
+        return ()
+
+    @property
+    def fixed_inputs(self) -> int:
+        """How many leading inputs of the online head (``tasks.online``) are left unstandardised."""
+        return 0
+
+    def head(self, in_dim: int, features: int, hidden: tuple[int, ...], dropout: float) -> nn.Module:
+        """The online head over ``in_dim`` inputs whose last ``features`` are stream features: a
+        ``head.StagedHead`` (node affinity's differs)."""
+        return StagedHead(self, in_dim, features, hidden, dropout)
 
     @abstractmethod
     def target(self, y: np.ndarray) -> torch.Tensor:
