@@ -433,6 +433,14 @@ STEPS: tuple[Step, ...] = (
             "train.train_negative_fraction": 1.0,
         },
     ),
+    Step(
+        3,
+        "the learning floor under a budget (train.follow.min_learn_fraction) was added with default 0.2: "
+        "then, a budget learned only the share its measured costs allowed (no floor), and a checkpoint of "
+        "such a run resumes with the share it ran with",
+        lambda data: data,
+        {"train.follow.min_learn_fraction": 0.0},
+    ),
 )
 CONFIG_VERSION = STEPS[-1].version
 
@@ -460,11 +468,11 @@ def upgrade(data: Mapping, where: str = "", *, complete: bool) -> dict:
 
     >>> upgrade({"train": {"model": {"merge": "mlp"}}}, complete=False)
     {'train': {'model': {}}}
-    >>> upgrade({"config_version": 3}, "ckpt-000002/manifest.json", complete=True)
+    >>> upgrade({"config_version": 4}, "ckpt-000002/manifest.json", complete=True)
     Traceback (most recent call last):
     ...
-    streamgnn.errors.ConfigError: ckpt-000002/manifest.json: config_version 3 is newer than this streamgnn \
-reads (2): upgrade streamgnn to read it
+    streamgnn.errors.ConfigError: ckpt-000002/manifest.json: config_version 4 is newer than this streamgnn \
+reads (3): upgrade streamgnn to read it
     """
     version = version_of(data, where)
     data = {key: value for key, value in data.items() if key != VERSION_KEY}

@@ -70,6 +70,28 @@ def test_a_current_record_is_not_filled_with_the_old_values():
     assert old.model.pair_features is False and old.train_negative_pool == "seen"
 
 
+def test_a_budget_checkpoint_of_version_2_resumes_with_the_floor_it_ran_with(tmp_path):
+    """Version 3 added ``FollowConfig.min_learn_fraction`` (default 0.2): a budget run checkpointed before
+    had no floor, and resumes without one; a current checkpoint keeps the floor it names."""
+    from streamgnn.train import FollowConfig, OnlineTrainer
+
+    config = TrainConfig(model=TGNConfig(memory_dim=4, time_dim=2, embedding_dim=4),
+                         follow=FollowConfig(mode="budget", min_learn_fraction=0.5),
+                         checkpoint_dir=str(tmp_path / "ck"))  # fmt: skip
+    path = OnlineTrainer(config).save_checkpoint({})
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["config"][VERSION_KEY] == CONFIG_VERSION >= 3
+    assert OnlineTrainer.resume(path).config.follow.min_learn_fraction == 0.5
+    del manifest["config"]["follow"]["min_learn_fraction"]  # as version 2 wrote it
+    manifest["config"][VERSION_KEY] = 2
+    reseal(path, manifest)
+    resumed = OnlineTrainer.resume(path).config.follow
+    assert resumed.mode == "budget" and resumed.min_learn_fraction == 0.0
+    assert FollowConfig().min_learn_fraction == 0.2  # (what it would have picked up)
+    stamped = {VERSION_KEY: CONFIG_VERSION, "follow": {"mode": "budget"}}  # hand-edited: today's default
+    assert TrainConfig.from_checkpoint(stamped).follow.min_learn_fraction == 0.2
+
+
 def test_an_old_yaml_loads_through_the_one_path_with_todays_defaults(tmp_path):
     """A YAML file names only what its author chose: the removed key is upgraded away; the keys it does not
     name take today's defaults (a file is not a complete record), stamped or not."""

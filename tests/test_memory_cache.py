@@ -101,6 +101,28 @@ def test_cached_memory_equals_recomputed_bit_for_bit(monkeypatch, aggregator):
     assert all(torch.equal(a, b) for a, b in zip(cached, recomputed, strict=True))
 
 
+def test_after_a_parameter_change_no_row_of_the_old_cache_is_read(monkeypatch):
+    """A parameter change empties the cache but keeps its row storage (not zeroed: rows are read only where
+    held), so the old rows stay there: every read after a change equals a recomputation, bit for bit."""
+
+    def run() -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        mem = NodeMemory(16, 0, TimeEncoder(8))
+        out = []
+        with torch.no_grad():
+            for k, (src, dst, t) in enumerate(random_batches(2, 20, 40, 200)):
+                mem.store_messages(src, dst, t)
+                out.append(mem.get(torch.arange(200))[0])
+                if k % 3 == 0:
+                    mem.gru.weight_hh.mul_(1.01)  # in place, as an optimizer step
+        return out
+
+    cached = run()
+    uncached(monkeypatch)
+    recomputed = run()
+    assert all(torch.equal(a, b) for a, b in zip(cached, recomputed, strict=True))
+
+
 def test_a_lent_or_loaded_state_is_not_read_from_the_cache():
     torch.manual_seed(0)
     mem = NodeMemory(8, 0, TimeEncoder(4))

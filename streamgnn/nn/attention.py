@@ -82,13 +82,15 @@ class TemporalAttentionLayer(nn.Module):
         node_kv = F.linear(nbr_states, w_kv[:, : self.node_dim])
         if nbr_index is not None:
             node_kv = gather_rows(node_kv, nbr_index)
-        rest = [self.time_enc(dt)] if edge_feat is None else [edge_feat, self.time_enc(dt)]
-        kv = node_kv + F.linear(torch.cat(rest, dim=-1), w_kv[:, self.node_dim :], b_kv)
+        rest = self.time_enc(dt)  # (without edge features no ``cat``: it would copy every slot's row)
+        if edge_feat is not None:
+            rest = torch.cat([edge_feat, rest], dim=-1)
+        kv = node_kv + F.linear(rest, w_kv[:, self.node_dim :], b_kv)
         k, v = kv.view(-1, 2, heads, head_dim).unbind(1)
         score = (gather_rows(q, row) * k).sum(-1)  # [E, heads]
         at = row.unsqueeze(1).expand(-1, heads)
         top = score.new_full((n, heads), -math.inf).scatter_reduce(0, at, score.detach(), "amax")
-        weight = torch.exp(score - top[row])
+        weight = torch.exp(score - top.index_select(0, row))
         weight = weight / gather_rows(weight.new_zeros(n, heads).index_add(0, row, weight), row)
         weight = F.dropout(weight, self.dropout, self.training)
         out = h_root.new_zeros(n, heads, head_dim).index_add(0, row, weight.unsqueeze(-1) * v)
@@ -162,11 +164,13 @@ class TemporalAttentionEmbedding(nn.Module):
                 real = parent >= 0  # a hand-built tree may mark slots under padding: they do not exist
                 slot, parent = slot[real], parent[real]
             parents.append(parent)
-            ages.append(hop.dt.reshape(-1)[slot])
+            ages.append(hop.dt.reshape(-1).index_select(0, slot))  # (``index_select``: faster than ``[]``)
             feats.append(
-                None if hop.edge_feat is None else hop.edge_feat.reshape(-1, hop.edge_feat.size(-1))[slot]
+                None
+                if hop.edge_feat is None
+                else gather_rows(hop.edge_feat.reshape(-1, hop.edge_feat.size(-1)), slot)
             )
-            rows.append(slot if index is None else index[level][slot])
+            rows.append(slot if index is None else index[level].index_select(0, slot))
             pos = torch.full((hop.mask.numel(),), -1, dtype=torch.long, device=slot.device)
             pos[slot] = torch.arange(len(slot), device=slot.device)
         h = [(states[level], rows[level]) for level in range(depth + 1)]

@@ -75,13 +75,12 @@ class EdgeBank:
         if self.holds is not None:
             held = self.holds(src)
             src, dst, t = src[held], dst[held], t[held]
-        keys = np.concatenate([self._new_keys, (src << 32) | dst])
-        last = np.concatenate([self._new_last, t])
-        self._new_keys, self._new_last = _latest(keys, last)
+        # only the batch is sorted; it is merged into the side arrays, and they into the main ones, in
+        # linear time (re-sorting the side arrays with every batch cost a sort of up to _MERGE_MIN pairs)
+        keys, last = _latest((src << 32) | dst, t)
+        self._new_keys, self._new_last = _merged(self._new_keys, self._new_last, keys, last)
         if len(self._new_keys) > max(_MERGE_MIN, len(self._keys) // 8):
-            self._keys, self._last = _latest(
-                np.concatenate([self._keys, self._new_keys]), np.concatenate([self._last, self._new_last])
-            )
+            self._keys, self._last = _merged(self._keys, self._last, self._new_keys, self._new_last)
             self._new_keys, self._new_last = self._new_keys[:0], self._new_last[:0]
 
     def seen(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -157,11 +156,28 @@ def make_baseline(name: str, config, holds: Callable[[np.ndarray], np.ndarray] |
 
 
 def _latest(keys: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct sorted ``keys`` with the largest ``last`` of each."""
+    """Distinct sorted ``keys`` with the largest ``last`` of each (none: a rank's batch with no source it
+    holds)."""
     order = np.lexsort((last, keys))
     keys, last = keys[order], last[order]
-    end = np.r_[keys[1:] != keys[:-1], True]
+    end = np.ones(len(keys), bool)
+    end[:-1] = keys[1:] != keys[:-1]
     return keys[end], last[end]
+
+
+def _merged(
+    keys: np.ndarray, last: np.ndarray, more: np.ndarray, more_last: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The union of two sets of distinct sorted ``keys`` (``last`` of each) with the largest ``last`` of a
+    key both hold, in new arrays (a saved ``state`` shares the old ones): the pairs already held updated,
+    the others inserted at their places."""
+    at = np.searchsorted(keys, more)
+    held = at < len(keys)
+    held[held] = keys[at[held]] == more[held]
+    last = last.copy()
+    last[at[held]] = np.maximum(last[at[held]], more_last[held])
+    fresh = ~held
+    return np.insert(keys, at[fresh], more[fresh]), np.insert(last, at[fresh], more_last[fresh])
 
 
 def _lookup(keys: np.ndarray, last: np.ndarray, query: np.ndarray) -> np.ndarray:
