@@ -227,9 +227,10 @@ def noise(key: str, mine: list[dict], suffixes: list[str]) -> dict:
     sizes = list(mine[0].get("replay", {}))
     if len(sizes) > 1:
         for size in sizes:
-            for figure in ("auc", "val_auc", "auc_embeddings"):
+            for figure, name in (("auc", "auc_"), ("val_auc", "val_auc_"), ("auc_embeddings", "auc_")):
                 at = [r["replay"][size][figure] for r in mine]
-                out[f"{figure}_{key}_replay_{size}"] = _mean(at)
+                suffix = "_embeddings" if figure == "auc_embeddings" else ""
+                out[f"{name}{key}{suffix}_replay_{size}"] = _mean(at)
         out[f"replay_chosen_{key}"] = [r["replay_batch"] for r in mine]
     return out
 
