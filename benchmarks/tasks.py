@@ -254,18 +254,10 @@ def _mean(values: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"the first {QUICK_EVENTS:,} events of each stream, 1 epoch, seed 0",
-    )
+    quick = f"the first {QUICK_EVENTS:,} events of each stream, 1 epoch, seed 0"
+    ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument(
-        "--epochs",
-        type=positive_int,
-        default=None,
-        help="link pretraining passes (default 3; 1 with --quick)",
-    )
+    ap.add_argument("--epochs", type=positive_int, help="link pretraining passes (default 3; 1 with --quick)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="e.g. --seeds 0 1 (default 0)")
     names = [*STREAMS, affinity.KEY]
     ap.add_argument("--streams", nargs="+", choices=names, default=names, help="e.g. bitcoin_otc")
