@@ -2,7 +2,7 @@
 beside the baselines on the same chronological 70/15/15 split.
 
 python benchmarks/tasks.py [--quick] [--json] [--epochs N] [--seeds 0 1] [--streams NAME ...]
-                           [--joint-weights 0 1 ...]
+                           [--joint-weights 0 1 ...] [--replay-batches 200 20 ...]
 (also: streamgnn bench tasks)
 
 Tasks (``streamgnn.tasks``):
@@ -41,6 +41,17 @@ every k-th event instead, all 30 days).
 training labels at that weight (``tasks.joint``; 0: link prediction alone), and ours is, per seed, the run
 whose validation AUC is highest (keys ``auc_<task>_joint_<w>``, ``val_auc_<task>_joint_<w>``,
 ``cpu_seconds_<task>_joint_<w>``, ``joint_chosen_<task>``).
+
+``--replay-batches 200 20``: each seed's model, trained at batches of 200, embeds the labels from a
+replay at each size (``tasks.stream.embed_at_labels``: the state before a batch holds none of its earlier
+events, on Wikipedia often the editor's previous edit); ours is, per seed, the size whose head scores
+best on validation (keys ``auc_<task>_replay_<b>``, ``val_auc_<task>_replay_<b>``,
+``auc_<task>_embeddings_replay_<b>``, ``replay_chosen_<task>``).
+
+How far from noise (binary labels): ``spread_auc_<task>[_<baseline>]`` (max - min over seeds),
+``auc_se_<task>`` (ours' test AUC's standard error) and ``auc_diff_se_<task>_<baseline>`` (that of ours
+minus the baseline on the same test rows), means over seeds, by DeLong's covariance
+(``tasks.metrics.auc_delong``).
 
 Published (quoted, not rerun): dynamic node classification AUC-ROC on JODIE Wikipedia with its 172-d LIWC
 edge features, which the bundled dataset does not ship (``published_auc_wikipedia_ban``).
@@ -117,16 +128,23 @@ def prepare(stream: Stream, events: int | None) -> tuple[EventBatch, Labels]:
 
 
 def run_stream(
-    stream: Stream, events: EventBatch, labels: Labels, seed: int, epochs: int, joint_weight: float = 0.0
+    stream: Stream,
+    events: EventBatch,
+    labels: Labels,
+    seed: int,
+    epochs: int,
+    joint_weight: float = 0.0,
+    replay_batches: tuple[int, ...] = (),
 ) -> dict:
     """One seed of ours and the baselines on one stream: test AUC/AP, validation AUC, sizes, seconds;
-    ``joint_weight``: the model pretrained jointly with the task's loss at that weight (0: link alone)."""
+    ``joint_weight``: the model pretrained jointly with the task's loss at that weight (0: link alone);
+    ``replay_batches``: the labels embedded at each replay batch size, ours the best on validation."""
     model = TGNConfig(edge_feature_dim=1 if stream.ratings else 0)
     config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model)
     started, cpu = time.perf_counter(), time.process_time()
     result = evaluate(
         stream.task, events, labels, config, epochs=epochs, head=HeadConfig(seed=seed),
-        joint_weight=joint_weight,
+        joint_weight=joint_weight, replay_batches=replay_batches,
     )  # fmt: skip
     run = {
         "stream": stream.dataset, "seed": seed, "events": len(events), "joint_weight": joint_weight,
@@ -135,7 +153,12 @@ def run_stream(
         "auc_embeddings": result.embeddings_only.test["auc"],
         "auc_features_mlp": result.features_only.test["auc"],
         "head_epochs": result.ours.epochs, "val_auc_stages": result.ours.stages,
-        "link_loss": result.link_loss, **result.sizes,
+        "link_loss": result.link_loss, **result.sizes, "replay_batch": result.replay_batch,
+        "replay": {
+            size: {"auc": o.test["auc"], "val_auc": o.val["auc"], "auc_embeddings": e.test["auc"]}
+            for size, (o, e) in result.replay.items()
+        },
+        "auc_se": result.test_se, "auc_diff_se": result.diff_se,
     }  # fmt: skip
     for name, figures in result.baselines.items():
         run[f"auc_{name}"], run[f"ap_{name}"] = figures["auc"], figures["ap"]
@@ -181,8 +204,34 @@ def summarize(runs: list[dict]) -> dict:
             for stage in mine[0]["val_auc_stages"]
         }
         out[f"test_positive_{key}"] = mine[0]["test_positive"]
+        out.update(noise(key, mine, ["", *(f"_{b}" for b in names)]))
         out[f"events_{key}"] = mine[0]["events"]
     out["runs"] = runs
+    return out
+
+
+def noise(key: str, mine: list[dict], suffixes: list[str]) -> dict:
+    """How far the figures are from noise: the spread over seeds (max - min) of ours and of each
+    baseline (``spread_auc_<key><suffix>``), the mean standard error of ours' test AUC and of ours minus
+    each baseline on the same rows (``auc_se_<key>``, ``auc_diff_se_<key>_<baseline>``; DeLong); and,
+    where several replay batch sizes were tried, each one's means (``auc_<key>_replay_<b>``, its validation
+    and embeddings-alone figures) and the sizes validation picked (``replay_chosen_<key>``)."""
+    out: dict = {}
+    for suffix in suffixes:
+        values = [r[f"auc{suffix}"] for r in mine if math.isfinite(r[f"auc{suffix}"])]
+        out[f"spread_auc_{key}{suffix}"] = max(values) - min(values) if values else math.nan
+    if mine[0].get("auc_se"):
+        out[f"auc_se_{key}"] = _mean([r["auc_se"]["ours"] for r in mine])
+        for name in mine[0]["auc_diff_se"]:
+            out[f"auc_diff_se_{key}_{name}"] = _mean([r["auc_diff_se"][name] for r in mine])
+    sizes = list(mine[0].get("replay", {}))
+    if len(sizes) > 1:
+        for size in sizes:
+            for figure, name in (("auc", "auc_"), ("val_auc", "val_auc_"), ("auc_embeddings", "auc_")):
+                at = [r["replay"][size][figure] for r in mine]
+                suffix = "_embeddings" if figure == "auc_embeddings" else ""
+                out[f"{name}{key}{suffix}_replay_{size}"] = _mean(at)
+        out[f"replay_chosen_{key}"] = [r["replay_batch"] for r in mine]
     return out
 
 
@@ -205,18 +254,10 @@ def _mean(values: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument(
-        "--quick",
-        action="store_true",
-        help=f"the first {QUICK_EVENTS:,} events of each stream, 1 epoch, seed 0",
-    )
+    quick = f"the first {QUICK_EVENTS:,} events of each stream, 1 epoch, seed 0"
+    ap.add_argument("--quick", action="store_true", help=quick)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument(
-        "--epochs",
-        type=positive_int,
-        default=None,
-        help="link pretraining passes (default 3; 1 with --quick)",
-    )
+    ap.add_argument("--epochs", type=positive_int, help="link pretraining passes (default 3; 1 with --quick)")
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="e.g. --seeds 0 1 (default 0)")
     names = [*STREAMS, affinity.KEY]
     ap.add_argument("--streams", nargs="+", choices=names, default=names, help="e.g. bitcoin_otc")
@@ -226,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         "--joint-weights", type=float, nargs="+", default=[0.0],
         help="pretrain at each task-loss weight (0: link prediction alone); ours is each seed's best on "
         "validation (default: 0)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--replay-batches", type=positive_int, nargs="+", default=[BATCH_SIZE],
+        help="embed the labels from a replay in batches of each size (the model trained at "
+        f"{BATCH_SIZE}); ours is each seed's best on validation (default: {BATCH_SIZE})",
     )  # fmt: skip
     args = ap.parse_args(argv)
     if any(not 0 <= w < math.inf for w in args.joint_weights):
@@ -242,7 +288,9 @@ def main(argv: list[str] | None = None) -> int:
         stream = STREAMS[name]
         events, labels = prepare(stream, cap)
         runs += [
-            run_stream(stream, events, labels, seed, epochs, w) for seed in seeds for w in args.joint_weights
+            run_stream(stream, events, labels, seed, epochs, w, tuple(args.replay_batches))
+            for seed in seeds
+            for w in args.joint_weights
         ]
     summary = summarize(runs)
     if travian:
@@ -250,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["runs"] += travian
     summary["published_auc_wikipedia_ban"] = dict(PUBLISHED)
     summary.update(epochs=epochs, seeds=seeds, threads=args.threads, joint_weights=args.joint_weights)
+    summary["replay_batches"] = args.replay_batches
     headline = {}
     if travian:
         headline.update(affinity.HEADLINE)

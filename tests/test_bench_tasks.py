@@ -41,3 +41,27 @@ def test_quick_json_reports_every_task_beside_its_baselines():
     best = max(travian[1:])
     assert math.isclose(result["margin_travian_alliance"], travian[0] - best)
     assert all(0.8 < v < 0.9 for v in result["published_auc_wikipedia_ban"].values())
+
+
+def test_replay_batches_report_each_size_and_the_noise_beside_the_figures():
+    """``--replay-batches``: each size's figures, the sizes validation picked, and how far the figures
+    are from noise (standard errors, the seeds' spread)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "streamgnn.cli", "bench", "tasks", "--streams", "bitcoin_otc",
+         "--events", "2000", "--epochs", "1", "--replay-batches", "200", "50", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    result = json.loads(out.stdout)
+    key = "sign_bitcoin_otc"  # its first 2,000 ratings: 14 negative of 300 in test, 9 in validation
+    assert result["replay_batches"] == [200, 50]
+    (run,) = result["runs"]
+    assert result[f"replay_chosen_{key}"] == [run["replay_batch"]] and run["replay_batch"] in (200, 50)
+    picked = run["replay"][str(run["replay_batch"])]  # JSON keys are strings
+    assert picked["auc"] == run["auc"] and picked["val_auc"] == run["val_auc"]
+    assert max(r["val_auc"] for r in run["replay"].values()) == run["val_auc"]
+    for size in (200, 50):
+        assert 0.0 <= result[f"auc_{key}_replay_{size}"] <= 1.0
+        assert 0.0 <= result[f"auc_{key}_embeddings_replay_{size}"] <= 1.0
+    assert 0.0 < result[f"auc_se_{key}"] < 0.5
+    assert 0.0 < result[f"auc_diff_se_{key}_reputation"] < 0.5
+    assert result[f"spread_auc_{key}"] == 0.0  # one seed

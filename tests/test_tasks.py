@@ -29,7 +29,7 @@ from streamgnn.tasks import (
     pretrain,
     stream_features,
 )
-from streamgnn.tasks.metrics import macro_f1, mae, ndcg_at_k, rmse
+from streamgnn.tasks.metrics import auc_delong, macro_f1, mae, ndcg_at_k, rmse, roc_auc
 from streamgnn.train import OnlineTrainer, TrainConfig
 
 torch.set_num_threads(1)
@@ -183,6 +183,55 @@ def test_embeddings_at_label_times_hold_nothing_of_the_label_or_later():
     assert not np.array_equal(z_src2[~first], z_src[~first])
 
 
+def test_a_smaller_replay_batch_sees_more_of_the_stream_and_still_nothing_of_the_label_or_later():
+    """Replayed in batches of 5 instead of the trainer's 20, a label's embedding holds events of its own
+    20-batch that come before it (so it differs), yet still none at or after its time."""
+    rng = np.random.default_rng(5)
+    n = 200
+    t = np.sort(rng.integers(0, 60, n)).astype(np.float64)
+    src, dst = rng.integers(0, 12, n), rng.integers(12, 20, n)
+    ev = events_of(src, dst, t)
+    labels = Labels.of_events(ev, np.zeros(n, np.int64), on_edges=False)
+    trainer = OnlineTrainer(_small_config())
+    pretrain(trainer, ev, until=40.0, epochs=1)
+    z20, _ = embed_at_labels(trainer, ev, labels)
+    z20_again, _ = embed_at_labels(trainer, ev, labels, batch_size=20)
+    np.testing.assert_array_equal(z20_again, z20)  # the trainer's size is the default
+    z5, none = embed_at_labels(trainer, ev, labels, batch_size=5)
+    assert none is None and z5.shape == (n, 8)
+    assert not np.array_equal(z5, z20)
+    cut = 30.0
+    later = t >= cut
+    moved = events_of(src, np.where(later, (dst + 3) % 8 + 12, dst), t)  # rewire everything from cut on
+    z5_moved, _ = embed_at_labels(trainer, moved, labels, batch_size=5)
+    first = t <= cut
+    np.testing.assert_array_equal(z5_moved[first], z5[first])
+    assert not np.array_equal(z5_moved[~first], z5[~first])
+    with pytest.raises(ConfigError, match="batch_size"):
+        embed_at_labels(trainer, ev, labels, batch_size=0)
+
+
+def test_delong_auc_and_covariance_match_their_pairwise_definition():
+    """DeLong's structural components by brute force over every (positive, negative) pair, ties half,
+    against the midrank form; a classifier's difference with itself has no variance."""
+    rng = np.random.default_rng(6)
+    y = np.r_[np.ones(9, bool), np.zeros(40, bool)]
+    a = np.round(rng.normal(size=49) + y, 1)  # rounded: ties within and across the classes
+    b = np.round(a + rng.normal(size=49), 1)
+    auc, cov = auc_delong([a, b], y)
+    assert auc == pytest.approx([roc_auc(a, y), roc_auc(b, y)])
+    comps = []
+    for s in (a, b):
+        psi = (s[y][:, None] > s[~y][None, :]) + 0.5 * (s[y][:, None] == s[~y][None, :])
+        comps.append((psi.mean(axis=1), psi.mean(axis=0)))
+    v01, v10 = np.stack([c[0] for c in comps]), np.stack([c[1] for c in comps])
+    expect = np.cov(v01) / 9 + np.cov(v10) / 40
+    np.testing.assert_allclose(cov, expect, rtol=1e-10)
+    _, same = auc_delong([a, a], y)
+    assert same[0, 0] + same[1, 1] - 2 * same[0, 1] == pytest.approx(0.0, abs=1e-15)
+    assert all(math.isnan(v) for v in auc_delong([a], np.zeros(49, bool))[0])
+
+
 def test_evaluate_scores_ours_and_every_baseline_on_the_same_split():
     """Ratings whose sign is the ratee's (half the nodes are 'bad'): reputation sees it, and so must the
     figures; every baseline reports the same metrics as ours."""
@@ -200,6 +249,24 @@ def test_evaluate_scores_ours_and_every_baseline_on_the_same_split():
     assert result.baselines["reputation"]["auc"] > 0.8  # chance 0.5; the flips cap it near 0.9
     assert 0.0 <= result.ours.test["auc"] <= 1.0 and 0.0 <= result.embeddings_only.test["auc"] <= 1.0
     assert result.sizes["test"] == pytest.approx(0.15 * n, rel=0.05)
+    assert set(result.test_se) == {"ours", *result.baselines} and result.test_se["majority"] == 0.0
+    assert 0.0 < result.diff_se["reputation"] < 0.5
+
+
+def test_evaluate_picks_the_replay_batch_by_validation():
+    rng = np.random.default_rng(7)
+    n = 1200
+    src, dst = rng.integers(0, 30, n), rng.integers(30, 50, n)
+    ev = events_of(src, dst, np.arange(n, dtype=np.float64))
+    labels = Labels.of_events(ev, (dst % 2).astype(np.int64), on_edges=False)
+    result = evaluate(
+        NodeClassification(), ev, labels, _small_config(), head=HeadConfig(epochs=3),
+        replay_batches=(20, 5, 20),
+    )  # fmt: skip
+    assert list(result.replay) == [20, 5]  # each size once, in the order asked
+    best = max(result.replay[s][0].val["auc"] for s in result.replay)
+    assert result.ours.val["auc"] == best and result.ours is result.replay[result.replay_batch][0]
+    assert result.embeddings_only is result.replay[result.replay_batch][1]
 
 
 def test_label_records_admit_the_good_and_dead_letter_every_bad_one():

@@ -27,6 +27,7 @@ from . import baselines as base
 from .features import REPUTATION, stream_features
 from .joint import JointHead
 from .labels import Labels, LabelSplit
+from .metrics import auc_delong
 from .protocol import HeadConfig, HeadResult, fit_head
 from .stream import embed_at_labels, pretrain
 from .task import Classification, Task
@@ -36,7 +37,11 @@ from .task import Classification, Task
 class TaskResult:
     """Our head's result (over the embeddings and the stream features), the same head's over the
     embeddings alone and over the stream features alone (what each input adds), each baseline's test
-    (and validation) figures, the split's sizes, and the link pretraining's loss per epoch."""
+    (and validation) figures, the split's sizes, and the link pretraining's loss per epoch.
+    ``replay``: ours and the embeddings-alone head at each replay batch size tried (``embed_at_labels``),
+    ``replay_batch`` the one ``ours`` is (the best validation figure). ``test_se``: for binary labels, the
+    standard error of each test AUC (``ours`` and each baseline's), and ``diff_se`` that of ours minus
+    each baseline on the same rows (``metrics.auc_delong``)."""
 
     ours: HeadResult
     embeddings_only: HeadResult
@@ -45,6 +50,10 @@ class TaskResult:
     baselines_val: dict[str, dict[str, float]]
     sizes: dict[str, int]
     link_loss: list[float] = field(default_factory=list)
+    replay: dict[int, tuple[HeadResult, HeadResult]] = field(default_factory=dict)
+    replay_batch: int = 0
+    test_se: dict[str, float] = field(default_factory=dict)
+    diff_se: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {
@@ -53,6 +62,7 @@ class TaskResult:
             "test_features_only": self.features_only.test,
             "head_best_epoch": self.ours.best_epoch, "baselines": self.baselines,
             "baselines_val": self.baselines_val, "sizes": self.sizes, "link_loss": self.link_loss,
+            "replay_batch": self.replay_batch, "test_se": self.test_se, "diff_se": self.diff_se,
         }  # fmt: skip
 
 
@@ -66,20 +76,27 @@ def evaluate(
     head: HeadConfig | None = None,
     tau: float = 86400.0,
     joint_weight: float = 0.0,
+    replay_batches: tuple[int, ...] = (),
 ) -> TaskResult:
     """Ours and the baselines on ``labels`` over the time-ordered stream ``events`` (module docstring);
     ``epochs`` of link pretraining, jointly with the task's loss on the training labels at
-    ``joint_weight`` (``joint``; 0: link prediction alone); ``tau``: the stream features' decay time."""
+    ``joint_weight`` (``joint``; 0: link prediction alone); ``tau``: the stream features' decay time;
+    ``replay_batches``: the replay batch sizes the labels are embedded at (default: the training's), ours
+    the one whose head scores best on validation (never on test)."""
     split = LabelSplit.by_time(labels, events.t)
     head = head or HeadConfig(seed=config.seed)
     trainer = OnlineTrainer(dataclasses.replace(config, serve_every=0, checkpoint_every=0))
     joint = JointHead(task, trainer.link_model, joint_weight, config.seed) if joint_weight else None
     losses = pretrain(trainer, events, split.val_time, epochs, joint, labels)
-    z = task.inputs(*embed_at_labels(trainer, events, labels))
     feats = stream_features(events, labels, tau=tau)
     width = feats.x.shape[1]
-    ours = fit_head(task, np.concatenate([z, feats.x], axis=1), labels.y, split, head, features=width)
-    embeddings_only = fit_head(task, z, labels.y, split, head, features=0)
+    replay = {}
+    for size in dict.fromkeys(replay_batches or (config.batch_size,)):
+        z = task.inputs(*embed_at_labels(trainer, events, labels, batch_size=size))
+        ours = fit_head(task, np.concatenate([z, feats.x], axis=1), labels.y, split, head, features=width)
+        replay[size] = (ours, fit_head(task, z, labels.y, split, head, features=0))
+    chosen = max(replay, key=lambda size: task.selection(replay[size][0].val))  # the first on a tie
+    ours, embeddings_only = replay[chosen]
     features_only = fit_head(task, feats.x, labels.y, split, head)
 
     scores = {
@@ -94,7 +111,25 @@ def evaluate(
     test = {name: task.metrics(s[split.test], y[split.test]) for name, s in scores.items()}
     val = {name: task.metrics(s[split.val], y[split.val]) for name, s in scores.items()}
     sizes = {"train": len(split.train), "val": len(split.val), "test": len(split.test)}
+    test_se, diff_se = {}, {}
     if isinstance(task, Classification) and task.binary:
         for part, rows in (("train", split.train), ("val", split.val), ("test", split.test)):
             sizes[f"{part}_positive"] = int(np.sum(y[rows] == 1))
-    return TaskResult(ours, embeddings_only, features_only, test, val, sizes, losses)
+        test_se, diff_se = _standard_errors(ours.scores, scores, y, split.test)
+    return TaskResult(
+        ours, embeddings_only, features_only, test, val, sizes, losses, replay, chosen, test_se, diff_se
+    )
+
+
+def _standard_errors(
+    ours: np.ndarray, baselines: dict[str, np.ndarray], y: np.ndarray, rows: np.ndarray
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The test AUCs' standard errors (``ours`` and each baseline's) and those of ours minus each
+    baseline on the same rows, by DeLong's covariance."""
+    names = ["ours", *baselines]
+    stacked = np.stack([ours[rows], *(s[rows] for s in baselines.values())])
+    _, cov = auc_delong(stacked, y[rows] == 1)
+    var = np.diag(cov)
+    test_se = {name: float(np.sqrt(max(v, 0.0))) for name, v in zip(names, var, strict=True)}
+    diff = {name: var[0] + var[i] - 2 * cov[0, i] for i, name in enumerate(names) if i}
+    return test_se, {name: float(np.sqrt(max(v, 0.0))) for name, v in diff.items()}

@@ -13,7 +13,42 @@ import numpy as np
 
 from ..train.metrics import roc_auc
 
-__all__ = ["accuracy", "macro_f1", "mae", "ndcg_at_k", "rmse", "roc_auc"]
+__all__ = ["accuracy", "auc_delong", "macro_f1", "mae", "ndcg_at_k", "rmse", "roc_auc"]
+
+
+def _midranks(x: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``x``'s values, ties sharing their mean rank."""
+    order = np.argsort(x, kind="stable")
+    ranked = x[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(ranked)) + 1]
+    ends = np.r_[starts[1:], len(x)]
+    out = np.empty(len(x))
+    out[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return out
+
+
+def auc_delong(scores, y) -> tuple[np.ndarray, np.ndarray]:
+    """AUC-ROC of each row of ``scores`` (``[k, n]``, k classifiers on the same ``n`` rows) against binary
+    ``y``, and their covariance ``[k, k]`` by DeLong et al. (1988), in Sun and Xu's (2014) midrank form.
+    Why: with few positives (44 bans in a test part of 23,621 edits) an AUC moves by a few hundredths
+    with the rows alone; the covariance gives each figure's standard error and that of a difference of
+    two figures on the same rows (``var[a] + var[b] - 2 cov[a, b]``), which is smaller than either's
+    where the two rank the rows alike. NaN where ``y`` holds one class only."""
+    scores, y = np.atleast_2d(np.asarray(scores, np.float64)), np.asarray(y, bool)
+    k, m = len(scores), int(y.sum())
+    n = len(y) - m
+    if m == 0 or n == 0:
+        return np.full(k, math.nan), np.full((k, k), math.nan)
+    pos, neg = scores[:, y], scores[:, ~y]
+    v01, v10, auc = np.empty((k, m)), np.empty((k, n)), np.empty(k)
+    for i in range(k):
+        tx, ty = _midranks(pos[i]), _midranks(neg[i])
+        tz = _midranks(np.concatenate([pos[i], neg[i]]))
+        auc[i] = (tz[:m].sum() - m * (m + 1) / 2.0) / (m * n)
+        v01[i] = (tz[:m] - tx) / n  # per positive: the share of negatives it outscores
+        v10[i] = 1.0 - (tz[m:] - ty) / m  # per negative: the share of positives that outscore it
+    cov = np.atleast_2d(np.cov(v01)) / m + np.atleast_2d(np.cov(v10)) / n
+    return auc, cov
 
 
 def accuracy(pred, y) -> float:

@@ -52,18 +52,26 @@ def pretrain(
 
 
 def embed_at_labels(
-    trainer: OnlineTrainer, events: EventBatch, labels: Labels
+    trainer: OnlineTrainer, events: EventBatch, labels: Labels, *, batch_size: int | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``(z_node, z_dst)``: each label's node (or edge ends') embedding from a replay of ``events`` from
-    blank memory, taken before the batch holding the label's first event at or after its time is
-    ingested, at the earliest label time of that batch (module docstring). ``z_dst`` is None for node
-    labels. The model learns nothing during the replay."""
+    blank memory in batches of ``batch_size`` (default: the trainer's), taken before the batch holding
+    the label's first event at or after its time is ingested, at the earliest label time of that batch
+    (module docstring). ``z_dst`` is None for node labels. The model learns nothing during the replay.
+
+    Why a replay batch of its own: the state before a batch holds none of the batch's earlier events, and
+    those are often the ones a label is about. On JODIE Wikipedia, batches of 200 events span ~55
+    minutes; for 62% of the edits (94 of the 148 bans with an earlier edit) the editor's previous edit
+    falls in the same batch, unseen by the embedding while the stream features count it. Smaller replay
+    batches see more of it (45% at 50, 30% at 20), at more steps' cost, with the weights unchanged."""
     model = trainer.link_model
     if model.out_dim is None:
         raise ConfigError(f"{type(model).__name__} embeds nothing: a task head needs a model with embeddings")
     if len(events) and np.any(np.diff(events.t) < 0):
         raise ConfigError("events must be sorted by time (EventBatch.sorted_by_time())")
-    bs = trainer.config.batch_size
+    bs = trainer.config.batch_size if batch_size is None else batch_size
+    if not (isinstance(bs, int) and bs >= 1):
+        raise ConfigError(f"embed_at_labels: batch_size must be an int >= 1, got {batch_size!r}")
     trainer.reset_stream()
     # Label i is embedded before batch k = (events strictly before it) // bs: the state then holds only
     # events of earlier batches, all strictly before the label's time.
