@@ -86,8 +86,9 @@ class TGNConfig(Config):
     stream-time decay: ``walk_decays`` are then rates per stream time unit and a walk weighs ``exp(-rate *
     sum over its events of (query time - event time))`` (TPNet's default rate, 1e-7, assumes seconds).
     ``walk_mixer``: with ``walk_neighbors``, the neighbors' tokens go through TPNet's MLP-Mixer
-    (``nn.relative``) before they are averaged. Both opt-in: neither beat the default at 5 epochs
-    (benchmarks/RESULTS.md, "Stream-time walk decay"); a sharded run refuses ``walk_clock="time"``.
+    (``nn.relative``) before they are averaged. Both opt-in (benchmarks/RESULTS.md, "Stream-time walk
+    decay"): the stream-time decay lost AP on CollegeMsg, and the mixer's small gain comes at
+    ``walk_neighbors``' training speed or less; a sharded run refuses ``walk_clock="time"``.
     """
 
     memory_dim: int = 100
