@@ -42,7 +42,7 @@ class PairEncoder(nn.Module):
     decayed pair features a pair has (0: none), one more ``dim``. ``relative``: the width of a neighbor's
     relative walk products (0: none; needs ``walks``), two more ``dim``. ``forward`` reads the raw parts
     in ``PairFeatures.read``'s order: history, co-occurrence, then walk products, relative products and
-    decayed features where on."""
+    decayed features where on. ``mixer``: the relative encoder mixes its ``mixer`` tokens (0: not)."""
 
     def __init__(
         self,
@@ -53,6 +53,7 @@ class PairEncoder(nn.Module):
         walks: int = 0,
         decayed: int = 0,
         relative: int = 0,
+        mixer: int = 0,
     ) -> None:
         super().__init__()
         if relative and not walks:
@@ -66,7 +67,7 @@ class PairEncoder(nn.Module):
         self.count = nn.Sequential(nn.Linear(1, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.walk = nn.Sequential(nn.Linear(walks, dim), nn.ReLU(), nn.Linear(dim, dim)) if walks else None
         self.decay = DecayEncoder(decayed, dim) if decayed else None
-        self.relative = RelativeEncoder(relative, dim) if relative else None
+        self.relative = RelativeEncoder(relative, dim, mixer) if relative else None
         self.out_dim = (3 + bool(walks) + bool(decayed) + 2 * bool(relative)) * dim
 
     @classmethod
@@ -88,6 +89,7 @@ class PairEncoder(nn.Module):
             walks,
             decayed,
             relative,
+            config.walk_neighbors if config.walk_mixer else 0,
         )
 
     def forward(self, history: Tensor, cooc: Tensor, *extra: Tensor) -> Tensor:

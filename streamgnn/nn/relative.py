@@ -4,8 +4,10 @@ TPNet (Lu et al., NeurIPS 2024) gives each sampled neighbor ``w`` of an endpoint
 ``(w, u)`` and ``(w, v)`` and lets its encoder read them token by token: a neighbor that many walks join
 to the *other* endpoint says more than the pair's own counts can. Here each neighbor's products (signed
 ``log1p``, as the pair's walk products) and its two co-occurrence counts go through one two-layer MLP,
-and the tokens are averaged per endpoint (padding, an all-zero row, left out): two vectors. Queries are
-encoded in chunks, so ranking every page of a stream against a batch keeps its memory bounded.
+and the tokens are averaged per endpoint (padding, an all-zero row, left out): two vectors. With
+``mixer`` (``TGNConfig.walk_mixer``) the tokens first pass TPNet's two MLP-Mixer layers (``TokenMixer``), so
+a token's encoding can depend on the other neighbors' (TPNet's encoder; ours averages what it gives).
+Queries are encoded in chunks, so ranking every page of a stream against a batch keeps its memory bounded.
 
 >>> enc = RelativeEncoder(width=5, dim=4)
 >>> rel = torch.zeros(3, 2, 2, 5)
@@ -20,15 +22,35 @@ import torch
 from torch import Tensor, nn
 
 CHUNK = 8192  # queries per pass: [chunk, 2, k, width] inputs at a time
+MIXER_LAYERS = 2  # TPNet's default (its ``num_layers``)
+
+
+class TokenMixer(nn.Module):
+    """One MLP-Mixer layer over ``[n, tokens, dim]`` as TPNet builds it (without dropout): a residual
+    two-layer GELU MLP across the tokens (hidden ``tokens // 2``) per channel, then one across the channels
+    (hidden ``4 dim``) per token, each after a LayerNorm."""
+
+    def __init__(self, tokens: int, dim: int) -> None:
+        super().__init__()
+        hidden = max(1, tokens // 2)
+        self.token_norm = nn.LayerNorm(tokens)
+        self.token_mlp = nn.Sequential(nn.Linear(tokens, hidden), nn.GELU(), nn.Linear(hidden, tokens))
+        self.channel_norm = nn.LayerNorm(dim)
+        self.channel_mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.token_mlp(self.token_norm(x.transpose(1, 2))).transpose(1, 2)
+        return x + self.channel_mlp(self.channel_norm(x))
 
 
 class RelativeEncoder(nn.Module):
     """``(rel [n, 2, k, width], cooc [n, 2, >= k, 2])`` -> ``[n, 2 * dim]``: u's neighbors' mean token,
-    then v's (zeros where an endpoint has none)."""
+    then v's (zeros where an endpoint has none). ``mixer``: the ``k`` tokens are mixed first (0: not)."""
 
-    def __init__(self, width: int, dim: int) -> None:
+    def __init__(self, width: int, dim: int, mixer: int = 0) -> None:
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(width + 2, dim), nn.ReLU(), nn.Linear(dim, dim))
+        self.mixers = nn.ModuleList(TokenMixer(mixer, dim) for _ in range(MIXER_LAYERS if mixer else 0))
 
     def forward(self, rel: Tensor, cooc: Tensor) -> Tensor:
         dev = self.mlp[0].weight.device
@@ -43,4 +65,10 @@ class RelativeEncoder(nn.Module):
         valid = (rel != 0).any(-1, keepdim=True)  # a real neighbor's row never is all zeros
         x = torch.cat([torch.sign(rel) * torch.log1p(rel.abs()), torch.log1p(cooc.float().clamp_min(0))], -1)
         tokens = self.mlp(x.float()) * valid
+        if len(self.mixers):
+            n, _, k, dim = tokens.shape
+            mixed = tokens.reshape(2 * n, k, dim)
+            for mixer in self.mixers:
+                mixed = mixer(mixed)
+            tokens = mixed.reshape(n, 2, k, dim) * valid  # padding mixed in, then left out of the mean
         return (tokens.sum(2) / valid.sum(2).clamp_min(1)).reshape(len(rel), -1)

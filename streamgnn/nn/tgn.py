@@ -30,6 +30,7 @@ from .time import TimeEncoder, TimeInit
 
 Variant = Literal["tgn", "jodie", "tgat"]  # Literal fields: checked by ``Config`` however built
 NeighborTime = Literal["query", "last_update"]
+WalkClock = Literal["events", "time"]  # ``sampling.walks.CLOCKS``
 _DEFAULT_LAYERS = {"tgn": 1, "tgat": 2, "jodie": 0}
 
 
@@ -81,6 +82,13 @@ class TGNConfig(Config):
     relative encoding (``WalkFeatures.relative``), encoded per neighbor with its co-occurrence counts and
     pooled per endpoint into two more ``pair_dim`` (benchmarks/RESULTS.md, "Neighbor-relative walk
     features"). Not read across shards yet: a sharded run refuses it.
+    ``walk_clock``: what the walk decays count: ``"events"`` (the default, above) or ``"time"``, TPNet's
+    stream-time decay: ``walk_decays`` are then rates per stream time unit and a walk weighs ``exp(-rate *
+    sum over its events of (query time - event time))`` (TPNet's default rate, 1e-7, assumes seconds).
+    ``walk_mixer``: with ``walk_neighbors``, the neighbors' tokens go through TPNet's MLP-Mixer
+    (``nn.relative``) before they are averaged. Both opt-in (benchmarks/RESULTS.md, "Stream-time walk
+    decay"): the stream-time decay lost AP on CollegeMsg, and the mixer's small gain comes at
+    ``walk_neighbors``' training speed or less; a sharded run refuses ``walk_clock="time"``.
     """
 
     memory_dim: int = 100
@@ -110,6 +118,8 @@ class TGNConfig(Config):
     walk_decays: tuple[float, ...] = (1e-4, 1e-3, 1e-2)
     pair_decayed: bool = False
     walk_neighbors: int = 0
+    walk_clock: WalkClock = "events"
+    walk_mixer: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pair_decays", tuple(self.pair_decays))  # (lists from JSON)
@@ -124,6 +134,8 @@ class TGNConfig(Config):
             )
         if self.walk_neighbors and not self.pair_walks:
             raise ConfigError("walk_neighbors reads the walk state: it needs pair_walks=True")
+        if self.walk_mixer is not False and (self.walk_mixer is not True or not self.walk_neighbors):
+            raise ConfigError("walk_mixer (a bool) mixes the neighbors' tokens: it needs walk_neighbors > 0")
         if not all(isinstance(x, int | float) and 0 < x < float("inf") for x in self.pair_decays):
             raise ConfigError(f"pair_decays must be finite time constants > 0, got {list(self.pair_decays)}")
         if not self.walk_decays or not all(

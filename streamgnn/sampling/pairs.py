@@ -75,7 +75,9 @@ class PairFeatures:
         """The features a model config (``TGNConfig``) reads over ``store`` (the trainer and the scorer)."""
         walks = None
         if config.pair_walks:
-            walks = WalkFeatures(config.walk_hops, config.walk_dim, config.walk_decays)
+            walks = WalkFeatures(
+                config.walk_hops, config.walk_dim, config.walk_decays, clock=config.walk_clock
+            )
         decayed = DecayPairs.of(config) if config.pair_decayed else None
         return cls(
             store, config.pair_neighbors, config.pair_decays, config.pair_endpoints, walks, decayed,

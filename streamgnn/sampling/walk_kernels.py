@@ -13,11 +13,16 @@ itself come from the same state, O(K^2 d) per neighbor.
 A walk's events have strictly increasing times: the events of one time stamp (a *group*) all read the
 state from before the group, so the batch they came in changes nothing; within a group they are applied in
 ``(source, destination)`` order (``walks.by_time``), so the sums' rounding does not depend on their arrival
-order either, and a sharded run that learns a group from several ranks applies it to the bit alike. Time is
-counted in events (the clock is the number of events before a group), which makes the decay independent
-of the stream's time unit and rate. A node's vectors are kept as of its last group (``lam[x]``, the clock
-then) and decayed when read, so the stored values depend only on the events applied, not on when they
-were asked for.
+order either, and a sharded run that learns a group from several ranks applies it to the bit alike. By default
+time is counted in events (the clock is the number of events before a group), which makes the decay
+independent of the stream's time unit and rate; with ``timed`` it is the stream's time, as TPNet counts it
+(a group's clock is its time stamp, a query's its own time). ``R[c, k]`` is channel ``c``'s decay rate of
+hop ``k + 1`` (``walks.rate_table``): per event, every hop of a channel decays alike (a walk weighs
+``exp(-rate * events since its first event)``); by time, hop ``k + 1`` decays ``k + 1`` times as fast, which
+weighs a walk by ``exp(-rate * sum over its events of (now - event time))``, TPNet's score. A node's vectors
+are kept as of its last group (``lam[x]``, the clock then, a float) and decayed when read, so the stored
+values depend only on the events applied, not on when they were asked for. (A node no event reached has
+zero rows at clock 0: a decay never grows them, even for a query before time 0.)
 """
 
 from __future__ import annotations
@@ -70,28 +75,30 @@ def new_edges(start, deg, seen_deg, pool, nodes, first, src, dst):
 
 
 @njit(cache=True)
-def apply_groups(H, lam, P, rates, rows_s, rows_d, ev_s, ev_d, ev_t, lo, hi, clock):
+def apply_groups(H, lam, P, R, rows_s, rows_d, ev_s, ev_d, ev_t, lo, hi, clock, timed):
     """Apply events ``lo..hi-1`` (sorted by time) group by group; ``clock``: events before ``lo``.
 
     ``ev_s``/``ev_d`` are node ids (they index ``P``); ``rows_s``/``rows_d`` their rows in ``H`` and
-    ``lam`` (the node ids themselves, or slots of a scratch copy). Returns the clock after ``hi``."""
+    ``lam`` (the node ids themselves, or slots of a scratch copy). ``timed``: a group's clock is its time
+    stamp, not the events before it. Returns the events counted after ``hi``."""
     C, K, d = H.shape[1], H.shape[2], H.shape[3]
     g = lo
     while g < hi:
         e = g
         while e < hi and ev_t[e] == ev_t[g]:
             e += 1
+        now = ev_t[g] if timed else float(clock)
         for i in range(g, e):  # bring both endpoints to the group's clock
             for side in range(2):
                 r = rows_s[i] if side == 0 else rows_d[i]
-                if lam[r] != clock:
+                if lam[r] != now:
                     for c in range(C):
-                        if rates[c] != 0.0:
-                            f = np.exp(-rates[c] * (clock - lam[r]))
-                            for k in range(K):
+                        for k in range(K):
+                            if R[c, k] != 0.0:
+                                f = np.exp(-R[c, k] * max(now - lam[r], 0.0))
                                 for j in range(d):
                                     H[r, c, k, j] *= f
-                    lam[r] = clock
+                    lam[r] = now
         for k in range(K - 1, 0, -1):  # top down: hop k reads hop k-1 as it was before the group
             for i in range(g, e):
                 a, b = rows_s[i], rows_d[i]
@@ -113,23 +120,23 @@ def apply_groups(H, lam, P, rates, rows_s, rows_d, ev_s, ev_d, ev_t, lo, hi, clo
 
 
 @njit(cache=True, fastmath={"reassoc"})  # sums in vector lanes: one fixed order, 4-8x faster than serial
-def _gram(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, X, out, i, prev):
+def _gram(Hu, lu, ru, Hv, lv, rv, P, R, u, v, now, X, out, i, prev):
     """``out[i, c]``: the Gram matrix, in channel ``c``, of u's hops 0..K then v's hops 0..K, each decayed
-    to ``clock`` (u's vectors are row ``ru`` of ``Hu``/``lu``, v's row ``rv`` of ``Hv``/``lv``; hop 0 is
+    to ``now`` (u's vectors are row ``ru`` of ``Hu``/``lu``, v's row ``rv`` of ``Hv``/``lv``; hop 0 is
     ``P``). ``X``: scratch ``[C, 2 (K + 1), d]``; ``prev`` >= 0: query ``prev`` was the last one, with the
-    same ``u`` and ``clock`` (a row of candidates), so u's rows of ``X`` and u's own products stand."""
+    same ``u`` and ``now`` (a row of candidates), so u's rows of ``X`` and u's own products stand."""
     C, K, d = Hu.shape[1], Hu.shape[2], Hu.shape[3]
     m = 2 * (K + 1)
     for c in range(C):
-        fv = np.exp(-rates[c] * (clock - lv[rv]))
         X[c, K + 1] = P[v]
         for k in range(K):  # row by row: contiguous copies the compiler vectorizes
+            fv = np.exp(-R[c, k] * max(now - lv[rv], 0.0))
             for j in range(d):
                 X[c, K + 2 + k, j] = Hv[rv, c, k, j] * fv
         if prev < 0:
-            fu = np.exp(-rates[c] * (clock - lu[ru]))
             X[c, 0] = P[u]
             for k in range(K):
+                fu = np.exp(-R[c, k] * max(now - lu[ru], 0.0))
                 for j in range(d):
                     X[c, 1 + k, j] = Hu[ru, c, k, j] * fu
         for a in range(m):
@@ -145,21 +152,21 @@ def _gram(Hu, lu, ru, Hv, lv, rv, P, rates, u, v, clock, X, out, i, prev):
 
 
 @njit(cache=True)
-def _load(H, lam, sH, slam, slot, P, rates, x, clock, Y):
-    """``Y[c]``: node ``x``'s hops 0..K in channel ``c``, decayed to ``clock`` (from its scratch row where
+def _load(H, lam, sH, slam, slot, P, R, x, now, Y):
+    """``Y[c]``: node ``x``'s hops 0..K in channel ``c``, decayed to ``now`` (from its scratch row where
     pending events gave it one)."""
     K = Y.shape[1] - 1
     r = slot[x]
     for c in range(Y.shape[0]):
         Y[c, 0] = P[x]
         if r >= 0:
-            f = np.exp(-rates[c] * (clock - slam[r]))
             for k in range(K):
+                f = np.exp(-R[c, k] * max(now - slam[r], 0.0))
                 for j in range(Y.shape[2]):
                     Y[c, 1 + k, j] = sH[r, c, k, j] * f
         else:
-            f = np.exp(-rates[c] * (clock - lam[x]))
             for k in range(K):
+                f = np.exp(-R[c, k] * max(now - lam[x], 0.0))
                 for j in range(Y.shape[2]):
                     Y[c, 1 + k, j] = H[x, c, k, j] * f
 
@@ -173,11 +180,11 @@ def _dot(a, b):
 
 
 @njit(cache=True, fastmath={"reassoc"})
-def _relative(X, Y, nbr, rel, i, prev, H, lam, sH, slam, slot, P, rates, clock):
+def _relative(X, Y, nbr, rel, i, prev, H, lam, sH, slam, slot, P, R, now):
     """``rel[i, s, j]``: neighbor ``w = nbr[i, s, j]`` of endpoint ``s`` (0: u, 1: v; -1: none, zeros)
     against both endpoints, whose decayed hops ``X`` holds (``_gram``: u's rows, then v's): per channel
     ``<w's hop a, own endpoint's hop b>``, then the same against the other endpoint, then ``<w's hop a,
-    itself>`` (``relative_width`` columns). After a query ``prev`` with the same ``u`` and clock, a
+    itself>`` (``relative_width`` columns). After a query ``prev`` with the same ``u`` and ``now``, a
     neighbor of u in the same position has the same products with u and itself: those are copied."""
     C, m = X.shape[0], Y.shape[1]
     block = C * m * m
@@ -189,7 +196,7 @@ def _relative(X, Y, nbr, rel, i, prev, H, lam, sH, slam, slot, P, rates, clock):
             if w < 0 or w >= len(P):
                 row[:] = 0.0
                 continue
-            _load(H, lam, sH, slam, slot, P, rates, w, clock, Y)
+            _load(H, lam, sH, slam, slot, P, R, w, now, Y)
             same = s == 0 and prev >= 0 and nbr[prev, 0, j] == w
             for c in range(C):
                 for a in range(m):
@@ -205,23 +212,24 @@ def _relative(X, Y, nbr, rel, i, prev, H, lam, sH, slam, slot, P, rates, clock):
 
 
 @njit(cache=True)
-def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, order, out, nbr, rel):
+def answer(H, lam, P, R, timed, slot, ev_s, ev_d, ev_t, clock, src, dst, t, prefix, order, out, nbr, rel):
     """Queries in ``order`` (non-decreasing ``prefix``): query ``i`` sees the state plus the first
     ``prefix[i]`` pending events ``ev_*`` (the events before its time that the state does not hold). They
     go to a scratch copy of the rows they touch (``slot[x]``: x's scratch row, -1: none; all -1 again on
     return), so the state itself never holds an event that a later arrival could have to precede.
-    ``clock``: the events the state holds. Unknown nodes (-1, or beyond ``P``) read zeros. ``nbr``
+    ``clock``: the events the state holds; a query's own clock is that plus its pending events, or with
+    ``timed`` its time ``t[i]``. Unknown nodes (-1, or beyond ``P``) read zeros. ``nbr``
     ``[n, 2, k]``: neighbors of each query's endpoints whose products with both go to ``rel`` (``_relative``;
     ``k = 0``: none), from the same state."""
     n_ev = len(ev_s)
     C, K, d = H.shape[1], H.shape[2], H.shape[3]
     sH = np.zeros((2 * n_ev + 1, C, K, d))
-    slam = np.zeros(2 * n_ev + 1, np.int64)
+    slam = np.zeros(2 * n_ev + 1)
     rows_s = np.empty(n_ev, np.int64)
     rows_d = np.empty(n_ev, np.int64)
     X = np.empty((C, 2 * (K + 1), d))
     Y = np.empty((C, K + 1, d))
-    last_u, last_clock, last_i = -1, -1, -1
+    last_u, last_now, last_i = -1, -1.0, -1
     used = 0
     done = 0
     for q in range(len(order)):
@@ -237,26 +245,27 @@ def answer(H, lam, P, rates, slot, ev_s, ev_d, ev_t, clock, src, dst, prefix, or
                         slam[used] = lam[x]
                         used += 1
                 rows_s[j], rows_d[j] = slot[ev_s[j]], slot[ev_d[j]]
-            clock = apply_groups(sH, slam, P, rates, rows_s, rows_d, ev_s, ev_d, ev_t, done, p, clock)
+            clock = apply_groups(sH, slam, P, R, rows_s, rows_d, ev_s, ev_d, ev_t, done, p, clock, timed)
             done = p
         u, v = src[i], dst[i]
         if u < 0 or v < 0 or u >= len(P) or v >= len(P):
             out[i] = 0.0
             rel[i] = 0.0
             continue
-        prev = last_i if u == last_u and clock == last_clock else -1
+        now = t[i] if timed else float(clock)  # the same ``now``: the same events before it
+        prev = last_i if u == last_u and now == last_now else -1
         if slot[u] < 0:
             if slot[v] < 0:
-                _gram(H, lam, u, H, lam, v, P, rates, u, v, clock, X, out, i, prev)
+                _gram(H, lam, u, H, lam, v, P, R, u, v, now, X, out, i, prev)
             else:
-                _gram(H, lam, u, sH, slam, slot[v], P, rates, u, v, clock, X, out, i, prev)
+                _gram(H, lam, u, sH, slam, slot[v], P, R, u, v, now, X, out, i, prev)
         elif slot[v] < 0:
-            _gram(sH, slam, slot[u], H, lam, v, P, rates, u, v, clock, X, out, i, prev)
+            _gram(sH, slam, slot[u], H, lam, v, P, R, u, v, now, X, out, i, prev)
         else:
-            _gram(sH, slam, slot[u], sH, slam, slot[v], P, rates, u, v, clock, X, out, i, prev)
+            _gram(sH, slam, slot[u], sH, slam, slot[v], P, R, u, v, now, X, out, i, prev)
         if nbr.shape[2]:
-            _relative(X, Y, nbr, rel, i, prev, H, lam, sH, slam, slot, P, rates, clock)
-        last_u, last_clock, last_i = u, clock, i
+            _relative(X, Y, nbr, rel, i, prev, H, lam, sH, slam, slot, P, R, now)
+        last_u, last_now, last_i = u, now, i
     for j in range(n_ev):
         slot[ev_s[j]] = -1
         slot[ev_d[j]] = -1

@@ -40,28 +40,36 @@ from ..growth import grown_size
 from ..store import GraphStore
 from . import walk_kernels as W
 
+CLOCKS = ("events", "time")  # what a walk's decay counts (``WalkFeatures``)
+
 
 class WalkFeatures:
     """Inner products of two nodes' walk vectors (``products``: each with the other and with itself), over
     ``hops`` hops (plus hop 0, the node's random vector) in ``dim`` random dimensions, one channel per
-    decay rate in ``decays`` (per event: a walk's weight is ``exp(-rate * events since its first event)``;
-    0 keeps plain counts). ``seed`` fixes the nodes' random vectors (the trainer and a scorer must agree).
-    A model's settings are ``TGNConfig``'s ``walk_*`` fields (``PairFeatures.of``)."""
+    decay rate in ``decays`` (0 keeps plain counts). ``clock``: ``"events"`` (per event: a walk's weight is
+    ``exp(-rate * events since its first event)``) or ``"time"`` (per stream time unit, TPNet's: ``exp(-rate
+    * sum over the walk's events of (query time - event time))``). ``seed`` fixes the nodes' random vectors
+    (the trainer and a scorer must agree). A model's settings are ``TGNConfig``'s ``walk_*`` fields
+    (``PairFeatures.of``)."""
 
-    def __init__(self, hops: int, dim: int, decays: tuple[float, ...], seed: int = 0):
+    def __init__(self, hops: int, dim: int, decays: tuple[float, ...], seed: int = 0, clock: str = "events"):
         if not isinstance(hops, int) or hops < 1 or not isinstance(dim, int) or dim < 1:
             raise ConfigError(f"walk hops and dim must be ints >= 1, got {hops!r} and {dim!r}")
         rates = np.asarray(tuple(float(x) for x in decays), np.float64)
         if not len(rates) or not (np.isfinite(rates) & (rates >= 0)).all():
             raise ConfigError(f"walk decays must be one or more finite rates >= 0, got {list(decays)}")
-        self.hops, self.dim, self.rates, self.seed = hops, dim, rates, int(seed)
+        if clock not in CLOCKS:
+            raise ConfigError(f"walk clock must be one of {list(CLOCKS)}, got {clock!r}")
+        self.hops, self.dim, self.rates, self.seed, self.clock = hops, dim, rates, int(seed), clock
+        self.timed = clock == "time"
+        self.table = rate_table(rates, hops, self.timed)
         self._lock = threading.Lock()  # queries advance the state: a service's request threads take turns
         self.reset()
 
     @property
     def settings(self) -> tuple:
         """What the features depend on besides the store: two objects alike here give the same values."""
-        return self.hops, self.dim, tuple(self.rates.tolist()), self.seed
+        return self.hops, self.dim, tuple(self.rates.tolist()), self.seed, self.clock
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -90,7 +98,7 @@ class WalkFeatures:
         self._newest = -np.inf
         self._P = np.zeros((0, self.dim))
         self._H = np.zeros((0, len(self.rates), self.hops, self.dim))
-        self._lam = np.zeros(0, np.int64)
+        self._lam = np.zeros(0)
         self._slot = np.zeros(0, np.int64)
         self._pending = (np.zeros(0), np.zeros(0, np.int64), np.zeros(0, np.int64))
 
@@ -132,8 +140,8 @@ class WalkFeatures:
         known = self._store.view().num_nodes
         src, dst = np.where(src < known, src, -1), np.where(dst < known, dst, -1)
         answer(
-            self._H, self._lam, self._P, self.rates, self._slot, self._pending, self._clock, src, dst, t, out,
-            np.where(nbr < known, nbr, -1), rel,
+            self._H, self._lam, self._P, self.table, self._slot, self._pending, self._clock, src, dst, t, out,
+            np.where(nbr < known, nbr, -1), rel, self.timed,
         )  # fmt: skip
 
     def _sync(self, store: GraphStore, t_min: float) -> None:
@@ -166,7 +174,7 @@ class WalkFeatures:
         m = int(np.searchsorted(pt, horizon, side="left"))
         if m:
             self._clock = W.apply_groups(
-                self._H, self._lam, self._P, self.rates, ps, pd, ps, pd, pt, 0, m, self._clock
+                self._H, self._lam, self._P, self.table, ps, pd, ps, pd, pt, 0, m, self._clock, self.timed
             )
             self._pending = (pt[m:], ps[m:], pd[m:])
         self._horizon = horizon
@@ -182,8 +190,16 @@ class WalkFeatures:
         H = np.zeros((cap, *self._H.shape[1:]))
         H[:have] = self._H
         self._P, self._H = P, H
-        self._lam = np.concatenate([self._lam, np.zeros(cap - have, np.int64)])
+        self._lam = np.concatenate([self._lam, np.zeros(cap - have)])
         self._slot = np.concatenate([self._slot, np.full(cap - have, -1, np.int64)])
+
+
+def rate_table(rates: np.ndarray, hops: int, timed: bool) -> np.ndarray:
+    """``[channels, hops]``: each hop's decay rate in each channel (``walk_kernels``). Per event a hop's walks
+    decay as their first event ages; by time each of a walk's events ages at once, so a walk of ``k`` events
+    decays ``k`` times as fast (TPNet's score)."""
+    per_hop = np.arange(1.0, hops + 1) if timed else np.ones(hops)
+    return np.ascontiguousarray(np.asarray(rates, np.float64)[:, None] * per_hop)
 
 
 def relative_width(hops: int, channels: int) -> int:
@@ -215,17 +231,18 @@ def by_time(t: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray
     return t[order], src[order], dst[order]
 
 
-def answer(H, lam, P, rates, slot, pending, clock: int, src, dst, t, out, nbr=None, rel=None) -> None:
+def answer(H, lam, P, table, slot, pending, clock: int, src, dst, t, out, nbr=None, rel=None, timed=False):
     """``out[i]``: query ``(src[i], dst[i], t[i])``'s products over the state ``H``/``lam`` (row = node id,
     ``clock`` events applied) plus the ``pending`` events ``(t, src, dst)`` (``by_time``) before ``t[i]``,
-    which go to scratch rows only (``walk_kernels.answer``; ``slot``: all -1, of ``len(P)``). ``nbr``:
-    the endpoints' neighbors whose relative products go to ``rel`` (``WalkFeatures.relative``)."""
+    which go to scratch rows only (``walk_kernels.answer``; ``slot``: all -1, of ``len(P)``). ``table``:
+    ``rate_table``'s decay rates; ``timed``: decayed by stream time. ``nbr``: the endpoints' neighbors
+    whose relative products go to ``rel`` (``WalkFeatures.relative``)."""
     pt, ps, pd = pending
     prefix = np.searchsorted(pt, t, side="left")
     m = int(prefix.max())
     if nbr is None:
         nbr, rel = np.zeros((len(src), 2, 0), np.int64), np.zeros((len(src), 2, 0, 0), np.float32)
     W.answer(
-        H, lam, P, rates, slot, ps[:m], pd[:m], pt[:m], clock, src, dst, prefix,
+        H, lam, P, table, timed, slot, ps[:m], pd[:m], pt[:m], clock, src, dst, t, prefix,
         np.argsort(prefix, kind="stable"), out, nbr, rel,
     )  # fmt: skip

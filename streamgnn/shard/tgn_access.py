@@ -54,6 +54,11 @@ def shard_access(trainer) -> Callable:
                 "sharded training does not yet read the neighbors' relative walk products: set "
                 "model.walk_neighbors=0 under train.sharding"
             )
+        if mcfg.pair_features and mcfg.pair_walks and mcfg.walk_clock != "events":
+            raise ConfigError(
+                "sharded training does not yet decay walks by stream time: set model.walk_clock=events "
+                "under train.sharding"
+            )
         state = TGNShardState(trainer, model.model)
         trainer.states.append(state)
         pairs = None

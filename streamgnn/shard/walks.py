@@ -60,7 +60,7 @@ class ShardWalks:
         """Forget every event: the next ``sync`` rebuilds from the shards (every rank resets alike)."""
         w = self.walks
         self._H = np.zeros((0, len(w.rates), w.hops, w.dim))  # owned rows, in the order they came
-        self._lam = np.zeros(0, np.int64)
+        self._lam = np.zeros(0)
         self._row = np.full(0, -1, np.int64)  # each global id's row here (-1: none)
         self._seen = 0  # shard edges examined
         self._seen_deg = np.zeros(0, np.int64)  # each shard node's degree then (``walks.new_edges``)
@@ -143,7 +143,7 @@ class ShardWalks:
                 P = self.walks.vectors(ws)
                 rs, rd = np.searchsorted(ws, ps[lo:hi]), np.searchsorted(ws, pd[lo:hi])
                 self._clock = W.apply_groups(
-                    H, lam, P, self.walks.rates, rs, rd, rs, rd, pt[lo:hi], 0, hi - lo, self._clock
+                    H, lam, P, self.walks.table, rs, rd, rs, rd, pt[lo:hi], 0, hi - lo, self._clock, False
                 )
                 self._keep(ws, H, lam)
             if last:
@@ -159,7 +159,7 @@ class ShardWalks:
         sel = [np.flatnonzero(owner == r) for r in range(ex.world_size)]
         mine = self.rows(ws[sel[ex.rank]])
         got = ex.all_to_all([mine] * ex.world_size, "walk_rows", [[len(s)] * 2 for s in sel])
-        H, lam = np.empty((len(ws), *self._H.shape[1:])), np.empty(len(ws), np.int64)
+        H, lam = np.empty((len(ws), *self._H.shape[1:])), np.empty(len(ws))
         for s, (g_H, g_lam) in zip(sel, got, strict=True):
             H[s], lam[s] = g_H, g_lam
         return H, lam
@@ -170,7 +170,7 @@ class ShardWalks:
         row = np.full(len(gids), -1, np.int64)
         ok = (gids >= 0) & (gids < len(self._row))
         row[ok] = self._row[gids[ok]]
-        H, lam = np.zeros((len(gids), *self._H.shape[1:])), np.zeros(len(gids), np.int64)
+        H, lam = np.zeros((len(gids), *self._H.shape[1:])), np.zeros(len(gids))
         H[row >= 0], lam[row >= 0] = self._H[row[row >= 0]], self._lam[row[row >= 0]]
         return H, lam
 
@@ -216,5 +216,5 @@ class ShardWalks:
         slot = np.full(len(gids), -1, np.int64)
         t = np.ascontiguousarray(t, np.float64)
         n = len(src)
-        answer(H, lam, P, self.walks.rates, slot, pending, self._clock, idx[:n], idx[n:], t, out)
+        answer(H, lam, P, self.walks.table, slot, pending, self._clock, idx[:n], idx[n:], t, out)
         return out
