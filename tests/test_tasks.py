@@ -162,15 +162,23 @@ def _small_config(**kw) -> TrainConfig:
     return TrainConfig(model=model, batch_size=20, **kw)
 
 
-def test_embeddings_at_label_times_hold_nothing_of_the_label_or_later():
-    rng = np.random.default_rng(3)
+def _pretrained_on_random_labels(seed: int, on_edges: bool):
+    """200 random events over 20 nodes at times 0..59, a label of class 0 on each (its edge's or its
+    source's), and a small trainer pretrained on the events before time 40."""
+    rng = np.random.default_rng(seed)
     n = 200
     t = np.sort(rng.integers(0, 60, n)).astype(np.float64)
     src, dst = rng.integers(0, 12, n), rng.integers(12, 20, n)
     ev = events_of(src, dst, t)
-    labels = Labels.of_events(ev, np.zeros(n, np.int64), on_edges=True)
+    labels = Labels.of_events(ev, np.zeros(n, np.int64), on_edges=on_edges)
     trainer = OnlineTrainer(_small_config())
     pretrain(trainer, ev, until=40.0, epochs=1)
+    return t, src, dst, ev, labels, trainer
+
+
+def test_embeddings_at_label_times_hold_nothing_of_the_label_or_later():
+    t, src, dst, ev, labels, trainer = _pretrained_on_random_labels(seed=3, on_edges=True)
+    n = len(t)
     z_src, z_dst = embed_at_labels(trainer, ev, labels)
     assert z_src.shape == (n, 8) and z_dst.shape == (n, 8) and np.isfinite(z_src).all()
     cut = 30.0
@@ -186,14 +194,8 @@ def test_embeddings_at_label_times_hold_nothing_of_the_label_or_later():
 def test_a_smaller_replay_batch_sees_more_of_the_stream_and_still_nothing_of_the_label_or_later():
     """Replayed in batches of 5 instead of the trainer's 20, a label's embedding holds events of its own
     20-batch that come before it (so it differs), yet still none at or after its time."""
-    rng = np.random.default_rng(5)
-    n = 200
-    t = np.sort(rng.integers(0, 60, n)).astype(np.float64)
-    src, dst = rng.integers(0, 12, n), rng.integers(12, 20, n)
-    ev = events_of(src, dst, t)
-    labels = Labels.of_events(ev, np.zeros(n, np.int64), on_edges=False)
-    trainer = OnlineTrainer(_small_config())
-    pretrain(trainer, ev, until=40.0, epochs=1)
+    t, src, dst, ev, labels, trainer = _pretrained_on_random_labels(seed=5, on_edges=False)
+    n = len(t)
     z20, _ = embed_at_labels(trainer, ev, labels)
     z20_again, _ = embed_at_labels(trainer, ev, labels, batch_size=20)
     np.testing.assert_array_equal(z20_again, z20)  # the trainer's size is the default

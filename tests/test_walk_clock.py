@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
-from test_sampling import build, event, ingest, timed
-from test_walks import queries, rows
+from test_sampling import build, ingest, timed
+from test_walks import replayed_with_neighbors
 
 from streamgnn import EventBatch
 from streamgnn.errors import ConfigError
@@ -62,12 +62,7 @@ def brute_timed(P: np.ndarray, edges, u: int, v: int, tq: float) -> np.ndarray:
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(event, max_size=25),
-    st.lists(st.integers(1, 24), max_size=3),
-    st.lists(queries | rows, max_size=3),
-    st.data(),
-)
+@replayed_with_neighbors
 def test_time_decay_matches_brute_force_however_queries_and_batches_interleave(raw, splits, asked, data):
     """Queries after each batch at any times (pending events on scratch rows, rows of candidates sharing a
     source), some naming neighbors: the pair's products and each neighbor's are the dense replay's."""

@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import settings
 from hypothesis import strategies as st
-from test_sampling import event, timed
-from test_walks import HOPS, RATES, asked_after_batches, brute_products, queries, rows
+from test_sampling import timed
+from test_walks import HOPS, RATES, asked_after_batches, brute_products, replayed_with_neighbors
 
 from streamgnn import EventBatch
 from streamgnn.errors import ConfigError
@@ -36,12 +36,7 @@ def brute_relative(P, stored, u: int, v: int, w: int, side: int, tq: float) -> n
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(event, max_size=25),
-    st.lists(st.integers(1, 24), max_size=3),
-    st.lists(queries | rows, max_size=3),
-    st.data(),
-)
+@replayed_with_neighbors
 def test_matches_brute_force_for_any_neighbors(raw, splits, asked, data):
     """Queries after each batch, at any times (pending events in scratch rows, rows of candidates that
     reuse the source's products), each naming any neighbors (repeats, unknown ids, -1): every value is

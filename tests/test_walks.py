@@ -59,6 +59,16 @@ rows = st.lists(
 ).map(lambda rs: [(u, v, tq) for u, vs, tq in rs for v in vs])
 
 
+# a stream of up to 25 events cut into batches, queries after each, and draws for the neighbors a query
+# names: the input of the walk-neighbor and walk-clock brute-force checks
+replayed_with_neighbors = given(
+    st.lists(event, max_size=25),
+    st.lists(st.integers(1, 24), max_size=3),
+    st.lists(queries | rows, max_size=3),
+    st.data(),
+)
+
+
 def asked_after_batches(events, splits, asked):
     """``events`` ingested batch by batch (cut at ``splits``) into a store; after each batch that
     ``asked`` has queries for (its i-th entry: the i-th batch's), yields the store, those queries as arrays
