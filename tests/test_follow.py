@@ -270,3 +270,25 @@ def test_behind_with_no_time_to_learn_it_still_learns_its_floor_and_says_what_th
     assert floored.floor_events > 0.1 * len(events) and floored.floor_s > 0
     assert floored.min_learn_fraction == 0.3 and "the floor of 30% learned" in floored.text()
     assert floored.as_dict()["floor_s"] == floored.floor_s
+
+
+def test_a_few_slow_events_do_not_lock_the_share_at_everything():
+    """A state-only step of a few events is dear per event (a step's fixed costs); as an average of per-event
+    figures it made the state path look dearer than learning, the share went to 1, and with no state-only
+    part stepped again the estimate was never corrected: far behind, the job learned from every event for
+    good. Its cost now weighs by its events, and a state cost at or above learning's is not believed."""
+    trainer = OnlineTrainer(config(min_learn_fraction=0.0, drain_s=10.0))
+    budget = Budget(trainer, lag=lambda: 50_000)
+    budget._observe_cost((True, False), 1000 * 200e-6, 1000)  # learning: 200 us per event
+    budget._observe_cost((False, False), 1000 * 20e-6, 1000)  # state: 20 us per event
+    budget._observe_cost((False, False), 0.02, 2)  # then an item's last 2 events in a 20 ms step
+    assert budget.cost[(False, False)] < 2 * 20e-6 + 0.02 / 1000
+    budget._observe_lag(50_000)
+    behind = budget._fraction()
+    assert 0.0 <= behind < 1.0
+    # a state estimate above learning's (a stalled step) counts as a quarter of it, not as "learn everything"
+    budget.cost[(False, False)] = 2 * budget.cost[(True, False)]
+    assert budget._fraction() < 1.0
+    # caught up it learns on everything
+    budget._observe_lag(0)
+    assert budget._fraction() == 1.0

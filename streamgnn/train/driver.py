@@ -121,6 +121,7 @@ class Drive:
 
 # ---------------------------------------------------------------------- keeping up with the source
 LAG_RATE_S = 2.0  # seconds over which the arrival rate is measured (a source's lag is about 1 s old)
+COST_DECAY = 0.8  # weight of the past in a step kind's cost per event, per step
 TIMELINE_S = 1.0  # seconds between points of the learned fraction over time
 TIMELINE_POINTS = 10_000  # points kept (the latest)
 EVALUATED = "model"  # the learned model's name among the sampled figures (baselines go by their own)
@@ -184,22 +185,22 @@ class Budget:
     draws): ``step`` evaluates it when the evaluation's credit (``eval_fraction`` of the events consumed)
     reaches ``min_eval_rows`` (then the credit falls by the item's size), and learns on it or not. The share
     learned comes from measured costs: seconds per event of a state-only step, a learning step and an
-    evaluated event (moving averages), the arrival rate (events consumed plus the lag's growth, over
-    ``LAG_RATE_S``) and the time a lag may take to drain (``drain_s``): the share of learning steps that
-    fits in ``headroom`` of the time per event. Every item learns from that share of its events (a credit
-    of the share per event), so a model behind its source keeps learning from the whole stream at a
-    uniform rate, as a reservoir over the lag would, rather than from its newest or oldest part alone: the
-    time a lag may take is fixed when the job falls behind (``drain_s`` from then), so the share stays
-    about even while that lag drains, rather than rising as it shrinks. The learned events of an item are
-    stepped in as many optimizer steps as it holds parts of ``batch_size`` (``_parts``): Adam moves about
-    ``lr`` per step whatever the batch, so a share of every part keeps a model's pace where the same
-    share in whole batches left it under EdgeBank (benchmarks/RESULTS.md, "Following: memory in parts,
-    learning from every part"). Caught up (or a source without a lag, a file), it learns on everything.
-    Behind, batches grow to an eighth of the lag, up to ``max_batch_size``, for the state path only: an
-    evaluated item is scored in parts of ``batch_size`` (scoring 1,000 events at once reads memory as of
-    their start for all of them). The share never falls under ``min_learn_fraction``: the costs are wall
-    time, and a loaded host would otherwise learn too little to keep the model's quality; what the floor
-    learned past the budget, and the seconds it took, are counted for the report.
+    evaluated event (moving averages, each step weighed by its events), the arrival rate (events consumed plus
+    the lag's growth, over ``LAG_RATE_S``) and the time a lag may take to drain (``drain_s``): the share of
+    learning steps that fits in ``headroom`` of the time per event. Every item learns from that share of its
+    events (a credit of the share per event), so a model behind its source keeps learning from the whole
+    stream at a uniform rate, as a reservoir over the lag would, rather than from its newest or oldest part
+    alone: the time a lag may take is fixed when the job falls behind (``drain_s`` from then), so the share
+    stays about even while that lag drains, rather than rising as it shrinks. The learned events of an item
+    are stepped in as many optimizer steps as it holds parts of ``batch_size`` (``_parts``): Adam moves about
+    ``lr`` per step whatever the batch, so a share of every part keeps a model's pace where the same share in
+    whole batches left it under EdgeBank (benchmarks/RESULTS.md, "Following: memory in parts, learning from
+    every part"). Caught up (or a source without a lag, a file), it learns on everything. Behind, batches grow
+    to an eighth of the lag, up to ``max_batch_size``, for the state path only: an evaluated item is scored in
+    parts of ``batch_size`` (scoring 1,000 events at once reads memory as of their start for all of them). The
+    share never falls under ``min_learn_fraction``: the costs are wall time, and a loaded host would otherwise
+    learn too little to keep the model's quality; what the floor learned past the budget, and the seconds it
+    took, are counted for the report.
 
     The ranks of a distributed job make one plan: rank 0's, with every rank's lag summed (one small
     collective per item). Every mode keeps a uniform sample of the scored events' scores (the model's and
@@ -217,6 +218,7 @@ class Budget:
         self.floor_events, self.floor_s = 0.0, 0.0  # learned past the budget's share, and its seconds
         self.sample = EvalSample(seed=cfg.seed)
         self.cost: dict[tuple[bool, bool], float] = {}  # (learn, evaluate) -> seconds per event
+        self._spent: dict[tuple[bool, bool], tuple[float, float]] = {}  # -> decayed (seconds, events)
         self.fraction, self.lag, self.max_lag, self.rate = 1.0, None, None, None
         # evaluation starts with a full credit: a run has figures from its first scorable events on
         self._credit = {"learn": 0.0, "eval": float(self.follow.min_eval_rows)}
@@ -308,13 +310,20 @@ class Budget:
         learn = self.cost.get((True, False))
         if learn is None:
             return self.fraction
-        state = self.cost.get((False, False), learn / 4)
+        state = self._state_cost(learn)
         rate = self.rate or 0.0  # until measured: nothing more arrives, the lag only drains
         left = max(self._deadline - time.perf_counter(), 1e-6)  # (past it: drain as fast as state allows)
         per_event = follow.headroom / (rate + lag / left) - self.eval_share * self._eval_cost()
-        if learn <= state:
-            return 1.0
         return min(1.0, max(0.0, (per_event - state) / (learn - state)))
+
+    def _state_cost(self, learn: float) -> float:
+        """Seconds per event of a state-only step: as measured, or a quarter of a learning step's before one
+        was, or where the measure is not under ``learn``. A learning step runs the state path on its events
+        too, so a state cost at or above it is the estimate's error (a stalled step); taken at its word it
+        made the share 1, which steps no state-only part that could correct it: a job far behind learned
+        from every event for good (``bench follow`` at 50,000 events/s, benchmarks/RESULTS.md)."""
+        state = self.cost.get((False, False))
+        return learn / 4 if state is None or state >= learn else state
 
     def _floored(self, share: float, n: int) -> float:
         """``share``, or ``min_learn_fraction`` where that is more; the events an item learns past the
@@ -326,7 +335,7 @@ class Budget:
         self.floor_events += extra
         learn = self.cost.get((True, False))
         if learn is not None:
-            self.floor_s += extra * max(0.0, learn - self.cost.get((False, False), learn / 4))
+            self.floor_s += extra * (learn - self._state_cost(learn))
         return floor
 
     def _eval_cost(self) -> float:
@@ -366,15 +375,22 @@ class Budget:
         """One ``trainer.step``; its seconds per event go into the costs, its scores into the sample."""
         began = time.perf_counter()
         result = self.trainer.step(part, arrival=arrival, train=learn, score=evaluate, serve=serve)
-        per_event = (time.perf_counter() - began) / max(len(part), 1)
-        old = self.cost.get((learn, evaluate))
-        self.cost[(learn, evaluate)] = per_event if old is None else 0.8 * old + 0.2 * per_event
+        self._observe_cost((learn, evaluate), time.perf_counter() - began, len(part))
         if evaluate:  # rows it could not score (no negatives yet, refused rows) go back to the credit
             self._credit["eval"] += len(part) - len(result.pos)
         if evaluate and len(result.pos):
             self.sample.add({EVALUATED: (result.pos, result.neg, result.rr), **result.baselines})
             self.evaluated += len(result.pos)
         return result
+
+    def _observe_cost(self, kind: tuple[bool, bool], seconds: float, events: int) -> None:
+        """A step's seconds into its kind's cost per event: decayed sums of seconds and of events, each step
+        weighed by its events. A step of a few events (an item's last part) is dear per event (a step's fixed
+        costs); as an average of per-event figures it moved the estimate as much as a full batch did."""
+        spent, stepped = self._spent.get(kind, (0.0, 0.0))
+        spent, stepped = COST_DECAY * spent + seconds, COST_DECAY * stepped + max(events, 1)
+        self._spent[kind] = (spent, stepped)
+        self.cost[kind] = spent / stepped
 
     def _count(self, n: int, learned: int) -> None:
         self.events += n
