@@ -43,6 +43,9 @@ def decode_embedding(value: bytes, content_type: str | None) -> tuple[np.ndarray
     return np.asarray(obj["embedding"], dtype=np.float32), obj.get("t")
 
 
+BATCH_BYTES = 256 * 1024  # kafka-python's batch_size for the sink's producer unless given (see KafkaSink)
+
+
 class KafkaSink:
     """Publishes embeddings to ``embeddings_topic`` and predictions (of links, or of a task's labels) to
     ``predictions_topic``.
@@ -50,9 +53,12 @@ class KafkaSink:
     ``fmt="json"`` writes ``{"node", "t", "embedding"}`` objects; ``"binary"`` writes the float32 vector
     alone (content type ``application/x-streamgnn-embedding-f32``, time in a ``t`` header), 4 bytes per
     dimension. Predictions are always JSON: ``{"src", "dst", "t", "score"}`` for a link, a label's as
-    ``publish_label_predictions`` says. Producer settings pass through unchanged; sends are retried
-    through broker outages, and ``flush()`` waits for every ack. No broker answering within
-    ``connect_timeout_s`` is a ``ConnectorError`` naming the addresses tried.
+    ``publish_label_predictions`` says. Producer settings pass through unchanged, but for kafka-python's
+    ``batch_size``: ``BATCH_BYTES`` unless given (a live job publishes a message per refreshed node, about
+    one per five events; its 16 KiB default batch woke the client's sender thread every few dozen rows,
+    58 us of CPU per row against 35 us: benchmarks/RESULTS.md, issue 32). Sends are retried through broker
+    outages, and ``flush()`` waits for every ack. No broker answering within ``connect_timeout_s`` is a
+    ``ConnectorError`` naming the addresses tried.
     """
 
     def __init__(
@@ -71,6 +77,9 @@ class KafkaSink:
         if embeddings_topic is None and predictions_topic is None:
             raise ConfigError("give embeddings_topic, predictions_topic or both")
         self.embeddings_topic, self.predictions_topic, self.fmt = embeddings_topic, predictions_topic, fmt
+        if backend == "kafka-python":  # (never over the requests' own cap)
+            cap = producer_config.get("max_request_size", BATCH_BYTES)
+            producer_config = {"batch_size": min(BATCH_BYTES, cap), **producer_config}
         self._p = Producer(backend, bootstrap_servers, producer_config, connect_timeout_s=connect_timeout_s)
         try:
             for topic in (embeddings_topic, predictions_topic):

@@ -14,7 +14,7 @@ from topic_records import read_topic
 
 from streamgnn.codec import encode_json_lines
 from streamgnn.connectors.kafka import KafkaSource, produce_dataset
-from streamgnn.connectors.sink import KafkaSink, decode_embedding
+from streamgnn.connectors.sink import BATCH_BYTES, KafkaSink, decode_embedding
 from streamgnn.datasets import load
 from streamgnn.errors import ConfigError
 from streamgnn.events import concat
@@ -50,6 +50,23 @@ def test_embeddings_keyed_by_node_so_the_latest_wins(kafka_bootstrap, make_topic
         assert np.array_equal(vector, want)  # float32 exactly, in both formats
         if fmt == "json":
             assert t == (20.0 if i < 20 else 10.0)
+
+
+def test_rows_of_many_requests_arrive_each_once_as_sent(kafka_bootstrap, make_topic):
+    """kafka-python's sends batched by ``BATCH_BYTES`` (a live job publishes thousands of rows at a time):
+    3,000 rows of 100 floats, several batches, each arrives once, exactly; a caller's batch_size is kept."""
+    topic = make_topic(1, compacted=True)
+    rows = np.random.default_rng(2).normal(size=(3000, 100)).astype(np.float32)
+    with KafkaSink(kafka_bootstrap, embeddings_topic=topic, fmt="binary") as sink:
+        assert sink._p._p.config["batch_size"] == BATCH_BYTES
+        assert sink.publish_embeddings(np.arange(3000), rows, t=1.0) == 3000
+    got = {}
+    for rec in read_all(kafka_bootstrap, topic, 3000):
+        got[int(rec.key)] = decode_embedding(rec.value, dict(rec.headers)["content-type"].decode())[0]
+    assert sorted(got) == list(range(3000))
+    assert all(np.array_equal(got[i], rows[i]) for i in range(3000))
+    with KafkaSink(kafka_bootstrap, embeddings_topic=topic, fmt="binary", batch_size=4096) as sink:
+        assert sink._p._p.config["batch_size"] == 4096
 
 
 def test_predictions_and_bad_input(kafka_bootstrap, make_topic, backend):
