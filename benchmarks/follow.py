@@ -23,7 +23,10 @@ for quality is the same job learning and evaluating on every event (``follow.mod
 benchmarks' protocol) on the first ``reference_events`` events of the same stream, replayed in process
 (its figures do not depend on a rate it keeps up with). Reported: per rate the figures above;
 ``max_sustained_events_per_s``; ``fresh_p99_ms`` at that rate; ``ap_at_max_vs_every_event`` (sampled AP at
-the max sustained rate less the reference's AP). The machine is shared: the load average is recorded.
+the max sustained rate less the reference's AP). Before the first rate the job's paths are stepped once
+in the process (``warm``: Numba's kernels loaded or compiled, torch's first steps), so that every rate
+measures a job in its steady state; ``warmup_s`` says what that start cost. The machine is shared: the
+load average is recorded.
 """
 
 from __future__ import annotations
@@ -172,10 +175,28 @@ def reference(events: int) -> dict:
     }  # fmt: skip
 
 
+def warm() -> float:
+    """Step the job's paths once in this process, on a stream of their own, before the first rate: the first
+    call of each Numba kernel loads it from its cache (or, after a kernel's source changed, compiles it:
+    about 33 CPU s on the 2-core host) and torch's first steps set up, which the first rate's freshness and
+    lag would otherwise count (a job is started once, then follows its topic). Returns the seconds taken,
+    reported as ``warmup_s``: what a job's first steps cost on top of steady state."""
+    from streamgnn.train import FollowConfig, OnlineTrainer, TrainConfig
+
+    began = time.perf_counter()
+    stream = replayed_stream(1000)
+    trainer = OnlineTrainer(TrainConfig(follow=FollowConfig(mode="budget")))
+    paths = [(True, False), (True, False), (True, True), (False, False), (False, True)]  # (learn, score)
+    for lo, (learn, score) in zip(range(0, len(stream), 200), paths, strict=True):
+        trainer.step(stream[lo : lo + 200], arrival=time.perf_counter(), train=learn, score=score)
+    return time.perf_counter() - began
+
+
 def follow(rates: list[float], seconds: float, reference_events: int) -> dict:
     from streamgnn.connectors.broker import LocalBroker
 
     load_before = os.getloadavg()
+    warmup_s = warm()
     with LocalBroker() as broker:
         runs = [follow_rate(broker.bootstrap, rate, seconds) for rate in rates]
     ref = reference(reference_events)
@@ -191,7 +212,8 @@ def follow(rates: list[float], seconds: float, reference_events: int) -> dict:
         "ap_at_max": best["ap"] if best else math.nan,
         "ap_at_max_vs_every_event": best["ap"] - ref["ap"] if best else math.nan,
         "above_edgebanks_at_max": bool(best and best["ap"] > edgebanks),
-        "every_event": ref, "load_avg_before": load_before[0], "load_avg_after": os.getloadavg()[0],
+        "every_event": ref, "warmup_s": warmup_s, "load_avg_before": load_before[0],
+        "load_avg_after": os.getloadavg()[0],
     }  # fmt: skip
 
 

@@ -15,9 +15,10 @@ def test_quick_follow_reports_every_key_and_sane_figures(capsys):
     for key in (
         "max_sustained_events_per_s", "fresh_p50_ms", "fresh_p99_ms", "ap_at_max_vs_every_event",
         "learned_fraction_at_max", "ap_at_max", "above_edgebanks_at_max", "every_event", "runs",
-        "load_avg_before", "smoke",
+        "load_avg_before", "smoke", "warmup_s",
     ):  # fmt: skip
         assert key in res, key
+    assert res["warmup_s"] > 0  # the job's paths stepped once before the first rate
     assert res["smoke"] is True and res["rates"] == [2000.0, 10000.0]
     assert res["max_sustained_events_per_s"] in (0.0, *res["rates"])
     for run in res["runs"]:
