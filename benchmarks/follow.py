@@ -116,15 +116,33 @@ def follow_rate(bootstrap: str, rate: float, seconds: float) -> dict:
         run["produced_at"] = time.time()
         run["stop_at"] = run["produced_at"] + DRAIN_S
 
+    def done() -> bool:
+        through = ends[-1][1] if ends else 0
+        return run["stop_at"] is not None and (through >= events or time.time() > run["stop_at"])
+
     def on_step(batch, result, arrival) -> None:
         monitor(batch, result, arrival)
         ends.append((time.time(), (ends[-1][1] if ends else 0) + len(batch)))
-        if run["stop_at"] is not None and (ends[-1][1] >= events or time.time() > run["stop_at"]):
+        if done():
             raise _Stop
 
+    def stream(trainer, idle_timeout_s):
+        """The job's stream, its quiet heartbeats (the job's publish first) ending the run as well: a job
+        that caught up before the producer's end was seen takes no step that could end it."""
+        source, kafka = stream_of(trainer, idle_timeout_s)
+        publish = source.on_idle
+
+        def on_idle() -> None:
+            publish()
+            if done():
+                raise _Stop
+
+        source.on_idle = on_idle
+        return source, kafka
+
     thread = threading.Thread(target=producer, daemon=True)
-    monitor = job._on_step
-    job._on_step = on_step  # the job's own monitoring, then ours
+    monitor, stream_of = job._on_step, job._stream
+    job._on_step, job._stream = on_step, stream  # the job's own monitoring and stream, then ours
     thread.start()
     with contextlib.suppress(_Stop):
         job.run(idle_timeout_s=60, progress=False)
