@@ -145,7 +145,19 @@ def test_predict_ranks_a_node_s_classes_by_the_job_s_head_and_each_prediction_is
         served_z = {e["id"]: np.array(e["embedding"], np.float32) for e in got["embeddings"]}
         z = np.stack([served_z[node] for node in nodes])
         status, got = call(f"{url}/predict?nodes={','.join(map(str, nodes))}")
+        # a request's own k (query or body): every class ranked, or only the best; a bad k is a 400
+        everything = call(f"{url}/predict?nodes={','.join(map(str, nodes))}&k={C}")
+        best = call(f"{url}/predict", {"nodes": nodes, "k": 1})
+        refused = {
+            k: call(f"{url}/predict?nodes=0&k={k}")
+            for k in ("0", str(C + 1), "x", "-1", "1.5", "", "10" * 40)
+        }
+        refused["2.0 (body)"] = call(f"{url}/predict", {"nodes": [0], "k": 2.0})
+        refused["true (body)"] = call(f"{url}/predict", {"nodes": [0], "k": True})
     assert status == 200 and got["task"] == "node_affinity"
+    assert everything[0] == best[0] == 200
+    for k, (code, answer) in refused.items():
+        assert code == 400 and answer["error"].startswith("k: expected an int from 1 to 4"), k
     rows_of = features.index(np.array(nodes))
     x = np.concatenate(
         [
@@ -163,6 +175,10 @@ def test_predict_ranks_a_node_s_classes_by_the_job_s_head_and_each_prediction_is
         assert ranked == np.argsort(-expect, kind="stable")[:3].tolist()
         assert [a["share"] for a in p["affinities"]] == pytest.approx(expect[ranked].tolist(), rel=1e-6)
         tops.append(ranked[0] == node % C)
+    for asked, k in ((everything[1], C), (best[1], 1)):
+        assert [[a["class"] for a in p["affinities"]] for p in asked["predictions"]] == [
+            np.argsort(-expect, kind="stable")[:k].tolist() for expect in want
+        ]
     assert sum(tops) > len(nodes) / 2  # most nodes' favourite class ranked first: learned, not arbitrary
 
 
