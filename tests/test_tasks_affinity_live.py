@@ -23,6 +23,7 @@ from streamgnn.serve import EmbeddingService, ServeConfig
 from streamgnn.tasks.affinity import RevealedShares, affinity_labels
 from streamgnn.tasks.config import TaskConfig
 from streamgnn.tasks.live_features import LiveFeatures
+from streamgnn.tasks.metrics import ndcg_at_k
 from streamgnn.tasks.online import OnlineHead
 from streamgnn.train.checkpoint import load_tensors
 
@@ -65,8 +66,8 @@ def affinity(tmp_path, labels_path, **kw):
     )
 
 
-def scores(job) -> np.ndarray:
-    return np.concatenate(job.labelled.head.records["score"])
+def scores(job, model: str = "head") -> np.ndarray:
+    return np.concatenate(job.labelled.head.records["score" if model == "head" else model])
 
 
 def test_affinity_labels_are_scored_taken_in_after_their_period_and_beat_the_prior(tmp_path):
@@ -86,6 +87,17 @@ def test_affinity_labels_are_scored_taken_in_after_their_period_and_beat_the_pri
     assert np.concatenate(lab.head.records["score"]).shape == (len(rows), C)
     # the head ranks each node's classes better than the classes' shares known so far (the prior)
     assert figures["all"]["head"]["ndcg10"] > figures["all"]["prior"]["ndcg10"]
+    # each figure is TGB's mean (each label time's mean NDCG, then their mean), which differs here from
+    # the mean over labels: the periods hold different numbers of labels
+    t, y = (np.concatenate(lab.head.records[name]) for name in ("t", "y"))
+    assert len(np.unique(np.unique(t, return_counts=True)[1])) > 1
+    for model in ("head", "prior"):
+        each = np.array([ndcg_at_k(s[None], r[None]) for s, r in zip(scores(job, model), y, strict=True)])
+        per_time = np.mean([each[t == when].mean() for when in np.unique(t)])
+        assert figures["all"][model]["ndcg10"] == pytest.approx(per_time, rel=1e-12)
+        assert abs(per_time - each.mean()) > 1e-4
+    assert figures["averaging"] == "NDCG: each label time's mean, then their mean (TGB's)"
+    assert figures["averaging"] in lab.text()
 
 
 def test_a_label_helps_no_prediction_before_its_period_ends_and_a_resumed_job_continues_exactly(tmp_path):

@@ -264,10 +264,12 @@ class LabelledStream(Attached):
 
     # ------------------------------------------------------------------ figures
     def figures(self) -> dict:
-        """Prequential figures of every label scored and of the last ``config.window``, the counts."""
+        """Prequential figures of every label scored and of the last ``config.window``, how they average
+        over labels (``Task.averaging``), the counts."""
         return {
             "kind": self.config.kind, "all": self.head.figures(),
             "window": self.head.figures(self.config.window),
+            "averaging": self.task.averaging or "every label alike",
             "scored": self.head.seen, "pending": self.waiting(), "awaiting": len(self.awaiting),
             "dead_letters": self.dead_letters,
             "head_steps": self.head.steps,
@@ -292,6 +294,7 @@ class LabelledStream(Attached):
         return (
             f"task {self.config.kind}: {self.head.seen:,} labels scored before learned"
             + (f": {shown}" if shown else "")
+            + (f" ({self.task.averaging})" if shown and self.task.averaging else "")
             + f"; {self.waiting():,} pending; {self.dead_letters:,} label dead letters"
             + (f" ({self.scored_here:,} scored by this rank)" if self.ranks.world > 1 else "")
         )

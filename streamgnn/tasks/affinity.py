@@ -41,6 +41,7 @@ class NodeAffinity(Task):
     k: int = 10
 
     on_edges = False
+    averaging = "NDCG: each label time's mean, then their mean (TGB's)"
 
     def __post_init__(self) -> None:
         if not isinstance(self.classes, int) or self.classes < 2:
@@ -84,8 +85,10 @@ class NodeAffinity(Task):
         and stream features]`` (``in_dim`` in all)."""
         return AffinityHead(self.classes, PER_CLASS, in_dim - self.fixed_inputs, hidden, dropout)
 
-    def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
-        return {f"ndcg{self.k}": ndcg_at_k(scores, y, self.k)}
+    def metrics(self, scores: np.ndarray, y: np.ndarray, t: np.ndarray | None = None) -> dict[str, float]:
+        """NDCG@k, averaged as TGB's evaluator averages it given the labels' times ``t`` (each time's mean,
+        then the mean over times: a day with few labels weighs as much as a busy one), else per label."""
+        return {f"ndcg{self.k}": ndcg_at_k(scores, y, self.k, groups=t)}
 
     def selection(self, metrics: dict[str, float]) -> float:
         value = metrics[f"ndcg{self.k}"]
