@@ -10,6 +10,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
@@ -17,6 +19,7 @@ from streamgnn.nn import TGNConfig
 from streamgnn.tasks import HeadConfig, Labels, embed_at_labels, pretrain, stream_features
 from streamgnn.tasks.affinity import (
     NodeAffinity,
+    RevealedShares,
     affinity_labels,
     class_features,
     moving_average,
@@ -211,3 +214,55 @@ def test_travian_alliances_keep_their_ids_across_days():
     for (_, before), (_, after) in zip(alliances, alliances[1:], strict=False):
         kept = np.isin(np.unique(after), before)
         assert kept.mean() > 0.9
+
+
+class OneAtATime(RevealedShares):
+    """``RevealedShares.reveal`` as it was, one label at a time in Python: what the vectorised one must
+    equal, bit for bit."""
+
+    def reveal(self, nodes, y) -> None:
+        y = np.asarray(y, np.float64)
+        if not len(y):
+            return
+        room = len(self.row) + len(y)
+        if room > len(self.last):
+            grow = np.zeros((max(room, 2 * len(self.last)) - len(self.last), self.classes))
+            self.last, self.average = np.vstack([self.last, grow]), np.vstack([self.average, grow])
+        for node, share in zip(nodes, y, strict=True):
+            key = str(node)
+            at = self.row.get(key)
+            if at is None:
+                at = self.row[key] = len(self.row)
+                self.last[at] = self.average[at] = share
+            else:
+                self.last[at] = share
+                self.average[at] += (share - self.average[at]) / self.window
+        self.popular = y.mean(axis=0)
+
+
+shares_batches = st.lists(  # batches of (node, one share per class), nodes repeating within and across
+    st.lists(st.tuples(st.integers(0, 6), st.lists(st.floats(0, 1), min_size=3, max_size=3)), max_size=12),
+    min_size=1, max_size=5,
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(shares_batches, st.integers(1, 9), st.sampled_from(["int64", "object", "str"]))
+def test_revealed_shares_take_in_a_batch_exactly_as_one_label_at_a_time(batches, window, ids):
+    """Any batches (a node's labels repeated in one batch, new and known nodes mixed; int64, Python int or
+    string ids): every row, the row each node got, and the popularity equal the one-at-a-time loop's, bit
+    for bit."""
+    fast, slow = RevealedShares(3, window), OneAtATime(3, window)
+    for batch in batches:
+        nodes = np.array([n for n, _ in batch], np.int64)
+        if ids != "int64":
+            nodes = nodes.astype(object) if ids == "object" else np.array([f"n{n}" for n in nodes], object)
+        y = np.array([s for _, s in batch], np.float64).reshape(len(batch), 3)
+        fast.reveal(nodes, y)
+        slow.reveal(nodes, y)
+        assert fast.row == slow.row
+        n = len(slow.row)
+        np.testing.assert_array_equal(fast.last[:n], slow.last[:n])
+        np.testing.assert_array_equal(fast.average[:n], slow.average[:n])
+        np.testing.assert_array_equal(fast.popular, slow.popular)
+        np.testing.assert_array_equal(fast.rows(list(slow.row)), slow.rows(list(slow.row)))

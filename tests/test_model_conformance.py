@@ -110,7 +110,7 @@ def step(model: LinkModel, store: TemporalGraphStore, batch: EventBatch, k: int,
         store.ingest(batch)
     out["ap"], out["ranked"] = model.score(prepared)
     if model.trainable and train_neg is not None:
-        out["loss"] = model.train(prepared, np.ones(m, bool))
+        out["loss"] = model.train(prepared, np.ones(m, bool), ())
     if ingest:
         model.observe(store.node_index(batch.src), store.node_index(batch.dst), batch.t, None)
     return out

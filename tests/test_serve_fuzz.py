@@ -144,6 +144,7 @@ def test_no_request_makes_the_service_fail(services, which, method, path, query,
 
 # ---------------------------------------------------------------------------------------------- /predict
 FIELDS = ("nodes", "pairs", "src", "dst")
+KEYS = (*FIELDS, "k")  # what a request may hold: the ids asked, and node affinity's classes ranked
 NODES = 60  # the jobs' events: sources 0..39, destinations 40..59
 
 
@@ -242,10 +243,10 @@ other_bodies = st.one_of(
     st.fixed_dictionaries({"nodes": st.lists(predict_node, max_size=5) | scalars}),
     st.fixed_dictionaries({"pairs": st.lists(st.lists(predict_node, max_size=3), max_size=3) | values}),
     st.fixed_dictionaries({}, optional={"src": predict_node, "dst": predict_node}),
-    st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=5), values, max_size=3),
+    st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=5), values, max_size=3),
 )
 other_queries = st.dictionaries(
-    st.sampled_from(FIELDS) | st.text(max_size=4),
+    st.sampled_from(KEYS) | st.text(max_size=4),
     st.lists(predict_node.map(str), max_size=4).map(",".join) | query_values,
     max_size=3,
 ).map(encode_query)
@@ -275,7 +276,7 @@ def test_predict_with_a_head_answers_a_prediction_or_a_4xx_naming_the_field(head
     if status >= 400:  # names the field; a body JSON cannot read (NaN, Infinity), or a query string that
         # is no text, is named as such
         readable = _strict(body) if post else _text(query)
-        names = FIELDS if readable else ("request body", "query string")
+        names = (*FIELDS, "k:") if readable else ("request body", "query string")
         assert isinstance(got["error"], str) and any(f in got["error"] for f in names), got
         return
     assert status == 200 and got["checkpoint"].startswith("ckpt-")

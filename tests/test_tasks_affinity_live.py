@@ -23,6 +23,7 @@ from streamgnn.serve import EmbeddingService, ServeConfig
 from streamgnn.tasks.affinity import RevealedShares, affinity_labels
 from streamgnn.tasks.config import TaskConfig
 from streamgnn.tasks.live_features import LiveFeatures
+from streamgnn.tasks.metrics import ndcg_at_k
 from streamgnn.tasks.online import OnlineHead
 from streamgnn.train.checkpoint import load_tensors
 
@@ -65,8 +66,8 @@ def affinity(tmp_path, labels_path, **kw):
     )
 
 
-def scores(job) -> np.ndarray:
-    return np.concatenate(job.labelled.head.records["score"])
+def scores(job, model: str = "head") -> np.ndarray:
+    return np.concatenate(job.labelled.head.records["score" if model == "head" else model])
 
 
 def test_affinity_labels_are_scored_taken_in_after_their_period_and_beat_the_prior(tmp_path):
@@ -86,6 +87,17 @@ def test_affinity_labels_are_scored_taken_in_after_their_period_and_beat_the_pri
     assert np.concatenate(lab.head.records["score"]).shape == (len(rows), C)
     # the head ranks each node's classes better than the classes' shares known so far (the prior)
     assert figures["all"]["head"]["ndcg10"] > figures["all"]["prior"]["ndcg10"]
+    # each figure is TGB's mean (each label time's mean NDCG, then their mean), which differs here from
+    # the mean over labels: the periods hold different numbers of labels
+    t, y = (np.concatenate(lab.head.records[name]) for name in ("t", "y"))
+    assert len(np.unique(np.unique(t, return_counts=True)[1])) > 1
+    for model in ("head", "prior"):
+        each = np.array([ndcg_at_k(s[None], r[None]) for s, r in zip(scores(job, model), y, strict=True)])
+        per_time = np.mean([each[t == when].mean() for when in np.unique(t)])
+        assert figures["all"][model]["ndcg10"] == pytest.approx(per_time, rel=1e-12)
+        assert abs(per_time - each.mean()) > 1e-4
+    assert figures["averaging"] == "NDCG: each label time's mean, then their mean (TGB's)"
+    assert figures["averaging"] in lab.text()
 
 
 def test_a_label_helps_no_prediction_before_its_period_ends_and_a_resumed_job_continues_exactly(tmp_path):
@@ -145,7 +157,19 @@ def test_predict_ranks_a_node_s_classes_by_the_job_s_head_and_each_prediction_is
         served_z = {e["id"]: np.array(e["embedding"], np.float32) for e in got["embeddings"]}
         z = np.stack([served_z[node] for node in nodes])
         status, got = call(f"{url}/predict?nodes={','.join(map(str, nodes))}")
+        # a request's own k (query or body): every class ranked, or only the best; a bad k is a 400
+        everything = call(f"{url}/predict?nodes={','.join(map(str, nodes))}&k={C}")
+        best = call(f"{url}/predict", {"nodes": nodes, "k": 1})
+        refused = {
+            k: call(f"{url}/predict?nodes=0&k={k}")
+            for k in ("0", str(C + 1), "x", "-1", "1.5", "", "10" * 40)
+        }
+        refused["2.0 (body)"] = call(f"{url}/predict", {"nodes": [0], "k": 2.0})
+        refused["true (body)"] = call(f"{url}/predict", {"nodes": [0], "k": True})
     assert status == 200 and got["task"] == "node_affinity"
+    assert everything[0] == best[0] == 200
+    for k, (code, answer) in refused.items():
+        assert code == 400 and answer["error"].startswith("k: expected an int from 1 to 4"), k
     rows_of = features.index(np.array(nodes))
     x = np.concatenate(
         [
@@ -163,6 +187,10 @@ def test_predict_ranks_a_node_s_classes_by_the_job_s_head_and_each_prediction_is
         assert ranked == np.argsort(-expect, kind="stable")[:3].tolist()
         assert [a["share"] for a in p["affinities"]] == pytest.approx(expect[ranked].tolist(), rel=1e-6)
         tops.append(ranked[0] == node % C)
+    for asked, k in ((everything[1], C), (best[1], 1)):
+        assert [[a["class"] for a in p["affinities"]] for p in asked["predictions"]] == [
+            np.argsort(-expect, kind="stable")[:k].tolist() for expect in want
+        ]
     assert sum(tops) > len(nodes) / 2  # most nodes' favourite class ranked first: learned, not arbitrary
 
 

@@ -32,7 +32,7 @@ MODEL = TGNConfig(
 
 
 def config(**kw) -> TrainConfig:
-    return TrainConfig(model=MODEL, batch_size=20, **kw)
+    return TrainConfig(**{"model": MODEL, "batch_size": 20, **kw})
 
 
 def stream(n: int = 400, seed: int = 3) -> tuple[EventBatch, Labels]:
@@ -128,18 +128,23 @@ class Pull(Watcher):
         self.factor = torch.nn.Parameter(torch.ones(()))
         self.optimizer = torch.optim.SGD([self.factor], lr=0.1)
 
-    def joint(self) -> JointTerm:
-        return JointTerm(self.factor * self.weight.square().sum(), self.optimizer)
+    def joint(self) -> tuple[JointTerm, ...]:
+        return (JointTerm(self.factor * self.weight.square().sum(), self.optimizer),)
 
 
-def test_an_attached_follower_without_a_joint_term_trains_as_before_and_one_with_it_adds_its_loss():
-    """The step asks every follower for ``joint()``: ``Attached``'s None changes nothing the model learns;
+SEQUENCES = DyGFormerConfig(sequence_length=4, channel_dim=4, time_dim=4, embedding_dim=4, dropout=0.0)
+
+
+@pytest.mark.parametrize("model", [MODEL, SEQUENCES], ids=["tgn", "dygformer"])
+def test_an_attached_follower_without_a_joint_term_trains_as_before_and_one_with_it_adds_its_loss(model):
+    """The step asks every follower for ``joint()``: ``Attached``'s none changes nothing the model learns;
     a term joins the link loss in the one backward pass (the link loss alone is reported), moving exactly
-    the weights it reaches and stepping the follower's own optimizer."""
+    the weights it reaches and stepping the follower's own optimizer: every trainable model's ``train``
+    takes the terms alike."""
     ev, _ = stream(200)
-    plain, watched, pulled = (OnlineTrainer(config()) for _ in range(3))
+    plain, watched, pulled = (OnlineTrainer(config(model=model)) for _ in range(3))
     watcher = watched.attached["w"] = Watcher()
-    name = "predictor.mlp.0.weight"
+    name = next(n for n, _ in reversed(list(plain.model.named_parameters())) if n.endswith("weight"))
     pull = pulled.attached["p"] = Pull(pulled, name)
     trained = 0
     for batch in ev.split(20):

@@ -267,6 +267,10 @@ def test_predict_serves_the_job_s_head_over_http(kafka_bootstrap, make_topic, tm
         assert status == 400 and kind in got["error"]
         status, got = call(f"{url}/predict", {} if not edges else {"pairs": []})
         assert status == 400
+        status, got = call(
+            f"{url}/predict", {"pairs": [[0, 41]], "k": 1} if edges else {"nodes": [0], "k": 1}
+        )
+        assert status == 400 and got["error"] == f"k: only node_affinity ranks classes, this task is {kind}"
 
     # a service reading the ids as strings finds the same nodes' stream features: the same predictions
     strs = ServeConfig(port=0, log_every_s=0, checkpoint_dir=str(tmp_path / "ckpt"), node_ids="str")

@@ -48,7 +48,7 @@ class Popularity:
         ranked = np.column_stack([self._deg(batch.dst[s]), self._deg(cand.neg[s])]) if cand.rank else None
         return ap, ranked
 
-    def train(self, prepared, keep) -> float:
+    def train(self, prepared, keep, joint) -> float:
         raise AssertionError("the loop trains only trainable models")
 
     def observe(self, src, dst, t, feat) -> None:
@@ -208,7 +208,7 @@ def test_id_range_negatives_the_store_does_not_know_count_as_blank_nodes_in_the_
         model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=2)
         lm = streamgnn.train.tgn_model.TGNLinkModel(TrainConfig(model=model, train_negative_pool=pool))
         lm.attach(store)
-        losses[pool] = lm.train(lm.prepare(view, None, np.array([-1, -1])), np.ones(2, bool))
+        losses[pool] = lm.train(lm.prepare(view, None, np.array([-1, -1])), np.ones(2, bool), ())
     # The same model and positives: only the blank negatives' mean BCE (about log 2 untrained) differs.
     assert losses["id_range"] - losses["seen"] > 0.3
     assert losses["seen_blank"] == losses["id_range"]

@@ -75,7 +75,7 @@ class LabelledStream(Attached):
             self.joint_head = JointHead(
                 self.task, trainer.link_model, config.joint_weight, trainer.config.seed
             )
-        self._term = None
+        self._terms: tuple[JointTerm, ...] = ()
         dim = trainer.link_model.out_dim
         if dim is None:
             raise ConfigError(f"task: {type(trainer.link_model).__name__} embeds nothing for a head to read")
@@ -155,8 +155,10 @@ class LabelledStream(Attached):
                 if learn and self.joint_head is not None:  # (after scoring: they move later answers only)
                     ends = [flush.node] if flush.dst is None else [flush.node, flush.dst]
                     rows = [self._rows(e, embedded.blank) for e in ends]
-                    self._term = self.joint_head.term(
-                        rows, flush.y, float(flush.t[0]), embedded.blank, self.trainer.steps
+                    self._terms = (
+                        self.joint_head.term(
+                            rows, flush.y, float(flush.t[0]), embedded.blank, self.trainer.steps
+                        ),
                     )
         self.watermark = max(self.watermark, until)
         self._letters(letters)
@@ -173,10 +175,10 @@ class LabelledStream(Attached):
                 self.revealed.reveal(taken.node, taken.y)
             self.awaiting, self.awaiting_x = self.awaiting.take(~known), self.awaiting_x[~known]
 
-    def joint(self) -> JointTerm | None:
+    def joint(self) -> tuple[JointTerm, ...]:
         """The joint loss of the labels learned before this batch (once), for the step's backward pass."""
-        term, self._term = self._term, None
-        return term
+        terms, self._terms = self._terms, ()
+        return terms
 
     def _known(
         self, labels: Labels, batch: EventBatch, until: float, blank: int
@@ -264,10 +266,12 @@ class LabelledStream(Attached):
 
     # ------------------------------------------------------------------ figures
     def figures(self) -> dict:
-        """Prequential figures of every label scored and of the last ``config.window``, the counts."""
+        """Prequential figures of every label scored and of the last ``config.window``, how they average
+        over labels (``Task.averaging``), the counts."""
         return {
             "kind": self.config.kind, "all": self.head.figures(),
             "window": self.head.figures(self.config.window),
+            "averaging": self.task.averaging or "every label alike",
             "scored": self.head.seen, "pending": self.waiting(), "awaiting": len(self.awaiting),
             "dead_letters": self.dead_letters,
             "head_steps": self.head.steps,
@@ -292,6 +296,7 @@ class LabelledStream(Attached):
         return (
             f"task {self.config.kind}: {self.head.seen:,} labels scored before learned"
             + (f": {shown}" if shown else "")
+            + (f" ({self.task.averaging})" if shown and self.task.averaging else "")
             + f"; {self.waiting():,} pending; {self.dead_letters:,} label dead letters"
             + (f" ({self.scored_here:,} scored by this rank)" if self.ranks.world > 1 else "")
         )

@@ -12,8 +12,9 @@
   ``{"pairs": [[1, 2]]}``): ``{"task", "checkpoint", "predictions": [{"node" (or "src", "dst"),
   "probability", "label"}]}`` by the task head of the trainer's checkpoint (``streamgnn.serve.predict``;
   ``"probabilities"`` for classes, ``"value"`` for regression, ``"affinities": [{"class", "share"}]``, the
-  ``task.top_k`` best first, for node affinity); 404 when there is no head, 400 for node
-  ids to an edge task or pairs to a node task
+  ``task.top_k`` best first, for node affinity, or a request's own ``k``: ``&k=3``, ``"k": 3``, from 1 to
+  the task's classes); 404 when there is no head, 400 for node ids to an edge task or pairs to a node
+  task, and for a ``k`` out of range or to a task that ranks no classes
 - ``GET /metrics``: Prometheus text format
 
 Errors are ``{"error": "..."}``: 400 for malformed input (the message names the field), 401 without the
@@ -48,6 +49,8 @@ from starlette.routing import Route
 
 from ..embeddings.table import METRICS, EmbeddingTable
 from ..errors import UnknownNodeError
+from ..tasks.affinity import NodeAffinity
+from ..tasks.online import OnlineHead
 from .config import ServeConfig, int_id
 from .guard import RequestGuard
 from .metrics import ServiceMetrics
@@ -139,15 +142,23 @@ class Api:
         return data
 
     def k(self, value) -> int:
-        # digits only, as node ids: int() would also read "1_0", " 5" or other scripts' digits
-        if not (type(value) is int or (isinstance(value, str) and re.fullmatch("[0-9]+", value))):
-            raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}")
-        k = value if type(value) is int else int(value.lstrip("0")[:30] or "0")  # 30 digits: beyond any max_k
-        if k < 1:
-            raise _Reject(400, f"k: expected an int >= 1, got {_show(value)}")
+        """``/topk``'s ``k``: beyond ``serve.max_k`` a 413 (a limit of the service, not a wrong value)."""
+        k = _count(value, "k", "an int >= 1")
         if k > self.config.max_k:
             raise _Reject(413, f"k: {_show(k)} is more than serve.max_k={self.config.max_k}")
         return k
+
+
+def _count(value, field: str, allowed: str, most: int | None = None) -> int:
+    """``value`` (a JSON int or a query string's digits) as an int from 1 (to ``most``), else a 400 naming
+    ``field`` and what is ``allowed``."""
+    # digits only, as node ids: int() would also read "1_0", " 5" or other scripts' digits
+    if not (type(value) is int or (isinstance(value, str) and re.fullmatch("[0-9]+", value))):
+        raise _Reject(400, f"{field}: expected {allowed}, got {_show(value)}")
+    n = value if type(value) is int else int(value.lstrip("0")[:30] or "0")  # 30 digits: beyond any limit
+    if n < 1 or (most is not None and n > most):
+        raise _Reject(400, f"{field}: expected {allowed}, got {_show(value)}")
+    return n
 
 
 async def health(api: Api, request: Request):
@@ -261,11 +272,22 @@ async def predict(api: Api, request: Request):
     if x.shape[1] != head.in_dim:
         raise _Reject(404, f"no task head for these embeddings: the head of {loaded.checkpoint} reads "
                       f"{head.in_dim} inputs, these give {x.shape[1]}")  # fmt: skip
-    out = predictor.predict(head, x)
+    out = predictor.predict(head, x, _top_k(head, data))
     return {
         "task": head.config.kind, "checkpoint": loaded.checkpoint,
         "predictions": [{**k, **p} for k, p in zip(keys, out, strict=True)],
     }  # fmt: skip
+
+
+def _top_k(head: OnlineHead, data: dict) -> int | None:
+    """``/predict``'s ``k``: how many of a node's classes node affinity ranks (1 to the task's classes;
+    absent: the job's ``task.top_k``); any other task ranks none, so a ``k`` for it is a 400 too."""
+    task = head.task
+    if "k" not in data:
+        return None
+    if not isinstance(task, NodeAffinity):
+        raise _Reject(400, f"k: only node_affinity ranks classes, this task is {head.config.kind}")
+    return _count(data["k"], "k", f"an int from 1 to {task.classes} (the task's classes)", task.classes)
 
 
 async def prometheus(api: Api, request: Request):

@@ -118,9 +118,9 @@ class TaskPredictor:
         return np.concatenate([x, rows], axis=1)
 
     @staticmethod
-    def predict(head: OnlineHead, x: np.ndarray) -> list[dict]:
-        """Each input row's prediction (``prediction_fields``)."""
-        return prediction_fields(head.task, head.predict(x))
+    def predict(head: OnlineHead, x: np.ndarray, k: int | None = None) -> list[dict]:
+        """Each input row's prediction (``prediction_fields``; ``k``: node affinity's classes ranked)."""
+        return prediction_fields(head.task, head.predict(x), k)
 
 
 def feature_rows(features: LiveFeatures, ids: np.ndarray) -> np.ndarray:
@@ -138,14 +138,14 @@ def feature_rows(features: LiveFeatures, ids: np.ndarray) -> np.ndarray:
     return np.where(ok, features.index(ints), -1)
 
 
-def prediction_fields(task: Task, out: np.ndarray) -> list[dict]:
+def prediction_fields(task: Task, out: np.ndarray, k: int | None = None) -> list[dict]:
     """What ``task.predict``'s output ``out`` says of each row, as ``/predict`` and the training job's
     predictions topic give it: a binary task's probability of class 1 and the label it implies
     (``probability >= 0.5``), a multi-class task's probabilities and most likely class, node affinity's
-    ``k`` highest-ranked classes with their predicted shares (``affinities``, best first; ties by class
-    id), a value."""
+    ``k`` (None: the task's ``top_k``) highest-ranked classes with their predicted shares
+    (``affinities``, best first; ties by class id), a value."""
     if isinstance(task, NodeAffinity):
-        top = np.argsort(-out, axis=1, kind="stable")[:, : task.k]
+        top = np.argsort(-out, axis=1, kind="stable")[:, : k or task.k]
         return [
             {"affinities": [{"class": int(c), "share": float(row[c])} for c in best]}
             for row, best in zip(out, top, strict=True)

@@ -41,6 +41,7 @@ class NodeAffinity(Task):
     k: int = 10
 
     on_edges = False
+    averaging = "NDCG: each label time's mean, then their mean (TGB's)"
 
     def __post_init__(self) -> None:
         if not isinstance(self.classes, int) or self.classes < 2:
@@ -84,8 +85,10 @@ class NodeAffinity(Task):
         and stream features]`` (``in_dim`` in all)."""
         return AffinityHead(self.classes, PER_CLASS, in_dim - self.fixed_inputs, hidden, dropout)
 
-    def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
-        return {f"ndcg{self.k}": ndcg_at_k(scores, y, self.k)}
+    def metrics(self, scores: np.ndarray, y: np.ndarray, t: np.ndarray | None = None) -> dict[str, float]:
+        """NDCG@k, averaged as TGB's evaluator averages it given the labels' times ``t`` (each time's mean,
+        then the mean over times: a day with few labels weighs as much as a busy one), else per label."""
+        return {f"ndcg{self.k}": ndcg_at_k(scores, y, self.k, groups=t)}
 
     def selection(self, metrics: dict[str, float]) -> float:
         value = metrics[f"ndcg{self.k}"]
@@ -212,23 +215,39 @@ class RevealedShares:
         self.popular = np.zeros(self.classes)
 
     def reveal(self, nodes: np.ndarray, y: np.ndarray) -> None:
-        """Take in revealed labels ``y`` ``[n, classes]`` of ``nodes``, in order."""
+        """Take in revealed labels ``y`` ``[n, classes]`` of ``nodes``, in order: a node's first label sets
+        both its rows, each later one replaces its last and moves its average by ``1 / window``. A batch
+        is taken in by rounds, its nodes' first labels, then their second ones, ..., so each row sees its
+        node's labels in order, by the same floating-point steps as one label at a time."""
         y = np.asarray(y, np.float64)
         if not len(y):
             return
-        room = len(self.row) + len(y)
-        if room > len(self.last):  # (grown by doubling: a new node is not a copy of every row)
-            grow = np.zeros((max(room, 2 * len(self.last)) - len(self.last), self.classes))
+        ids = np.asarray(nodes)
+        if ids.dtype.kind not in "iu":  # (ints sort faster as ints, and two ints never share a text)
+            ids = ids.astype(str)
+        ids, first, which = np.unique(ids, return_index=True, return_inverse=True)
+        keys = np.array([str(i) for i in ids.tolist()], dtype=object)
+        at = np.array([self.row.get(key, -1) for key in keys], np.int64)
+        new = np.flatnonzero(at < 0)
+        new = new[np.argsort(first[new], kind="stable")]  # new nodes get rows in order of first appearance
+        at[new] = len(self.row) + np.arange(len(new))
+        self.row.update(zip(keys[new].tolist(), at[new].tolist(), strict=True))
+        if len(self.row) > len(self.last):  # (grown by doubling: a new node is not a copy of every row)
+            grow = np.zeros((max(len(self.row), 2 * len(self.last)) - len(self.last), self.classes))
             self.last, self.average = np.vstack([self.last, grow]), np.vstack([self.average, grow])
-        for node, share in zip(nodes, y, strict=True):
-            key = str(node)
-            at = self.row.get(key)
-            if at is None:
-                at = self.row[key] = len(self.row)
-                self.last[at] = self.average[at] = share
-            else:
-                self.last[at] = share
-                self.average[at] += (share - self.average[at]) / self.window
+        fresh = np.zeros(len(y), bool)
+        fresh[first[new]] = True  # a new node's first label: it starts the average
+        by_node = np.argsort(which, kind="stable")
+        counts = np.bincount(which)
+        turn = np.empty(len(y), np.int64)  # each label's place among its node's labels in the batch
+        turn[by_node] = np.arange(len(y)) - np.repeat(np.cumsum(counts) - counts, counts)
+        rows = at[which]
+        for r in range(int(counts.max())):
+            now = np.flatnonzero(turn == r)
+            start, move = now[fresh[now]], now[~fresh[now]]
+            self.last[rows[now]] = y[now]
+            self.average[rows[start]] = y[start]
+            self.average[rows[move]] += (y[move] - self.average[rows[move]]) / self.window
         self.popular = y.mean(axis=0)
 
     def rows(self, nodes) -> np.ndarray:
@@ -240,7 +259,7 @@ class RevealedShares:
         out[known, :, 0] = self.last[at[known]]
         out[known, :, 1] = self.average[at[known]]
         out[:, :, 2] = self.popular
-        return out.reshape(len(at), -1)
+        return out.reshape(len(at), self.classes * PER_CLASS)  # (-1 fails on no rows)
 
     def state(self) -> dict:
         return {

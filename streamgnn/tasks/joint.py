@@ -110,7 +110,7 @@ class TrainingLabels(Attached):
     def __init__(self, head: JointHead, trainer, labels: Labels) -> None:
         self.head, self.trainer, self.labels = head, trainer, labels
         self.watermark = -np.inf
-        self._term: JointTerm | None = None
+        self._terms: tuple[JointTerm, ...] = ()
 
     def before_apply(self, batch: EventBatch, learn: bool, embedded: StepEmbeddings) -> None:
         if not len(batch):
@@ -125,7 +125,7 @@ class TrainingLabels(Attached):
         labels, blank = self.labels.take(slice(lo, hi)), embedded.blank
         ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
         rows = [self._rows(e, blank) for e in ends]
-        self._term = self.head.term(rows, labels.y, float(labels.t[0]), blank, self.trainer.steps)
+        self._terms = (self.head.term(rows, labels.y, float(labels.t[0]), blank, self.trainer.steps),)
 
     def _rows(self, ids: np.ndarray, blank: int) -> np.ndarray:
         """The store's rows of ``ids`` before the batch, -1 for a node it does not hold then."""
@@ -134,9 +134,9 @@ class TrainingLabels(Attached):
         rows = self.trainer.store.node_index(ids, strict=False)
         return np.where(rows < blank, rows, -1)
 
-    def joint(self) -> JointTerm | None:
-        term, self._term = self._term, None
-        return term
+    def joint(self) -> tuple[JointTerm, ...]:
+        terms, self._terms = self._terms, ()
+        return terms
 
     def state(self) -> dict:
         return {"joint": self.head.state(), "watermark": self.watermark}

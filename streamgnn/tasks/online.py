@@ -200,14 +200,15 @@ class OnlineHead:
         return self.task.predict(torch.zeros(0, self.task.out_dim))  # (class probabilities: [0, C])
 
     def figures(self, last: int | None = None) -> dict[str, dict[str, float]]:
-        """The prequential figures (``Task.metrics``) of the head and the prior over every label scored,
-        or its ``last`` ones: ``{"head": {...}, "prior": {...}, "labels": {"n": ...}}``."""
-        y, score, prior = (self._all(name) for name in ("y", "score", "prior"))
+        """The prequential figures (``Task.metrics``, given the labels' times: node affinity's NDCG is TGB's
+        mean over them) of the head and the prior over every label scored, or its ``last`` ones:
+        ``{"head": {...}, "prior": {...}, "labels": {"n": ...}}``."""
+        t, y, score, prior = (self._all(name) for name in RECORDS)
         if last is not None:
-            y, score, prior = y[-last:], score[-last:], prior[-last:]
+            t, y, score, prior = t[-last:], y[-last:], score[-last:], prior[-last:]
         return {
-            "head": self.task.metrics(score, y) if len(y) else {},
-            "prior": self.task.metrics(prior, y) if len(y) else {},
+            "head": self.task.metrics(score, y, t) if len(y) else {},
+            "prior": self.task.metrics(prior, y, t) if len(y) else {},
             "labels": {"n": float(len(y))},
         }
 

@@ -30,6 +30,9 @@ class Task(ABC):
     """A labelled task over a link model's stream state (module docstring)."""
 
     on_edges = False  # the head reads [z_src, z_dst] (an edge's ends) rather than z_node
+    # how ``metrics`` averages over labels given their times, as the live job's summary says it ("": it
+    # pools every label alike)
+    averaging = ""
 
     @property
     @abstractmethod
@@ -75,8 +78,10 @@ class Task(ABC):
         """What the head predicts: P(positive) ``[n]``, class probabilities ``[n, C]`` or values ``[n]``."""
 
     @abstractmethod
-    def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
-        """The task's figures of ``predict``'s output against the labels (NaN where undefined)."""
+    def metrics(self, scores: np.ndarray, y: np.ndarray, t: np.ndarray | None = None) -> dict[str, float]:
+        """The task's figures of ``predict``'s output against the labels (NaN where undefined). ``t``: the
+        labels' times, for a figure its protocol averages per label time (``averaging``: node affinity's
+        NDCG, TGB's); without them every label weighs alike."""
 
     @abstractmethod
     def selection(self, metrics: dict[str, float]) -> float:
@@ -138,7 +143,7 @@ class Classification(Task):
             return torch.sigmoid(out[:, 0]).double().numpy()
         return torch.softmax(out, dim=1).double().numpy()
 
-    def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    def metrics(self, scores: np.ndarray, y: np.ndarray, t: np.ndarray | None = None) -> dict[str, float]:
         if self.binary:
             return {"auc": roc_auc(scores, y), "ap": average_precision(scores, y)}
         pred = np.argmax(scores, axis=1)
@@ -171,7 +176,7 @@ class Regression(Task):
     def predict(self, out: torch.Tensor) -> np.ndarray:
         return out[:, 0].double().numpy()
 
-    def metrics(self, scores: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    def metrics(self, scores: np.ndarray, y: np.ndarray, t: np.ndarray | None = None) -> dict[str, float]:
         return {"mae": mae(scores, y), "rmse": rmse(scores, y)}
 
     def selection(self, metrics: dict[str, float]) -> float:

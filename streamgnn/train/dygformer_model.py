@@ -19,14 +19,14 @@ scores and trains ``StepInput.rows`` only, so the same code runs on every rank o
 >>> model = DyGFormerLinkModel(TrainConfig(model=cfg))
 >>> model.attach(TemporalGraphStore())
 >>> batch = StepInput(np.array([-1]), np.array([-1]), np.zeros(1), np.zeros(1), 0, np.zeros(1), 0, 0)
->>> math.isfinite(model.train(model.prepare(batch, None, np.array([-1])), np.array([True])))
+>>> math.isfinite(model.train(model.prepare(batch, None, np.array([-1])), np.array([True]), ()))
 True
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,7 +41,7 @@ from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .distributed import DistContext
 from .negatives import counted
-from .protocol import Candidates, StepInput
+from .protocol import Candidates, JointTerm, StepInput
 from .tgn_access import distinct_queries
 from .tgn_model import pos_neg_loss
 
@@ -199,9 +199,10 @@ class DyGFormerLinkModel:
         ap = logits[:, :2]
         return ap, (logits if prepared.candidates.rank else None)
 
-    def train(self, prepared: _Prepared, keep: np.ndarray) -> float:
+    def train(self, prepared: _Prepared, keep: np.ndarray, joint: Sequence[JointTerm]) -> float:
         """One optimizer step on ``mean BCE(positives) + mean BCE(negatives)``, each rank's part scaled so
-        that the averaged gradient is the single-process full-batch one (as TGN's)."""
+        that the averaged gradient is the single-process full-batch one (as TGN's); ``joint``'s losses
+        added before the backward pass (``LinkModel.train``), the link loss alone returned."""
         s = prepared.batch.rows
         model, d = self.model, self.dist
         has_neg = keep & counted(prepared.train_neg, self.config.train_negative_pool)
@@ -210,14 +211,18 @@ class DyGFormerLinkModel:
             return math.nan
         model.train()
         self.optimizer.zero_grad()
+        for term in joint:
+            term.optimizer.zero_grad()
         local = 0.0
         if len(s):
             pos, neg = self._logits(prepared.seqs, prepared.src, prepared.train_cand).unbind(1)
             loss = pos_neg_loss(pos, neg, keep[s], has_neg[s], n_pos, n_neg)
-            (loss * d.world_size).backward()
+            (sum((term.loss for term in joint), loss) * d.world_size).backward()
             local = loss.item()
         d.average_gradients(list(model.parameters()))
         self.optimizer.step()
+        for term in joint:
+            term.optimizer.step()
         return d.all_sum([local], self.device)[0]
 
     @torch.no_grad()

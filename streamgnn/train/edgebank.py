@@ -27,14 +27,14 @@ resumed rank's bank answers its rows as before.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
 from ..store import TemporalGraphStore
-from .protocol import Candidates, StepInput
+from .protocol import Candidates, JointTerm, StepInput
 
 _MERGE_MIN = 4096  # newest pairs kept in a small sorted side array, merged into the main one when it grows
 
@@ -115,7 +115,8 @@ class EdgeBank:
         ranked = np.column_stack([pos, self.seen(src[:, None], cand.neg[s])]) if cand.rank else None
         return ap, ranked
 
-    def train(self, prepared, keep: np.ndarray) -> float:
+    def train(self, prepared, keep: np.ndarray, joint: Sequence[JointTerm]) -> float:
+        """Nothing to learn (``trainable`` is False: the loop never trains it)."""
         return math.nan
 
     def embed(self, nodes: np.ndarray, t: float, blank: int, step: int) -> np.ndarray:

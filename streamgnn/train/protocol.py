@@ -20,6 +20,7 @@ it remembers of the stream, and torch's ``state_dict``/``load_state_dict`` for a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -91,10 +92,12 @@ class LinkModel(Protocol):
         the query times, and ``[n, 1 + q]`` (positive, every candidate) when ``candidates.rank``, else
         None."""
 
-    def train(self, prepared: Any, keep: np.ndarray) -> float:
+    def train(self, prepared: Any, keep: np.ndarray, joint: Sequence[JointTerm]) -> float:
         """One update on the rows where ``keep`` (bool [m]: the store applied them); the global mean loss.
-        A model whose embeddings a task can train jointly also takes ``joint`` (``JointTerm``s, added to
-        its loss before the backward pass; the link loss alone is returned) and has ``joint_embed``."""
+        ``joint``: what follows the step adds to the loss (``step.Attached.joint``; empty: nothing), in
+        the one backward pass, each term's own optimizer stepped after the model's; the link loss alone
+        is returned. (A task's term reaches the embeddings through ``joint_embed``, which a model with
+        learned embeddings has: ``tasks.joint.joint_model``.)"""
 
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:
         """Take in a scored batch's applied edges (internal ids after ingest)."""

@@ -156,12 +156,12 @@ class Attached(Protocol):
 
     def state(self) -> dict: ...
 
-    def joint(self) -> JointTerm | None:
-        """The loss it computed in ``before_apply`` (from the state before the batch), handed over once and
-        added to the link loss when the step trains (``LinkModel.train``'s ``joint``): a labelled task
-        trained jointly with link prediction. None (what a follower that subclasses ``Attached`` gets unless
-        it says otherwise): nothing to add."""
-        return None
+    def joint(self) -> tuple[JointTerm, ...]:
+        """The losses it computed in ``before_apply`` (from the state before the batch), handed over once
+        and added to the link loss when the step trains (``LinkModel.train``'s ``joint``): a labelled task
+        trained jointly with link prediction. Empty (what a follower that subclasses ``Attached`` gets
+        unless it says otherwise): nothing to add."""
+        return ()
 
 
 class StreamTrainer:
@@ -238,13 +238,12 @@ class StreamTrainer:
         base_prepared = (
             {n: b.prepare(view, candidates, None) for n, b in self.baselines.items()} if scoring else {}
         )
-        joint = []  # the followers' losses on this batch's labels, trained with the link loss
+        joint: list[JointTerm] = []  # the followers' losses on this batch's labels, with the link loss
         if self.attached:  # (before the graph holds the batch: what they embed themselves must not see it)
             embedded = step_embeddings(lm, prepared, view) if scoring else StepEmbeddings.none(view.blank)
             for follower in self.attached.values():
                 follower.before_apply(batch, train, embedded)
-                term = follower.joint()
-                joint += [term] if term is not None else []
+                joint += follower.joint()
         letters = self._apply(batch, pos)
         local = []
         if scoring:
@@ -253,9 +252,7 @@ class StreamTrainer:
                 local_scores(self.baselines[n], p, candidates, view.rows) for n, p in base_prepared.items()
             ]
         keep = np.ones(m, bool)
-        loss = (
-            (lm.train(prepared, keep, joint) if joint else lm.train(prepared, keep)) if training else math.nan
-        )
+        loss = lm.train(prepared, keep, joint) if training else math.nan
         scores = self._gather(np.concatenate(local, 1), view) if scoring else np.zeros((0, 3))
         # (one exchange for the model's and the baselines' scores: three columns each)
         by_model = {

@@ -20,7 +20,7 @@ model runs in both.
 >>> model.attach(TemporalGraphStore())
 >>> batch = StepInput(np.array([-1]), np.array([-1]), np.zeros(1), np.zeros(1), 0, np.zeros(1), 0, 0)
 >>> prepared = model.prepare(batch, None, np.array([-1]))
->>> math.isfinite(model.train(prepared, np.array([True])))
+>>> math.isfinite(model.train(prepared, np.array([True]), ()))
 True
 """
 
@@ -293,7 +293,7 @@ class TGNLinkModel:
             prepared.scored = self.embeddings.forward(prepared.eval_input)
         return prepared.scored
 
-    def train(self, prepared: _Prepared, keep: np.ndarray, joint: Sequence[JointTerm] = ()) -> float:
+    def train(self, prepared: _Prepared, keep: np.ndarray, joint: Sequence[JointTerm]) -> float:
         """One optimizer step; each rank's loss is scaled so that the averaged gradient equals the
         single-process full-batch gradient of ``mean BCE(pos) + mean BCE(neg)``. ``joint``: a task's
         losses, added before the one backward pass (their own parameters stepped after the model's);
