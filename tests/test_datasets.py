@@ -27,6 +27,8 @@ README = {
     "travian_messages": (451_589, 3_092, "2009-12-01", "2009-12-31"),
     "travian_trades": (270_815, 2_648, "2009-12-01", "2009-12-31"),
     "pubmed": (44_335, 19_717, 1967, 2010),
+    "uslegis": (60_396, 225, 0, 11),
+    "canparl": (74_478, 734, 0, 410_227_200),
 }
 
 
@@ -106,6 +108,23 @@ def test_collegemsg_dedup_matches_an_independent_parse():
     batch = datasets.load("collegemsg", dedup=True)
     got = list(zip(batch.src.tolist(), batch.dst.tolist(), batch.t.astype(int).tolist(), strict=True))
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "filename", "times"),
+    [("uslegis", "ml_USLegis.csv.gz", 12), ("canparl", "ml_CanParl.csv.gz", 14)],
+)
+def test_dyglib_streams_match_an_independent_parse(name, filename, times):
+    """DyGLib's ``ml_`` files: every row, in file order, as csv reads it; DyGLib's table's time span (12
+    Congresses, 14 years) as the number of distinct times."""
+    rows = raw_rows(filename, sep=",")
+    assert rows[0] == ["", "u", "i", "ts", "label", "idx"]
+    batch = datasets.load(name)
+    assert batch.src.tolist() == [int(r[1]) for r in rows[1:]]
+    assert batch.dst.tolist() == [int(r[2]) for r in rows[1:]]
+    assert batch.t.tolist() == [float(r[3]) for r in rows[1:]]
+    assert [int(r[5]) for r in rows[1:]] == list(range(1, len(batch) + 1))
+    assert len(np.unique(batch.t)) == times
 
 
 def test_bitcoin_alpha_unsorted_file_gives_stable_time_order():

@@ -77,6 +77,13 @@ def _wikipedia() -> RawEdges:
     return RawEdges(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].astype(np.float64), None, a[:, 3].astype(np.int8))
 
 
+def _dyglib_ml(filename: str) -> RawEdges:
+    """DyGLib's processed ``ml_<name>.csv``: header ``,u,i,ts,label,idx``, one row per edge, in file order.
+    Ids are DyGLib's (1-based; 0 is its padding node); the all-zero label column is dropped."""
+    a = table(drop_header(read_gzip_text(filename)), 6, np.float64, filename)
+    return RawEdges(as_ids(a[:, 1], filename), as_ids(a[:, 2], filename), a[:, 3].copy())
+
+
 def _travian(filename: str) -> RawEdges:
     """30 daily CSVs of ``UNIXTS,SRC,DST``, concatenated in date order."""
     text = "\n".join(body.strip() for _, body in read_zip_texts(filename))
@@ -235,6 +242,49 @@ _register(
     citation="F. Poursafaei, S. Huang, K. Pelrine, R. Rabbany. Towards Better Evaluation for Dynamic Link "
     "Prediction. NeurIPS 2022 Datasets and Benchmarks.",
     license="that of the paper's Zenodo record (not verified)",
+)
+
+_DGB = (
+    "F. Poursafaei, S. Huang, K. Pelrine, R. Rabbany. Towards Better Evaluation for Dynamic Link "
+    "Prediction. NeurIPS 2022 Datasets and Benchmarks. Processed by DyGLib (L. Yu et al., Towards Better "
+    "Dynamic Graph Learning: New Architecture and Unified Library, NeurIPS 2023)."
+)
+_BENCHMARK_TW = "ykrmm/BenchmarkTW {path}, commit 3324329aa0a3284eed4fb170e6c3ba1df192ca53"
+_register(
+    lambda: _dyglib_ml("ml_USLegis.csv.gz"),
+    name="uslegis",
+    description="Co-sponsorship of bills among US senators, one timestamp per Congress (12 of them: many "
+    "edges share a time). DyGLib's US Legis., without its edge features (the co-sponsorship count).",
+    files=("ml_USLegis.csv.gz",),
+    rows=60_396,
+    nodes=225,
+    t_min=0.0,
+    t_max=11.0,
+    time_unit="Congress (0..11)",
+    weighted=False,
+    duplicate_rows=0,
+    self_loops=0,
+    source=_BENCHMARK_TW.format(path="datasets/USLegis/ml_USLegis.csv"),
+    citation=_DGB,
+    license="not stated (cite the papers); the repository's code is MIT",
+)
+_register(
+    lambda: _dyglib_ml("ml_CanParl.csv.gz"),
+    name="canparl",
+    description="Canadian Parliament members voting alike on bills, 2006-2019, one timestamp per year (14 "
+    "of them). DyGLib's Can. Parl., without its edge features.",
+    files=("ml_CanParl.csv.gz",),
+    rows=74_478,
+    nodes=734,
+    t_min=0.0,
+    t_max=410_227_200.0,
+    time_unit="seconds from the first year (one value per year)",
+    weighted=False,
+    duplicate_rows=0,
+    self_loops=380,
+    source=_BENCHMARK_TW.format(path="datasets/CanParl/ml_CanParl.csv"),
+    citation=_DGB,
+    license="not stated (cite the papers); the repository's code is MIT",
 )
 
 
