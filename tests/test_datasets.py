@@ -103,6 +103,9 @@ def test_a_stream_not_shipped_loads_from_the_folder_if_its_rows_match_dyglib(dat
     datasets._raw.cache_clear()
     with pytest.raises(CodecError, match=r"ml_Tiny.csv: 49 rows where DyGLib's table has 50: not DyGLib's"):
         datasets.load(tiny_stream)
+    (data_folder / "ml_Tiny.csv.gz").write_bytes(short)  # not gzipped after all
+    with pytest.raises(CodecError, match=r"ml_Tiny.csv.gz: not readable as gzipped text"):
+        datasets.load(tiny_stream)
 
 
 @pytest.mark.parametrize("name", sorted(README))

@@ -54,7 +54,12 @@ def external_text(filename: str, dataset: str, origin: str) -> str:
         for path in (Path(folder) / filename, Path(folder) / f"{filename}.gz"):
             if path.is_file():
                 raw = path.read_bytes()
-                return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode()
+                try:
+                    return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode()
+                except (OSError, EOFError, UnicodeDecodeError) as exc:
+                    raise CodecError(
+                        f"{path}: not readable as {'gzipped ' * (path.suffix == '.gz')}text"
+                    ) from exc
     where = f"{Path(folder) / filename} does not exist" if folder else f"${DATA_ENV} is not set"
     raise ConfigError(
         f"dataset {dataset!r} is not shipped (too big): put {filename} (or {filename}.gz) in the folder "
