@@ -188,8 +188,14 @@ def run_stream(
     against each of ``strategies``' negatives (random always: it is the test part's own pass, where
     EdgeBank is scored beside ours), epochs trained and the best."""
     parts = split(events)
+    if not (len(parts.train) and len(parts.val) and len(parts.test)):
+        raise ConfigError(
+            f"{name}: DyGLib's time split of these {len(events):,} events (times "
+            f"{events.t[0]:g}..{events.t[-1]:g}) leaves a part empty: too few distinct times (a --quick "
+            "or --events prefix of a stream with one time per year or Congress); run it whole"
+        )
     bs = config.batch_size
-    last_observed = float(events.t[parts.val].max()) if len(parts.val) else float(events.t[parts.train].max())
+    last_observed = float(events.t[parts.val].max())
     edge_kinds = [s for s in dict.fromkeys(strategies) if s != "random"]
     result = fit_offline(
         events, config, epochs=epochs, patience=patience, split=parts,

@@ -143,6 +143,12 @@ def test_table_streams_are_selectable_and_scored_against_tpnet():
     assert result["worst_gap_to_tpnet"] == pytest.approx(0.8058 - 0.72)
 
 
+def test_a_prefix_with_too_few_times_for_the_split_is_refused():
+    # US Legis.'s first 4,000 edges share the first Congress's time: no part after it to test on
+    with pytest.raises(ConfigError, match="uslegis: DyGLib's time split .* leaves a part empty"):
+        quality.main(["--quick", "--json", "--protocol", "dyglib", "--streams", "uslegis"])
+
+
 def test_quick_dyglib_run_prints_its_keys(capsys):
     argv = [
         "--quick",
