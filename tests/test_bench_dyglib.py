@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from streamgnn.benchmarks import quality
+from streamgnn.benchmarks import dyglib, quality
 from streamgnn.benchmarks.dyglib import NegativeEdgeSampler, random_negatives
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
@@ -125,6 +125,28 @@ def test_score_pairs_scores_as_a_step_does_and_changes_nothing():
     np.testing.assert_allclose(res.pos, first, rtol=1e-5, atol=1e-6)  # a positive's score
     swapped = trainer.score_pairs(batch.dst, batch.src, batch.t)
     assert not np.allclose(swapped, first)  # the source matters
+
+
+def test_table_streams_are_selectable_and_scored_against_tpnet():
+    args = quality._parser().parse_args(["--protocol", "dyglib", "--streams", "uslegis", "canparl"])
+    assert args.streams == ["uslegis", "canparl"]
+    assert quality._parser().parse_args([]).streams == list(quality.STREAMS)  # not run by default
+    runs = [
+        {"stream": s, "seed": seed, "events": n, "ap_dyglib": ap, "ap_dyglib_historical": ap - 0.1}
+        for s, n, aps in (("uslegis", 60_396, (0.70, 0.74)), ("canparl", 74_478, (0.95, 0.97)))
+        for seed, ap in enumerate(aps)
+    ]
+    result = dyglib.summarize(runs)
+    assert result["ap_dyglib_uslegis"] == pytest.approx(0.72)
+    assert result["tpnet_ap_dyglib_uslegis"] == 0.8058  # TPNet's Table 1, US Legis.
+    assert "tpnet_ap_dyglib_canparl" not in result  # no published figure found: no gap counted
+    assert result["worst_gap_to_tpnet"] == pytest.approx(0.8058 - 0.72)
+
+
+def test_a_prefix_with_too_few_times_for_the_split_is_refused():
+    # US Legis.'s first 4,000 edges share the first Congress's time: no part after it to test on
+    with pytest.raises(ConfigError, match="uslegis: DyGLib's time split .* leaves a part empty"):
+        quality.main(["--quick", "--json", "--protocol", "dyglib", "--streams", "uslegis"])
 
 
 def test_quick_dyglib_run_prints_its_keys(capsys):

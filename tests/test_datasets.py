@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from streamgnn import datasets
-from streamgnn.datasets._formats import DATA_DIR, table
+from streamgnn.datasets._formats import DATA_DIR, DATA_ENV, table
 from streamgnn.errors import CodecError, ConfigError
 from streamgnn.events import concat
 
@@ -27,6 +27,8 @@ README = {
     "travian_messages": (451_589, 3_092, "2009-12-01", "2009-12-31"),
     "travian_trades": (270_815, 2_648, "2009-12-01", "2009-12-31"),
     "pubmed": (44_335, 19_717, 1967, 2010),
+    "uslegis": (60_396, 225, 0, 11),
+    "canparl": (74_478, 734, 0, 410_227_200),
 }
 
 
@@ -44,8 +46,66 @@ def raw_rows(filename: str, sep: str | None = None) -> list[list[str]]:
     return [re.split(r"\s+", line.strip()) for line in lines]
 
 
+NOT_SHIPPED = {"mooc", "lastfm", "reddit", "socialevo", "untrade", "unvote", "contacts", "flights"}
+
+
 def test_names_cover_every_dataset():
-    assert sorted(datasets.names()) == sorted(README)
+    assert sorted(datasets.names()) == sorted(set(README) | NOT_SHIPPED)
+    assert {n for n in datasets.names() if not datasets.info(n).shipped} == NOT_SHIPPED
+
+
+@pytest.fixture
+def data_folder(tmp_path, monkeypatch):
+    """``$STREAMGNN_DATA`` pointing at an empty folder; the loader's cache cleared before and after."""
+    monkeypatch.setenv(DATA_ENV, str(tmp_path))
+    datasets._raw.cache_clear()
+    yield tmp_path
+    datasets._raw.cache_clear()
+
+
+def dyglib_csv(src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> str:
+    rows = (f"{k},{u},{i},{ts},0.0,{k + 1}" for k, (u, i, ts) in enumerate(zip(src, dst, t, strict=True)))
+    return ",u,i,ts,label,idx\n" + "\n".join(rows) + "\n"
+
+
+def test_a_stream_not_shipped_without_its_file_names_the_file_and_the_folder(data_folder, monkeypatch):
+    with pytest.raises(
+        ConfigError, match=r"put ml_mooc.csv \(or ml_mooc.csv.gz\) in .*does not exist.*DyGLib"
+    ):
+        datasets.load("mooc")
+    monkeypatch.delenv(DATA_ENV)
+    with pytest.raises(
+        ConfigError, match=r"'untrade' is not shipped.*ml_UNtrade.csv.*STREAMGNN_DATA is not set"
+    ):
+        datasets.load("untrade")
+
+
+@pytest.fixture
+def tiny_stream():
+    """A stream registered as the streams too big to ship are (``_external_dyglib``), of 50 rows."""
+    datasets._external_dyglib("tiny", "Tiny", 50, 12, "A test stream.")
+    yield "tiny"
+    del datasets._DATASETS["tiny"]
+
+
+def test_a_stream_not_shipped_loads_from_the_folder_if_its_rows_match_dyglib(data_folder, tiny_stream):
+    rng = np.random.default_rng(0)
+    src, dst, t = rng.integers(1, 7, 50), rng.integers(7, 13, 50), np.sort(rng.integers(0, 99, 50)) * 1.0
+    (data_folder / "ml_Tiny.csv").write_text(dyglib_csv(src, dst, t))
+    batch = datasets.load(tiny_stream)
+    assert batch.src.tolist() == src.tolist() and batch.dst.tolist() == dst.tolist()
+    assert batch.t.tolist() == t.tolist()
+    assert not datasets.info(tiny_stream).shipped
+    # gzipped, one row short: read, then refused by DyGLib's row count
+    (data_folder / "ml_Tiny.csv").unlink()
+    short = dyglib_csv(src[:-1], dst[:-1], t[:-1]).encode()
+    (data_folder / "ml_Tiny.csv.gz").write_bytes(gzip.compress(short))
+    datasets._raw.cache_clear()
+    with pytest.raises(CodecError, match=r"ml_Tiny.csv: 49 rows where DyGLib's table has 50: not DyGLib's"):
+        datasets.load(tiny_stream)
+    (data_folder / "ml_Tiny.csv.gz").write_bytes(short)  # not gzipped after all
+    with pytest.raises(CodecError, match=r"ml_Tiny.csv.gz: not readable as gzipped text"):
+        datasets.load(tiny_stream)
 
 
 @pytest.mark.parametrize("name", sorted(README))
@@ -106,6 +166,23 @@ def test_collegemsg_dedup_matches_an_independent_parse():
     batch = datasets.load("collegemsg", dedup=True)
     got = list(zip(batch.src.tolist(), batch.dst.tolist(), batch.t.astype(int).tolist(), strict=True))
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "filename", "times"),
+    [("uslegis", "ml_USLegis.csv.gz", 12), ("canparl", "ml_CanParl.csv.gz", 14)],
+)
+def test_dyglib_streams_match_an_independent_parse(name, filename, times):
+    """DyGLib's ``ml_`` files: every row, in file order, as csv reads it; DyGLib's table's time span (12
+    Congresses, 14 years) as the number of distinct times."""
+    rows = raw_rows(filename, sep=",")
+    assert rows[0] == ["", "u", "i", "ts", "label", "idx"]
+    batch = datasets.load(name)
+    assert batch.src.tolist() == [int(r[1]) for r in rows[1:]]
+    assert batch.dst.tolist() == [int(r[2]) for r in rows[1:]]
+    assert batch.t.tolist() == [float(r[3]) for r in rows[1:]]
+    assert [int(r[5]) for r in rows[1:]] == list(range(1, len(batch) + 1))
+    assert len(np.unique(batch.t)) == times
 
 
 def test_bitcoin_alpha_unsorted_file_gives_stable_time_order():
@@ -225,7 +302,7 @@ def test_shipped_files_match_their_readme_checksums():
     listed = dict(re.findall(r"\| `([^`]+)` \| `([0-9a-f]{64})` \|", readme))
     shipped = sorted(p.name for p in DATA_DIR.iterdir() if p.name != "README.md")
     assert sorted(listed) == shipped
-    needed = {f for name in datasets.names() for f in datasets.info(name).files} | {"travian-communities.zip"}
+    needed = {f for name in README for f in datasets.info(name).files} | {"travian-communities.zip"}
     needed |= set(datasets.pgt.FILES.values())  # PyTorch Geometric Temporal's signals (load_signal)
     assert needed == set(shipped)
     for name, digest in listed.items():

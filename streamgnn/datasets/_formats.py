@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import warnings
 import zipfile
@@ -11,9 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CodecError
+from ..errors import CodecError, ConfigError
 
 DATA_DIR = Path(__file__).with_name("data")
+DATA_ENV = "STREAMGNN_DATA"  # the folder of the dataset files too big to ship
 _COMMENT = re.compile(r"(?m)^%[^\n]*(\n|$)")
 
 
@@ -41,6 +43,28 @@ def data_path(filename: str) -> Path:
             "streamgnn/datasets/data from git"
         )
     return path
+
+
+def external_text(filename: str, dataset: str, origin: str) -> str:
+    """The text of a dataset file not shipped (too big), read from the folder ``$STREAMGNN_DATA`` names,
+    as ``filename`` or gzipped as ``filename.gz``; absent: a one-line error naming the file, where it
+    goes and where it comes from (``origin``)."""
+    folder = os.environ.get(DATA_ENV)
+    if folder:
+        for path in (Path(folder) / filename, Path(folder) / f"{filename}.gz"):
+            if path.is_file():
+                raw = path.read_bytes()
+                try:
+                    return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode()
+                except (OSError, EOFError, UnicodeDecodeError) as exc:
+                    raise CodecError(
+                        f"{path}: not readable as {'gzipped ' * (path.suffix == '.gz')}text"
+                    ) from exc
+    where = f"{Path(folder) / filename} does not exist" if folder else f"${DATA_ENV} is not set"
+    raise ConfigError(
+        f"dataset {dataset!r} is not shipped (too big): put {filename} (or {filename}.gz) in the folder "
+        f"${DATA_ENV} names ({where}); it is {origin}"
+    )
 
 
 def read_gzip_text(filename: str) -> str:
