@@ -92,8 +92,9 @@ class TGNConfig(Config):
     ``pair_recency``: the pair features (when on) also hold each endpoint's recency rank of the other among
     its distinct partners, up to this rank (0: off, the default; ``sampling.PairFeatures``' ``recency``):
     on TGB's tgbl-wiki most test edges go to one of the source's latest pages, and which one, the time
-    since each says only in part (benchmarks/RESULTS.md, "tgbl-wiki: where the MRR is lost"). A sharded
-    run refuses it.
+    since each says only in part (benchmarks/RESULTS.md, "tgbl-wiki: where the MRR is lost"). It gains
+    only beside historical training negatives (``TrainConfig.train_negatives``), which contrast a source's
+    latest partner with its others; alone, nothing teaches the model to read it. A sharded run refuses it.
     """
 
     memory_dim: int = 100
