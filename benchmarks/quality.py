@@ -312,6 +312,12 @@ def _parser():
         f"${tgb.ROOT_ENV})",
     )  # fmt: skip
     ap.add_argument(
+        "--tgb-groups", metavar="DIR",
+        help="--protocol tgb: also group the test edges by the source's history with the true destination "
+        "(repeat by recency rank, new) with our MRR and simple heuristics' per group (benchmarks/"
+        "tgb_groups.py; runs[i].groups), each edge's reciprocal ranks saved in DIR",
+    )  # fmt: skip
+    ap.add_argument(
         "--negatives", nargs="+", choices=dyglib.STRATEGIES, default=["random", "historical"],
         help="--protocol dyglib's negative kinds (default random historical; random is always scored: "
         "keys ap_dyglib_<stream>, the others ap_dyglib_<kind>_<stream>)",
@@ -419,7 +425,8 @@ def _main_tgb(args, ours: dict, seeds: list[int], epochs: int, patience: int | N
         for name in tqdm(args.tgb_datasets, unit="dataset", disable=args.json):
             data = tgb.open_dataset(name, tmp, lambda stream: prepare(stream, cap))
             for seed in seeds:
-                runs.append(tgb.run(data, _config(ours, seed, args.device), epochs, patience))
+                config = _config(ours, seed, args.device)
+                runs.append(tgb.run(data, config, epochs, patience, args.tgb_groups))
     summary = tgb.summarize(runs)
     summary.update(
         protocol="tgb", seeds=seeds, epochs=epochs, patience=patience, threads=args.threads,

@@ -34,6 +34,8 @@ from streamgnn.events import EventBatch
 from streamgnn.train import ChronologicalSplit, OnlineTrainer, TrainConfig, fit_offline
 from streamgnn.train.metrics import LinkMetrics
 
+from .tgb_groups import Diagnosis
+
 ROOT_ENV = "STREAMGNN_TGB_ROOT"
 BUNDLED = {"tgbl-wiki": "jodie_wikipedia"}  # TGB datasets we can build from a bundled stream
 LEADERBOARD = {  # TGB's leaderboard, test MRR
@@ -156,10 +158,12 @@ def open_dataset(name: str, workdir: str, events_of: Callable[[str], EventBatch]
     raise ConfigError(f"TGB dataset {name} is not bundled and {where}: put TGB's files there")
 
 
-def tgb_test(data: TgbData, batch_size: int) -> Callable[[OnlineTrainer, np.ndarray], LinkMetrics]:
+def tgb_test(
+    data: TgbData, batch_size: int, diagnosis: Diagnosis | None = None
+) -> Callable[[OnlineTrainer, np.ndarray], LinkMetrics]:
     """A ``fit_offline(test_by=...)`` protocol: each test batch ranked against TGB's negatives and scored
     by TGB's ``Evaluator`` (MRR, a mean over edges), then observed by the model (memory moves on, no
-    gradient step)."""
+    gradient step). ``diagnosis`` is handed each batch's edges with their reciprocal ranks."""
     from tgb.linkproppred.evaluate import Evaluator
 
     evaluator = Evaluator(name=data.name)
@@ -173,21 +177,29 @@ def tgb_test(data: TgbData, batch_size: int) -> Callable[[OnlineTrainer, np.ndar
             for i, n in enumerate(negs):
                 cands[i, : len(n)] = n
             logits = trainer.score_pairs(batch.src, batch.dst, batch.t, candidates=cands)
+            ranks = []
             for i, n in enumerate(negs):
                 given = {
                     "y_pred_pos": logits[i, :1],
                     "y_pred_neg": logits[i, 1 : 1 + len(n)],
                     "eval_metric": ["mrr"],
                 }
-                mrr.append(float(evaluator.eval(given)["mrr"]))
+                ranks.append(float(evaluator.eval(given)["mrr"]))
+            mrr += ranks
+            if diagnosis is not None:
+                diagnosis.batch(batch, negs, ranks)
             trainer.step(batch, train=False, score=False, ingest=False)
         return LinkMetrics(float("nan"), float("nan"), float(np.mean(mrr)) if mrr else float("nan"), len(mrr))
 
     return protocol
 
 
-def run(data: TgbData, config: TrainConfig, epochs: int, patience: int | None) -> dict:
-    """One seed of our model under TGB's protocol on ``data``: ``mrr_tgb`` and the run's facts."""
+def run(
+    data: TgbData, config: TrainConfig, epochs: int, patience: int | None, groups: str | None = None
+) -> dict:
+    """One seed of our model under TGB's protocol on ``data``: ``mrr_tgb`` and the run's facts.
+    ``groups``: a folder; where given, the test edges' groups and heuristics (``tgb_groups``) go into the
+    result (``groups``) and each edge's reciprocal ranks into ``<folder>/<dataset>_seed<seed>.npz``."""
     test = data.events.take(data.split.test)
     first, counts = [], []  # each edge's first TGB negative (for the cheap pass), how many it has
     for lo in range(0, len(test), config.batch_size):
@@ -196,12 +208,22 @@ def run(data: TgbData, config: TrainConfig, epochs: int, patience: int | None) -
             first.append(negs[0] if len(negs) else dst)
             counts.append(len(negs))
     first = np.asarray(first, np.int64)
+    diagnosis = (
+        Diagnosis(data.events, np.setdiff1d(np.arange(len(data.events)), data.split.test)) if groups else None
+    )
     result = fit_offline(
         data.events, config, epochs=epochs, patience=patience, split=data.split,
         test_negatives=first[:, None],  # the pass fit_offline always makes: one negative, cheap
-        test_by={"tgb": tgb_test(data, config.batch_size)}, score_val=False,
+        test_by={"tgb": tgb_test(data, config.batch_size, diagnosis)}, score_val=False,
     )  # fmt: skip
+    extra = {}
+    if diagnosis is not None:
+        os.makedirs(groups, exist_ok=True)
+        path = os.path.join(groups, f"{data.name}_seed{config.seed}.npz")
+        np.savez_compressed(path, rows=data.split.test, **diagnosis.arrays())
+        extra = {"groups": diagnosis.table(), "ranks_file": path}
     return {
+        **extra,
         "dataset": data.name, "seed": config.seed, "events": len(data.events), "test_events": len(test),
         "mrr_tgb": result.test_with["tgb"].mrr, "epochs": result.epochs, "best_epoch": result.best_epoch,
         "source": data.source, "val_ap_per_epoch": result.val_ap_per_epoch,

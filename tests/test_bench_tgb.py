@@ -115,3 +115,19 @@ def test_tgb_files_under_the_root_are_read_with_tgbs_split_and_negatives(tmp_pat
     assert run["events"] == 1500  # the files' own events (--quick's prefix applies to bundled streams)
     assert run["negatives_min"] == run["negatives_max"] == 20  # TGB's 20 per edge, not every page
     assert 0 < result["mrr_tgb_wiki"] <= 1
+
+
+def test_groups_split_the_test_edges_and_their_mrr(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv(tgb_bench.ROOT_ENV, raising=False)
+    argv = ["--quick", "--json", "--events", "1500", "--protocol", "tgb", "--tgb-groups", str(tmp_path)]
+    assert quality.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    run = result["runs"][0]
+    groups, saved = run["groups"], np.load(run["ranks_file"])
+    assert groups["all"]["edges"] == run["test_events"] == len(saved["ours"]) == len(saved["rows"])
+    assert groups["repeat"]["edges"] + groups["new"]["edges"] == run["test_events"]
+    # the per-edge ranks are the ones TGB's Evaluator averaged into the headline MRR
+    assert (
+        groups["all"]["ours"] == pytest.approx(result["mrr_tgb_wiki"]) == pytest.approx(saved["ours"].mean())
+    )
+    assert 0 < groups["all"]["edgebank"] < groups["repeat"]["edgebank"] <= 1

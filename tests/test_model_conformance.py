@@ -53,10 +53,17 @@ def relative_walks() -> LinkModel:
     return make_link_model(config, device="cpu", dist=None)
 
 
+def recency_ranks() -> LinkModel:
+    """TGN whose pair features also hold the recency ranks (``TGNConfig.pair_recency``)."""
+    config = TrainConfig(model=dataclasses.replace(SMALL[TGNConfig], pair_recency=4), seed=3)
+    return make_link_model(config, device="cpu", dist=None)
+
+
 FACTORIES = {
     **{cls.__name__: registered(cls) for cls in MODELS},
     "TGNConfig(pair_decayed)": decayed_pairs,
     "TGNConfig(walk_neighbors)": relative_walks,
+    "TGNConfig(pair_recency)": recency_ranks,
     "EdgeBank": EdgeBank,
     "EdgeBank(window)": lambda: EdgeBank(window_ratio=0.5),
 }

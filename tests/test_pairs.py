@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from test_sampling import build, event, timed
 
 from streamgnn.errors import ConfigError
+from streamgnn.sampling import pairs as pairs_module
 from streamgnn.sampling.pairs import PairFeatures
 
 TAUS = (0.5, 4.0)
@@ -85,6 +87,62 @@ def test_matches_brute_force(raw, splits, qs, k):
         np.testing.assert_array_equal(cooc[i], brute_cooccurrence(ref, u, v, tq, k))
 
 
+def brute_recency(ref, u: int, v: int, tq: float, cap: int, scan: int) -> list[float]:
+    """Each endpoint's recency rank of the other among its distinct partners (newest first), within the
+    first ``cap`` distinct ones of its latest ``scan`` entries; inf where not, or the pair never met."""
+    if u < 0 or v < 0 or brute_history(ref, u, v, tq)[:2] == [0, 0]:
+        return [math.inf, math.inf]
+    out = []
+    for w, other in ((u, v), (v, u)):
+        seq = [c[3] for c in ref.candidates(w, tq)][::-1][:scan]
+        partners = list(dict.fromkeys(seq))[:cap]
+        out.append(partners.index(other) + 1.0 if other in partners else math.inf)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(event, max_size=40),
+    st.lists(st.integers(0, 40), max_size=3),
+    queries | rows,
+    st.integers(1, 4),
+    st.integers(1, 2),
+)
+def test_recency_ranks_match_brute_force(raw, splits, qs, cap, scan):
+    """The recency columns (last two) on random streams, rows of candidates, any batch cuts, and a scan
+    limit that binds (``RECENCY_SCAN`` times the cap); few nodes, so that most pairs met and repeat."""
+    raw = [(kind, s % 4, d % 4, step) for kind, s, d, step in raw]
+    qs = [(u % 5 if u >= 0 else u, v % 5 if v >= 0 else v, tq) for u, v, tq in qs]
+    events = timed(raw)
+    store, ref = build(events, [s for s in splits if s <= len(events)])
+    n = store.num_nodes
+    src = np.array([u for u, _, _ in qs], np.int64)
+    dst = np.array([v for _, v, _ in qs], np.int64)
+    t = np.array([tq / 2 for *_, tq in qs])
+    with mock.patch.object(pairs_module, "RECENCY_SCAN", scan):
+        hist = PairFeatures(store, neighbors=2, decays=TAUS, endpoints=True, recency=cap).history(src, dst, t)
+    plain = PairFeatures(store, neighbors=2, decays=TAUS, endpoints=True).history(src, dst, t)
+    np.testing.assert_array_equal(plain, hist[:, :-2])  # the recency columns only add to the history
+    for i, (u, v, tq) in enumerate(zip(src.tolist(), dst.tolist(), t.tolist(), strict=True)):
+        u, v = (x if x < n else -1 for x in (u, v))
+        assert hist[i, -2:].tolist() == brute_recency(ref, u, v, tq, cap, scan * cap)
+
+
+def test_recency_ranks_count_distinct_partners_within_the_scan():
+    """1 links to 2, to 3 twice, then to 4: ranks 4 -> 1, 3 -> 2, 2 -> 3; with a scan of 3 events 2 is
+    out of reach (inf), as is a pair that never met; each page's own rank of 1 is 1."""
+    store, _ = build([(0, 1, 2, 1.0), (0, 1, 3, 2.0), (0, 1, 3, 3.0), (0, 1, 4, 4.0)])
+    u, *vs = store.node_index([1, 4, 3, 2])
+    q = (np.full(3, u), np.array(vs), np.full(3, 5.0))
+    for scan, want in ((2, [1.0, 2.0, 3.0]), (1, [1.0, 2.0, math.inf])):
+        with mock.patch.object(pairs_module, "RECENCY_SCAN", scan):
+            ranks = PairFeatures(store, neighbors=2, decays=TAUS, recency=3).history(*q)[:, -2:]
+        assert ranks[:, 0].tolist() == want and ranks[:, 1].tolist() == [1.0, 1.0, 1.0]
+    with mock.patch.object(pairs_module, "RECENCY_SCAN", 1):
+        never = PairFeatures(store, neighbors=2, decays=TAUS, recency=3).history(vs[:1], vs[1:2], [5.0])
+    assert never[0, -2:].tolist() == [math.inf, math.inf]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(event, min_size=1, max_size=40), st.lists(st.integers(1, 39), min_size=1, max_size=5), queries
@@ -118,3 +176,18 @@ def test_docstring_examples_run(module):
     import importlib
 
     assert doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS).failed == 0
+
+
+def test_recency_settings_are_refused_by_name():
+    from streamgnn.nn import TGNConfig
+    from streamgnn.shard import ShardConfig, ShardedTrainer
+    from streamgnn.train import TrainConfig
+
+    for bad in (-1, True, 2.0):
+        with pytest.raises(ConfigError, match="pair_recency"):
+            TGNConfig(pair_recency=bad)
+        with pytest.raises(ConfigError, match="recency"):
+            PairFeatures(build([(0, 1, 2, 1.0)])[0], recency=bad)
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, pair_dim=4, walk_dim=8, pair_recency=4)
+    with pytest.raises(ConfigError, match="pair_recency=0 under train.sharding"):
+        ShardedTrainer(TrainConfig(model=model, sharding=ShardConfig(num_partitions=2)))

@@ -54,15 +54,17 @@ class PairEncoder(nn.Module):
         decayed: int = 0,
         relative: int = 0,
         mixer: int = 0,
+        recency: bool = False,
     ) -> None:
         super().__init__()
         if relative and not walks:
             raise ConfigError(
                 "the neighbors' relative walk products come with the pair's: relative needs walks"
             )
-        self.neighbors, self.endpoints = neighbors, endpoints
+        self.neighbors, self.endpoints, self.recency = neighbors, endpoints, recency
         n_in = 2 + 2 + 2 + (history_dim - HISTORY_FIXED)  # log counts, seen flags, log gaps, log decayed
         n_in += 2 * endpoints  # the endpoints' gaps (counted in history_dim) also have seen flags
+        n_in += 2 * recency  # the recency ranks (counted in history_dim) also have "within the cap" flags
         self.history = nn.Sequential(nn.Linear(n_in, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.count = nn.Sequential(nn.Linear(1, dim), nn.ReLU(), nn.Linear(dim, dim))
         self.walk = nn.Sequential(nn.Linear(walks, dim), nn.ReLU(), nn.Linear(dim, dim)) if walks else None
@@ -76,6 +78,7 @@ class PairEncoder(nn.Module):
         ``pair_endpoints`` and walk settings call for (the model builds it, and a scorer that loads its
         weights from a checkpoint)."""
         history_dim = HISTORY_FIXED + len(config.pair_decays) + 2 * config.pair_endpoints
+        history_dim += 2 * bool(config.pair_recency)
         walks = len(config.walk_decays) * (2 * config.walk_hops + 2) ** 2 if config.pair_walks else 0
         decayed = DecayPairs.width(config) if config.pair_decayed else 0
         relative = 0
@@ -90,6 +93,7 @@ class PairEncoder(nn.Module):
             decayed,
             relative,
             config.walk_neighbors if config.walk_mixer else 0,
+            bool(config.pair_recency),
         )
 
     def forward(self, history: Tensor, cooc: Tensor, *extra: Tensor) -> Tensor:
@@ -97,6 +101,12 @@ class PairEncoder(nn.Module):
         history = history.to(dev)
         gap_cols = [SINCE_UV, SINCE_VU]
         end = history.shape[1]
+        ranks = []
+        if self.recency:  # the last two columns: ranks 1.. (inf: beyond the cap or never met), as log(rank)
+            end -= 2
+            rank = history[:, end:]
+            within = torch.isfinite(rank)
+            ranks = [within.to(history.dtype), torch.where(within, torch.log(rank.clamp_min(1)), 0.0)]
         if self.endpoints:
             end -= 2
             gap_cols += [end, end + 1]
@@ -108,6 +118,7 @@ class PairEncoder(nn.Module):
                 seen.to(history.dtype),
                 torch.where(seen, torch.log1p(since.clamp_min(0)), 0.0),
                 torch.log1p(history[:, HISTORY_FIXED:end]),
+                *ranks,
             ],
             dim=1,
         ).float()

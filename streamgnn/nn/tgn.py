@@ -89,6 +89,12 @@ class TGNConfig(Config):
     (``nn.relative``) before they are averaged. Both opt-in (benchmarks/RESULTS.md, "Stream-time walk
     decay"): the stream-time decay lost AP on CollegeMsg, and the mixer's small gain comes at
     ``walk_neighbors``' training speed or less; a sharded run refuses ``walk_clock="time"``.
+    ``pair_recency``: the pair features (when on) also hold each endpoint's recency rank of the other among
+    its distinct partners, up to this rank (0: off, the default; ``sampling.PairFeatures``' ``recency``):
+    on TGB's tgbl-wiki most test edges go to one of the source's latest pages, and which one, the time
+    since each says only in part (benchmarks/RESULTS.md, "tgbl-wiki: where the MRR is lost"). It gains
+    only beside historical training negatives (``TrainConfig.train_negatives``), which contrast a source's
+    latest partner with its others; alone, nothing teaches the model to read it. A sharded run refuses it.
     """
 
     memory_dim: int = 100
@@ -120,6 +126,7 @@ class TGNConfig(Config):
     walk_neighbors: int = 0
     walk_clock: WalkClock = "events"
     walk_mixer: bool = False
+    pair_recency: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "pair_decays", tuple(self.pair_decays))  # (lists from JSON)
@@ -132,6 +139,12 @@ class TGNConfig(Config):
                 f"walk_neighbors must be an int in 0..pair_neighbors ({self.pair_neighbors}), "
                 f"got {self.walk_neighbors!r}"
             )
+        if (
+            not isinstance(self.pair_recency, int)
+            or isinstance(self.pair_recency, bool)
+            or self.pair_recency < 0
+        ):
+            raise ConfigError(f"pair_recency must be an int >= 0 (0: off), got {self.pair_recency!r}")
         if self.walk_neighbors and not self.pair_walks:
             raise ConfigError("walk_neighbors reads the walk state: it needs pair_walks=True")
         if self.walk_mixer is not False and (self.walk_mixer is not True or not self.walk_neighbors):

@@ -196,3 +196,61 @@ def cooccurrence_of(seq_u, len_u, seq_v, len_v, out):
     ``decay_kernels.latest_events``: a sharded run reads each endpoint's half where it lives)."""
     for i in range(len(len_u)):
         _count(seq_u[i], len_u[i], seq_v[i], len_v[i], out[i])
+
+
+@njit(cache=True, inline="always")
+def _distinct_latest(start, deg, pool, edge_t, edge_del, w, t, cap, scan, stop, seq):
+    """``w``'s distinct partners before ``t``, newest first, into ``seq``: at most ``cap`` of them, read
+    from at most ``scan`` of its latest visible entries, ending early at partner ``stop`` (-1: none);
+    how many."""
+    s = start[w]
+    n, seen = 0, 0
+    j = _prefix(start, deg, pool, edge_t, w, t) - 1
+    while j >= 0 and n < cap and seen < scan:
+        code = pool[s + j, 1]
+        j -= 1
+        if not _visible(code, edge_del, t):
+            continue
+        seen += 1
+        x = pool[s + j + 1, 0]
+        new = True
+        for q in range(n):
+            if seq[q] == x:
+                new = False
+                break
+        if new:
+            seq[n] = x
+            n += 1
+            if x == stop:
+                break
+    return n
+
+
+@njit(cache=True)
+def recency_ranks(start, deg, pool, edge_t, edge_del, num_nodes, src, dst, ts, met, cap, scan, out):
+    """``out[i, 0]``: ``dst[i]``'s recency rank among ``src[i]``'s distinct partners before ``ts[i]`` (1:
+    the partner of its latest event; 1 + how many distinct others since its latest event with ``dst[i]``);
+    ``out[i, 1]`` the same of ``src[i]`` among ``dst[i]``'s. Inf where the pair never met (``met[i]``
+    false), or the partner is not among the latest ``cap`` distinct ones read from at most ``scan`` latest
+    events. A row of candidates (same source and time as the row before) reads the source's partners once."""
+    seq_u = np.empty(cap, np.int64)
+    seq_v = np.empty(cap, np.int64)
+    len_u, read_u, read_t = 0, -1, np.nan
+    for i in range(len(src)):
+        u, v, t = src[i], dst[i], ts[i]
+        out[i, 0] = np.inf
+        out[i, 1] = np.inf
+        if u < 0 or v < 0 or u >= num_nodes or v >= num_nodes:
+            continue
+        if u != read_u or t != read_t:
+            len_u = _distinct_latest(start, deg, pool, edge_t, edge_del, u, t, cap, scan, -1, seq_u)
+            read_u, read_t = u, t
+        if not met[i]:
+            continue
+        for q in range(len_u):
+            if seq_u[q] == v:
+                out[i, 0] = q + 1
+                break
+        n = _distinct_latest(start, deg, pool, edge_t, edge_del, v, t, cap, scan, u, seq_v)
+        if n > 0 and seq_v[n - 1] == u:
+            out[i, 1] = n

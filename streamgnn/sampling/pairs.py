@@ -29,6 +29,8 @@ from . import pair_kernels as K
 from .decay_pairs import DecayPairs
 from .walks import WalkFeatures
 
+RECENCY_SCAN = 32  # recency ranks up to k are read from at most this many times k latest events
+
 
 class PairFeatures:
     """Pair history and neighbor co-occurrence of query pairs over ``store`` (any ``GraphStore``).
@@ -41,6 +43,10 @@ class PairFeatures:
     ``walk_neighbors``: with ``walks``, each endpoint's latest ``walk_neighbors`` neighbors (those
     co-occurrence counts, newest first) also get their walk products with both endpoints
     (``WalkFeatures.relative``, TPNet's relative encoding), read after the pair's own.
+    ``recency``: two more history columns (last), each endpoint's recency rank of the other among its
+    distinct partners (``pair_kernels.recency_ranks``: 1 = its latest partner), up to ``recency`` ranks
+    read from at most ``RECENCY_SCAN`` times as many latest events (inf: beyond, or never met). A pair's
+    time since its latest event cannot say how many other partners came between; the rank can.
     """
 
     def __init__(
@@ -52,11 +58,14 @@ class PairFeatures:
         walks: WalkFeatures | None = None,
         decayed: DecayPairs | None = None,
         walk_neighbors: int = 0,
+        recency: int = 0,
     ) -> None:
         if not isinstance(neighbors, int) or neighbors < 1:
             raise ConfigError(f"pair neighbors must be an int >= 1, got {neighbors!r}")
         if not isinstance(walk_neighbors, int) or not 0 <= walk_neighbors <= neighbors:
             raise ConfigError(f"walk neighbors must be an int in 0..{neighbors}, got {walk_neighbors!r}")
+        if not isinstance(recency, int) or isinstance(recency, bool) or recency < 0:
+            raise ConfigError(f"pair recency ranks must be an int >= 0 (0: off), got {recency!r}")
         if walk_neighbors and walks is None:
             raise ConfigError("walk neighbors read the walk state: they need walks")
         decays = tuple(float(x) for x in decays)
@@ -69,6 +78,7 @@ class PairFeatures:
         self.walks = walks
         self.decayed = decayed
         self.walk_neighbors = walk_neighbors
+        self.recency = recency
 
     @classmethod
     def of(cls, store: GraphStore, config) -> PairFeatures:
@@ -81,7 +91,7 @@ class PairFeatures:
         decayed = DecayPairs.of(config) if config.pair_decayed else None
         return cls(
             store, config.pair_neighbors, config.pair_decays, config.pair_endpoints, walks, decayed,
-            config.walk_neighbors if config.pair_walks else 0,
+            config.walk_neighbors if config.pair_walks else 0, config.pair_recency,
         )  # fmt: skip
 
     def nbytes(self) -> int:
@@ -90,11 +100,12 @@ class PairFeatures:
 
     @property
     def history_dim(self) -> int:
-        return K.HISTORY_FIXED + len(self.decays) + 2 * self.endpoints
+        return K.HISTORY_FIXED + len(self.decays) + 2 * self.endpoints + 2 * bool(self.recency)
 
     def history(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:
         """``float64 [n, history_dim]``: u->v and v->u event counts before ``t``, time since the latest of
-        each (inf: none), then a decayed count of both directions per time constant. -1: unknown node."""
+        each (inf: none), then a decayed count of both directions per time constant (then ``endpoints``'
+        and ``recency``'s columns, where on). -1: unknown node."""
         src, dst, t = pair_queries(src, dst, t)
         out = np.empty((len(src), self.history_dim))
         view = self.store.view()
@@ -108,7 +119,14 @@ class PairFeatures:
                 view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes, src, dst, t,
                 since,
             )  # fmt: skip
-            out[:, -2:] = since
+            out[:, K.HISTORY_FIXED + len(self.decays) :][:, :2] = since
+        if self.recency:
+            met, ranks = (out[:, K.N_UV] + out[:, K.N_VU]) > 0, np.empty((len(src), 2))
+            K.recency_ranks(
+                view.start, view.deg, view.pool, view.edge_t, view.edge_del, view.num_nodes, src, dst, t, met,
+                self.recency, RECENCY_SCAN * self.recency, ranks,
+            )  # fmt: skip
+            out[:, -2:] = ranks
         return out
 
     def cooccurrence(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray) -> np.ndarray:

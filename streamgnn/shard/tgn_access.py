@@ -59,6 +59,11 @@ def shard_access(trainer) -> Callable:
                 "sharded training does not yet decay walks by stream time: set model.walk_clock=events "
                 "under train.sharding"
             )
+        if mcfg.pair_features and mcfg.pair_recency:
+            raise ConfigError(
+                "sharded training does not yet read recency ranks: set model.pair_recency=0 under "
+                "train.sharding"
+            )
         state = TGNShardState(trainer, model.model)
         trainer.states.append(state)
         pairs = None
