@@ -116,9 +116,10 @@ def fit_linear(
 ) -> HeadResult:
     """One linear head over all of ``inputs`` (standardised) at once, its loss on the training rows plus
     ``penalty / 2`` times its squared weights, minimised by L-BFGS (a convex problem: no epochs to pick,
-    no seed). Why beside the staged head: on JODIE Wikipedia the staged head's later stages, each fitted
-    on what the regression on the stream features leaves, improve validation by little, while a
-    regularised regression on the embedding and the features together moves the features' weights too."""
+    and the start drawn under the caller's seed barely matters). Why beside the staged head: its later
+    stages are each fitted on what the regression on the stream features leaves, while a regularised
+    regression on the embedding and the features together moves the features' weights too. Measured on
+    JODIE Wikipedia (benchmarks/RESULTS.md): better on validation on one seed of three, so opt-in."""
     data = _Data(task, inputs, y, split, HeadConfig(balanced=balanced))
     head = StagedHead(task, inputs.shape[1], inputs.shape[1], (), 0.0)
     rows = torch.from_numpy(split.train)
