@@ -3,6 +3,7 @@ beside the baselines on the same chronological 70/15/15 split.
 
 python benchmarks/tasks.py [--quick] [--json] [--epochs N] [--seeds 0 1] [--streams NAME ...]
                            [--joint-weights 0 1 ...] [--replay-batches 200 20 ...]
+                           [--head-penalties 1e-4 ...]
 (also: streamgnn bench tasks)
 
 Tasks (``streamgnn.tasks``):
@@ -47,6 +48,12 @@ replay at each size (``tasks.stream.embed_at_labels``: the state before a batch 
 events, on Wikipedia often the editor's previous edit); ours is, per seed, the size whose head scores
 best on validation (keys ``auc_<task>_replay_<b>``, ``val_auc_<task>_replay_<b>``,
 ``auc_<task>_embeddings_replay_<b>``, ``replay_chosen_<task>``).
+
+``--head-penalties 1e-5 1e-4 1e-3 1e-2``: beside the staged head, a linear head over the embedding and
+the stream features at once, L2-regularised at each penalty (``tasks.protocol.fit_linear``); ours is, per
+seed, whichever head scores best on validation (their validation figures: ``stages_<task>``,
+``linear_all_<penalty>``). ``--head-unweighted``: ours' head with the plain loss (DyGLib's), the
+baselines' still balanced.
 
 How far from noise (binary labels): ``spread_auc_<task>[_<baseline>]`` (max - min over seeds),
 ``auc_se_<task>`` (ours' test AUC's standard error) and ``auc_diff_se_<task>_<baseline>`` (that of ours
@@ -135,15 +142,20 @@ def run_stream(
     epochs: int,
     joint_weight: float = 0.0,
     replay_batches: tuple[int, ...] = (),
+    penalties: tuple[float, ...] = (),
+    balanced: bool = True,
 ) -> dict:
     """One seed of ours and the baselines on one stream: test AUC/AP, validation AUC, sizes, seconds;
     ``joint_weight``: the model pretrained jointly with the task's loss at that weight (0: link alone);
-    ``replay_batches``: the labels embedded at each replay batch size, ours the best on validation."""
+    ``replay_batches``: the labels embedded at each replay batch size, ours the best on validation;
+    ``penalties``: the linear heads over every input tried beside the staged one; ``balanced``: classes
+    weigh the same in ours' loss (``HeadConfig``; the baselines' stay balanced)."""
     model = TGNConfig(edge_feature_dim=1 if stream.ratings else 0)
     config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model)
     started, cpu = time.perf_counter(), time.process_time()
+    head = HeadConfig(seed=seed, penalties=penalties, balanced=balanced)
     result = evaluate(
-        stream.task, events, labels, config, epochs=epochs, head=HeadConfig(seed=seed),
+        stream.task, events, labels, config, epochs=epochs, head=head,
         joint_weight=joint_weight, replay_batches=replay_batches,
     )  # fmt: skip
     run = {
@@ -273,7 +285,19 @@ def main(argv: list[str] | None = None) -> int:
         help="embed the labels from a replay in batches of each size (the model trained at "
         f"{BATCH_SIZE}); ours is each seed's best on validation (default: {BATCH_SIZE})",
     )  # fmt: skip
+    ap.add_argument(
+        "--head-penalties", type=float, nargs="*", default=[],
+        help="also fit a linear head over the embedding and the stream features at once at each L2 "
+        "penalty; ours is each seed's best head on validation (default: none, the staged head alone)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--head-unweighted", action="store_true",
+        help="ours' head trained with the plain loss (DyGLib's), not classes weighing the same; the "
+        "baselines stay balanced",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    if any(not 0 <= p < math.inf for p in args.head_penalties):
+        ap.error(f"--head-penalties: each penalty must be a number >= 0, got {args.head_penalties}")
     if any(not 0 <= w < math.inf for w in args.joint_weights):
         ap.error(f"--joint-weights: each weight must be a number >= 0, got {args.joint_weights}")
     set_threads(args.threads)
@@ -288,7 +312,17 @@ def main(argv: list[str] | None = None) -> int:
         stream = STREAMS[name]
         events, labels = prepare(stream, cap)
         runs += [
-            run_stream(stream, events, labels, seed, epochs, w, tuple(args.replay_batches))
+            run_stream(
+                stream,
+                events,
+                labels,
+                seed,
+                epochs,
+                w,
+                tuple(args.replay_batches),
+                tuple(args.head_penalties),
+                not args.head_unweighted,
+            )
             for seed in seeds
             for w in args.joint_weights
         ]
@@ -299,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     summary["published_auc_wikipedia_ban"] = dict(PUBLISHED)
     summary.update(epochs=epochs, seeds=seeds, threads=args.threads, joint_weights=args.joint_weights)
     summary["replay_batches"] = args.replay_batches
+    summary["head_penalties"] = args.head_penalties
+    summary["head_unweighted"] = args.head_unweighted
     headline = {}
     if travian:
         headline.update(affinity.HEADLINE)

@@ -65,3 +65,19 @@ def test_replay_batches_report_each_size_and_the_noise_beside_the_figures():
     assert 0.0 < result[f"auc_se_{key}"] < 0.5
     assert 0.0 < result[f"auc_diff_se_{key}_reputation"] < 0.5
     assert result[f"spread_auc_{key}"] == 0.0  # one seed
+
+
+def test_head_penalties_and_the_unweighted_loss_reach_ours_and_validation_picks_the_head():
+    """``--head-penalties``/``--head-unweighted``: the linear heads' validation figures beside the staged
+    head's stages, ours the best of them on validation."""
+    out = subprocess.run(
+        [sys.executable, "-m", "streamgnn.cli", "bench", "tasks", "--streams", "bitcoin_otc",
+         "--events", "2000", "--epochs", "1", "--head-penalties", "1e-3", "--head-unweighted", "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    result = json.loads(out.stdout)
+    assert result["head_penalties"] == [1e-3] and result["head_unweighted"] is True
+    (run,) = result["runs"]
+    stages = run["val_auc_stages"]
+    assert "linear_all_0.001" in stages and "joint" in stages
+    assert run["val_auc"] == max(stages.values())  # the staged head's last kept stage, or the linear one

@@ -24,6 +24,7 @@ from streamgnn.tasks import (
 from streamgnn.tasks.head import StagedHead
 from streamgnn.tasks.metrics import roc_auc
 from streamgnn.tasks.online import OnlineHead
+from streamgnn.tasks.protocol import fit_linear
 
 torch.set_num_threads(1)
 FEATURES = 4
@@ -118,3 +119,21 @@ def test_balanced_weights_give_every_class_the_same_total():
     w3 = NodeClassification(classes=3).balance(np.array([0, 0, 0, 2]))  # a class absent: no weight for it
     assert w3[:3].sum() == pytest.approx(w3[3]) and w3.mean() == pytest.approx(1.0)
     assert NodeRegression().balance(np.array([0.5, 2.0])) is None
+
+
+def test_a_linear_head_over_every_input_is_kept_where_it_wins_validation_and_shrinks_with_its_penalty():
+    x, y = synthetic(2000, 4, rate=0.1, xor=False)
+    x[:, 0] += 0.7 * (2 * y - 1)  # one embedding column carries a linear signal of its own
+    labels, split = _labels(y)
+    task = NodeClassification()
+    staged = fit_head(task, x, y, split, HeadConfig(epochs=5), features=FEATURES)
+    both = fit_head(task, x, y, split, HeadConfig(epochs=5, penalties=(1e-3, 1e2)), features=FEATURES)
+    linear = {p: both.stages[f"linear_all_{p:g}"] for p in (1e-3, 1e2)}
+    assert both.val["auc"] == max(staged.val["auc"], *linear.values())  # the best of them on validation
+    assert both.stages["joint"] == staged.stages["joint"]  # the staged head fitted as without penalties
+    inputs = torch.from_numpy((x - x[split.train].mean(0)) / x[split.train].std(0))
+    small, large = (fit_linear(task, inputs, y, split, p) for p in (1e-3, 1e2))
+    assert np.std(large.scores) < np.std(small.scores) / 5  # a large penalty pulls every weight toward 0
+    assert small.test["auc"] > 0.9  # the signal of the embedding column and the features, read at once
+    with pytest.raises(ConfigError, match="penalties"):
+        HeadConfig(penalties=(-1.0,))

@@ -28,7 +28,9 @@ class HeadConfig:
     shuffled by ``seed``, at most ``epochs`` passes a stage, stopping ``patience`` epochs past the best
     validation figure (``Task.selection``); ``balanced``: every class weighs the same in the loss
     (``Task.balance``). The linear stage is trained as ``LINEAR`` says, the logistic-regression baseline's
-    settings, whatever this config's."""
+    settings, whatever this config's. ``penalties``: also fit one linear head over all the inputs at once
+    (``fit_linear``) at each of these L2 penalties, and keep whichever head, staged or linear, scores best
+    on validation (``()``: the staged head alone)."""
 
     hidden: tuple[int, ...] = (80,)
     dropout: float = 0.1
@@ -39,6 +41,7 @@ class HeadConfig:
     patience: int = 5
     balanced: bool = True
     seed: int = 0
+    penalties: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "epochs", "patience"):
@@ -46,6 +49,8 @@ class HeadConfig:
                 raise ConfigError(f"HeadConfig.{name} must be an int >= 1, got {getattr(self, name)!r}")
         if not (self.lr > 0 and self.weight_decay >= 0 and 0 <= self.dropout < 1):
             raise ConfigError("HeadConfig needs lr > 0, weight_decay >= 0 and 0 <= dropout < 1")
+        if not all(isinstance(p, int | float) and 0 <= p < math.inf for p in self.penalties):
+            raise ConfigError(f"HeadConfig.penalties must be numbers >= 0, got {self.penalties!r}")
 
 
 LINEAR = HeadConfig(hidden=(), lr=1e-2, batch_size=64, epochs=30)
@@ -79,7 +84,8 @@ def fit_head(
     """Train ``task``'s staged head on ``x[split.train]`` (inputs standardised by the training rows' mean
     and spread), whose last ``features`` columns (default: all) are stream features: each stage in turn,
     the earlier ones frozen, keeping the epoch with the best validation figure, or none where no epoch
-    beats the stages before it; then score every row."""
+    beats the stages before it; then score every row. With ``config.penalties``, the linear heads over all
+    the inputs at once too (``fit_linear``), and the best of them all on validation."""
     config = config or HeadConfig()
     x = np.asarray(x, np.float32)
     if x.ndim != 2 or len(x) != len(y):
@@ -92,7 +98,46 @@ def fit_head(
     torch.manual_seed(config.seed)
     features = x.shape[1] if features is None else features
     head = StagedHead(task, x.shape[1], features, config.hidden, config.dropout)
-    return fit_stages(task, head, inputs, y, split, config)
+    staged = fit_stages(task, head, inputs, y, split, config)
+    fitted = [staged, *(fit_linear(task, inputs, y, split, p, config.balanced) for p in config.penalties)]
+    best = max(fitted, key=lambda r: task.selection(r.val))  # the staged head on a tie
+    return dataclasses.replace(best, stages={**staged.stages, **_linear_figures(fitted[1:], config)})
+
+
+def _linear_figures(fitted: list[HeadResult], config: HeadConfig) -> dict[str, float]:
+    """Each linear head's validation figure, named by its penalty (``linear_all_<penalty>``)."""
+    return {
+        f"linear_all_{p:g}": r.stages["linear_all"] for p, r in zip(config.penalties, fitted, strict=True)
+    }
+
+
+def fit_linear(
+    task: Task, inputs: torch.Tensor, y: np.ndarray, split: LabelSplit, penalty: float, balanced: bool = True
+) -> HeadResult:
+    """One linear head over all of ``inputs`` (standardised) at once, its loss on the training rows plus
+    ``penalty / 2`` times its squared weights, minimised by L-BFGS (a convex problem: no epochs to pick,
+    and the start drawn under the caller's seed barely matters). Why beside the staged head: its later
+    stages are each fitted on what the regression on the stream features leaves, while a regularised
+    regression on the embedding and the features together moves the features' weights too. Measured on
+    JODIE Wikipedia (benchmarks/RESULTS.md): better on validation on one seed of three, so opt-in."""
+    data = _Data(task, inputs, y, split, HeadConfig(balanced=balanced))
+    head = StagedHead(task, inputs.shape[1], inputs.shape[1], (), 0.0)
+    rows = torch.from_numpy(split.train)
+    x, target = data.inputs[rows], data.target[rows]
+    weight = None if data.weight is None else data.weight[rows]
+    optimizer = torch.optim.LBFGS(head.parameters(), max_iter=200, line_search_fn="strong_wolfe")
+
+    def objective() -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = task.loss(head(x), target, weight) + 0.5 * penalty * head.linear.weight.square().sum()
+        loss.backward()
+        return loss
+
+    optimizer.step(objective)
+    scores = _predict(task, head, data.inputs)
+    val, test = (task.metrics(scores[r], y[r]) for r in (split.val, split.test))
+    figure = task.selection(val)
+    return HeadResult(val, test, scores, 1, 1, [figure], {"linear_all": figure})
 
 
 def fit_stages(
