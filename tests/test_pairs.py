@@ -50,6 +50,15 @@ def brute_cooccurrence(ref, u: int, v: int, tq: float, k: int) -> np.ndarray:
     return out
 
 
+def built_with_queries(raw, splits, qs):
+    """The store of ``raw`` cut at ``splits`` (those inside it), its reference, and the queries as arrays."""
+    events = timed(raw)
+    store, ref = build(events, [s for s in splits if s <= len(events)])
+    src = np.array([u for u, _, _ in qs], np.int64)
+    dst = np.array([v for _, v, _ in qs], np.int64)
+    return store, ref, src, dst, np.array([tq / 2 for *_, tq in qs])
+
+
 # rows of candidates: one source at one time against a few destinations, as scoring asks
 rows = st.lists(
     st.tuples(st.integers(-1, 11), st.lists(st.integers(-1, 11), min_size=1, max_size=4), st.integers(0, 31)),
@@ -70,12 +79,8 @@ queries = st.lists(
 )
 def test_matches_brute_force(raw, splits, qs, k):
     """Random streams with deletions, self-loops, duplicate times, unknown nodes; any batch cuts."""
-    events = timed(raw)
-    store, ref = build(events, [s for s in splits if s <= len(events)])
+    store, ref, src, dst, t = built_with_queries(raw, splits, qs)
     n = store.num_nodes
-    src = np.array([u for u, _, _ in qs], np.int64)
-    dst = np.array([v for _, v, _ in qs], np.int64)
-    t = np.array([tq / 2 for *_, tq in qs])
     pairs = PairFeatures(store, neighbors=k, decays=TAUS, endpoints=True)
     hist, cooc = pairs.history(src, dst, t), pairs.cooccurrence(src, dst, t)
     plain = PairFeatures(store, neighbors=k, decays=TAUS).history(src, dst, t)
@@ -113,12 +118,8 @@ def test_recency_ranks_match_brute_force(raw, splits, qs, cap, scan):
     limit that binds (``RECENCY_SCAN`` times the cap); few nodes, so that most pairs met and repeat."""
     raw = [(kind, s % 4, d % 4, step) for kind, s, d, step in raw]
     qs = [(u % 5 if u >= 0 else u, v % 5 if v >= 0 else v, tq) for u, v, tq in qs]
-    events = timed(raw)
-    store, ref = build(events, [s for s in splits if s <= len(events)])
+    store, ref, src, dst, t = built_with_queries(raw, splits, qs)
     n = store.num_nodes
-    src = np.array([u for u, _, _ in qs], np.int64)
-    dst = np.array([v for _, v, _ in qs], np.int64)
-    t = np.array([tq / 2 for *_, tq in qs])
     with mock.patch.object(pairs_module, "RECENCY_SCAN", scan):
         hist = PairFeatures(store, neighbors=2, decays=TAUS, endpoints=True, recency=cap).history(src, dst, t)
     plain = PairFeatures(store, neighbors=2, decays=TAUS, endpoints=True).history(src, dst, t)
