@@ -3,7 +3,7 @@ beside the baselines on the same chronological 70/15/15 split.
 
 python benchmarks/tasks.py [--quick] [--json] [--epochs N] [--seeds 0 1] [--streams NAME ...]
                            [--joint-weights 0 1 ...] [--replay-batches 200 20 ...]
-                           [--head-penalties 1e-4 ...]
+                           [--head-penalties 1e-4 ...] [--head-unweighted] [--head-other-end]
 (also: streamgnn bench tasks)
 
 Tasks (``streamgnn.tasks``):
@@ -53,7 +53,8 @@ best on validation (keys ``auc_<task>_replay_<b>``, ``val_auc_<task>_replay_<b>`
 the stream features at once, L2-regularised at each penalty (``tasks.protocol.fit_linear``); ours is, per
 seed, whichever head scores best on validation (their validation figures: ``stages_<task>``,
 ``linear_all_<penalty>``). ``--head-unweighted``: ours' head with the plain loss (DyGLib's), the
-baselines' still balanced.
+baselines' still balanced. ``--head-other-end`` (node-label streams only: Wikipedia): ours' head reads
+the edited page's embedding beside the editor's (``Labels.other_end``); the baselines' inputs unchanged.
 
 How far from noise (binary labels): ``spread_auc_<task>[_<baseline>]`` (max - min over seeds),
 ``auc_se_<task>`` (ours' test AUC's standard error) and ``auc_diff_se_<task>_<baseline>`` (that of ours
@@ -144,19 +145,21 @@ def run_stream(
     replay_batches: tuple[int, ...] = (),
     penalties: tuple[float, ...] = (),
     balanced: bool = True,
+    other_end: bool = False,
 ) -> dict:
     """One seed of ours and the baselines on one stream: test AUC/AP, validation AUC, sizes, seconds;
     ``joint_weight``: the model pretrained jointly with the task's loss at that weight (0: link alone);
     ``replay_batches``: the labels embedded at each replay batch size, ours the best on validation;
     ``penalties``: the linear heads over every input tried beside the staged one; ``balanced``: classes
-    weigh the same in ours' loss (``HeadConfig``; the baselines' stay balanced)."""
+    weigh the same in ours' loss (``HeadConfig``; the baselines' stay balanced); ``other_end``: ours'
+    head reads each node label's event's other end's embedding too (``evaluate``'s)."""
     model = TGNConfig(edge_feature_dim=1 if stream.ratings else 0)
     config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model)
     started, cpu = time.perf_counter(), time.process_time()
     head = HeadConfig(seed=seed, penalties=penalties, balanced=balanced)
     result = evaluate(
         stream.task, events, labels, config, epochs=epochs, head=head,
-        joint_weight=joint_weight, replay_batches=replay_batches,
+        joint_weight=joint_weight, replay_batches=replay_batches, other_end=other_end,
     )  # fmt: skip
     run = {
         "stream": stream.dataset, "seed": seed, "events": len(events), "joint_weight": joint_weight,
@@ -295,7 +298,19 @@ def main(argv: list[str] | None = None) -> int:
         help="ours' head trained with the plain loss (DyGLib's), not classes weighing the same; the "
         "baselines stay balanced",
     )  # fmt: skip
+    ap.add_argument(
+        "--head-other-end", action="store_true",
+        help="ours' head also reads the embedding of each node label's event's other end (Wikipedia: the "
+        "edited page); node-label streams only",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    edge_streams = [n for n in args.streams if n in STREAMS and STREAMS[n].task.on_edges]
+    if args.head_other_end and (edge_streams or affinity.KEY in args.streams):
+        refused = [*edge_streams, *([affinity.KEY] if affinity.KEY in args.streams else [])]
+        ap.error(
+            f"--head-other-end: only node labels read from edge events have another end; not {refused} "
+            "(e.g. --streams jodie_wikipedia)"
+        )
     if any(not 0 <= p < math.inf for p in args.head_penalties):
         ap.error(f"--head-penalties: each penalty must be a number >= 0, got {args.head_penalties}")
     if any(not 0 <= w < math.inf for w in args.joint_weights):
@@ -322,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                 tuple(args.replay_batches),
                 tuple(args.head_penalties),
                 not args.head_unweighted,
+                args.head_other_end,
             )
             for seed in seeds
             for w in args.joint_weights
@@ -335,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["replay_batches"] = args.replay_batches
     summary["head_penalties"] = args.head_penalties
     summary["head_unweighted"] = args.head_unweighted
+    summary["head_other_end"] = args.head_other_end
     headline = {}
     if travian:
         headline.update(affinity.HEADLINE)

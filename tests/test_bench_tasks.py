@@ -81,3 +81,14 @@ def test_head_penalties_and_the_unweighted_loss_reach_ours_and_validation_picks_
     stages = run["val_auc_stages"]
     assert "linear_all_0.001" in stages and "joint" in stages
     assert run["val_auc"] == max(stages.values())  # the staged head's last kept stage, or the linear one
+
+
+def test_head_other_end_is_refused_by_name_for_streams_whose_labels_have_none():
+    out = subprocess.run(
+        [sys.executable, "-m", "streamgnn.cli", "bench", "tasks", "--head-other-end", "--json",
+         "--streams", "jodie_wikipedia", "bitcoin_otc"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert out.returncode == 2 and out.stdout == ""
+    refused = out.stderr.split("not ", 1)[1].split("]")[0]
+    assert "--head-other-end" in out.stderr and "bitcoin_otc" in refused and "jodie_wikipedia" not in refused

@@ -3,6 +3,7 @@ link model's embeddings at label times, on small hand-made streams."""
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -211,6 +212,52 @@ def test_a_smaller_replay_batch_sees_more_of_the_stream_and_still_nothing_of_the
     assert not np.array_equal(z5_moved[~first], z5[~first])
     with pytest.raises(ConfigError, match="batch_size"):
         embed_at_labels(trainer, ev, labels, batch_size=0)
+
+
+def test_a_node_labels_other_end_is_embedded_as_an_edge_labels_dst_and_refused_where_there_is_none():
+    """``other_end``: a node label read from an edge event embeds that event's destination beside its
+    node, the same rows an edge label of the same events reads; refused by name where there is none."""
+    t, src, dst, ev, labels, trainer = _pretrained_on_random_labels(seed=8, on_edges=False)
+    assert labels.other_end.tolist() == dst.tolist() and not labels.on_edges
+    z_node, z_other = embed_at_labels(trainer, ev, labels, other_end=True)
+    edges = Labels.of_events(ev, labels.y, on_edges=True)
+    z_src, z_dst = embed_at_labels(trainer, ev, edges)
+    np.testing.assert_array_equal(z_node, z_src)
+    np.testing.assert_array_equal(z_other, z_dst)
+    assert labels.take(np.arange(5, 9)).other_end.tolist() == dst[5:9].tolist()
+    with pytest.raises(ConfigError, match="edge label's other end"):
+        embed_at_labels(trainer, ev, edges, other_end=True)
+    sent = Labels(labels.node, labels.t, labels.y)  # node labels sent on their own: no event, no other end
+    with pytest.raises(ConfigError, match="carry no other end"):
+        embed_at_labels(trainer, ev, sent, other_end=True)
+    with pytest.raises(ConfigError, match="other_end is a node label's"):
+        Labels(labels.node, labels.t, labels.y, dst, other_end=dst)
+
+
+def test_evaluate_with_other_end_widens_ours_head_and_leaves_the_baselines_as_they_are(monkeypatch):
+    evaluate_module = importlib.import_module("streamgnn.tasks.evaluate")  # the package names the function
+
+    rng = np.random.default_rng(9)
+    n = 600
+    src, dst = rng.integers(0, 30, n), rng.integers(30, 50, n)
+    ev = events_of(src, dst, np.arange(n, dtype=np.float64))
+    labels = Labels.of_events(ev, (dst % 2).astype(np.int64), on_edges=False)
+    widths: list[int] = []
+
+    def fit_head_spy(task, x, *args, **kwargs):
+        widths.append(x.shape[1])
+        return fit_head(task, x, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate_module, "fit_head", fit_head_spy)
+    head = HeadConfig(epochs=2)
+    plain = evaluate(NodeClassification(), ev, labels, _small_config(), head=head)
+    paired = evaluate(NodeClassification(), ev, labels, _small_config(), head=head, other_end=True)
+    features = 4  # the node's stream features (NODE)
+    assert widths == [8 + features, 8, features, 16 + features, 16, features]
+    assert paired.baselines == plain.baselines and paired.baselines_val == plain.baselines_val
+    with pytest.raises(ConfigError, match="edge label's other end"):
+        evaluate(EdgeClassification(), ev, Labels.of_events(ev, labels.y, on_edges=True), _small_config(),
+                 head=head, other_end=True)  # fmt: skip
 
 
 def test_delong_auc_and_covariance_match_their_pairwise_definition():

@@ -77,12 +77,15 @@ def evaluate(
     tau: float = 86400.0,
     joint_weight: float = 0.0,
     replay_batches: tuple[int, ...] = (),
+    other_end: bool = False,
 ) -> TaskResult:
     """Ours and the baselines on ``labels`` over the time-ordered stream ``events`` (module docstring);
     ``epochs`` of link pretraining, jointly with the task's loss on the training labels at
     ``joint_weight`` (``joint``; 0: link prediction alone); ``tau``: the stream features' decay time;
     ``replay_batches``: the replay batch sizes the labels are embedded at (default: the training's), ours
-    the one whose head scores best on validation (never on test)."""
+    the one whose head scores best on validation (never on test); ``other_end``: ours' head (and the
+    embeddings-alone one) reads a node label's event's other end's embedding beside the node's
+    (``Labels.other_end``; offline only), the stream features and so the baselines as they are."""
     split = LabelSplit.by_time(labels, events.t)
     head = head or HeadConfig(seed=config.seed)
     trainer = OnlineTrainer(dataclasses.replace(config, serve_every=0, checkpoint_every=0))
@@ -92,7 +95,8 @@ def evaluate(
     width = feats.x.shape[1]
     replay = {}
     for size in dict.fromkeys(replay_batches or (config.batch_size,)):
-        z = task.inputs(*embed_at_labels(trainer, events, labels, batch_size=size))
+        z_node, z_second = embed_at_labels(trainer, events, labels, batch_size=size, other_end=other_end)
+        z = np.concatenate([z_node, z_second], axis=1) if other_end else task.inputs(z_node, z_second)
         ours = fit_head(task, np.concatenate([z, feats.x], axis=1), labels.y, split, head, features=width)
         replay[size] = (ours, fit_head(task, z, labels.y, split, head, features=0))
     chosen = max(replay, key=lambda size: task.selection(replay[size][0].val))  # the first on a tie

@@ -20,18 +20,25 @@ class Labels:
     """``n`` labels in time order: ``node`` (external ids; an edge label's source), ``t``, ``y`` (int64
     classes, float64 values, or ``[n, C]`` rows of a distribution: node affinity) and, for edge labels,
     ``dst``; ``origin``, where each was read (a file's line, a message's offset: what a dead letter about
-    it names), when it was read from records."""
+    it names), when it was read from records. ``other_end``: for a node label read from an edge event
+    (JODIE's label column: the editor's state at this edit), that edge's other end (the page); what a
+    head may read beside the node's own state (``embed_at_labels(other_end=True)``), never a feature of
+    the baselines'. None for edge labels (their other end is ``dst``) and labels sent on their own."""
 
     node: np.ndarray
     t: np.ndarray
     y: np.ndarray
     dst: np.ndarray | None = None
     origin: np.ndarray | None = None
+    other_end: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.node)
+        if self.dst is not None and self.other_end is not None:
+            raise ConfigError("Labels.other_end is a node label's: an edge label's other end is its dst")
         columns = {"t": self.t, "y": self.y}
-        columns.update({k: v for k, v in (("dst", self.dst), ("origin", self.origin)) if v is not None})
+        optional = (("dst", self.dst), ("origin", self.origin), ("other_end", self.other_end))
+        columns.update({k: v for k, v in optional if v is not None})
         for name, column in columns.items():
             rows_of_vectors = name == "y" and np.ndim(column) == 2  # a distribution per label (affinity)
             if (np.ndim(column) != 1 and not rows_of_vectors) or len(column) != n:
@@ -51,12 +58,15 @@ class Labels:
     @classmethod
     def of_events(cls, events: EventBatch, y: np.ndarray, *, on_edges: bool) -> Labels:
         """One label per event of a time-ordered batch (a dataset's label column): the edge's, or its
-        source node's at the event's time (JODIE's "banned after this edit")."""
-        return cls(events.src, events.t, np.asarray(y), events.dst if on_edges else None)
+        source node's at the event's time (JODIE's "banned after this edit"), the event's destination
+        kept as its ``other_end``."""
+        if on_edges:
+            return cls(events.src, events.t, np.asarray(y), events.dst)
+        return cls(events.src, events.t, np.asarray(y), other_end=events.dst)
 
     def take(self, rows) -> Labels:
-        dst, origin = (None if c is None else c[rows] for c in (self.dst, self.origin))
-        return Labels(self.node[rows], self.t[rows], self.y[rows], dst, origin)
+        dst, origin, other = (None if c is None else c[rows] for c in (self.dst, self.origin, self.other_end))
+        return Labels(self.node[rows], self.t[rows], self.y[rows], dst, origin, other)
 
 
 @dataclass(frozen=True)

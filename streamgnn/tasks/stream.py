@@ -52,12 +52,19 @@ def pretrain(
 
 
 def embed_at_labels(
-    trainer: OnlineTrainer, events: EventBatch, labels: Labels, *, batch_size: int | None = None
+    trainer: OnlineTrainer,
+    events: EventBatch,
+    labels: Labels,
+    *,
+    batch_size: int | None = None,
+    other_end: bool = False,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``(z_node, z_dst)``: each label's node (or edge ends') embedding from a replay of ``events`` from
     blank memory in batches of ``batch_size`` (default: the trainer's), taken before the batch holding
     the label's first event at or after its time is ingested, at the earliest label time of that batch
-    (module docstring). ``z_dst`` is None for node labels. The model learns nothing during the replay.
+    (module docstring). ``z_dst`` is None for node labels, or with ``other_end`` the embedding of their
+    event's other end (``Labels.other_end``: the page a banned editor edited). The model learns nothing
+    during the replay.
 
     Why a replay batch of its own: the state before a batch holds none of the batch's earlier events, and
     those are often the ones a label is about. On JODIE Wikipedia, batches of 200 events span ~55
@@ -76,7 +83,8 @@ def embed_at_labels(
     # Label i is embedded before batch k = (events strictly before it) // bs: the state then holds only
     # events of earlier batches, all strictly before the label's time.
     batch_of = np.searchsorted(events.t, labels.t, side="left") // bs
-    ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
+    second = _other_end(labels) if other_end else labels.dst
+    ends = [labels.node] if second is None else [labels.node, second]
     z = np.zeros((len(ends), len(labels), model.out_dim), np.float32)
     n_batches = -(-len(events) // bs)
     for k in range(n_batches + 1):
@@ -92,4 +100,16 @@ def embed_at_labels(
             z[:, lo:hi] = out.reshape(len(ends), hi - lo, -1)
         if k < n_batches:
             trainer.step(events.take(slice(k * bs, (k + 1) * bs)), train=False, score=False)
-    return z[0], (z[1] if labels.dst is not None else None)
+    return z[0], (z[1] if second is not None else None)
+
+
+def _other_end(labels: Labels) -> np.ndarray:
+    """The node labels' other ends, or a ConfigError naming why there are none."""
+    if labels.on_edges:
+        raise ConfigError("other_end is for node labels: an edge label's other end (its dst) is read already")
+    if labels.other_end is None:
+        raise ConfigError(
+            "other_end: these node labels carry no other end (Labels.other_end: only a node label read "
+            "from an edge event has one, e.g. Labels.of_events; not one sent on its own)"
+        )
+    return labels.other_end
