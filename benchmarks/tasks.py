@@ -267,7 +267,8 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(finite) if finite else math.nan
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """``bench tasks``' options (``main`` checks the combinations)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     quick = f"the first {QUICK_EVENTS:,} events of each stream, 1 epoch, seed 0"
     ap.add_argument("--quick", action="store_true", help=quick)
@@ -303,6 +304,33 @@ def main(argv: list[str] | None = None) -> int:
         help="ours' head also reads the embedding of each node label's event's other end (Wikipedia: the "
         "edited page); node-label streams only",
     )  # fmt: skip
+    return ap
+
+
+def _headline(streams: list[str], joint_weights: list[float], travian: bool) -> dict[str, str]:
+    """The summary's headline keys, each with what it means, for the streams run."""
+    headline = {}
+    if travian:
+        headline.update(affinity.HEADLINE)
+    for name in streams:
+        if name == affinity.KEY:
+            continue
+        key = STREAMS[name].key
+        headline[f"auc_{key}"] = f"test AUC-ROC, ours, {name}"
+        headline[f"auc_{key}_embeddings"] = f"test AUC-ROC, ours over the embeddings alone, {name}"
+        headline[f"auc_{key}_features_mlp"] = f"test AUC-ROC, ours over the stream features alone, {name}"
+        for b in BASELINES:
+            headline[f"auc_{key}_{b}"] = f"test AUC-ROC, {b}, {name}"
+        headline[f"margin_{key}"] = f"ours minus the best baseline, {name}"
+        for w in joint_weights if len(joint_weights) > 1 else ():
+            headline[f"auc_{key}_joint_{w:g}"] = (
+                f"test AUC-ROC, ours pretrained at joint weight {w:g}, {name}"
+            )
+    return headline
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     edge_streams = [n for n in args.streams if n in STREAMS and STREAMS[n].task.on_edges]
     if args.head_other_end and (edge_streams or affinity.KEY in args.streams):
@@ -352,23 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["head_penalties"] = args.head_penalties
     summary["head_unweighted"] = args.head_unweighted
     summary["head_other_end"] = args.head_other_end
-    headline = {}
-    if travian:
-        headline.update(affinity.HEADLINE)
-    for name in args.streams:
-        if name == affinity.KEY:
-            continue
-        key = STREAMS[name].key
-        headline[f"auc_{key}"] = f"test AUC-ROC, ours, {name}"
-        headline[f"auc_{key}_embeddings"] = f"test AUC-ROC, ours over the embeddings alone, {name}"
-        headline[f"auc_{key}_features_mlp"] = f"test AUC-ROC, ours over the stream features alone, {name}"
-        for b in BASELINES:
-            headline[f"auc_{key}_{b}"] = f"test AUC-ROC, {b}, {name}"
-        headline[f"margin_{key}"] = f"ours minus the best baseline, {name}"
-        for w in args.joint_weights if len(args.joint_weights) > 1 else ():
-            headline[f"auc_{key}_joint_{w:g}"] = (
-                f"test AUC-ROC, ours pretrained at joint weight {w:g}, {name}"
-            )
+    headline = _headline(args.streams, args.joint_weights, bool(travian))
     report(
         summary,
         args.json,

@@ -43,15 +43,20 @@ def test_quick_json_reports_every_task_beside_its_baselines():
     assert all(0.8 < v < 0.9 for v in result["published_auc_wikipedia_ban"].values())
 
 
+def otc_prefix(*options: str) -> dict:
+    """``bench tasks --json`` on Bitcoin OTC's first 2,000 ratings, one epoch, with ``options``."""
+    out = subprocess.run(
+        [sys.executable, "-m", "streamgnn.cli", "bench", "tasks", "--streams", "bitcoin_otc",
+         "--events", "2000", "--epochs", "1", *options, "--json"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
 def test_replay_batches_report_each_size_and_the_noise_beside_the_figures():
     """``--replay-batches``: each size's figures, the sizes validation picked, and how far the figures
     are from noise (standard errors, the seeds' spread)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "streamgnn.cli", "bench", "tasks", "--streams", "bitcoin_otc",
-         "--events", "2000", "--epochs", "1", "--replay-batches", "200", "50", "--json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    result = json.loads(out.stdout)
+    result = otc_prefix("--replay-batches", "200", "50")
     key = "sign_bitcoin_otc"  # its first 2,000 ratings: 14 negative of 300 in test, 9 in validation
     assert result["replay_batches"] == [200, 50]
     (run,) = result["runs"]
@@ -70,12 +75,7 @@ def test_replay_batches_report_each_size_and_the_noise_beside_the_figures():
 def test_head_penalties_and_the_unweighted_loss_reach_ours_and_validation_picks_the_head():
     """``--head-penalties``/``--head-unweighted``: the linear heads' validation figures beside the staged
     head's stages, ours the best of them on validation."""
-    out = subprocess.run(
-        [sys.executable, "-m", "streamgnn.cli", "bench", "tasks", "--streams", "bitcoin_otc",
-         "--events", "2000", "--epochs", "1", "--head-penalties", "1e-3", "--head-unweighted", "--json"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    result = json.loads(out.stdout)
+    result = otc_prefix("--head-penalties", "1e-3", "--head-unweighted")
     assert result["head_penalties"] == [1e-3] and result["head_unweighted"] is True
     (run,) = result["runs"]
     stages = run["val_auc_stages"]
