@@ -1,6 +1,7 @@
 """Follow: does the live job keep up with a topic written at a fixed rate, and what does it deliver then?
 
 python benchmarks/follow.py [--quick] [--json] [--rates 1000,5000,20000,50000] [--seconds S]
+    [--reference-events N]
 (also: streamgnn bench follow)
 
 An embedded broker (Tansu, as ``streamgnn broker`` and the demo start it); for each rate a fresh topic, a
@@ -217,7 +218,7 @@ def follow(rates: list[float], seconds: float, reference_events: int) -> dict:
     warmup_s = warm()
     with LocalBroker() as broker:
         runs = [follow_rate(broker.bootstrap, rate, seconds) for rate in rates]
-    ref = reference(reference_events)
+    ref = reference(reference_events) if reference_events else None
     sustained = [r for r in runs if r["sustained"]]
     best = max(sustained, key=lambda r: r["rate"]) if sustained else None
     edgebanks = max(best["edgebank_ap"], best["edgebank_tw_ap"]) if best else math.nan
@@ -228,7 +229,7 @@ def follow(rates: list[float], seconds: float, reference_events: int) -> dict:
         "fresh_p99_ms": best["fresh_p99_ms"] if best else math.nan,
         "learned_fraction_at_max": best["learned_fraction"] if best else math.nan,
         "ap_at_max": best["ap"] if best else math.nan,
-        "ap_at_max_vs_every_event": best["ap"] - ref["ap"] if best else math.nan,
+        "ap_at_max_vs_every_event": best["ap"] - ref["ap"] if best and ref else math.nan,
         "above_edgebanks_at_max": bool(best and best["ap"] > edgebanks),
         "every_event": ref, "warmup_s": warmup_s, "load_avg_before": load_before[0],
         "load_avg_after": os.getloadavg()[0],
@@ -251,15 +252,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--rates", help="events/s, comma separated (default 1000,5000,20000,50000)")
     ap.add_argument("--seconds", type=float, help="seconds of production per rate (default 20; --quick 4)")
+    ap.add_argument(
+        "--reference-events", type=int,
+        help="events of the every-event reference (default 50,000; --quick 5,000; 0: none, for A/B runs of "
+        "the live job alone: ap_at_max_vs_every_event is then NaN and every_event null)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     rates = [
         float(r) for r in (args.rates or ("2000,10000" if args.quick else "1000,5000,20000,50000")).split(",")
     ]
     seconds = args.seconds or (4.0 if args.quick else 20.0)
-    if not rates or min(rates) <= 0 or seconds <= 0:
-        ap.error("--rates must be positive events/s and --seconds > 0")
+    reference_events = 5_000 if args.quick else 50_000
+    reference_events = reference_events if args.reference_events is None else args.reference_events
+    if not rates or min(rates) <= 0 or seconds <= 0 or reference_events < 0:
+        ap.error("--rates must be positive events/s, --seconds > 0 and --reference-events >= 0")
     set_threads(1)  # as `streamgnn train` (--threads 1)
-    results = follow(rates, seconds, reference_events=5_000 if args.quick else 50_000)
+    results = follow(rates, seconds, reference_events)
     if not args.json:
         for run in results["runs"]:
             print(

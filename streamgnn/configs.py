@@ -441,6 +441,13 @@ STEPS: tuple[Step, ...] = (
         lambda data: data,
         {"train.follow.min_learn_fraction": 0.0},
     ),
+    Step(
+        4,
+        "a time floor between checkpoints (train.checkpoint_min_pause_s) was added, by default 10 s with the "
+        "default interval: then, a checkpoint fell every checkpoint_every batches whatever the time",
+        lambda data: data,
+        {"train.checkpoint_min_pause_s": 0.0},
+    ),
 )
 CONFIG_VERSION = STEPS[-1].version
 

@@ -117,6 +117,7 @@ class FollowConfig(Config):
 MODEL_CONFIGS = Family("model")
 BASELINES = ("edgebank", "edgebank_tw")
 DEFAULT_CHECKPOINT_EVERY = 100  # batches: 20,000 events at the default batch size
+DEFAULT_CHECKPOINT_MIN_PAUSE_S = 10.0  # seconds: with the default interval, a job behind its source
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,14 @@ class TrainConfig(Config):
     ``window_events``: scored events per running-metrics window.
     ``checkpoint_every``: global batches between checkpoints (0: none; None, the default: every
     ``DEFAULT_CHECKPOINT_EVERY`` batches when a ``checkpoint_dir`` is given, so naming a folder is enough
-    for a run to resume; ``checkpoint_interval`` is the resolved figure). ``serve_every``: batches between
+    for a run to resume; ``checkpoint_interval`` is the resolved figure). ``checkpoint_min_pause_s``: the
+    least seconds from one checkpoint's end to the next one by interval, as Flink's
+    ``execution.checkpointing.min-pause``: a job behind its source steps batches of thousands of events in
+    several steps each, so 100 of them go by in a second or two, and a checkpoint (0.35 s at 20,000
+    events/s) every second took a third of the wall (benchmarks/RESULTS.md, "Following: a time floor on
+    checkpoints"). A checkpoint due is taken at the first boundary after the pause; the run's last one is
+    never paused. None (the default): ``DEFAULT_CHECKPOINT_MIN_PAUSE_S`` with the default interval, 0 with
+    an interval named (``checkpoint_pause_s`` is the resolved figure). ``serve_every``: batches between
     embedding-table refreshes (0: no table); ``publish_every``: refreshes between sink publishes.
 
     ``query_time``: when a batch's nodes are embedded. "batch" (default): each distinct node once, as of the
@@ -189,6 +197,7 @@ class TrainConfig(Config):
     window_events: int = 10_000
     checkpoint_dir: str | None = None
     checkpoint_every: int | None = None
+    checkpoint_min_pause_s: float | None = None
     checkpoint_keep: int = 2
     serve_every: int = 1
     publish_every: int = 10
@@ -228,6 +237,9 @@ class TrainConfig(Config):
             raise ConfigError(f"edgebank_window_ratio must be > 0, got {self.edgebank_window_ratio}")
         if self.checkpoint_every and not self.checkpoint_dir:
             raise ConfigError("checkpoint_every > 0 needs a checkpoint_dir")
+        pause = self.checkpoint_min_pause_s
+        if pause is not None and not (isinstance(pause, (int, float)) and 0.0 <= pause < math.inf):
+            raise ConfigError(f"checkpoint_min_pause_s must be a finite number >= 0 or None, got {pause!r}")
         if not isinstance(self.follow, FollowConfig):
             raise ConfigError(f"follow must be a FollowConfig, got {type(self.follow).__name__}")
         if self.sharding is not None and not isinstance(self.sharding, ShardConfig):
@@ -239,6 +251,14 @@ class TrainConfig(Config):
         if self.checkpoint_every is not None:
             return self.checkpoint_every
         return DEFAULT_CHECKPOINT_EVERY if self.checkpoint_dir else 0
+
+    @property
+    def checkpoint_pause_s(self) -> float:
+        """Least seconds between checkpoints by interval: ``checkpoint_min_pause_s``, or its default (the
+        default interval's pause; an interval a user named is kept as named)."""
+        if self.checkpoint_min_pause_s is not None:
+            return float(self.checkpoint_min_pause_s)
+        return DEFAULT_CHECKPOINT_MIN_PAUSE_S if self.checkpoint_every is None else 0.0
 
     @classmethod
     def from_checkpoint(cls, data: Mapping, where: str = "") -> TrainConfig:

@@ -1,8 +1,8 @@
 """The stream loop every online trainer runs (``OnlineTrainer.fit``, ``shard.ShardedTrainer.fit``,
 ``snapshots.SnapshotTrainer.run``), and the offline ones' passes (``fit_offline``'s phases,
 ``SnapshotTrainer.fit``'s epochs): step each item (a global batch of events, or a snapshot), count what was
-consumed, show progress with the latest figures, checkpoint every ``every`` steps and at the end, and stop
-after ``limit`` more events (snapshots).
+consumed, show progress with the latest figures, checkpoint every ``every`` steps (and ``min_pause_s``
+seconds after the last one) and at the end, and stop after ``limit`` more events (snapshots).
 
 What differs between the trainers is where items come from, so each hands ``drive`` a generator of
 ``(item, arrival, boundary)``: the replicated trainer cuts its source's batches to ``batch_size`` (skipping
@@ -43,15 +43,20 @@ class Drive:
     ``on_step``: a hook after each step (a job's metrics and dead-letter reports) with the part stepped
     (the item, or each part a budget cut it into) and its result, the trainer's counters already past it.
     ``step(item, arrival)`` steps an item (default ``trainer.step``; an offline
-    phase's steps with its own flags, ``offline.run_phase``; a pass of ``SnapshotTrainer.fit``)."""
+    phase's steps with its own flags, ``offline.run_phase``; a pass of ``SnapshotTrainer.fit``).
+    ``min_pause_s``: a checkpoint by interval waits until that many seconds of ``clock`` passed since the
+    last one ended (``TrainConfig.checkpoint_min_pause_s``; the first and the run's last are never held);
+    the ranks of a distributed trainer take rank 0's word for it."""
 
     def __init__(
         self, trainer, *, every: int, limit: int | None, progress: bool, total: int | None = None,
         unit: str = "ev", size: Callable[[Sized], int] = len,
         postfix: Callable[[], dict[str, str] | None] | None = None, budget: Budget | None = None,
         on_step: StepHook | None = None, step: Callable[[Any, float], Any] | None = None,
+        min_pause_s: float = 0.0, clock: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
         self.trainer, self.every, self.limit, self.size = trainer, every, limit, size
+        self.min_pause_s, self.clock, self._saved_at = min_pause_s, clock, -math.inf
         self.budget, self.on_step = budget, on_step
         self.step = step or (lambda item, arrival: trainer.step(item, arrival=arrival))
         self.postfix = postfix or self._window_postfix
@@ -92,14 +97,25 @@ class Drive:
                 bar.update(n)
                 if (shown := self.postfix()) is not None:
                     bar.set_postfix(**shown, refresh=False)
-                if boundary and every and tr.steps - last >= every:
+                if boundary and every and tr.steps - last >= every and self._paused():
                     saved, last = save(), tr.steps
+                    self._saved_at = self.clock()
         finally:
             bar.close()
             batches.close()  # the generator's own end (its dead-letter count) runs now
         if every and tr.steps > last and boundary:  # not after a batch cut short of its source's
             saved = save()
         return saved, tr.position - self.start
+
+    def _paused(self) -> bool:
+        """Whether ``min_pause_s`` has passed since the last checkpoint ended (rank 0's clock for all)."""
+        if not self.min_pause_s:
+            return True
+        due = self.clock() - self._saved_at >= self.min_pause_s
+        dist = getattr(self.trainer, "dist", None)
+        if dist is None or not dist.active:
+            return due
+        return bool(dist.all_sum([float(dist.is_main and due)], self.trainer.device)[0])
 
     def elapsed(self) -> float:
         """Seconds since ``run`` started (a run's time, its end of stream work included)."""

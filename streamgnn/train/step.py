@@ -376,6 +376,7 @@ class StreamTrainer:
         drive = Drive(
             self, every=self.config.checkpoint_interval, limit=max_events, total=total, budget=self.budget,
             progress=progress and self.dist.is_main, on_step=on_step,
+            min_pause_s=self.config.checkpoint_pause_s,
         )  # fmt: skip
         saved, events = drive.run(batches(drive), save)
         self.serving.finish(self.served, self._embed)
