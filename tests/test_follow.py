@@ -292,3 +292,24 @@ def test_a_few_slow_events_do_not_lock_the_share_at_everything():
     # caught up it learns on everything
     budget._observe_lag(0)
     assert budget._fraction() == 1.0
+
+
+def test_behind_the_evaluated_events_spread_over_the_stream_in_small_items():
+    """Far behind, items grow to max_batch_size: an evaluated one, scored whole, spent the credit of a
+    thousand events at once, so a run of a few dozen items drew its sample from its first items. An item due
+    for evaluation is cut to batch_size: the sample is spread over the stream at about the rate asked."""
+    events = stream(10_000)
+    trainer = OnlineTrainer(config(eval_fraction=0.1, min_learn_fraction=0.0, drain_s=1e-3))  # state only
+    scored = []  # (first event, events) of each evaluated step (a part of batch_size)
+
+    def on_step(part, result, arrival) -> None:
+        if len(result.pos):
+            scored.append((int(part.eid[0]), len(part)))
+
+    result = trainer.fit(Behind(events, 2000), progress=False, on_step=on_step)
+    follow = result.follow
+    assert follow.max_lag >= 8 * 1000  # behind: items grew to the cap (1,000)
+    # about 10% of the events, from every part of the stream (each fifth holds some; whole grown items
+    # evaluated, the sample came from the first fifth and the last, where the lag drained)
+    assert 0.05 * len(events) <= follow.evaluated_events <= 0.15 * len(events)
+    assert {first * 5 // len(events) for first, _ in scored} == set(range(5))

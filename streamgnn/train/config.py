@@ -68,12 +68,13 @@ class FollowConfig(Config):
 
     ``mode``: "every_event" (default: test-then-train on every event, the benchmarks' protocol) or
     "budget": evaluate a sample of events, ``eval_fraction`` of them (or, with ``eval_per_window`` > 0,
-    that many events per ``window_events`` consumed), whole batches, once ``min_eval_rows`` are due;
-    learn on every batch while the source is caught up (its lag at most ``caught_up_events``, 0: one
-    ``batch_size``) or its lag unknown (a file), else on the share of batches the measured costs allow:
-    state for every event first, then learning within ``headroom`` of the time the arrival rate leaves, so
-    that a lag drains within about ``drain_s`` seconds of the job falling behind. Behind, batches grow to
-    an eighth of the lag, up to ``max_batch_size`` (never under ``batch_size``).
+    that many events per ``window_events`` consumed), whole batches of ``batch_size``, once
+    ``min_eval_rows`` are due; learn on every batch while the source is caught up (its lag at most
+    ``caught_up_events``, 0: one ``batch_size``) or its lag unknown (a file), else on the share of batches
+    the measured costs allow: state for every event first, then learning within ``headroom`` of the time the
+    arrival rate leaves, so that a lag drains within about ``drain_s`` seconds of the job falling behind.
+    Behind, batches grow to an eighth of the lag, up to ``max_batch_size`` (never under ``batch_size``), but
+    for one due for evaluation.
 
     ``min_learn_fraction``: the share of events a job learns from however far behind it is (a floor under
     the budget's share). The budget is measured in wall time, so a loaded host affords less learning: on

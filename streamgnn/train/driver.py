@@ -199,7 +199,9 @@ class Budget:
 
     Per item (a global batch, never cut: batches are the trainers' unit of steps, checkpoints and random
     draws): ``step`` evaluates it when the evaluation's credit (``eval_fraction`` of the events consumed)
-    reaches ``min_eval_rows`` (then the credit falls by the item's size), and learns on it or not. The share
+    reaches ``min_eval_rows`` (then the credit falls by the item's size), and learns on it or not. An item
+    due for evaluation is cut to ``batch_size``, however far behind the job is, so that the sample is spread
+    over the stream in small items at the rate asked rather than spent on a few grown ones. The share
     learned comes from measured costs: seconds per event of a state-only step, a learning step and an
     evaluated event (moving averages, each step weighed by its events), the arrival rate (events consumed plus
     the lag's growth, over ``LAG_RATE_S``) and the time a lag may take to drain (``drain_s``): the share of
@@ -238,6 +240,7 @@ class Budget:
         self.fraction, self.lag, self.max_lag, self.rate = 1.0, None, None, None
         # evaluation starts with a full credit: a run has figures from its first scorable events on
         self._credit = {"learn": 0.0, "eval": float(self.follow.min_eval_rows)}
+        self._eval_due = False  # the next item is evaluated (it was cut to batch_size for it)
         self._mark: tuple[float, int, int] | None = None  # (time, events, lag) the rate is measured from
         self._deadline: float | None = None  # when the lag should be drained by (None: caught up)
         self.started = time.perf_counter()
@@ -300,9 +303,15 @@ class Budget:
         learn = int(credit["learn"])
         credit["learn"] -= learn
         credit["eval"] += self.eval_share * n
-        evaluate = credit["eval"] >= min(self.follow.min_eval_rows, n)
+        evaluate = self._eval_due or credit["eval"] >= min(self.follow.min_eval_rows, n)
         credit["eval"] -= n if evaluate else 0
         size = self._next_batch_size()
+        # an item to be evaluated is cut to batch_size: a grown one, scored whole, spent the credit of a
+        # thousand events at once, and a run that consumed few items held its first ones' events mostly
+        self._eval_due = size > self.base and credit["eval"] + self.eval_share * size >= min(
+            self.follow.min_eval_rows, size
+        )
+        size = self.base if self._eval_due else size
         if dist.active:  # rank 0's plan, every rank's lag
             main = float(dist.is_main)
             agreed = dist.all_sum(
