@@ -230,7 +230,7 @@ def test_an_item_stepped_in_parts_is_served_once_after_its_last_part():
 def test_a_share_is_learned_from_every_part_in_as_many_steps_as_the_item_has_parts(monkeypatch):
     """Behind, with half the events affordable: each grown item learns from half its events, in as many
     optimizer steps as it holds parts of batch_size (smaller ones), then steps the rest as state only."""
-    monkeypatch.setattr(Budget, "_fraction", lambda self: 0.5)
+    monkeypatch.setattr(Budget, "_fraction", lambda self, n: 0.5)
     events = stream(4000)
     trainer = OnlineTrainer(config(eval_fraction=1e-9, min_eval_rows=1))  # (the first item evaluated only)
     steps = []
@@ -276,22 +276,48 @@ def test_a_few_slow_events_do_not_lock_the_share_at_everything():
     """A state-only step of a few events is dear per event (a step's fixed costs); as an average of per-event
     figures it made the state path look dearer than learning, the share went to 1, and with no state-only
     part stepped again the estimate was never corrected: far behind, the job learned from every event for
-    good. Its cost now weighs by its events, and a state cost at or above learning's is not believed."""
-    trainer = OnlineTrainer(config(min_learn_fraction=0.0, drain_s=10.0))
+    good. A step's cost is a line now (its few events' time goes to the fixed part), and a state line at or
+    above learning's is not believed."""
+    trainer = OnlineTrainer(config(min_learn_fraction=0.0, drain_s=1e9))
     budget = Budget(trainer, lag=lambda: 50_000)
-    budget._observe_cost((True, False), 1000 * 200e-6, 1000)  # learning: 200 us per event
+    for size in (50, 100, 80):  # learning: 10 ms + 200 us per event
+        budget._observe_cost((True, False), 0.01 + size * 200e-6, size)
     budget._observe_cost((False, False), 1000 * 20e-6, 1000)  # state: 20 us per event
     budget._observe_cost((False, False), 0.02, 2)  # then an item's last 2 events in a 20 ms step
-    assert budget.cost[(False, False)] < 2 * 20e-6 + 0.02 / 1000
+    assert budget._line((True, False)) == pytest.approx((0.01, 200e-6))
+    assert budget._line((False, False))[1] < 20e-6  # the 20 ms went to the step, not to each event
     budget._observe_lag(50_000)
-    behind = budget._fraction()
-    assert 0.0 <= behind < 1.0
-    # a state estimate above learning's (a stalled step) counts as a quarter of it, not as "learn everything"
-    budget.cost[(False, False)] = 2 * budget.cost[(True, False)]
-    assert budget._fraction() < 1.0
+    budget.rate = 5_000.0  # (measured over LAG_RATE_S in a run)
+    assert 0.0 <= budget._fraction(1000) < 1.0
+    # a state line above learning's (stalled steps) counts as a quarter of it, not as "learn everything"
+    for size in (100, 200):
+        budget._observe_cost((False, False), size * 1e-3, size)
+    assert budget._fraction(1000) < 1.0
     # caught up it learns on everything
     budget._observe_lag(0)
-    assert budget._fraction() == 1.0
+    assert budget._fraction(1000) == 1.0
+
+
+def test_the_share_planned_does_not_depend_on_the_share_its_costs_were_measured_at():
+    """A learning step costs a fixed part plus a part per event (12.5 ms + 0.11 ms per event on the 2-core
+    host). Measured at a fifth of each item (steps of 50), a cost per event was 1.7x what it was at three
+    fifths (steps of 120), so a plan that had measured a low share afforded a lower one still. The line
+    measured at either share plans the same share, the most whose item fits in the time allowed."""
+    shares = []
+    for sizes in ((50, 50, 50, 40), (120, 120, 120, 100)):
+        budget = Budget(OnlineTrainer(config(min_learn_fraction=0.0, drain_s=1e9)), lag=lambda: 50_000)
+        for size in sizes:
+            budget._observe_cost((True, False), 0.0125 + size * 0.11e-3, size)
+        for size in (800, 500):
+            budget._observe_cost((False, False), 0.004 + size * 30e-6, size)
+        budget._observe_lag(50_000)
+        budget.rate = 5_000.0  # 160 us per event, of which 0.8 may be spent: 0.16 s for an item of 1,000
+        share = budget._fraction(1000)
+        allowed = 0.8 / (5_000 + 50_000 / 1e9) * 1000
+        learned = round(share * 1000)
+        assert budget._item_cost(1000, learned) <= allowed < budget._item_cost(1000, learned + 1)
+        shares.append(share)
+    assert 0.0 < shares[0] < 1.0 and shares[0] == pytest.approx(shares[1], abs=2e-3)
 
 
 def test_behind_the_evaluated_events_spread_over_the_stream_in_small_items():

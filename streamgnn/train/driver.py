@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..events import EventBatch
 from ..progress import progress_bar
 from .sampled import EvalSample
@@ -137,7 +139,7 @@ class Drive:
 
 # ---------------------------------------------------------------------- keeping up with the source
 LAG_RATE_S = 2.0  # seconds over which the arrival rate is measured (a source's lag is about 1 s old)
-COST_DECAY = 0.8  # weight of the past in a step kind's cost per event, per step
+COST_DECAY = 0.95  # weight of the past in a step kind's cost line, per step (about the last 20 steps)
 TIMELINE_S = 1.0  # seconds between points of the learned fraction over time
 TIMELINE_POINTS = 10_000  # points kept (the latest)
 EVALUATED = "model"  # the learned model's name among the sampled figures (baselines go by their own)
@@ -202,10 +204,11 @@ class Budget:
     reaches ``min_eval_rows`` (then the credit falls by the item's size), and learns on it or not. An item
     due for evaluation is cut to ``batch_size``, however far behind the job is, so that the sample is spread
     over the stream in small items at the rate asked rather than spent on a few grown ones. The share
-    learned comes from measured costs: seconds per event of a state-only step, a learning step and an
-    evaluated event (moving averages, each step weighed by its events), the arrival rate (events consumed plus
-    the lag's growth, over ``LAG_RATE_S``) and the time a lag may take to drain (``drain_s``): the share of
-    learning steps that fits in ``headroom`` of the time per event. Every item learns from that share of its
+    learned comes from measured costs: a line per kind of step (state-only, learning, evaluated: a fixed
+    part and a part per event, fitted over its recent steps), the arrival rate (events consumed plus the
+    lag's growth, over ``LAG_RATE_S``) and the time a lag may take to drain (``drain_s``): the most events
+    whose item (its learning steps as ``_parts`` cuts them, and its state-only step) fits in ``headroom``
+    of the time its events leave. Every item learns from that share of its
     events (a credit of the share per event), so a model behind its source keeps learning from the whole
     stream at a uniform rate, as a reservoir over the lag would, rather than from its newest or oldest part
     alone: the time a lag may take is fixed when the job falls behind (``drain_s`` from then), so the share
@@ -235,8 +238,8 @@ class Budget:
         self.events = self.learned_events = self.evaluated = 0
         self.floor_events, self.floor_s = 0.0, 0.0  # learned past the budget's share, and its seconds
         self.sample = EvalSample(seed=cfg.seed)
-        self.cost: dict[tuple[bool, bool], float] = {}  # (learn, evaluate) -> seconds per event
-        self._spent: dict[tuple[bool, bool], tuple[float, float]] = {}  # -> decayed (seconds, events)
+        # (learn, evaluate) -> decayed sums of (1, events, seconds, events^2, events x seconds) of its steps
+        self._sums: dict[tuple[bool, bool], np.ndarray] = {}
         self.fraction, self.lag, self.max_lag, self.rate = 1.0, None, None, None
         # evaluation starts with a full credit: a run has figures from its first scorable events on
         self._credit = {"learn": 0.0, "eval": float(self.follow.min_eval_rows)}
@@ -275,12 +278,15 @@ class Budget:
         quarter of ``batch_size`` events: a step's fixed costs (the optimizer over every parameter, the
         backward's setup) over a few events would make a small share dearer per event, and the plan would
         afford a smaller one still."""
-        slots = max(1, math.ceil(n / self.base))
-        k = max(1, math.ceil(learned / slots), self.base // 4)
+        k = self._learn_step(n, learned)
         parts = [(lo, min(lo + k, learned), True) for lo in range(0, learned, k)]
         rest = self.base if evaluate else max(n - learned, 1)
         parts += [(lo, min(lo + rest, n), False) for lo in range(learned, n, rest)]
         return parts or [(0, 0, False)]  # (an empty item is still stepped)
+
+    def _learn_step(self, n: int, learned: int) -> int:
+        """Events in each learning step of an item of ``n`` events learning from ``learned`` (``_parts``)."""
+        return max(1, math.ceil(learned / max(1, math.ceil(n / self.base))), self.base // 4)
 
     def report(self) -> FollowReport:
         figures = {n: {k: e.as_dict() for k, e in f.items()} for n, f in self.sample.figures().items()}
@@ -297,7 +303,7 @@ class Budget:
         dist = self.trainer.dist
         if not dist.active:
             self._observe_lag(own)
-        self.fraction = self._floored(self._fraction(), n)
+        self.fraction = self._floored(self._fraction(n), n)
         credit = self._credit
         credit["learn"] = min(credit["learn"] + self.fraction * n, float(n))
         learn = int(credit["learn"])
@@ -323,54 +329,91 @@ class Budget:
         self.batch_size = size
         return learn, evaluate
 
-    def _fraction(self) -> float:
-        """The share of events to learn on: all when caught up or the lag is unknown, else what the
-        measured costs leave time for (the last share until a learning step was measured)."""
+    def _fraction(self, n: int) -> float:
+        """The share of an item of ``n`` events to learn on: all when caught up or the lag is unknown, else
+        the most its measured costs leave time for (the last share until a learning step was measured)."""
         lag, follow = self.lag, self.follow
         if lag is None or lag <= self.caught_up:
             self._deadline = None
             return 1.0
         if self._deadline is None:  # fell behind: the lag is to drain within drain_s from now
             self._deadline = time.perf_counter() + follow.drain_s
-        learn = self.cost.get((True, False))
-        if learn is None:
+        if (True, False) not in self._sums:
             return self.fraction
-        state = self._state_cost(learn)
         rate = self.rate or 0.0  # until measured: nothing more arrives, the lag only drains
         left = max(self._deadline - time.perf_counter(), 1e-6)  # (past it: drain as fast as state allows)
         per_event = follow.headroom / (rate + lag / left) - self.eval_share * self._eval_cost()
-        return min(1.0, max(0.0, (per_event - state) / (learn - state)))
+        allowed, low, high = per_event * n, 0, n  # the most events learned whose item fits in ``allowed``
+        if self._item_cost(n, 0) > allowed:
+            return 0.0
+        while low < high:  # an item's cost grows with the events it learns: bisect
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if self._item_cost(n, mid) <= allowed else (low, mid - 1)
+        return low / n if n else 1.0
 
-    def _state_cost(self, learn: float) -> float:
-        """Seconds per event of a state-only step: as measured, or a quarter of a learning step's before one
-        was, or where the measure is not under ``learn``. A learning step runs the state path on its events
+    def _item_cost(self, n: int, learned: int) -> float:
+        """Seconds an item of ``n`` events takes when it learns from ``learned`` of them: its learning steps
+        (as many as ``_parts`` cuts, each a fixed cost plus a cost per event) and its state-only step. A
+        step's costs are a line, not a cost per event: a learning step is 12.5 ms + 0.11 ms per event on the
+        2-core host, so an item learning from few events pays the fixed cost over few, and a cost per event
+        measured at one share misjudged another (a lower share looked dearer per event, and the plan chose
+        lower still: benchmarks/RESULTS.md, "Following: the budget's cost as a line")."""
+        fixed, per_event = self._line((True, False))
+        state_fixed, state = self._state_line(fixed, per_event)
+        steps = math.ceil(learned / self._learn_step(n, learned)) if learned else 0
+        return steps * fixed + learned * per_event + state_fixed + (n - learned) * state
+
+    def _state_line(self, fixed: float, per_event: float) -> tuple[float, float]:
+        """A state-only step's line: as measured, or a quarter of a learning step's before one was, or where
+        the measure is not under ``(fixed, per_event)``. A learning step runs the state path on its events
         too, so a state cost at or above it is the estimate's error (a stalled step); taken at its word it
         made the share 1, which steps no state-only part that could correct it: a job far behind learned
         from every event for good (``bench follow`` at 50,000 events/s, benchmarks/RESULTS.md)."""
-        state = self.cost.get((False, False))
-        return learn / 4 if state is None or state >= learn else state
+        if (False, False) not in self._sums:
+            return fixed / 4, per_event / 4
+        state_fixed, state = self._line((False, False))
+        if state_fixed + self.base * state >= fixed + self.base * per_event:
+            return fixed / 4, per_event / 4
+        return min(state_fixed, fixed), min(state, per_event)
+
+    def _line(self, kind: tuple[bool, bool]) -> tuple[float, float]:
+        """``(fixed seconds, seconds per event)`` of a step kind: least squares over its decayed steps (steps
+        of one size alone, or a fit with a negative part, put it all on events, or all on the step)."""
+        w, x, y, xx, xy = self._sums[kind]
+        spread = w * xx - x * x
+        if spread <= 1e-9 * w * xx:  # steps of one size: no line to fit
+            return 0.0, y / x
+        per_event = (w * xy - x * y) / spread
+        fixed = (y - per_event * x) / w
+        if per_event < 0:  # (noise: smaller steps took longer)
+            return y / w, 0.0
+        return (fixed, per_event) if fixed >= 0 else (0.0, y / x)
 
     def _floored(self, share: float, n: int) -> float:
         """``share``, or ``min_learn_fraction`` where that is more; the events an item learns past the
-        budget's share, and what they cost over state-only steps, are counted."""
+        budget's share, and what they cost over its share's steps, are counted."""
         floor = self.follow.min_learn_fraction
         if share >= floor:
             return share
-        extra = (floor - share) * n
-        self.floor_events += extra
-        learn = self.cost.get((True, False))
-        if learn is not None:
-            self.floor_s += extra * (learn - self._state_cost(learn))
+        self.floor_events += (floor - share) * n
+        if (True, False) in self._sums:
+            self.floor_s += self._item_cost(n, round(floor * n)) - self._item_cost(n, round(share * n))
         return floor
 
     def _eval_cost(self) -> float:
-        """Seconds an evaluated event adds to its step (0 until measured)."""
+        """Seconds an evaluated event adds to its step (0 until measured), at ``batch_size`` events a step
+        (an evaluated item's parts)."""
         extra = [
-            self.cost[(learn, True)] - self.cost[(learn, False)]
+            self._at_base((learn, True)) - self._at_base((learn, False))
             for learn in (True, False)
-            if (learn, True) in self.cost and (learn, False) in self.cost
+            if (learn, True) in self._sums and (learn, False) in self._sums
         ]
         return max(0.0, max(extra)) if extra else 0.0
+
+    def _at_base(self, kind: tuple[bool, bool]) -> float:
+        """Seconds per event of a step of ``kind`` over ``batch_size`` events."""
+        fixed, per_event = self._line(kind)
+        return fixed / self.base + per_event
 
     def _next_batch_size(self) -> int:
         """``batch_size`` caught up (fresh rows soon after each event), behind an eighth of the lag up to the
@@ -409,13 +452,11 @@ class Budget:
         return result
 
     def _observe_cost(self, kind: tuple[bool, bool], seconds: float, events: int) -> None:
-        """A step's seconds into its kind's cost per event: decayed sums of seconds and of events, each step
-        weighed by its events. A step of a few events (an item's last part) is dear per event (a step's fixed
-        costs); as an average of per-event figures it moved the estimate as much as a full batch did."""
-        spent, stepped = self._spent.get(kind, (0.0, 0.0))
-        spent, stepped = COST_DECAY * spent + seconds, COST_DECAY * stepped + max(events, 1)
-        self._spent[kind] = (spent, stepped)
-        self.cost[kind] = spent / stepped
+        """A step's seconds into its kind's decayed sums, for ``_line``'s fit of seconds to events."""
+        x = float(max(events, 1))
+        sums = self._sums.setdefault(kind, np.zeros(5))
+        sums *= COST_DECAY
+        sums += (1.0, x, seconds, x * x, x * seconds)
 
     def _count(self, n: int, learned: int) -> None:
         self.events += n
