@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from streamgnn.cli import main
 
 
@@ -37,3 +39,10 @@ def test_quick_follow_reports_every_key_and_sane_figures(capsys):
     assert 0 < ref["ap"] <= 1 and ref["events"] == 5_000
     if res["max_sustained_events_per_s"]:
         assert math.isclose(res["ap_at_max_vs_every_event"], res["ap_at_max"] - ref["ap"])
+
+
+def test_a_negative_reference_is_refused_by_name(capsys):
+    """``--reference-events 0`` runs the live job alone (A/B runs); a negative count is refused."""
+    with pytest.raises(SystemExit) as stop:
+        main(["bench", "follow", "--quick", "--reference-events", "-1"])
+    assert stop.value.code == 2 and "--reference-events" in capsys.readouterr().err
