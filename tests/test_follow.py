@@ -339,3 +339,17 @@ def test_behind_the_evaluated_events_spread_over_the_stream_in_small_items():
     # evaluated, the sample came from the first fifth and the last, where the lag drained)
     assert 0.05 * len(events) <= follow.evaluated_events <= 0.15 * len(events)
     assert {first * 5 // len(events) for first, _ in scored} == set(range(5))
+
+
+def test_a_cost_line_from_steps_of_one_size_or_a_noisy_fit_stays_positive():
+    """``cost_line``: the least-squares line of seconds over events; steps of one size put everything on
+    events (no line to fit), and a fit with a negative part falls back to a positive one."""
+    from streamgnn.train.driver import cost_line
+
+    def sums(points) -> np.ndarray:
+        return sum(np.array([1.0, n, s, n * n, n * s]) for n, s in points)
+
+    assert cost_line(sums([(50, 0.018), (120, 0.0257)])) == pytest.approx((0.0125, 0.11e-3))
+    assert cost_line(sums([(100, 0.02), (100, 0.02)])) == pytest.approx((0.0, 0.0002))
+    assert cost_line(sums([(10, 0.05), (100, 0.01)])) == pytest.approx((0.03, 0.0))  # smaller took longer
+    assert cost_line(sums([(10, 0.0001), (100, 0.02)])) == pytest.approx((0.0, 0.0201 / 110))  # fixed < 0

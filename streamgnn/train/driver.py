@@ -194,6 +194,21 @@ class FollowReport:
         return {**asdict(self), "learned_fraction": self.learned_fraction}
 
 
+def cost_line(sums: np.ndarray) -> tuple[float, float]:
+    """``(fixed seconds, seconds per event)`` of steps from their decayed sums of ``(1, events, seconds,
+    events^2, events x seconds)``: least squares (steps of one size alone, or a fit with a negative part,
+    put it all on events, or all on the step)."""
+    w, x, y, xx, xy = sums
+    spread = w * xx - x * x
+    if spread <= 1e-9 * w * xx:  # steps of one size: no line to fit
+        return 0.0, y / x
+    per_event = (w * xy - x * y) / spread
+    fixed = (y - per_event * x) / w
+    if per_event < 0:  # (noise: smaller steps took longer)
+        return y / w, 0.0
+    return (fixed, per_event) if fixed >= 0 else (0.0, y / x)
+
+
 class Budget:
     """The two paths of the loop (``FollowConfig``): every event goes through ``trainer.step``'s state
     path (admission, store, the model's stream state, served rows); learning and evaluation run on
@@ -377,17 +392,8 @@ class Budget:
         return min(state_fixed, fixed), min(state, per_event)
 
     def _line(self, kind: tuple[bool, bool]) -> tuple[float, float]:
-        """``(fixed seconds, seconds per event)`` of a step kind: least squares over its decayed steps (steps
-        of one size alone, or a fit with a negative part, put it all on events, or all on the step)."""
-        w, x, y, xx, xy = self._sums[kind]
-        spread = w * xx - x * x
-        if spread <= 1e-9 * w * xx:  # steps of one size: no line to fit
-            return 0.0, y / x
-        per_event = (w * xy - x * y) / spread
-        fixed = (y - per_event * x) / w
-        if per_event < 0:  # (noise: smaller steps took longer)
-            return y / w, 0.0
-        return (fixed, per_event) if fixed >= 0 else (0.0, y / x)
+        """``(fixed seconds, seconds per event)`` of a step kind (``cost_line`` of its decayed steps)."""
+        return cost_line(self._sums[kind])
 
     def _floored(self, share: float, n: int) -> float:
         """``share``, or ``min_learn_fraction`` where that is more; the events an item learns past the
