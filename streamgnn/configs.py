@@ -475,11 +475,11 @@ def upgrade(data: Mapping, where: str = "", *, complete: bool) -> dict:
 
     >>> upgrade({"train": {"model": {"merge": "mlp"}}}, complete=False)
     {'train': {'model': {}}}
-    >>> upgrade({"config_version": 4}, "ckpt-000002/manifest.json", complete=True)
+    >>> upgrade({"config_version": 5}, "ckpt-000002/manifest.json", complete=True)
     Traceback (most recent call last):
     ...
-    streamgnn.errors.ConfigError: ckpt-000002/manifest.json: config_version 4 is newer than this streamgnn \
-reads (3): upgrade streamgnn to read it
+    streamgnn.errors.ConfigError: ckpt-000002/manifest.json: config_version 5 is newer than this streamgnn \
+reads (4): upgrade streamgnn to read it
     """
     version = version_of(data, where)
     data = {key: value for key, value in data.items() if key != VERSION_KEY}
