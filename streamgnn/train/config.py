@@ -148,8 +148,8 @@ class TrainConfig(Config):
     least seconds from one checkpoint's end to the next one by interval, as Flink's
     ``execution.checkpointing.min-pause``: a job behind its source steps batches of thousands of events in
     several steps each, so 100 of them go by in a second or two, and a checkpoint (0.35 s at 20,000
-    events/s) every second took a third of the wall (benchmarks/RESULTS.md, "Following: a time floor on
-    checkpoints"). A checkpoint due is taken at the first boundary after the pause; the run's last one is
+    events/s) every second took a third of the wall (benchmarks/RESULTS.md, "Following: ... a time floor
+    on checkpoints"). A checkpoint due is taken at the first boundary after the pause; the run's last one is
     never paused. None (the default): ``DEFAULT_CHECKPOINT_MIN_PAUSE_S`` with the default interval, 0 with
     an interval named (``checkpoint_pause_s`` is the resolved figure). ``serve_every``: batches between
     embedding-table refreshes (0: no table); ``publish_every``: refreshes between sink publishes.
