@@ -37,7 +37,8 @@ format: setup
 
 # two workers (pytest-xdist): the suite's tests wait for events, not for time, so they share the cores; most of
 # a test's time is one process's Python, so two workers nearly halve the wall time on a 2-core host. Tests go
-# out one at a time, the slow modules first (tests/conftest.py, SLOW_MODULES), so neither worker idles at the end
+# out one at a time, the slow modules first (tests/conftest.py, SLOW_MODULES), so neither worker idles at the end.
+# The Numba kernels are compiled into their cache once before the first test (tests/warm_kernels.py)
 TEST_WORKERS ?= 2
 TEST_DIST := -n $(TEST_WORKERS) --dist load --maxschedchunk 1
 test: setup lint

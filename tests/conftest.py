@@ -8,9 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pytest
@@ -116,6 +118,31 @@ def pytest_configure(config):
     missing = sorted(name for name in INTEGRATION if not (Path(__file__).parent / f"{name}.py").exists())
     if missing:
         raise pytest.UsageError(f"tests/conftest.py INTEGRATION names modules that do not exist: {missing}")
+
+
+# The kernel warm-up (tests/warm_kernels.py says why): started by the xdist controller before the workers,
+# waited for before the first test goes out (the workers collect meanwhile).
+_WARMING: list[tuple[subprocess.Popen, IO[bytes]]] = []
+
+
+def pytest_sessionstart(session):
+    config = session.config
+    if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
+        return  # a worker, or no xdist: one process compiles what its tests call, as a user's would
+    out = tempfile.TemporaryFile()  # noqa: SIM115 (closed once the warm-up ended, below)
+    cmd = [sys.executable, str(Path(__file__).with_name("warm_kernels.py"))]
+    _WARMING.append((subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT), out))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    while _WARMING:
+        proc, out = _WARMING.pop()
+        with out:
+            if proc.wait() != 0:  # the tests that call these kernels will say what is wrong: the run goes on
+                out.seek(0)
+                tail = out.read().decode(errors="replace")[-1500:]
+                node.config.get_terminal_writer().line(f"tests/warm_kernels.py failed:\n{tail}")
 
 
 # Seconds the 120 slowest tests of a full `make test` took together by module (2026-12-06, two busy loops

@@ -6,17 +6,12 @@ this process)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from streamgnn.connectors.broker import free_port  # below the ephemeral range: no client takes it first
 
 
 @pytest.mark.parametrize(("rank", "waited"), [(0, "the other ranks to join"), (1, "rank 0 to listen")])

@@ -145,13 +145,8 @@ def test_broker_frozen_longer_than_client_timeouts_loses_nothing(own_broker, mak
             if batch is not None:
                 got.append(batch)  # whatever was buffered before the freeze
         own_broker.resume()
-        sender.join(timeout=60)
-        assert not sender.is_alive(), "the producer never recovered"
-        deadline = time.monotonic() + 60
-        while sum(map(len, got)) < len(events):
-            assert time.monotonic() < deadline, (
-                f"{sum(map(len, got))} of {len(events)} events after the outage"
-            )
+        sender.join()  # the producer recovered (bounded by the test's timeout, not by a guess at the host)
+        while sum(map(len, got)) < len(events):  # every event arrived (likewise)
             batch = source.poll(1.0)
             if batch is not None:
                 got.append(batch)
@@ -195,11 +190,9 @@ def test_local_broker_dies_with_the_process_that_started_it(sig):
         pid = int(holder.stdout.readline())
         assert _alive(pid)
         holder.send_signal(sig)
-        holder.wait(timeout=30)
-        deadline = time.monotonic() + 30
-        while _alive(pid):  # re-parented to init if it outlived its parent
-            assert time.monotonic() < deadline, f"broker {pid} outlived its parent ({sig.name})"
-            time.sleep(0.05)
+        holder.wait()
+        while _alive(pid):  # until the broker ends (bounded by the test's timeout: one that outlived its
+            time.sleep(0.05)  # parent, re-parented to init, fails the test there)
     finally:
         holder.kill()
         holder.wait()

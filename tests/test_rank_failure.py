@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from streamgnn.connectors.broker import free_port  # below the ephemeral range: no client takes it first
 
 MPIEXEC = Path(sys.executable).with_name("mpiexec")
 DEADLINE_S = 420  # generous for two cold processes on a loaded 2-core host; a hang never ends at all
@@ -112,12 +113,6 @@ def wait_all(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
         outs = [proc.communicate()[0] for proc in procs]
         pytest.fail(f"a rank was left waiting after the failure: {[o[-1500:] for o in outs]}")
     return [(proc.returncode, proc.communicate()[0]) for proc in procs]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("mode", ["sharded", "replicated"])
