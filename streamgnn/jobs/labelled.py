@@ -205,12 +205,12 @@ class LabelledStream(Attached):
         self, labels: Labels, embedded: StepEmbeddings, batch: EventBatch
     ) -> tuple[np.ndarray, np.ndarray]:
         """The head's inputs: each label's node (edge: both ends') embedding, and its stream features at its
-        own time (``batch``'s events before it counted: ``live_features.Recent``); and which labels are this
-        process's (``label_ranks``: all, or a rank's own). An end the
-        step embeds to score its batch is read from there (``StepEmbeddings.find``: the step's forward
-        pass, from the state before the batch); the others are embedded from the model now, at the
-        earliest label time, each node once (nodes the store has not seen yet read the blank row, as
-        ``step`` does). A sharded rank embeds its own labels' ends and gathers everyone's."""
+        own time (``batch``'s events before it counted: ``live_features.Recent``); and which labels are
+        this process's (``label_ranks``: all, or a rank's own). An end the step embeds to score its batch
+        is read from there (``StepEmbeddings.find``: the step's forward pass, from the state before the
+        batch); the others are embedded from the model now, at the earliest label time, each node once
+        (nodes the store has not seen yet read the blank row, as ``step`` does). A sharded rank embeds its
+        own labels' ends and gathers everyone's."""
         tr, blank = self.trainer, embedded.blank
         ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
         rows = [self._rows(e, blank) for e in ends]

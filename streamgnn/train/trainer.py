@@ -96,9 +96,8 @@ class OnlineTrainer(StreamTrainer):
         self._replayed = 0  # events a replayed source must skip (set by ``resume``)
         self.learned = 0
         self.dead_letter_count = 0
-        self.admitted_rows = np.zeros(
-            0, np.int64
-        )  # the last batch's admitted edge additions (a task's features)
+        # the last batch's admitted edge additions (a labelled task's stream features follow them)
+        self.admitted_rows = np.zeros(0, np.int64)
         self.negatives = StreamNegatives(config.seed, config.train_negative_pool)
         self.negatives.rebuild(self.store)
         for model in self.stream_models():
