@@ -18,7 +18,10 @@ JSON-lines file, ``task.labels_file``). Reported:
   for ratings, on the reputation features (``auc_<key>_reputation``), trained on the training part's labels
   as ``bench tasks`` trains them; an online logistic regression (``auc_online_<key>_features_lr``: the
   same online head, linear, over the stream features the live job keeps, scored before it learns on each
-  batch of ``BATCH_SIZE`` labels); and ``margin_online_<key>``: the head minus the best of them.
+  batch of ``BATCH_SIZE`` labels); and ``margin_online_<key>``: the head minus the best of them;
+- ``auc_online_fifths_<key>`` and ``auc_online_<key>_features_lr_fifths``: the AUC of the head's and the
+  online regression's scores over each fifth of the labels, in time order (where over the stream either
+  gains or falls behind).
 
 With ``--sharded W`` the same two jobs run sharded instead (``train.sharding``, ``SHARD_PARTITIONS``
 partitions), as ``W`` real gloo ranks on this host, back to back within each rank: what a task adds there is
@@ -154,7 +157,10 @@ def run_stream(
     for base, x in baselines.items():
         scores = logistic_regression(task, x, labels, split, seed).scores
         out[f"auc_{key}_{base}"] = task.metrics(scores[test], labels.y[test])["auc"]
-    out[f"auc_online_{key}_features_lr"] = online_logistic_regression(task, feats, labels, split)
+    lr = online_logistic_regression(task, feats, labels)
+    out[f"auc_online_{key}_features_lr"] = task.metrics(lr[test], labels.y[test])["auc"]
+    out[f"auc_online_fifths_{key}"] = fifths(task, score, y)
+    out[f"auc_online_{key}_features_lr_fifths"] = fifths(task, lr, labels.y)
     best = max([out[f"auc_{key}_{b}"] for b in baselines] + [out[f"auc_online_{key}_features_lr"]])
     out[f"margin_online_{key}"] = out[f"auc_online_{key}"] - best
     return out
@@ -197,18 +203,23 @@ def rank_worker(job: dict) -> dict:
     }  # fmt: skip
 
 
-def online_logistic_regression(task, feats, labels: Labels, split: LabelSplit) -> float:
-    """Test AUC of the online head, linear, over the stream features the live job keeps (``LiveFeatures``'
-    names), each batch of ``BATCH_SIZE`` labels scored before it is learned."""
+def fifths(task, scores: np.ndarray, y: np.ndarray) -> list[float]:
+    """The AUC over each fifth of the labels, in time order."""
+    edges = np.linspace(0, len(y), 6).astype(int)
+    return [task.metrics(scores[a:b], y[a:b])["auc"] for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def online_logistic_regression(task, feats, labels: Labels) -> np.ndarray:
+    """Every label's score by the online head, linear, over the stream features the live job keeps
+    (``LiveFeatures``' names), each batch of ``BATCH_SIZE`` labels scored before it is learned."""
     names = LiveFeatures(86400.0, rated=REPUTATION[0] in feats.names).names(labels.on_edges)
     kind = "edge_classification" if labels.on_edges else "node_classification"
     head = OnlineHead(TaskConfig(kind=kind, labels_file="-", hidden=()), len(names), features=len(names))
     x, y, t = feats.select(names), labels.y, labels.t
-    scores = np.concatenate([
+    return np.concatenate([
         head.observe(x[i : i + BATCH_SIZE], y[i : i + BATCH_SIZE], t[i : i + BATCH_SIZE], learn=True)
         for i in range(0, len(labels), BATCH_SIZE)
     ])  # fmt: skip
-    return task.metrics(scores[split.test], labels.y[split.test])["auc"]
 
 
 def main(argv: list[str] | None = None) -> int:

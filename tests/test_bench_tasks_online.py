@@ -23,6 +23,8 @@ def test_json_reports_the_cost_ratios_and_the_online_head_beside_its_baselines()
     for name in ("auc_online", "auc_online_all", f"auc_{key}_features", f"auc_{key}_reputation"):
         value = result[name if name.startswith(f"auc_{key}") else f"{name}_{key}"]
         assert value is None or 0.0 <= value <= 1.0, (name, value)
+    for name in (f"auc_online_fifths_{key}", f"auc_online_{key}_features_lr_fifths"):  # over time
+        assert len(result[name]) == 5 and all(v is None or 0.0 <= v <= 1.0 for v in result[name]), name
 
 
 def test_sharded_json_reports_the_task_s_cost_over_the_link_only_sharded_job():

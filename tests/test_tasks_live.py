@@ -19,7 +19,8 @@ from streamgnn.jobs import TrainJob
 from streamgnn.nn import TGNConfig
 from streamgnn.tasks import Labels, stream_features
 from streamgnn.tasks.config import TaskConfig
-from streamgnn.tasks.live_features import LiveFeatures
+from streamgnn.tasks.features import NODE
+from streamgnn.tasks.live_features import LiveFeatures, Recent
 from streamgnn.tasks.online import OnlineHead
 from streamgnn.train import TrainConfig
 from streamgnn.train.tgn_model import TGNLinkModel
@@ -149,26 +150,43 @@ def test_edge_labels_read_both_ends_and_regression_reports_errors(tmp_path):
     assert set(figures["head"]) == {"mae", "rmse"} and figures["head"]["mae"] > 0
 
 
-def test_labels_on_the_batch_s_events_read_the_step_s_embeddings(tmp_path, monkeypatch):
+def test_labels_on_the_batch_s_events_read_the_step_s_embeddings_and_every_earlier_event(
+    tmp_path, monkeypatch
+):
     """An edge label on its own event (a rating's sign at arrival) reads the embeddings the step scored
     the event from: the model embeds for the head only in the batches the step does not score (the
-    first: no negatives yet), not once per batch as a second forward pass."""
+    first: no negatives yet), not once per batch as a second forward pass. And the stream features it
+    reads are the offline sweep's (``stream_features``): every event before it counted, its own batch's
+    earlier events included (``live_features.Recent``: 49 of each batch's 50 labels have some), none at or
+    after its time."""
     events, src, dst = write_events(tmp_path, 600)
     rows = [
         {"node": int(src[i]), "dst": int(dst[i]), "t": float(i), "y": int(src[i] % 2)} for i in range(600)
     ]
     write_lines(tmp_path / "edges.jsonl", rows)
-    calls = []
-    embed = TGNLinkModel.embed
+    calls, read = [], []
+    embed, observe = TGNLinkModel.embed, OnlineHead.observe
 
     def counted(self, nodes, t, blank, step):
         calls.append(step)
         return embed(self, nodes, t, blank, step)
 
+    def spied(self, x, y, t, **kwargs):
+        read.append(np.asarray(x)[:, self.in_dim - self.features :])
+        return observe(self, x, y, t, **kwargs)
+
     monkeypatch.setattr(TGNLinkModel, "embed", counted)
+    monkeypatch.setattr(OnlineHead, "observe", spied)
     job = run(tmp_path, events, tmp_path / "edges.jsonl", kind="edge_classification")
     assert job.labelled.head.seen == 600 and job.trainer.steps == 12
     assert calls == [0]  # the first batch's labels, before any step scored
+    t = np.arange(600.0)
+    offline = stream_features(
+        EventBatch.from_columns(src=src, dst=dst, t=t, eid=np.arange(600)),
+        Labels(src, t, np.zeros(600, np.int64), dst),
+    )
+    both_ends = [offline.names.index(f"{end}_{n}") for end in ("src", "dst") for n in NODE]
+    np.testing.assert_allclose(np.concatenate(read)[:, :8], offline.x[:, both_ends], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kind,classes", [("node_classification", 2), ("node_classification", 3),
@@ -280,32 +298,32 @@ def test_the_task_s_figures_are_prometheus_gauges(tmp_path):
 @pytest.mark.parametrize("ids", ["int", "str"])
 def test_live_features_batch_by_batch_equal_the_offline_sweep(ids):
     """``LiveFeatures`` updated a batch at a time reads what ``stream_features`` computes event by event
-    (self-loops, repeated pairs and ratings included), for labels after each batch."""
+    (self-loops, repeated pairs and ratings included), for a label on every event, read as the job reads
+    it: before the first batch whose newest event is at or after it, from the state of the batches before
+    plus that batch's events strictly before it (``Recent``; events at its time apart)."""
     rng = np.random.default_rng(4)
     n, bs = 900, 100
     src, dst = rng.integers(0, 30, n), rng.integers(0, 30, n)
-    t = np.cumsum(rng.exponential(300.0, n))
+    t = np.cumsum(rng.exponential(300.0, n) * (rng.random(n) < 0.7))  # bursts: ties within a batch
     w = rng.integers(-10, 11, n).astype(float)
     names = (lambda a: a.astype(str).astype(object)) if ids == "str" else (lambda a: a)
     events = EventBatch.from_columns(src=names(src), dst=names(dst), t=t, eid=np.arange(n), weight=w)
-    starts = np.arange(bs, n, bs)  # a label at each batch's first event, on that event's edge
-    labels = Labels(events.src[starts], t[starts], np.zeros(len(starts), np.int64), events.dst[starts])
+    labels = Labels(events.src, t, np.zeros(n, np.int64), events.dst)  # each event's edge at its time
     offline = stream_features(events, labels, tau=3600.0)
     keep = [i for i, name in enumerate(offline.names) if name != "pair_count"]
 
     live, dense = LiveFeatures(3600.0, rated=True), {}
     code = np.vectorize(lambda v: dense.setdefault(v, len(dense)), otypes=[np.int64])
-    rows = []
-    for k, lo in enumerate(range(0, n, bs)):
-        if k:  # the label at this batch's start reads the batches before it
-            i = k - 1
-            s_, d_ = code(labels.node[i : i + 1]), code(labels.dst[i : i + 1])
-            rows.append(live.rows(s_, d_, labels.t[i : i + 1])[0])
+    rows, due = [], 0
+    for lo in range(0, n, bs):
         part = slice(lo, lo + bs)
         s_, d_ = code(events.src[part]), code(events.dst[part])
+        now = slice(due, due := int(np.searchsorted(t, t[part][-1], side="right")))
+        ends = code(labels.node[now]), code(labels.dst[now])
+        rows.append(live.rows(*ends, t[now], Recent(s_, d_, t[part], w[part])))
         external = {v: key for key, v in dense.items()}
         live.observe(s_, d_, t[part], w[part], lambda a, b, e=external: np.array([e[j] for j in range(a, b)]))
-    np.testing.assert_allclose(np.array(rows), offline.x[:, keep], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.concatenate(rows), offline.x[:, keep], rtol=1e-5, atol=1e-5)
     assert live.index(names(np.array([src[0], 999]))).tolist()[1] == -1
     back = LiveFeatures.from_state(tensors(tensor_blob(live.state()), "test"))
     np.testing.assert_array_equal(back.rows(np.arange(5), np.arange(5), np.full(5, t[-1])),

@@ -68,10 +68,11 @@ class Alone:
     def gather(self, z: np.ndarray, mine: np.ndarray) -> np.ndarray:
         return z
 
-    def learned(self, batch: EventBatch, letters: list[DeadLetter]) -> np.ndarray:
-        """Which rows of a stepped batch the graph took as edge additions (its own refusals apart)."""
-        ok = batch.kind == EventKind.EDGE_ADD
-        ok[[letter.index for letter in letters if 0 <= letter.index < len(batch)]] = False
+    def learned(self, batch: EventBatch) -> np.ndarray:
+        """Which rows of the batch being stepped the store admitted as edge additions (its refusals and
+        replayed duplicates apart): known once admission decided, before the graph holds them."""
+        ok = np.zeros(len(batch), bool)
+        ok[self.trainer.admitted_rows] = True
         return ok
 
 
@@ -117,9 +118,9 @@ class Ranks(Alone):
             out[at] = rows
         return out
 
-    def learned(self, batch: EventBatch, letters: list[DeadLetter]) -> np.ndarray:
-        """The edge additions the global index admitted (the same on every rank: ``letters`` are only
-        those this rank reports)."""
+    def learned(self, batch: EventBatch) -> np.ndarray:
+        """The edge additions the global index admitted (the same on every rank; a rank's own dead
+        letters are only those it reports)."""
         ok = np.zeros(len(batch), bool)
         ok[self.trainer.admitted_rows] = True
         return ok & (batch.kind == EventKind.EDGE_ADD)

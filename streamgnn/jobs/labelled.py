@@ -53,7 +53,7 @@ from ..tasks.config import TaskConfig
 from ..tasks.feed import FileLabels, KafkaLabels, empty_labels, merge
 from ..tasks.joint import JointHead
 from ..tasks.labels import Labels
-from ..tasks.live_features import LiveFeatures
+from ..tasks.live_features import LiveFeatures, Recent
 from ..tasks.online import OnlineHead
 from ..train.protocol import JointTerm
 from ..train.step import Attached, StepEmbeddings
@@ -144,7 +144,7 @@ class LabelledStream(Attached):
             flush, unknown = self._known(flush, batch, until, embedded.blank)
             letters += unknown
             if len(flush):
-                x, mine = self._inputs(flush, embedded)
+                x, mine = self._inputs(flush, embedded, batch)
                 known = not self.config.horizon
                 scores = self.head.observe(x, flush.y, flush.t, learn=learn, known=known)
                 if not known:  # (after every awaiting label's time: the order they were scored in)
@@ -201,13 +201,16 @@ class LabelledStream(Attached):
             seen &= known
         return labels.take(seen), letters
 
-    def _inputs(self, labels: Labels, embedded: StepEmbeddings) -> tuple[np.ndarray, np.ndarray]:
+    def _inputs(
+        self, labels: Labels, embedded: StepEmbeddings, batch: EventBatch
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The head's inputs: each label's node (edge: both ends') embedding, and its stream features at its
-        own time; and which labels are this process's (``label_ranks``: all, or a rank's own). An end the
-        step embeds to score its batch is read from there (``StepEmbeddings.find``: the step's forward
-        pass, from the state before the batch); the others are embedded from the model now, at the
-        earliest label time, each node once (nodes the store has not seen yet read the blank row, as
-        ``step`` does). A sharded rank embeds its own labels' ends and gathers everyone's."""
+        own time (``batch``'s events before it counted: ``live_features.Recent``); and which labels are
+        this process's (``label_ranks``: all, or a rank's own). An end the step embeds to score its batch
+        is read from there (``StepEmbeddings.find``: the step's forward pass, from the state before the
+        batch); the others are embedded from the model now, at the earliest label time, each node once
+        (nodes the store has not seen yet read the blank row, as ``step`` does). A sharded rank embeds its
+        own labels' ends and gathers everyone's."""
         tr, blank = self.trainer, embedded.blank
         ends = [labels.node] if labels.dst is None else [labels.node, labels.dst]
         rows = [self._rows(e, blank) for e in ends]
@@ -230,7 +233,9 @@ class LabelledStream(Attached):
             x = np.concatenate([self.revealed.rows(labels.node), x], 1)
         if self.features is None:
             return x, mine
-        features = self.features.rows(rows[0], rows[1] if len(rows) > 1 else None, labels.t)
+        now = [self.ranks.index(e) for e in ends]  # (the batch's new nodes too: its events count)
+        recent = Recent(*self._learned(batch))
+        features = self.features.rows(now[0], now[1] if len(now) > 1 else None, labels.t, recent)
         return np.concatenate([x, features], 1), mine
 
     def _publish(self, labels: Labels, scores: np.ndarray) -> None:
@@ -251,14 +256,18 @@ class LabelledStream(Attached):
         rows = self.ranks.index(ids)
         return np.where(rows < blank, rows, -1)
 
-    def after_step(self, batch: EventBatch, letters: list[DeadLetter]) -> None:
+    def after_step(self, batch: EventBatch) -> None:
         """Count a stepped batch's learned edges (not its refused rows) into the stream features."""
         if self.features is None or not len(batch):
             return
-        ok = self.ranks.learned(batch, letters)
-        src, dst = self.ranks.index(batch.src[ok]), self.ranks.index(batch.dst[ok])
-        w = None if batch.weight is None else batch.weight[ok]
-        self.features.observe(src, dst, batch.t[ok], w, self.ranks.external)
+        self.features.observe(*self._learned(batch), self.ranks.external)
+
+    def _learned(self, batch: EventBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """The edges of ``batch`` the graph takes (admitted edge additions): dense ends, times, weights
+        (None where the features read none)."""
+        ok = self.ranks.learned(batch)
+        w = None if batch.weight is None or not self.features.rated else batch.weight[ok]
+        return self.ranks.index(batch.src[ok]), self.ranks.index(batch.dst[ok]), batch.t[ok], w
 
     def _letters(self, letters: list[DeadLetter]) -> None:
         self.dead_letters += len(letters)

@@ -207,7 +207,7 @@ class TrainJob:
     def _on_step(self, batch, result, arrival: float) -> None:
         m, trainer = self.metrics, self.trainer
         if self.labelled is not None:
-            self.labelled.after_step(batch, result.dead_letters)
+            self.labelled.after_step(batch)
         m.ingested.inc(len(batch))
         for letter in result.dead_letters:
             m.dead_letter(letter.reason)

@@ -96,6 +96,8 @@ class OnlineTrainer(StreamTrainer):
         self._replayed = 0  # events a replayed source must skip (set by ``resume``)
         self.learned = 0
         self.dead_letter_count = 0
+        # the last batch's admitted edge additions (a labelled task's stream features follow them)
+        self.admitted_rows = np.zeros(0, np.int64)
         self.negatives = StreamNegatives(config.seed, config.train_negative_pool)
         self.negatives.rebuild(self.store)
         for model in self.stream_models():
@@ -128,14 +130,14 @@ class OnlineTrainer(StreamTrainer):
             _, letters = batch.validate()
             ok = batch.kind == EventKind.EDGE_ADD
             ok[[letter.index for letter in letters]] = False
-            rows = np.flatnonzero(ok)
+            rows = self.admitted_rows = np.flatnonzero(ok)
             src, dst = self._known(batch.src[rows]), self._known(batch.dst[rows])
             return Positives(rows, src, dst, src, dst, self.store.num_nodes, self.dist.scorers(len(rows)))
         adm = self.store.admit(batch)
         add = batch.kind[adm.rows] == EventKind.EDGE_ADD
         src, dst = adm.src[add], adm.dst[add]
         pre_src, pre_dst = adm.known_before(src), adm.known_before(dst)
-        rows = adm.rows[add]
+        rows = self.admitted_rows = adm.rows[add]
         return Positives(rows, pre_src, pre_dst, src, dst, adm.first_new, self.dist.scorers(len(rows)), adm)
 
     def _apply(self, batch: EventBatch, pos: Positives) -> list[DeadLetter]:
