@@ -3,7 +3,8 @@ beside the baselines on the same chronological 70/15/15 split.
 
 python benchmarks/tasks.py [--quick] [--json] [--epochs N] [--seeds 0 1] [--streams NAME ...]
                            [--joint-weights 0 1 ...] [--replay-batches 200 20 ...]
-                           [--head-penalties 1e-4 ...] [--head-unweighted] [--head-other-end]
+                           [--head-penalties 1e-4 ...] [--head-loss balanced|unweighted]
+                           [--head-other-end | --no-head-other-end]
 (also: streamgnn bench tasks)
 
 Tasks (``streamgnn.tasks``):
@@ -24,7 +25,8 @@ training period's events for ``--epochs`` passes, then frozen; the stream is rep
 embedding is taken before its event's batch is ingested (``tasks.stream``); a staged task head over the
 embedding and the label's causal stream features (``tasks.head``: a logistic regression on the features,
 then an MLP of 80 units over them, then one over everything; ``tasks.evaluate`` says why) is trained on
-the training labels, classes weighing the same, each stage's epoch picked by validation AUC (a stage that
+the training labels with the task's loss (node classification: DyGLib's plain one; the rating signs:
+classes weighing the same; ``Task.balanced``), each stage's epoch picked by validation AUC (a stage that
 improves nothing is left out), and scored on test (``stages_<task>``: the validation AUC after each);
 ``auc_<task>_embeddings`` and ``auc_<task>_features_mlp`` are the same head over the embeddings alone
 and over the stream features alone (ablations of ours: what each input adds; not baselines). Beside
@@ -52,9 +54,12 @@ best on validation (keys ``auc_<task>_replay_<b>``, ``val_auc_<task>_replay_<b>`
 ``--head-penalties 1e-5 1e-4 1e-3 1e-2``: beside the staged head, a linear head over the embedding and
 the stream features at once, L2-regularised at each penalty (``tasks.protocol.fit_linear``); ours is, per
 seed, whichever head scores best on validation (their validation figures: ``stages_<task>``,
-``linear_all_<penalty>``). ``--head-unweighted``: ours' head with the plain loss (DyGLib's), the
-baselines' still balanced. ``--head-other-end`` (node-label streams only: Wikipedia): ours' head reads
-the edited page's embedding beside the editor's (``Labels.other_end``); the baselines' inputs unchanged.
+``linear_all_<penalty>``). ``--head-loss balanced|unweighted``: ours' head with classes weighing the
+same or the plain loss, whatever the task's protocol says (the baselines' stay balanced). Where a node
+label is read from an edge event (Wikipedia), ours' head reads that event's other end's embedding beside
+the node's (the edited page beside the editor; ``Labels.other_end``, ``tasks.evaluate``);
+``--no-head-other-end`` leaves it out, ``--head-other-end`` is refused for streams whose labels have
+none. The baselines' inputs are the same either way.
 
 How far from noise (binary labels): ``spread_auc_<task>[_<baseline>]`` (max - min over seeds),
 ``auc_se_<task>`` (ours' test AUC's standard error) and ``auc_diff_se_<task>_<baseline>`` (that of ours
@@ -91,10 +96,15 @@ from streamgnn.train import TrainConfig
 
 BATCH_SIZE = 200
 QUICK_EVENTS = 4_000
-# Transcribed from the papers' node classification tables (not re-checked against the PDFs when added).
+# Transcribed from the papers' node classification tables (not re-checked against the PDFs when added;
+# DyGLib's paper is not stored here and its README holds no table).
 PUBLISHED = {
     "TGN-attn (Rossi et al. 2020, Table 3; with edge features)": 0.8781,
+    "JODIE (DyGLib, Yu et al. 2023; with edge features)": 0.8899,
+    "DyRep (DyGLib, Yu et al. 2023; with edge features)": 0.8639,
+    "TGAT (DyGLib, Yu et al. 2023; with edge features)": 0.8409,
     "TGN (DyGLib, Yu et al. 2023; with edge features)": 0.8638,
+    "GraphMixer (DyGLib, Yu et al. 2023; with edge features)": 0.8680,
     "DyGFormer (DyGLib, Yu et al. 2023; with edge features)": 0.8744,
 }
 
@@ -144,15 +154,16 @@ def run_stream(
     joint_weight: float = 0.0,
     replay_batches: tuple[int, ...] = (),
     penalties: tuple[float, ...] = (),
-    balanced: bool = True,
-    other_end: bool = False,
+    balanced: bool | None = None,
+    other_end: bool | None = None,
 ) -> dict:
     """One seed of ours and the baselines on one stream: test AUC/AP, validation AUC, sizes, seconds;
     ``joint_weight``: the model pretrained jointly with the task's loss at that weight (0: link alone);
     ``replay_batches``: the labels embedded at each replay batch size, ours the best on validation;
     ``penalties``: the linear heads over every input tried beside the staged one; ``balanced``: classes
-    weigh the same in ours' loss (``HeadConfig``; the baselines' stay balanced); ``other_end``: ours'
-    head reads each node label's event's other end's embedding too (``evaluate``'s)."""
+    weigh the same in ours' loss (``HeadConfig``; None: as the task says; the baselines' stay balanced);
+    ``other_end``: ours' head reads each node label's event's other end's embedding too (``evaluate``'s;
+    None: wherever the labels carry one)."""
     model = TGNConfig(edge_feature_dim=1 if stream.ratings else 0)
     config = TrainConfig(batch_size=BATCH_SIZE, seed=seed, model=model)
     started, cpu = time.perf_counter(), time.process_time()
@@ -295,14 +306,14 @@ def _parser() -> argparse.ArgumentParser:
         "penalty; ours is each seed's best head on validation (default: none, the staged head alone)",
     )  # fmt: skip
     ap.add_argument(
-        "--head-unweighted", action="store_true",
-        help="ours' head trained with the plain loss (DyGLib's), not classes weighing the same; the "
-        "baselines stay balanced",
+        "--head-loss", choices=("balanced", "unweighted"), default=None,
+        help="ours' head with classes weighing the same, or the plain loss (DyGLib's); default: the "
+        "task's (node classification unweighted, rating signs balanced); the baselines stay balanced",
     )  # fmt: skip
     ap.add_argument(
-        "--head-other-end", action="store_true",
-        help="ours' head also reads the embedding of each node label's event's other end (Wikipedia: the "
-        "edited page); node-label streams only",
+        "--head-other-end", action=argparse.BooleanOptionalAction, default=None,
+        help="ours' head reads the embedding of each node label's event's other end (Wikipedia: the "
+        "edited page) beside the node's; default: wherever the labels carry one",
     )  # fmt: skip
     return ap
 
@@ -333,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
     edge_streams = [n for n in args.streams if n in STREAMS and STREAMS[n].task.on_edges]
-    if args.head_other_end and (edge_streams or affinity.KEY in args.streams):
+    if args.head_other_end is True and (edge_streams or affinity.KEY in args.streams):
         refused = [*edge_streams, *([affinity.KEY] if affinity.KEY in args.streams else [])]
         ap.error(
             f"--head-other-end: only node labels read from edge events have another end; not {refused} "
@@ -364,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
                 w,
                 tuple(args.replay_batches),
                 tuple(args.head_penalties),
-                not args.head_unweighted,
+                None if args.head_loss is None else args.head_loss == "balanced",
                 args.head_other_end,
             )
             for seed in seeds
@@ -378,7 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     summary.update(epochs=epochs, seeds=seeds, threads=args.threads, joint_weights=args.joint_weights)
     summary["replay_batches"] = args.replay_batches
     summary["head_penalties"] = args.head_penalties
-    summary["head_unweighted"] = args.head_unweighted
+    summary["head_loss"] = args.head_loss
     summary["head_other_end"] = args.head_other_end
     headline = _headline(args.streams, args.joint_weights, bool(travian))
     report(

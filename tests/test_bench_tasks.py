@@ -73,10 +73,10 @@ def test_replay_batches_report_each_size_and_the_noise_beside_the_figures():
 
 
 def test_head_penalties_and_the_unweighted_loss_reach_ours_and_validation_picks_the_head():
-    """``--head-penalties``/``--head-unweighted``: the linear heads' validation figures beside the staged
+    """``--head-penalties``/``--head-loss``: the linear heads' validation figures beside the staged
     head's stages, ours the best of them on validation."""
-    result = otc_prefix("--head-penalties", "1e-3", "--head-unweighted")
-    assert result["head_penalties"] == [1e-3] and result["head_unweighted"] is True
+    result = otc_prefix("--head-penalties", "1e-3", "--head-loss", "unweighted")
+    assert result["head_penalties"] == [1e-3] and result["head_loss"] == "unweighted"
     (run,) = result["runs"]
     stages = run["val_auc_stages"]
     assert "linear_all_0.001" in stages and "joint" in stages

@@ -234,7 +234,9 @@ def test_a_node_labels_other_end_is_embedded_as_an_edge_labels_dst_and_refused_w
         Labels(labels.node, labels.t, labels.y, dst, other_end=dst)
 
 
-def test_evaluate_with_other_end_widens_ours_head_and_leaves_the_baselines_as_they_are(monkeypatch):
+def test_evaluate_reads_the_other_end_where_the_labels_carry_one_and_leaves_the_baselines(monkeypatch):
+    """By default ours' head reads a node label's event's other end beside the node (``other_end=None``:
+    wherever ``Labels.other_end`` is set); ``other_end=False`` leaves it out; the baselines never read it."""
     evaluate_module = importlib.import_module("streamgnn.tasks.evaluate")  # the package names the function
 
     rng = np.random.default_rng(9)
@@ -250,8 +252,8 @@ def test_evaluate_with_other_end_widens_ours_head_and_leaves_the_baselines_as_th
 
     monkeypatch.setattr(evaluate_module, "fit_head", fit_head_spy)
     head = HeadConfig(epochs=2)
-    plain = evaluate(NodeClassification(), ev, labels, _small_config(), head=head)
-    paired = evaluate(NodeClassification(), ev, labels, _small_config(), head=head, other_end=True)
+    plain = evaluate(NodeClassification(), ev, labels, _small_config(), head=head, other_end=False)
+    paired = evaluate(NodeClassification(), ev, labels, _small_config(), head=head)
     features = 4  # the node's stream features (NODE)
     assert widths == [8 + features, 8, features, 16 + features, 16, features]
     assert paired.baselines == plain.baselines and paired.baselines_val == plain.baselines_val

@@ -54,7 +54,8 @@ def test_offline_the_head_starts_from_the_logistic_regression_and_never_trails_i
     labels, split = _labels(y)
     task = NodeClassification()
     lr = logistic_regression(task, x[:, -FEATURES:], labels, split, seed)
-    ours = fit_head(task, x, y, split, HeadConfig(epochs=20, seed=seed), features=FEATURES)
+    # the baseline's loss (classes weighing the same; node classification's own is the plain one)
+    ours = fit_head(task, x, y, split, HeadConfig(epochs=20, seed=seed, balanced=True), features=FEATURES)
     assert list(ours.stages) == ["linear", "features", "joint"]
     assert ours.stages["linear"] == lr.val["auc"]  # its first stage is the baseline's model, fitted alike
     assert ours.val["auc"] >= lr.val["auc"]  # a later stage is kept only where it improves validation
@@ -119,6 +120,29 @@ def test_balanced_weights_give_every_class_the_same_total():
     w3 = NodeClassification(classes=3).balance(np.array([0, 0, 0, 2]))  # a class absent: no weight for it
     assert w3[:3].sum() == pytest.approx(w3[3]) and w3.mean() == pytest.approx(1.0)
     assert NodeRegression().balance(np.array([0.5, 2.0])) is None
+
+
+def test_the_loss_is_the_tasks_protocol_and_a_head_config_overrides_it():
+    """Offline, node classification's loss is the plain one (DyGLib's) and the rating signs' the balanced
+    one (``Task.balanced``); ``HeadConfig.balanced`` overrides either; the baselines' regression stays
+    balanced whatever the task says."""
+    x, y = synthetic(1500, 5, rate=0.05, xor=False, emb=4)
+    labels, split = _labels(y)
+    scores = {}
+    for task in (NodeClassification(), EdgeClassification()):
+        for balanced in (None, True, False):
+            config = HeadConfig(epochs=2, balanced=balanced)
+            scores[task.balanced, balanced] = fit_head(task, x, y, split, config, features=FEATURES).scores
+    np.testing.assert_array_equal(scores[False, None], scores[False, False])  # node: the plain loss
+    np.testing.assert_array_equal(scores[True, None], scores[True, True])  # edge signs: balanced
+    np.testing.assert_array_equal(scores[False, True], scores[True, True])  # an override is an override
+    # the plain loss predicts the classes near their rate (~0.88 positive here), the balanced one nearer an
+    # even share; so does the baselines' regression, whatever the task's loss
+    off = {b: abs(scores[False, b].mean() - y[split.train].mean()) for b in (False, True)}
+    lr = logistic_regression(NodeClassification(), x[:, -FEATURES:], labels, split)
+    assert off[False] + 0.05 < min(off[True], abs(lr.scores.mean() - y[split.train].mean()))
+    with pytest.raises(ConfigError, match="balanced"):
+        HeadConfig(balanced="yes")
 
 
 def test_a_linear_head_over_every_input_is_kept_where_it_wins_validation_and_shrinks_with_its_penalty():

@@ -77,7 +77,7 @@ def evaluate(
     tau: float = 86400.0,
     joint_weight: float = 0.0,
     replay_batches: tuple[int, ...] = (),
-    other_end: bool = False,
+    other_end: bool | None = None,
 ) -> TaskResult:
     """Ours and the baselines on ``labels`` over the time-ordered stream ``events`` (module docstring);
     ``epochs`` of link pretraining, jointly with the task's loss on the training labels at
@@ -85,7 +85,11 @@ def evaluate(
     ``replay_batches``: the replay batch sizes the labels are embedded at (default: the training's), ours
     the one whose head scores best on validation (never on test); ``other_end``: ours' head (and the
     embeddings-alone one) reads a node label's event's other end's embedding beside the node's
-    (``Labels.other_end``; offline only), the stream features and so the baselines as they are."""
+    (``Labels.other_end``; offline only), the stream features and so the baselines as they are; None (the
+    default): wherever the labels carry one (on JODIE Wikipedia the edited page beside the editor: higher
+    on validation with node classification's loss on every seed, benchmarks/RESULTS.md)."""
+    if other_end is None:
+        other_end = labels.other_end is not None
     split = LabelSplit.by_time(labels, events.t)
     head = head or HeadConfig(seed=config.seed)
     trainer = OnlineTrainer(dataclasses.replace(config, serve_every=0, checkpoint_every=0))

@@ -27,8 +27,10 @@ class HeadConfig:
     feature MLP, a linear joint stage), Adam at ``lr`` with ``weight_decay``, minibatches of ``batch_size``
     shuffled by ``seed``, at most ``epochs`` passes a stage, stopping ``patience`` epochs past the best
     validation figure (``Task.selection``); ``balanced``: every class weighs the same in the loss
-    (``Task.balance``). The linear stage is trained as ``LINEAR`` says, the logistic-regression baseline's
-    settings, whatever this config's. ``penalties``: also fit one linear head over all the inputs at once
+    (``Task.balance``), or each label alike (False); None: as the task's protocol says (``Task.balanced``:
+    node classification's plain loss, DyGLib's; the rating signs' balanced one). The linear stage is
+    trained with ``LINEAR``'s settings (the logistic-regression baseline's), whatever this config's, but
+    under this config's loss. ``penalties``: also fit one linear head over all the inputs at once
     (``fit_linear``) at each of these L2 penalties, and keep whichever head, staged or linear, scores best
     on validation (``()``: the staged head alone)."""
 
@@ -39,7 +41,7 @@ class HeadConfig:
     batch_size: int = 128
     epochs: int = 50
     patience: int = 5
-    balanced: bool = True
+    balanced: bool | None = None
     seed: int = 0
     penalties: tuple[float, ...] = ()
 
@@ -51,9 +53,17 @@ class HeadConfig:
             raise ConfigError("HeadConfig needs lr > 0, weight_decay >= 0 and 0 <= dropout < 1")
         if not all(isinstance(p, int | float) and 0 <= p < math.inf for p in self.penalties):
             raise ConfigError(f"HeadConfig.penalties must be numbers >= 0, got {self.penalties!r}")
+        if not (self.balanced is None or isinstance(self.balanced, bool)):
+            raise ConfigError(
+                f"HeadConfig.balanced must be a bool or None (the task's), got {self.balanced!r}"
+            )
+
+    def weighs_classes(self, task: Task) -> bool:
+        """Whether ``task``'s loss weighs every class the same under this config (``balanced``)."""
+        return task.balanced if self.balanced is None else self.balanced
 
 
-LINEAR = HeadConfig(hidden=(), lr=1e-2, batch_size=64, epochs=30)
+LINEAR = HeadConfig(hidden=(), lr=1e-2, batch_size=64, epochs=30, balanced=True)
 
 
 @dataclass(frozen=True)
@@ -99,7 +109,10 @@ def fit_head(
     features = x.shape[1] if features is None else features
     head = StagedHead(task, x.shape[1], features, config.hidden, config.dropout)
     staged = fit_stages(task, head, inputs, y, split, config)
-    fitted = [staged, *(fit_linear(task, inputs, y, split, p, config.balanced) for p in config.penalties)]
+    fitted = [
+        staged,
+        *(fit_linear(task, inputs, y, split, p, config.weighs_classes(task)) for p in config.penalties),
+    ]
     best = max(fitted, key=lambda r: task.selection(r.val))  # the staged head on a tie
     return dataclasses.replace(best, stages={**staged.stages, **_linear_figures(fitted[1:], config)})
 
@@ -176,7 +189,7 @@ class _Data:
     ) -> None:
         self.task, self.inputs, self.y, self.split = task, inputs, y, split
         self.target = task.target(y)
-        weight = task.balance(y[split.train]) if config.balanced else None
+        weight = task.balance(y[split.train]) if config.weighs_classes(task) else None
         self.weight = None
         if weight is not None:
             self.weight = torch.zeros(len(y))

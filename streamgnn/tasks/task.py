@@ -33,6 +33,9 @@ class Task(ABC):
     # how ``metrics`` averages over labels given their times, as the live job's summary says it ("": it
     # pools every label alike)
     averaging = ""
+    # the offline protocol's loss (``protocol.fit_head``, unless ``HeadConfig.balanced`` says otherwise):
+    # every class weighing the same (``balance``), or each label alike (the plain loss)
+    balanced = True
 
     @property
     @abstractmethod
