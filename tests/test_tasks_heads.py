@@ -24,7 +24,7 @@ from streamgnn.tasks import (
 from streamgnn.tasks.head import StagedHead
 from streamgnn.tasks.metrics import roc_auc
 from streamgnn.tasks.online import OnlineHead
-from streamgnn.tasks.protocol import fit_linear
+from streamgnn.tasks.protocol import LINEAR, _Data, _fit_stage, fit_linear
 
 torch.set_num_threads(1)
 FEATURES = 4
@@ -143,6 +143,26 @@ def test_the_loss_is_the_tasks_protocol_and_a_head_config_overrides_it():
     assert off[False] + 0.05 < min(off[True], abs(lr.scores.mean() - y[split.train].mean()))
     with pytest.raises(ConfigError, match="balanced"):
         HeadConfig(balanced="yes")
+
+
+def test_a_stage_s_loss_is_the_config_it_is_trained_under():
+    """The linear stage is trained with ``LINEAR``'s settings under the head's loss: the loss is read from
+    the config a stage is given (one place), so the same stage under a plain and a balanced config learns
+    the classes near their rate and nearer an even share respectively."""
+    x, y = synthetic(1500, 5, rate=0.05, xor=False, emb=4)
+    _, split = _labels(y)
+    task = NodeClassification()
+    inputs = torch.from_numpy((x - x.mean(axis=0)) / x.std(axis=0))
+    mean = {}
+    for balanced in (False, True):
+        torch.manual_seed(0)
+        head = StagedHead(task, x.shape[1], FEATURES, (), 0.0)
+        head.stage = 1
+        config = HeadConfig(**{**LINEAR.__dict__, "epochs": 2, "balanced": balanced})
+        _fit_stage(head, 0, _Data(task, inputs, y, split), config, -np.inf, [])
+        with torch.no_grad():
+            mean[balanced] = task.predict(head(inputs)).mean()
+    assert abs(mean[False] - y[split.train].mean()) + 0.05 < abs(mean[True] - y[split.train].mean())
 
 
 def test_a_linear_head_over_every_input_is_kept_where_it_wins_validation_and_shrinks_with_its_penalty():

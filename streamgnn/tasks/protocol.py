@@ -133,11 +133,12 @@ def fit_linear(
     stages are each fitted on what the regression on the stream features leaves, while a regularised
     regression on the embedding and the features together moves the features' weights too. Measured on
     JODIE Wikipedia (benchmarks/RESULTS.md): better on validation on one seed of three, so opt-in."""
-    data = _Data(task, inputs, y, split, HeadConfig(balanced=balanced))
+    data = _Data(task, inputs, y, split)
     head = StagedHead(task, inputs.shape[1], inputs.shape[1], (), 0.0)
     rows = torch.from_numpy(split.train)
     x, target = data.inputs[rows], data.target[rows]
-    weight = None if data.weight is None else data.weight[rows]
+    weights = data.weight(HeadConfig(balanced=balanced))
+    weight = None if weights is None else weights[rows]
     optimizer = torch.optim.LBFGS(head.parameters(), max_iter=200, line_search_fn="strong_wolfe")
 
     def objective() -> torch.Tensor:
@@ -163,7 +164,7 @@ def fit_stages(
 ) -> HeadResult:
     """Train ``head`` (a ``StagedHead``, or one with its ``stages``, ``stage``, ``features`` and
     ``module``) on ``inputs`` as ``fit_head`` says, a stage at a time; then score every row."""
-    data = _Data(task, inputs, y, split, config)
+    data = _Data(task, inputs, y, split)
     best, stages, history, best_epoch = -math.inf, {}, [], 0
     for stage, name in enumerate(head.stages):
         head.stage = stage + 1
@@ -182,18 +183,22 @@ def fit_stages(
 
 
 class _Data:
-    """A head's standardised inputs, targets, row weights and split, as its stages read them."""
+    """A head's standardised inputs, targets and split, as its stages read them (``weight``: their loss)."""
 
-    def __init__(
-        self, task: Task, inputs: torch.Tensor, y: np.ndarray, split: LabelSplit, config: HeadConfig
-    ) -> None:
+    def __init__(self, task: Task, inputs: torch.Tensor, y: np.ndarray, split: LabelSplit) -> None:
         self.task, self.inputs, self.y, self.split = task, inputs, y, split
         self.target = task.target(y)
-        weight = task.balance(y[split.train]) if config.weighs_classes(task) else None
-        self.weight = None
-        if weight is not None:
-            self.weight = torch.zeros(len(y))
-            self.weight[torch.from_numpy(split.train)] = torch.as_tensor(weight, dtype=torch.float32)
+
+    def weight(self, config: HeadConfig) -> torch.Tensor | None:
+        """Each row's weight in the loss of a stage trained under ``config``: the training rows' class
+        weights where ``config.weighs_classes`` (0 elsewhere), or None (each label alike). The one place a
+        stage's loss is decided: every stage, the linear one too, reads the config it is given."""
+        weight = self.task.balance(self.y[self.split.train]) if config.weighs_classes(self.task) else None
+        if weight is None:
+            return None
+        rows = torch.zeros(len(self.y))
+        rows[torch.from_numpy(self.split.train)] = torch.as_tensor(weight, dtype=torch.float32)
+        return rows
 
     def val_figure(self, head: torch.nn.Module) -> float:
         rows = self.split.val
@@ -205,10 +210,12 @@ class _Data:
 def _fit_stage(
     head: StagedHead, stage: int, data: _Data, config: HeadConfig, best: float, history: list[float]
 ) -> tuple[float, int]:
-    """Train stage ``stage``'s parameters alone; keep its best validation epoch if it beats ``best`` (the
-    stages before it: the head as it enters, epoch 0). Returns the validation figure kept and the epoch."""
+    """Train stage ``stage``'s parameters alone, under ``config``'s settings and loss (``_Data.weight``);
+    keep its best validation epoch if it beats ``best`` (the stages before it: the head as it enters,
+    epoch 0). Returns the validation figure kept and the epoch."""
     module = head.module(stage)
     params = list(module.parameters())
+    weights = data.weight(config)
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     rng = np.random.default_rng(config.seed + stage)
     best_state, best_epoch = None, 0
@@ -219,7 +226,7 @@ def _fit_stage(
         for lo in range(0, len(order), config.batch_size):
             rows = torch.from_numpy(order[lo : lo + config.batch_size])
             optimizer.zero_grad()
-            weight = None if data.weight is None else data.weight[rows]
+            weight = None if weights is None else weights[rows]
             data.task.loss(head(data.inputs[rows]), data.target[rows], weight).backward()
             optimizer.step()
         history.append(data.val_figure(head))
