@@ -7,37 +7,25 @@ import threading
 import time
 
 import numpy as np
+from kafka_markers import MARKER_EID, markers, without_markers
 
 from streamgnn.connectors.kafka import EventProducer, KafkaSource
-from streamgnn.events import EventBatch
 from streamgnn.partition import hash_partition
-
-MARKER_EID = 10**9  # markers' eids: MARKER_EID + topic partition, far from the events'
 
 
 def send_markers(bootstrap: str, topic: str, partitions: int, after: float, backend: str) -> set[int]:
-    """One marker event into each topic partition, later than every event (``after``): a partition's
-    marker arriving means everything before it in that partition was delivered (the positive signal that
-    replaces "wait a while, then nothing more came"). Returns the markers' eids."""
-    candidates = np.arange(10**6, 10**6 + 64 * partitions)
-    parts = hash_partition(candidates, partitions)
-    src = np.array([candidates[parts == p][0] for p in range(partitions)])
-    markers = EventBatch.from_columns(
-        src=src, dst=src, t=np.full(partitions, after + 1.0), eid=MARKER_EID + np.arange(partitions)
-    )
+    """A marker into each topic partition, later than every event (``after``; tests/kafka_markers.py says
+    why). Returns the markers' eids."""
+    sent = markers(partitions, after)
     with EventProducer(bootstrap, topic, fmt="binary", backend=backend) as producer:
-        producer.send(markers)
-    return set(markers.eid.tolist())
+        producer.send(sent)
+    return set(sent.eid.tolist())
 
 
 def wait_for(eids: set[int], received: list[list[np.ndarray]]) -> None:
     """Until every one of ``eids`` was received by some consumer (bounded only by the test's timeout)."""
     while not eids <= {int(e) for r in received for batch in list(r) for e in batch[batch >= MARKER_EID]}:
         time.sleep(0.1)
-
-
-def without_markers(eids: np.ndarray) -> np.ndarray:
-    return eids[eids < MARKER_EID]
 
 
 def test_two_consumers_in_a_group_share_partitions_and_see_each_event_once(

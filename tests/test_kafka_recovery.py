@@ -14,11 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kafka_markers import MARKER_EID, markers, without_markers
 
 from streamgnn.connectors.broker import LocalBroker
 from streamgnn.connectors.kafka import EventProducer, KafkaSource, create_topic
 from streamgnn.errors import ConnectorError
-from streamgnn.events import EventBatch, concat
+from streamgnn.events import concat
 from streamgnn.partition import hash_partition
 from streamgnn.store import StoreConfig, TemporalGraphStore
 
@@ -96,20 +97,6 @@ def test_consumer_killed_mid_stream_resumes_from_checkpoint_to_the_same_store(
     assert resumed.content_hash() == reference.content_hash()
 
 
-MARKER_EID = 10**9  # markers' eids, far from the events'
-
-
-def _markers(partitions: int, after: float) -> EventBatch:
-    """One marker event for each topic partition (its source hashes there), later than ``after``: a
-    partition's marker arriving means everything produced before it there was delivered."""
-    candidates = np.arange(10**6, 10**6 + 64 * partitions)
-    parts = hash_partition(candidates, partitions)
-    src = np.array([candidates[parts == p][0] for p in range(partitions)])
-    return EventBatch.from_columns(
-        src=src, dst=src, t=np.full(partitions, after + 1.0), eid=MARKER_EID + np.arange(partitions)
-    )
-
-
 @pytest.fixture
 def own_broker():
     """A broker of this test's own, since freezing the shared one would stall every other test."""
@@ -162,16 +149,16 @@ def test_broker_frozen_longer_than_client_timeouts_loses_nothing(own_broker, mak
         sender.join()  # the producer recovered (bounded by the test's timeout, not by a guess at the host)
         # a marker in each partition, produced after every event: once both arrived, every event came
         # and any duplicate came before them (bounded by the test's timeout, not by a guess at the host)
-        markers = _markers(2, events.t.max())
-        producer.send(markers)
+        sent = markers(2, events.t.max())
+        producer.send(sent)
         producer.flush()
-        while not set(markers.eid) <= set(concat(got).eid if got else []):
+        while not set(sent.eid) <= set(concat(got).eid if got else []):
             batch = source.poll(1.0)
             if batch is not None:
                 got.append(batch)
     eids = concat(got).eid
-    assert sorted(eids[eids >= MARKER_EID]) == sorted(markers.eid), "a marker was delivered twice"
-    eids = eids[eids < MARKER_EID]
+    assert sorted(eids[eids >= MARKER_EID]) == sorted(sent.eid), "a marker was delivered twice"
+    eids = without_markers(eids)
     assert len(eids) == len(events), "events were delivered twice"
     assert np.array_equal(np.sort(eids), events.eid)
     assert any("retrying" in r.getMessage().lower() for r in caplog.records), "the outage went unlogged"
