@@ -46,3 +46,15 @@ def test_a_negative_reference_is_refused_by_name(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["bench", "follow", "--quick", "--reference-events", "-1"])
     assert stop.value.code == 2 and "--reference-events" in capsys.readouterr().err
+
+
+def test_follow_costs_scores_each_estimate_on_the_same_steps(capsys):
+    """``streamgnn bench follow_costs``: every estimate scored on the same items, errors that make sense (not
+    which estimate wins: a few items on a busy host decide nothing)."""
+    assert main(["bench", "follow_costs", "--events", "3000", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["events"] == 3_000 and res["items"] >= 1
+    for name in ("line", "per_event", "per_step"):
+        for q in ("median", "p90"):
+            assert math.isfinite(res[f"{name}_{q}_error"]) and res[f"{name}_{q}_error"] >= 0, (name, q)
+    assert res["line_fixed_ms"] >= 0 and res["line_per_event_ms"] >= 0

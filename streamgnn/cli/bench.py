@@ -26,6 +26,7 @@ BENCHMARKS = (
     "tasks",
     "tasks_online",
     "follow",
+    "follow_costs",
 )
 
 EXAMPLE = """examples:
