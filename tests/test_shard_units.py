@@ -136,6 +136,8 @@ def test_sharding_is_one_config_switch():
         TrainConfig(sharding={"num_partitions": 4})
     with pytest.raises(ConfigError, match="id_range"):  # a shard's pool is the replicated seen destinations
         ShardedTrainer(TrainConfig(model=tgn, train_negative_pool="id_range", sharding=ShardConfig()))
+    with pytest.raises(ConfigError, match="train_part"):  # an offline split's pool: no shard has one
+        ShardedTrainer(TrainConfig(model=tgn, train_negative_pool="train_part", sharding=ShardConfig()))
 
 
 def test_readme_sharded_snippet_runs():

@@ -97,10 +97,10 @@ class ShardedTrainer(StreamTrainer):
     ):
         self.config, self.shard_config = config, config.sharding or ShardConfig()
         dataclasses.replace(config, sharding=self.shard_config)  # what a sharded config refuses
-        if config.train_negative_pool == "id_range":
+        if config.train_negative_pool in ("id_range", "train_part"):
             raise ConfigError(
                 "sharded training draws negatives from the replicated pool of seen destinations: use "
-                "train_negative_pool='seen_blank' or 'seen', not 'id_range'"
+                f"train_negative_pool='seen_blank' or 'seen', not {config.train_negative_pool!r}"
             )
         self.dist = dist or init_distributed()
         self.device = local_device(config.device)

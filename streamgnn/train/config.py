@@ -139,8 +139,10 @@ class TrainConfig(Config):
     ``train_negative_pool``: "seen_blank" (default: destinations seen so far, each
     negative blank at the batch's rate of positives to unseen destinations, so that "no history" does not
     read as "positive"; see ``train.negatives``), "seen" (destinations seen so far: the default before, kept
-    by checkpoints written before the option) or "id_range" (uniform over their integer id range, unseen ids
-    as blank nodes, as PyG's loader).
+    by checkpoints written before the option), "id_range" (uniform over their integer id range, unseen ids
+    as blank nodes, as PyG's loader) or "train_part" (offline only: uniform over the training part's
+    destinations, known in advance, those not reached yet as blank nodes, as DyGLib's trainer; ``fit_offline``
+    gives them from its split).
     ``window_events``: scored events per running-metrics window.
     ``checkpoint_every``: global batches between checkpoints (0: none; None, the default: every
     ``DEFAULT_CHECKPOINT_EVERY`` batches when a ``checkpoint_dir`` is given, so naming a folder is enough
@@ -226,8 +228,11 @@ class TrainConfig(Config):
                 "train_negatives='inductive' would draw destinations never seen before, but the trainer's "
                 "pool is exactly the destinations seen so far: use 'random' or 'historical'"
             )
-        if self.train_negative_pool == "id_range" and self.train_negatives != "random":
-            raise ConfigError("train_negative_pool='id_range' draws uniformly: use train_negatives='random'")
+        if self.train_negative_pool in ("id_range", "train_part") and self.train_negatives != "random":
+            raise ConfigError(
+                f"train_negative_pool={self.train_negative_pool!r} draws uniformly: "
+                "use train_negatives='random'"
+            )
         object.__setattr__(self, "baselines", tuple(self.baselines))  # (lists from JSON)
         unknown = sorted(set(self.baselines) - set(BASELINES))
         if unknown or len(set(self.baselines)) != len(self.baselines):

@@ -12,6 +12,11 @@ PyG's ``TemporalDataLoader``, which draws over the training data's destination i
 node (-1: no history, zero memory) with the probability that a positive of the same batch goes to a
 destination the store does not know yet: blankness then tells a model nothing, where from the seen pool alone
 (no blank negative ever) it learns "blank destination = positive" and ranks blank candidates first.
+``pool="train_part"`` draws training negatives as DyGLib's trainer does (its ``NegativeEdgeSampler`` over the
+training data, random strategy): uniformly, with replacement, from the training part's distinct destinations,
+known in advance (``use_train_part``: ``fit_offline`` gives them from its split), so a draw may name a
+destination the stream has not reached yet, a blank node (-1) then, as it has no history there either. Only
+an offline fit has a training part: an online run with this pool is refused at its first draw.
 
 >>> import numpy as np
 >>> from streamgnn.store import TemporalGraphStore
@@ -34,8 +39,8 @@ from ..sampling.rng import key_of
 from ..store import TemporalGraphStore
 
 EVAL, TRAIN = 0, 1  # key offsets: every draw is named by (step, purpose)
-POOLS = ("seen_blank", "seen", "id_range")
-BLANK_POOLS = ("id_range", "seen_blank")  # pools whose -1 draws are blank-node negatives
+POOLS = ("seen_blank", "seen", "id_range", "train_part")
+BLANK_POOLS = ("id_range", "seen_blank", "train_part")  # pools whose -1 draws are blank-node negatives
 
 
 def counted(neg: np.ndarray, pool: str) -> np.ndarray:
@@ -55,6 +60,15 @@ class StreamNegatives:
         self.sampler: NegativeSampler | None = None
         self.store: TemporalGraphStore | None = None
         self._range = (np.iinfo(np.int64).max, np.iinfo(np.int64).min)  # external destination ids seen
+        self.train_part: np.ndarray | None = None  # the "train_part" pool's external ids
+
+    def use_train_part(self, destinations: np.ndarray) -> None:
+        """The ``train_part`` pool's ids: the training part's destinations (external ids; duplicates are
+        dropped, so every distinct destination is equally likely, as in DyGLib's sampler)."""
+        part = np.unique(np.asarray(destinations))
+        if not len(part):
+            raise ConfigError("train_negative_pool='train_part' needs a training part with destinations")
+        self.train_part = part
 
     @property
     def ready(self) -> bool:
@@ -101,12 +115,10 @@ class StreamNegatives:
     ) -> np.ndarray:
         """``int64[n, num]`` negatives of ``(src, dst)`` (``NegativeSampler.sample``); needs ``ready``.
 
-        With the ``id_range`` pool, training draws (``purpose=TRAIN``) are uniform over the id range, ``-1``
-        where the store does not know the id."""
-        if self.pool == "id_range" and purpose == TRAIN:
-            rng = np.random.default_rng(int(key_of(self.seed, 2 * step + purpose)))
-            ext = rng.integers(self._range[0], self._range[1] + 1, size=len(src) * num)
-            return self.store.node_index(ext, strict=False).reshape(len(src), num)
+        With the ``id_range`` and ``train_part`` pools, training draws (``purpose=TRAIN``) are uniform
+        (``uniform``), ``-1`` where the store does not know the id."""
+        if self.pool in ("id_range", "train_part") and purpose == TRAIN:
+            return self.uniform(len(src) * num, step).reshape(len(src), num)
         out = self.sampler.sample(
             src, dst, num=num, strategy=strategy, frac=frac, groups=groups, key=2 * step + purpose
         )
@@ -114,3 +126,19 @@ class StreamNegatives:
             rng = np.random.default_rng(int(key_of(self.seed, 2 * step + purpose)))
             out[rng.random(out.shape) < np.mean(np.asarray(dst) < 0)] = -1
         return out
+
+    def uniform(self, size: int, step: int) -> np.ndarray:
+        """``size`` training destinations (internal ids, -1 where the store does not know one yet) drawn
+        uniformly with replacement: over the seen id range (``id_range``) or the training part's
+        destinations (``train_part``), keyed by ``step`` as every draw."""
+        rng = np.random.default_rng(int(key_of(self.seed, 2 * step + TRAIN)))
+        if self.pool == "id_range":
+            ext = rng.integers(self._range[0], self._range[1] + 1, size=size)
+        elif self.train_part is None:
+            raise ConfigError(
+                "train_negative_pool='train_part' draws from an offline split's training part, which an "
+                "online run has not got (fit_offline gives it): use 'seen_blank', 'seen' or 'id_range'"
+            )
+        else:
+            ext = self.train_part[rng.integers(0, len(self.train_part), size=size)]
+        return self.store.node_index(ext, strict=False)

@@ -190,6 +190,8 @@ def fit_offline(
     split = split or ChronologicalSplit.make(events)
     config = dataclasses.replace(config, serve_every=0, checkpoint_every=0)
     trainer = OnlineTrainer(config)
+    if config.train_negative_pool == "train_part":  # DyGLib's training negatives: the part's destinations
+        trainer.negatives.use_train_part(events.dst[split.train])
     trainer.attached.update(attach(trainer) if attach is not None else {})
     run = OfflineRun(events, split, config, trainer)
     more = {k: run.given(f"test_with[{k!r}]", v) for k, v in (test_with or {}).items()}
