@@ -20,7 +20,12 @@ footnote. What it is, from DyGLib's ``utils/DataLoader.py``, ``utils/utils.py`` 
   "inductive": as "historical", but among those edges also leaving out every edge seen up to the end of
   validation (edges that first appear during the test part, before the batch).
 
-Training, validation and early stopping stay our trainer's (``fit_offline``): only the test differs.
+Training, validation and early stopping stay our trainer's (``fit_offline``): only the test differs. DyGLib's
+training negatives (one per positive, its destination uniform over the training part's distinct destinations,
+those the stream has not reached yet included) are one option away, ``TrainConfig(train_negative_pool=
+"train_part")`` (``--ours train_negative_pool=train_part``), and not what this protocol trains with: at equal
+epochs they moved our test AP by -0.002 to +0.005, within a seed's spread, and Enron's historical-negative AP
+by -0.047 (benchmarks/RESULTS.md, "DyGLib's training negatives (#36)").
 """
 
 from __future__ import annotations
