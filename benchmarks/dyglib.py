@@ -24,8 +24,9 @@ Training, validation and early stopping stay our trainer's (``fit_offline``): on
 training negatives (one per positive, its destination uniform over the training part's distinct destinations,
 those the stream has not reached yet included) are one option away, ``TrainConfig(train_negative_pool=
 "train_part")`` (``--ours train_negative_pool=train_part``), and not what this protocol trains with: at equal
-epochs they moved our test AP by -0.002 to +0.005, within a seed's spread, and Enron's historical-negative AP
-by -0.047 (benchmarks/RESULTS.md, "DyGLib's training negatives (#36)").
+epochs they moved our random-negative test AP by -0.003 to +0.007 (not the gap to TPNet) and the
+historical-negative AP from -0.047 (Enron) to +0.09 (US Legis.) (benchmarks/RESULTS.md, "DyGLib's training
+negatives (#36)").
 """
 
 from __future__ import annotations
