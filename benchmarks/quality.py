@@ -405,6 +405,7 @@ def _main_dyglib(args, ours: dict, seeds: list[int], epochs: int, patience: int 
     for stream in args.streams:
         name = dyglib.published(stream)  # the key names the stream as the published tables do
         headline[f"ap_dyglib_{name}"] = f"test AP, DyGLib's protocol, random negatives, {stream}"
+        headline[f"ap_dyglib_batch_{name}"] = f"test AP, same, each batch from the state before it, {stream}"
         headline[f"ap_dyglib_edgebank_{name}"] = f"test AP, same, EdgeBank, {stream}"
         headline[f"ap_dyglib_edgebank_tw_{name}"] = f"test AP, same, time-window EdgeBank, {stream}"
         headline[f"tpnet_ap_dyglib_{name}"] = f"TPNet's published AP (Table 1), random negatives, {stream}"

@@ -127,6 +127,35 @@ def test_score_pairs_scores_as_a_step_does_and_changes_nothing():
     assert not np.allclose(swapped, first)  # the source matters
 
 
+def test_dyglib_s_view_sees_the_batch_s_earlier_events_strictly_before_each_time():
+    """DyGLib embeds each event at its own time over the whole graph: from a store that holds the batch, an
+    event at "event" query time scores as from a store holding exactly the events before its time."""
+    rng = np.random.default_rng(0)
+    n = 600
+    events = EventBatch.from_columns(
+        src=rng.integers(0, 30, n), dst=rng.integers(30, 60, n), t=np.arange(n) // 2 * 1.0, eid=np.arange(n)
+    )  # (two events a time: a tie is not "before")
+    batch = events.take(slice(500, 600))
+    config = TrainConfig(batch_size=100, model=TGNConfig(pair_features=True), seed=0)
+
+    def scores(rows: slice) -> np.ndarray:
+        trainer = OnlineTrainer(config)  # the same weights, blank memory: only the store differs
+        store = trainer.new_store()
+        store.ingest(events.take(rows))
+        trainer.reset_stream(store)
+        return trainer.score_pairs(batch.src, batch.dst, batch.t, query_time="event")
+
+    held = scores(slice(0, n))
+    for i in (1, 40, 99):
+        before = scores(slice(0, int(np.searchsorted(events.t, batch.t[i]))))
+        np.testing.assert_allclose(before[i], held[i], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(
+        scores(slice(0, 500))[40:], held[40:], rtol=1e-3
+    )  # the batch's earlier events count
+    with pytest.raises(ConfigError, match="query_time"):
+        OnlineTrainer(config).score_pairs(batch.src, batch.dst, batch.t, query_time="batches")
+
+
 def test_table_streams_are_selectable_and_scored_against_tpnet():
     args = quality._parser().parse_args(["--protocol", "dyglib", "--streams", "uslegis", "canparl"])
     assert args.streams == ["uslegis", "canparl"]
@@ -167,6 +196,7 @@ def test_quick_dyglib_run_prints_its_keys(capsys):
     for s in ("uci", "enron"):
         for key in (
             "ap_dyglib",
+            "ap_dyglib_batch",
             "auc_dyglib",
             "ap_dyglib_historical",
             "ap_dyglib_inductive",

@@ -37,6 +37,7 @@ import torch
 from ..embeddings import EmbeddingTable
 from ..errors import ConfigError
 from ..events import DeadLetter, EventBatch
+from .config import QUERY_TIMES
 from .distributed import collective
 from .driver import Batches, Budget, Drive, FollowReport, StepHook
 from .metrics import LinkMetrics, RunningMetrics, WindowMetrics, losses_to_baselines, reciprocal_ranks
@@ -164,6 +165,16 @@ class Attached(Protocol):
         return ()
 
 
+def query_times(t: np.ndarray, query_time: str) -> np.ndarray:
+    """When each of a batch's positives at times ``t`` is embedded (``TrainConfig.query_time``): "event", at
+    its own time; "batch", all at the batch's first. An evaluation over a store that already holds the batch
+    (``step(ingest=False)``) that embeds at "event" sees the batch's earlier events, strictly before each
+    time, as DyGLib's neighbor sampler does (``benchmarks/dyglib.py``)."""
+    if query_time not in QUERY_TIMES:
+        raise ConfigError(f"query_time must be one of {QUERY_TIMES}, got {query_time!r}")
+    return t if query_time == "event" else np.full_like(t, t.min(initial=math.inf))
+
+
 class StreamTrainer:
     """The step and the stream loop of an online trainer; a subclass gives its distribution hooks (module
     docstring).
@@ -204,6 +215,7 @@ class StreamTrainer:
         negatives_valid: np.ndarray | None = None,
         arrival: float | None = None,
         serve: bool = True,
+        query_time: str | None = None,
     ) -> StepResult:
         """Process one global batch (every rank passes the same one); see the module docstring.
 
@@ -212,6 +224,7 @@ class StreamTrainer:
         ``negatives``: external ids ``[len(batch), q]`` to score against instead of online draws (column 0 is
         the AP/AUC negative), with ``negatives_valid`` marking real entries. ``serve=False``: the touched
         nodes wait for a later step's refresh (a budget's parts of one item: served once, after the last).
+        ``query_time``: this step's (``query_times``; default ``config.query_time``).
         """
         started = time.perf_counter()
         arrival = started if arrival is None else arrival
@@ -222,7 +235,7 @@ class StreamTrainer:
         feat = edge_features(batch, rows, cfg.model.edge_feature_dim)
         scoring = score and m > 0 and (negatives is not None or self.negatives.ready)
         training = train and m > 0 and self.negatives.ready and lm.trainable
-        t_query = t if cfg.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
+        t_query = query_times(t, query_time or cfg.query_time)
         view = StepInput(pos.pre_src, pos.pre_dst, t, t_query, pos.num_nodes, pos.scorer, self.dist.rank,
                          self.steps)  # fmt: skip
         candidates = self._candidates(view, rows, negatives, negatives_valid) if scoring else None

@@ -13,7 +13,6 @@ memory row, exactly as their own rows would before ``observe``.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
@@ -39,7 +38,7 @@ from .negatives import StreamNegatives
 from .protocol import Candidates, LinkModel, StepInput
 from .resume import Expectation
 from .serving import Serving
-from .step import OnlineResult, Positives, StepResult, StreamTrainer, local_scores
+from .step import OnlineResult, Positives, StepResult, StreamTrainer, local_scores, query_times
 
 __all__ = ["OnlineResult", "OnlineTrainer", "StepResult"]
 
@@ -162,7 +161,12 @@ class OnlineTrainer(StreamTrainer):
         return np.concatenate([pos.src, pos.dst, nodes[nodes >= 0]])
 
     def score_pairs(
-        self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, candidates: np.ndarray | None = None
+        self,
+        src: np.ndarray,
+        dst: np.ndarray,
+        t: np.ndarray,
+        candidates: np.ndarray | None = None,
+        query_time: str | None = None,
     ) -> np.ndarray:
         """Logits of edges ``(src[i], dst[i])`` at times ``t`` (external ids), scored as ``step`` scores a
         positive, from the state now and changing none of it: for negatives that replace the source as
@@ -170,11 +174,11 @@ class OnlineTrainer(StreamTrainer):
 
         ``candidates``: external ids ``[m, q]`` (``-1``: none) to score as each row's destination too:
         ``[m, 1 + q]``, the edge's logit then each candidate's (NaN for none), for an evaluator of its own
-        (TGB's); one process only. Without: ``[m]``."""
+        (TGB's); one process only. Without: ``[m]``. ``query_time``: as ``step``'s."""
         t = np.asarray(t, np.float64)
         m, d, lm = len(t), self.dist, self.link_model
         pre_src, pre_dst = self._known(np.asarray(src)), self._known(np.asarray(dst))
-        t_query = t if self.config.query_time == "event" else np.full_like(t, t.min(initial=math.inf))
+        t_query = query_times(t, query_time or self.config.query_time)
         view = StepInput(pre_src, pre_dst, t, t_query, self.store.num_nodes, d.scorers(m), d.rank, self.steps)
         if candidates is None:
             cands = Candidates(pre_dst[:, None], np.ones((m, 1), bool), False)  # (column 0 is unused)
