@@ -27,11 +27,12 @@ footnote. What it is, from DyGLib's ``utils/DataLoader.py``, ``utils/utils.py`` 
   "inductive": as "historical", but among those edges also leaving out every edge seen up to the end of
   validation (edges that first appear during the test part, before the batch).
 
-Training, validation and early stopping stay our trainer's (``fit_offline``): only the test differs. DyGLib's
+Training, validation and early stopping stay our trainer's (``fit_offline``): only the test differs (DyGLib's
+training steps see their batch's earlier events too; ours train from the state before each batch). DyGLib's
 training negatives (one per positive, its destination uniform over the training part's distinct destinations,
 those the stream has not reached yet included) are one option away, ``TrainConfig(train_negative_pool=
 "train_part")`` (``--ours train_negative_pool=train_part``), and not what this protocol trains with: at equal
-epochs they moved our random-negative test AP by -0.003 to +0.007 (not the gap to TPNet) and the
+epochs (scored as ``ap_dyglib_batch``) they moved our random-negative test AP by -0.003 to +0.007 and the
 historical-negative AP from -0.047 (Enron) to +0.09 (US Legis.) (benchmarks/RESULTS.md, "DyGLib's training
 negatives (#36)").
 """
