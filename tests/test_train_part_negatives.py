@@ -3,6 +3,8 @@ destinations, known in advance, those the stream has not reached yet as blank no
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -79,3 +81,40 @@ def test_fit_offline_gives_the_pool_its_split_s_training_destinations():
     part = seen[0].negatives.train_part
     np.testing.assert_array_equal(part, np.unique(events.dst[split.train]))
     assert len(part) < len(np.unique(events.dst))  # not every destination of the stream
+
+
+def test_sees_batch_trains_from_a_store_holding_the_part_each_event_at_its_own_time():
+    """``fit_offline(sees_batch=True)``: DyGLib's training view (every training step from a store that holds
+    the whole training part, at each event's time); by default each step from the state before its batch."""
+    rng = np.random.default_rng(1)
+    n = 400
+    events = EventBatch.from_columns(
+        src=rng.integers(0, 20, n), dst=rng.integers(20, 40, n), t=np.arange(n, dtype=float), eid=range(n)
+    )
+    split = ChronologicalSplit.make(events)
+    config = TrainConfig(
+        model=TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3), batch_size=100
+    )
+
+    def training_steps(sees_batch: bool) -> list[tuple]:
+        steps = []
+
+        def watch(trainer) -> dict:
+            step = trainer.step
+
+            def recorded(batch, **flags):
+                if flags.get("train"):
+                    steps.append((trainer.store.num_edges, flags.get("ingest"), flags.get("query_time")))
+                return step(batch, **flags)
+
+            trainer.step = recorded
+            return {}
+
+        fit_offline(events, config, split=split, score_val=False, sees_batch=sees_batch, attach=watch)
+        return steps
+
+    held = len(split.train)
+    assert training_steps(True) == [(held, False, "event")] * 3  # the part: three batches of 100
+    assert [edges for edges, _, _ in training_steps(False)] == [0, 100, 200]
+    with pytest.raises(ConfigError, match="train_negatives='random'"):
+        fit_offline(events, dataclasses.replace(config, train_negatives="historical"), sees_batch=True)

@@ -155,6 +155,7 @@ def fit_offline(
     test_with: dict[str, np.ndarray | tuple[np.ndarray, np.ndarray]] | None = None,
     test_by: dict[str, Callable[[OnlineTrainer, np.ndarray], LinkMetrics]] | None = None,
     score_val: bool = True,
+    sees_batch: bool = False,
     progress: bool = False,
     attach: Callable[[OnlineTrainer], dict[str, Attached]] | None = None,
 ) -> OfflineResult:
@@ -175,7 +176,11 @@ def fit_offline(
     ``test_by``: more test protocols that ranking against fixed destinations cannot express (e.g. negatives
     with another source), each called as ``protocol(trainer, split.test)`` from the state before the test
     part (the store already holds it, as for ``test_with``): ``OfflineResult.test_with[name]``.
-    ``score_val=False`` replays validation into memory and graph without scoring it. ``progress``: a bar
+    ``score_val=False`` replays validation into memory and graph without scoring it. ``sees_batch``: train
+    as DyGLib's trainer does: each epoch's store holds the whole training part from its start and each step
+    embeds each event at its own time (``query_time="event"``), so it sees its batch's earlier events
+    (strictly before each time: nothing later), memory still updated once per batch; default: each batch
+    from the state before it. ``progress``: a bar
     over epochs with each one's loss and validation AP (converged training can run for hours).
     ``attach``: what follows the trainer's steps, made from it (``StreamTrainer.attached``; e.g. a
     labelled task's loss trained jointly, ``tasks.joint.training_labels``).
@@ -187,13 +192,18 @@ def fit_offline(
         raise ConfigError(f"epochs must be >= 1, got {epochs}")
     if patience is not None and (not isinstance(patience, int) or patience < 1):
         raise ConfigError(f"patience must be an int >= 1 (epochs) or None, got {patience!r}")
+    if sees_batch and config.train_negatives != "random":
+        raise ConfigError(
+            "sees_batch trains from a store holding the whole training part, so a historical negative "
+            "could be a pair met later in it: use train_negatives='random' (as DyGLib's trainer)"
+        )
     split = split or ChronologicalSplit.make(events)
     config = dataclasses.replace(config, serve_every=0, checkpoint_every=0)
     trainer = OnlineTrainer(config)
     if config.train_negative_pool == "train_part":  # DyGLib's training negatives: the part's destinations
         trainer.negatives.use_train_part(events.dst[split.train])
     trainer.attached.update(attach(trainer) if attach is not None else {})
-    run = OfflineRun(events, split, config, trainer)
+    run = OfflineRun(events, split, config, trainer, sees_batch)
     more = {k: run.given(f"test_with[{k!r}]", v) for k, v in (test_with or {}).items()}
     test_negatives = run.given("test_negatives", test_negatives)
     training = run.train(epochs, patience, progress)
@@ -222,13 +232,14 @@ class Phase:
     score: bool = False
     ingest: bool = True
     negatives: tuple[np.ndarray, np.ndarray] | None = None
+    query_time: str | None = None  # ``StreamTrainer.step``'s (None: the config's)
 
 
 def run_phase(trainer: OnlineTrainer, events: EventBatch, phase: Phase) -> list[StepResult]:
     """``phase``'s batches of ``config.batch_size`` through the online trainers' loop (``driver.Drive``:
     no checkpoints, no bar), each one step with the phase's flags; their results in order."""
     results: list[StepResult] = []
-    flags = dict(train=phase.train, score=phase.score, ingest=phase.ingest)
+    flags = dict(train=phase.train, score=phase.score, ingest=phase.ingest, query_time=phase.query_time)
     drive = Drive(
         trainer, every=0, limit=None, progress=False, size=lambda item: len(item[0]),
         step=lambda item, arrival: trainer.step(item[0], arrival=arrival, **flags, **item[1]),
@@ -251,8 +262,11 @@ class OfflineRun:
     """One ``fit_offline`` run: the trainer over ``events`` split by ``split``, and each baseline's scores
     per part (``baselines[name][part]``)."""
 
-    def __init__(self, events: EventBatch, split: ChronologicalSplit, config: TrainConfig, trainer) -> None:
+    def __init__(
+        self, events: EventBatch, split: ChronologicalSplit, config: TrainConfig, trainer, sees_batch: bool
+    ) -> None:
         self.events, self.split, self.config, self.trainer = events, split, config, trainer
+        self.sees_batch = sees_batch
         self.baselines: dict[str, dict[str, LinkMetrics]] = {name: {} for name in trainer.baselines}
 
     def part(self, name: str, rows: np.ndarray, *, ingest: bool, scored: bool, negatives=None) -> LinkMetrics:
@@ -286,9 +300,9 @@ class OfflineRun:
         best = (-np.inf, 0, None, None)  # validation AP, epoch, weights, memory before validation
         bar = progress_bar(total=epochs, unit="epoch", disable=not progress)
         for epoch in range(1, epochs + 1):
-            trainer.reset_stream()
+            trainer.reset_stream(self.epoch_store(part))
             start = time.perf_counter()
-            epoch_loss = [r.loss for r in run_phase(trainer, self.events, Phase(split.train, train=True))]
+            epoch_loss = [r.loss for r in run_phase(trainer, self.events, self.training_phase())]
             rates.append(len(part) / (time.perf_counter() - start))
             losses.append(float(np.nanmean(epoch_loss)) if epoch_loss else float("nan"))
             bar.update()
@@ -317,6 +331,21 @@ class OfflineRun:
         store.ingest(self.events.take(split.held_out))
         self.rewind(before)
         return rates, losses, val_aps, best_epoch
+
+    def epoch_store(self, part: EventBatch):
+        """The store a training epoch starts from: empty, or holding the training part (``sees_batch``)."""
+        if not self.sees_batch:
+            return None
+        store = self.trainer.new_store()
+        store.ingest(part)
+        return store
+
+    def training_phase(self) -> Phase:
+        """An epoch's steps: each batch from the state before it, or, ``sees_batch``, from the store holding
+        the part, each event at its own time."""
+        if self.sees_batch:
+            return Phase(self.split.train, train=True, ingest=False, query_time="event")
+        return Phase(self.split.train, train=True)
 
     def validate(self, score_val: bool) -> tuple[LinkMetrics, LinkMetrics]:
         """Validation (transductive, then inductive from the memory before it); the memory after it stays.
