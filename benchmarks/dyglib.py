@@ -218,11 +218,12 @@ def run_stream(
     strategies: list[str],
     epochs: int,
     patience: int | None,
+    sees_batch: bool = False,
 ) -> dict:
     """One seed (``config.seed``) of our model on ``events`` under DyGLib's protocol: test AP and AUC
     against each of ``strategies``' negatives (random always; ``ap_dyglib_batch``: random, each batch from
     the state before it, the test part's own pass, where EdgeBank is scored beside ours), epochs trained and
-    the best."""
+    the best. ``sees_batch``: train in DyGLib's view too (``fit_offline``'s)."""
     parts = split(events)
     if not (len(parts.train) and len(parts.val) and len(parts.test)):
         raise ConfigError(
@@ -238,7 +239,7 @@ def run_stream(
     tests.update({s: edge_negatives_test(events, s, last_observed, bs) for s in edge_kinds})
     result = fit_offline(
         events, config, epochs=epochs, patience=patience, split=parts, test_negatives=negatives,
-        test_by=tests, score_val=False,
+        test_by=tests, score_val=False, sees_batch=sees_batch,
     )  # fmt: skip
     run = {
         "stream": name, "seed": config.seed, "events": len(events), "test_events": len(parts.test),

@@ -36,6 +36,7 @@ EdgeBank-minus-ours of the four. ``--no-demo`` skips both.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import statistics
@@ -322,6 +323,11 @@ def _parser():
         help="--protocol dyglib's negative kinds (default random historical; random is always scored: "
         "keys ap_dyglib_<stream>, the others ap_dyglib_<kind>_<stream>)",
     )  # fmt: skip
+    ap.add_argument(
+        "--sees-batch", action=argparse.BooleanOptionalAction, default=False,
+        help="--protocol dyglib: train as DyGLib's trainer, each event seeing its batch's earlier events "
+        "(fit_offline(sees_batch=True); the test always does)",
+    )  # fmt: skip
     return ap
 
 
@@ -395,11 +401,13 @@ def _main_dyglib(args, ours: dict, seeds: list[int], epochs: int, patience: int 
     for name, events in tqdm(streams.items(), unit="stream", disable=args.json):
         for seed in seeds:
             config = _config(ours, seed, args.device)
-            runs.append(dyglib.run_stream(name, events, config, args.negatives, epochs, patience))
+            runs.append(
+                dyglib.run_stream(name, events, config, args.negatives, epochs, patience, args.sees_batch)
+            )
     summary = dyglib.summarize(runs)
     summary.update(
-        protocol="dyglib", negatives=args.negatives, seeds=seeds, epochs=epochs, patience=patience,
-        threads=args.threads, device=args.device, ours=ours,
+        protocol="dyglib", negatives=args.negatives, sees_batch=args.sees_batch, seeds=seeds, epochs=epochs,
+        patience=patience, threads=args.threads, device=args.device, ours=ours,
     )  # fmt: skip
     headline = {"worst_gap_to_tpnet": "worst AP gap to TPNet's published (TPNet - ours), streams below"}
     for stream in args.streams:
