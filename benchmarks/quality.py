@@ -324,9 +324,10 @@ def _parser():
         "keys ap_dyglib_<stream>, the others ap_dyglib_<kind>_<stream>)",
     )  # fmt: skip
     ap.add_argument(
-        "--sees-batch", action=argparse.BooleanOptionalAction, default=False,
+        "--sees-batch", action=argparse.BooleanOptionalAction, default=True,
         help="--protocol dyglib: train as DyGLib's trainer, each event seeing its batch's earlier events "
-        "(fit_offline(sees_batch=True); the test always does)",
+        "(default; fit_offline(sees_batch=True); the test always does); --no-sees-batch: each training "
+        "batch from the state before it",
     )  # fmt: skip
     return ap
 

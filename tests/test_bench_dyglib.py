@@ -160,7 +160,8 @@ def test_table_streams_are_selectable_and_scored_against_tpnet():
     args = quality._parser().parse_args(["--protocol", "dyglib", "--streams", "uslegis", "canparl"])
     assert args.streams == ["uslegis", "canparl"]
     assert quality._parser().parse_args([]).streams == list(quality.STREAMS)  # not run by default
-    assert quality._parser().parse_args(["--sees-batch"]).sees_batch is True  # DyGLib's training view
+    assert quality._parser().parse_args([]).sees_batch is True  # DyGLib's training view by default
+    assert quality._parser().parse_args(["--no-sees-batch"]).sees_batch is False
     runs = [
         {"stream": s, "seed": seed, "events": n, "ap_dyglib": ap, "ap_dyglib_historical": ap - 0.1}
         for s, n, aps in (("uslegis", 60_396, (0.70, 0.74)), ("canparl", 74_478, (0.95, 0.97)))
