@@ -87,9 +87,28 @@ def _choices(cls) -> tuple[tuple[str, tuple], ...]:
     return tuple(out)
 
 
+@functools.cache
+def _numbers(cls) -> tuple[tuple[str, str], ...]:
+    """``(field, its type's name)`` of each field of ``cls`` typed ``int`` or ``float`` (or optional), where
+    a ``bool`` would pass unnoticed (``True`` is an int: ``checkpoint_min_pause_s=True`` read as 1 s)."""
+    out = []
+    for name, hint in _hints(cls).items():
+        options = (
+            typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+        )
+        numbers = [o.__name__ for o in options if o in (int, float)]
+        if numbers and bool not in options:
+            out.append((name, " | ".join(numbers)))
+    return tuple(out)
+
+
 def check_choices(config) -> None:
-    """Raise ``ConfigError`` where a ``Literal`` field of the dataclass ``config`` holds another value, or a
-    ``Family`` field an instance of a class the family has not registered."""
+    """Raise ``ConfigError`` where a ``Literal`` field of the dataclass ``config`` holds another value, a
+    number field a ``bool`` (``from_dict`` refuses one; a config built in Python would take it as 0 or 1),
+    or a ``Family`` field an instance of a class the family has not registered."""
+    for name, expected in _numbers(type(config)):
+        if isinstance(getattr(config, name), bool):
+            raise ConfigError(f"{name}: expected {expected}, got {getattr(config, name)!r}")
     for name, values in _choices(type(config)):
         value = getattr(config, name)
         if value not in values or isinstance(value, bool) != any(isinstance(v, bool) for v in values):

@@ -159,6 +159,24 @@ def test_a_choice_is_checked_once_however_the_config_is_built():
 
 
 @pytest.mark.parametrize(
+    "cls, field, value, expected",
+    [
+        (TrainConfig, "checkpoint_min_pause_s", True, "float"),  # was read as a 1 s pause
+        (TrainConfig, "batch_size", True, "int"),
+        (TrainConfig, "lr", False, "float"),
+        (TGNConfig, "memory_dim", True, "int"),
+        (StoreConfig, "allowed_lateness", True, "float"),
+    ],
+)
+def test_a_bool_in_a_number_field_is_refused_however_the_config_is_built(cls, field, value, expected):
+    """``True`` is an int to Python: a config built in Python took it as 1 where ``from_dict`` refused it."""
+    with pytest.raises(ConfigError, match=rf"^{field}: expected {expected}"):
+        cls(**{field: value})
+    with pytest.raises(ConfigError, match=field):
+        from_dict(cls, {field: value})
+
+
+@pytest.mark.parametrize(
     "cls, field, value, options",
     [
         (TGNConfig, "variant", "gru", ["tgn", "jodie", "tgat"]),
