@@ -231,7 +231,8 @@ def run(
     """One seed of our model under TGB's protocol on ``data``: ``mrr_tgb`` (DyGLib_TGB's view) and
     ``mrr_tgb_batch`` (the stricter one; module docstring), and the run's facts. ``groups``: a folder;
     where given, the test edges' groups and heuristics (``tgb_groups``) go into the result (``groups``) and
-    each edge's reciprocal ranks (``mrr_tgb``'s) into ``<folder>/<dataset>_seed<seed>.npz``."""
+    each edge's reciprocal ranks into ``<folder>/<dataset>_seed<seed>.npz``: ``mrr_tgb_batch``'s, the view
+    the heuristics see too (each batch from the earlier ones)."""
     test = data.events.take(data.split.test)
     first, counts = [], []  # each edge's first TGB negative (for the cheap pass), how many it has
     for lo in range(0, len(test), config.batch_size):
@@ -246,8 +247,8 @@ def run(
     result = fit_offline(
         data.events, config, epochs=epochs, patience=patience, split=data.split,
         test_negatives=first[:, None],  # the pass fit_offline always makes: one negative, cheap
-        test_by={"tgb": tgb_test(data, config.batch_size, "event", diagnosis),
-                 "tgb_batch": tgb_test(data, config.batch_size, "batch")}, score_val=False,
+        test_by={"tgb": tgb_test(data, config.batch_size, "event"),
+                 "tgb_batch": tgb_test(data, config.batch_size, "batch", diagnosis)}, score_val=False,
     )  # fmt: skip
     extra = {}
     if diagnosis is not None:
