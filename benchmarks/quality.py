@@ -304,7 +304,8 @@ def _parser():
         "EdgeBank beside; dyglib: DyGLib's (benchmarks/dyglib.py: time split, one negative edge per "
         "positive, AP/AUC per batch; our model and EdgeBank), keys ap_dyglib_<stream> ... (the tables' "
         "names: collegemsg is uci); tgb: TGB's (benchmarks/tgb.py: TGB's negatives and Evaluator, needs "
-        "py-tgb), keys mrr_tgb_<dataset>",
+        "py-tgb), keys mrr_tgb_<dataset> (DyGLib_TGB's view: a test edge sees its batch's earlier ones) "
+        "and mrr_tgb_batch_<dataset> (the stricter view: nothing of its batch)",
     )  # fmt: skip
     ap.add_argument(
         "--tgb-datasets", nargs="+", default=["tgbl-wiki"], metavar="NAME",
