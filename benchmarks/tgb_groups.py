@@ -12,8 +12,9 @@ last linked to the true one (1: the destination it linked to last). The heuristi
 - ``frequency``: by how often the source linked to them; the never-linked ones by the same popularity.
 - ``edgebank``: TGB's EdgeBank (unlimited memory): 1 if the source ever linked to it, else 0.
 
-Each sees only earlier batches, as the model does (a batch is scored, then observed). Dense per-source
-tables: the dataset's sources times destinations must fit ``MAX_CELLS``.
+Each sees only earlier batches, as the model does in the stricter view (``mrr_tgb_batch``: a batch is
+scored, then observed), whose ranks it is compared with. Dense per-source tables: the dataset's sources
+times destinations must fit ``MAX_CELLS``.
 """
 
 from __future__ import annotations
