@@ -176,10 +176,10 @@ def batch_keys(n: int, parts: ChronologicalSplit, batch_size: int) -> np.ndarray
 def break_ties(t: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """``t`` (sorted) with the events of one time in different batches (``keys``) apart: each later batch's
     share of a time a little later (a thousandth of a time unit per batch, less where the next time is
-    closer: always before it), a batch's own events still tied. Our store reads strictly before a time, DyGLib's models read
-    every earlier batch (memory, TPNet's walk matrices) whatever its time: this makes the two agree where a
-    stream has few times (US Legis.: one per Congress, 5,000 events each, in 25 batches). The order is
-    kept; a batch's events sit where they were (module docstring)."""
+    closer: always before it), a batch's own events still tied. Our store reads strictly before a time,
+    DyGLib's models read every earlier batch (memory, TPNet's walk matrices) whatever its time: this makes
+    the two agree where a stream has few times (US Legis.: one per Congress, 5,000 events each, in 25
+    batches). The order is kept; a batch's events sit where they were (module docstring)."""
     t = np.asarray(t, np.float64)
     order = np.lexsort((keys, t))
     ts, ks = t[order], keys[order]
