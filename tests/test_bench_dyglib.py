@@ -213,3 +213,57 @@ def test_quick_dyglib_run_prints_its_keys(capsys):
     ]
     assert result["worst_gap_to_tpnet"] == pytest.approx(max(gaps))
     assert result["protocol"] == "dyglib" and result["smoke"] is True
+
+
+def test_ties_between_batches_are_parted_and_a_batch_keeps_its_own():
+    """Where a time spans batches, each later batch's share sits a little later (under the next time), so a
+    query reads every earlier batch as DyGLib's memory and TPNet's walks do; a batch's events stay tied."""
+    rng = np.random.default_rng(1)
+    t = np.sort(rng.integers(0, 6, 1000)).astype(np.float64)
+    keys = np.arange(1000) // 64
+    out = dyglib.break_ties(t, keys)
+    nxt = np.unique(t)[np.minimum(np.searchsorted(np.unique(t), t, "right"), 5)]
+    assert np.all(np.diff(out) >= 0) and np.all((out >= t) & ((out < nxt) | (t == 5)))  # under the next
+    for key in np.unique(keys):  # a batch's events at one time stay at one time
+        rows = keys == key
+        for u in np.unique(t[rows]):
+            assert len(np.unique(out[rows & (t == u)])) == 1
+    later = (t[:-1] == t[1:]) & (keys[:-1] != keys[1:])
+    assert later.any() and np.all(out[1:][later] > out[:-1][later])  # another batch: strictly later
+    assert np.array_equal(dyglib.break_ties(np.arange(5.0), np.arange(5)), np.arange(5.0))
+
+
+def test_a_batch_reads_the_earlier_batches_of_its_own_time_and_not_itself():
+    """US Legis.-like: 300 events at one time in three batches of 100, scored in DyGLib's view: the third
+    batch scores as from a store holding exactly the two batches before it, not as from the events before
+    the time (what the store read before the ties were parted), nor with its own batch in."""
+    rng = np.random.default_rng(0)
+    n = 400
+    t = np.r_[np.arange(100.0), np.full(300, 100.0)]
+    events = EventBatch.from_columns(
+        src=rng.integers(0, 20, n), dst=rng.integers(20, 40, n), t=t, eid=np.arange(n)
+    )
+    rows = np.arange(100, 400)
+    parts = dyglib.ChronologicalSplit(
+        train=np.arange(100), held_out=np.zeros(0, np.int64), val=np.zeros(0, np.int64), test=rows,
+        val_new=np.zeros(0, np.int64), test_new=np.zeros(0, np.int64),
+    )  # fmt: skip
+    timed = EventBatch.from_columns(
+        src=events.src,
+        dst=events.dst,
+        t=dyglib.break_ties(t, dyglib.batch_keys(n, parts, 100)),
+        eid=events.eid,
+    )
+    batch = timed.take(slice(300, 400))
+    config = TrainConfig(batch_size=100, model=TGNConfig(pair_features=True), seed=0)
+
+    def scores(held: EventBatch) -> np.ndarray:
+        trainer = OnlineTrainer(config)  # the same weights, blank memory: only the store differs
+        store = trainer.new_store()
+        store.ingest(held)
+        trainer.reset_stream(store)
+        return trainer.score_pairs(batch.src, batch.dst, batch.t, query_time="event")
+
+    view = scores(timed)
+    np.testing.assert_allclose(view, scores(timed.take(slice(0, 300))), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(view, scores(timed.take(slice(0, 100))), rtol=1e-3)
