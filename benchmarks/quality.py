@@ -326,9 +326,9 @@ def _parser():
     )  # fmt: skip
     ap.add_argument(
         "--sees-batch", action=argparse.BooleanOptionalAction, default=True,
-        help="--protocol dyglib: train as DyGLib's trainer, each event seeing its batch's earlier events "
-        "(default; fit_offline(sees_batch=True); the test always does); --no-sees-batch: each training "
-        "batch from the state before it",
+        help="--protocol dyglib and tgb: train as DyGLib's (DyGLib_TGB's) trainer, each event seeing its "
+        "batch's earlier events (default; fit_offline(sees_batch=True); the test always does); "
+        "--no-sees-batch: each training batch from the state before it",
     )  # fmt: skip
     return ap
 
@@ -437,10 +437,11 @@ def _main_tgb(args, ours: dict, seeds: list[int], epochs: int, patience: int | N
             data = tgb.open_dataset(name, tmp, lambda stream: prepare(stream, cap))
             for seed in seeds:
                 config = _config(ours, seed, args.device)
-                runs.append(tgb.run(data, config, epochs, patience, args.tgb_groups))
+                runs.append(tgb.run(data, config, epochs, patience, args.tgb_groups, args.sees_batch))
     summary = tgb.summarize(runs)
     summary.update(
-        protocol="tgb", seeds=seeds, epochs=epochs, patience=patience, threads=args.threads,
+        protocol="tgb", sees_batch=args.sees_batch, seeds=seeds, epochs=epochs, patience=patience,
+        threads=args.threads,
         device=args.device, ours=ours,
     )  # fmt: skip
     headline = {}

@@ -226,13 +226,15 @@ def tgb_test(
 
 
 def run(
-    data: TgbData, config: TrainConfig, epochs: int, patience: int | None, groups: str | None = None
-) -> dict:
+    data: TgbData, config: TrainConfig, epochs: int, patience: int | None, groups: str | None = None,
+    sees_batch: bool = True,
+) -> dict:  # fmt: skip
     """One seed of our model under TGB's protocol on ``data``: ``mrr_tgb`` (DyGLib_TGB's view) and
     ``mrr_tgb_batch`` (the stricter one; module docstring), and the run's facts. ``groups``: a folder;
     where given, the test edges' groups and heuristics (``tgb_groups``) go into the result (``groups``) and
     each edge's reciprocal ranks into ``<folder>/<dataset>_seed<seed>.npz``: ``mrr_tgb_batch``'s, the view
-    the heuristics see too (each batch from the earlier ones)."""
+    the heuristics see too (each batch from the earlier ones). ``sees_batch``: train in DyGLib_TGB's view
+    too (``fit_offline``'s, as DyGLib_TGB's trainer reads its neighbors; the default)."""
     test = data.events.take(data.split.test)
     first, counts = [], []  # each edge's first TGB negative (for the cheap pass), how many it has
     for lo in range(0, len(test), config.batch_size):
@@ -249,6 +251,7 @@ def run(
         test_negatives=first[:, None],  # the pass fit_offline always makes: one negative, cheap
         test_by={"tgb": tgb_test(data, config.batch_size, "event"),
                  "tgb_batch": tgb_test(data, config.batch_size, "batch", diagnosis)}, score_val=False,
+        sees_batch=sees_batch,
     )  # fmt: skip
     extra = {}
     if diagnosis is not None:
@@ -260,7 +263,7 @@ def run(
         **extra,
         "dataset": data.name, "seed": config.seed, "events": len(data.events), "test_events": len(test),
         "mrr_tgb": result.test_with["tgb"].mrr, "mrr_tgb_batch": result.test_with["tgb_batch"].mrr,
-        "epochs": result.epochs, "best_epoch": result.best_epoch,
+        "epochs": result.epochs, "best_epoch": result.best_epoch, "sees_batch": sees_batch,
         "source": data.source, "val_ap_per_epoch": result.val_ap_per_epoch,
         "negatives_min": min(counts, default=0), "negatives_max": max(counts, default=0),
     }  # fmt: skip
