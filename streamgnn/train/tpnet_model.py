@@ -78,8 +78,8 @@ class _Prepared:
     candidates: Candidates | None
     train_neg: np.ndarray | None
     nodes: _Nodes | None
-    pairs: _Pairs | None
-    shape: tuple[int, int]  # (rows, candidates per row) of the pairs
+    pairs: _Pairs | None  # the evaluation's pairs row by row, then training's
+    columns: tuple[int, ...]  # pairs per row: the evaluation's (1 + candidates) where scored, training's (2)
 
 
 class TPNetLinkModel:
@@ -165,24 +165,27 @@ class TPNetLinkModel:
     ) -> _Prepared:
         s = batch.rows
         src, t = batch.src[s], batch.t_query[s]
+        groups = []  # the evaluation's pairs (destination, then the candidates), then training's
         if candidates is not None:
             cols = candidates.neg[s] if candidates.rank else candidates.neg[s, :1]
-            cand = np.column_stack([batch.dst[s], cols])
-        elif train_neg is not None:
-            cand = np.column_stack([batch.dst[s], train_neg[s]])
-        else:
-            return _Prepared(batch, candidates, train_neg, None, None, (len(s), 0))
+            groups.append(np.column_stack([batch.dst[s], cols]))
+        if train_neg is not None:
+            groups.append(np.column_stack([batch.dst[s], train_neg[s]]))
+        if not groups:
+            return _Prepared(batch, candidates, train_neg, None, None, ())
         purpose = _TRAIN if candidates is None else _EVAL
-        a = np.repeat(src, cand.shape[1])
-        nodes, pairs = self._read(a, cand.reshape(-1), np.repeat(t, cand.shape[1]), batch.step, purpose)
-        return _Prepared(batch, candidates, train_neg, nodes, pairs, cand.shape)
+        a = np.concatenate([np.repeat(src, g.shape[1]) for g in groups])
+        b = np.concatenate([g.reshape(-1) for g in groups])
+        at = np.concatenate([np.repeat(t, g.shape[1]) for g in groups])
+        nodes, pairs = self._read(a, b, at, batch.step, purpose)
+        return _Prepared(batch, candidates, train_neg, nodes, pairs, tuple(g.shape[1] for g in groups))
 
     @torch.no_grad()
     def score(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray | None]:
         if not len(prepared.batch.rows):
             return np.zeros((0, 2)), None
         self.model.eval()
-        logits = self._logits(prepared).double().cpu().numpy()
+        logits = self._logits(prepared, 0).double().cpu().numpy()
         return logits[:, :2], (logits if prepared.candidates.rank else None)
 
     def train(self, prepared: _Prepared, keep: np.ndarray, joint: Sequence[JointTerm]) -> float:
@@ -197,7 +200,7 @@ class TPNetLinkModel:
         self.optimizer.zero_grad()
         for term in joint:
             term.optimizer.zero_grad()
-        pos, neg = self._logits(prepared).unbind(1)
+        pos, neg = self._logits(prepared, len(prepared.columns) - 1).unbind(1)
         loss = pos_neg_loss(pos, neg, keep[s], has_neg[s], n_pos, n_neg)
         sum((term.loss for term in joint), loss).backward()
         self.optimizer.step()
@@ -273,12 +276,13 @@ class TPNetLinkModel:
         edge = None if nodes.edge is None else take(nodes.edge)
         return PairTokens(take(nodes.dt), take(nodes.mask), gram, edge)
 
-    def _logits(self, prepared: _Prepared) -> torch.Tensor:
-        """``[n, c]`` logits of every prepared pair, in chunks."""
-        n, c = prepared.shape
-        total = n * c
+    def _logits(self, prepared: _Prepared, group: int) -> torch.Tensor:
+        """``[n, c]`` logits of one group of pairs (``_Prepared.columns``: 0 the evaluation's where scored,
+        the last training's), computed in chunks."""
+        n, c = len(prepared.batch.rows), prepared.columns[group]
+        start = n * sum(prepared.columns[:group])
         out = [
-            self.model.score(self._tokens(prepared.nodes, prepared.pairs, lo, lo + CHUNK))
-            for lo in range(0, total, CHUNK)
+            self.model.score(self._tokens(prepared.nodes, prepared.pairs, lo, min(lo + CHUNK, start + n * c)))
+            for lo in range(start, start + n * c, CHUNK)
         ]
         return torch.cat(out).view(n, c) if out else torch.zeros(n, c, device=self.device)
