@@ -49,10 +49,10 @@ def batch_of(store: TemporalGraphStore, events: EventBatch, neg: np.ndarray) -> 
     return batch, Candidates(cand, np.ones(neg.shape, bool), rank=True)
 
 
-def model_on(store: TemporalGraphStore, weights: int = 0) -> TPNetLinkModel:
+def model_on(store: TemporalGraphStore, weights: int = 0, config: TPNetConfig = SMALL) -> TPNetLinkModel:
     """A model on ``store``; ``weights`` seeds its weights (``TrainConfig.seed`` the walks' vectors)."""
     torch.manual_seed(weights)
-    model = TPNetLinkModel(TrainConfig(model=SMALL))
+    model = TPNetLinkModel(TrainConfig(model=config))
     model.attach(store)
     return model
 
@@ -68,7 +68,7 @@ def test_configs_name_it_and_refuse_bad_values():
     for bad in (
         {"neighbors": 0}, {"width": 2.5}, {"dropout": 1.0}, {"walk_decay": -1.0},
         {"walk_decay": float("inf")}, {"walk_clock": "days"}, {"edge_feature_dim": -1}, {"mask_padding": 1},
-        {"walk_hops": True},
+        {"walk_hops": True}, {"walk_ties": "yes"},
     ):  # fmt: skip
         with pytest.raises(ConfigError, match=f"TPNetConfig.{next(iter(bad))}"):
             TPNetConfig(**bad)
@@ -76,27 +76,33 @@ def test_configs_name_it_and_refuse_bad_values():
         TPNetLinkModel(TrainConfig(model=SMALL), dist=DistContext(rank=0, world_size=2))
 
 
-def test_each_token_carries_the_gram_matrix_of_its_neighbor_and_each_endpoint():
+@pytest.mark.parametrize("ties", [False, True])
+def test_each_token_carries_the_gram_matrix_of_its_neighbor_and_each_endpoint(ties):
+    """Against ``WalkFeatures.products`` of (neighbor, endpoint): the walks before the query time, or with
+    ``walk_ties`` those at it too (the query times here are event times: ties change the values)."""
     events = stream(300, seed=1)
     store = store_of(events)
-    model = model_on(store)
+    model = model_on(store, config=dataclasses.replace(SMALL, walk_ties=ties))
     rng = np.random.default_rng(2)
     a, b = rng.integers(0, store.num_nodes, 40), rng.integers(0, store.num_nodes, 40)
-    t = rng.integers(20, 110, 40).astype(np.float64)
+    t = rng.choice(events.t[100:], 40)
     nodes, pairs = model._read(a, b, t, 0, 0)
     tokens = model._tokens(nodes, pairs, 0, 40)
     m2 = 2 * (SMALL.walk_hops + 1)
     ids = np.stack([nodes.ids[pairs.a.numpy()], nodes.ids[pairs.b.numpy()]], 1)  # [p, side, k]
-    checked = 0
+    real = ids >= 0
+    w = ids.reshape(40, -1)
+    tw = np.repeat(np.nextafter(t, np.inf) if ties else t, w.shape[1])
+    other = np.repeat(t if ties else np.nextafter(t, np.inf), w.shape[1])
+    walks = model.walks
     for anchor, x in enumerate((a, b)):
-        w = ids.reshape(40, -1)
-        want = model.walks.products(store, w.reshape(-1), np.repeat(x, w.shape[1]), np.repeat(t, w.shape[1]))
-        want = want.reshape(40, 2, SMALL.neighbors, m2 * m2)
+        x = np.repeat(x, w.shape[1])
+        want = walks.products(store, w.reshape(-1), x, tw).reshape(40, 2, SMALL.neighbors, m2 * m2)
+        not_it = walks.products(store, w.reshape(-1), x, other).reshape(40, 2, SMALL.neighbors, m2 * m2)
         got = tokens.gram[:, :, anchor].numpy()
-        real = ids >= 0
         assert np.allclose(got[real], want[real], rtol=1e-5, atol=1e-6)
-        checked += real.sum()
-    assert checked > 200 and tokens.mask.numpy().sum() == (ids >= 0).sum()
+        assert not np.allclose(got[real], not_it[real], rtol=1e-5, atol=1e-6)
+    assert real.sum() > 200 and tokens.mask.numpy().sum() == real.sum()
 
 
 def test_a_batch_never_reaches_its_own_scores():

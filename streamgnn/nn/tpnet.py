@@ -44,7 +44,10 @@ class TPNetConfig:
     TPNet's UCI and US Legis. configs: 20 neighbors, time encoding 100, width 172 (DyGLib's padded feature
     width), 2 mixer layers, dropout 0.1, walks of hops 1..3 in 110 random dimensions (``10 int(log(2E))``
     on UCI) decayed by ``exp(-1e-7)`` per stream time unit (``walk_clock="time"``; "events": per event).
-    ``edge_feature_dim``: the events' feature width (0: none). ``mask_padding``: see the module's text."""
+    ``edge_feature_dim``: the events' feature width (0: none). ``mask_padding``: see the module's text.
+    ``walk_ties``: the walks also count the events at the query's own time that the store holds (earlier
+    batches'), as TPNet's code does (its walk matrices take each batch whole); False: only the events
+    strictly before it, as the neighbors. It matters where many events share a time (US Legis.: 12 times)."""
 
     neighbors: int = 20
     time_dim: int = 100
@@ -57,6 +60,7 @@ class TPNetConfig:
     walk_clock: Literal["time", "events"] = "time"
     edge_feature_dim: int = 0
     mask_padding: bool = True
+    walk_ties: bool = False
     variant: Literal["tpnet"] = "tpnet"
 
     def __post_init__(self) -> None:
@@ -80,8 +84,9 @@ class TPNetConfig:
             raise ConfigError(f"TPNetConfig.walk_decay must be a finite number >= 0, got {d!r}")
         if self.walk_clock not in ("time", "events"):
             raise ConfigError(f"TPNetConfig.walk_clock must be 'time' or 'events', got {self.walk_clock!r}")
-        if not isinstance(self.mask_padding, bool):
-            raise ConfigError(f"TPNetConfig.mask_padding must be a bool, got {self.mask_padding!r}")
+        for name in ("mask_padding", "walk_ties"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"TPNetConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
     def gram_size(self) -> int:

@@ -236,7 +236,7 @@ class TPNetLinkModel:
         ids = torch.where(hop.mask, hop.nbr, -1).numpy()
         m = self.config.model.walk_hops + 1
         flat = ids.reshape(-1)
-        own = self.walks.products(self.store, flat, flat, np.repeat(times, k))[:, 0, :m, :m]
+        own = self.walks.products(self.store, flat, flat, self._walk_time(np.repeat(times, k)))[:, 0, :m, :m]
         edge = None
         if self.config.model.edge_feature_dim:
             edge = (
@@ -249,12 +249,17 @@ class TPNetLinkModel:
             torch.from_numpy(own.reshape(*ids.shape, m, m)).float().to(dev),
         )  # fmt: skip
         ra, rb = rows[: len(a)], rows[len(a) :]
-        ends, rel = self.walks.relative(self.store, a, b, t, np.stack([ids[ra], ids[rb]], 1))
+        ends, rel = self.walks.relative(self.store, a, b, self._walk_time(t), np.stack([ids[ra], ids[rb]], 1))
         pairs = _Pairs(
             torch.from_numpy(ra).to(dev), torch.from_numpy(rb).to(dev),
             torch.from_numpy(ends[:, 0]).float().to(dev), torch.from_numpy(rel[..., : 2 * m * m]).to(dev),
         )  # fmt: skip
         return nodes, pairs
+
+    def _walk_time(self, t: np.ndarray) -> np.ndarray:
+        """When the walks are read for a query at ``t``: just after it with ``walk_ties`` (the events at
+        ``t`` count), else at it (only those before)."""
+        return np.nextafter(t, np.inf) if self.config.model.walk_ties else t
 
     def _tokens(self, nodes: _Nodes, pairs: _Pairs, lo: int, hi: int) -> PairTokens:
         """``PairTokens`` of pairs ``lo..hi``: each neighbor's full Gram matrix with each endpoint,
