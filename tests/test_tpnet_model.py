@@ -154,3 +154,19 @@ def test_it_learns_a_stream_of_repeated_pairs(mask_padding):
     )
     result = OnlineTrainer(config).fit(events.split(100), progress=False)
     assert result.windows[-1].ap > 0.8  # chance is 0.5; the first window starts untrained
+
+
+def test_the_edges_features_reach_the_scores_and_a_store_of_another_width_is_refused():
+    events = stream(300, seed=8)
+    rng = np.random.default_rng(9)
+    feats = [rng.normal(size=(300, 3)).astype(np.float32) for _ in range(2)]
+    config = dataclasses.replace(SMALL, edge_feature_dim=3)
+    scores = []
+    for feat in feats:
+        store = store_of(dataclasses.replace(events, features=feat).take(slice(0, 250)))
+        model = model_on(store, config=config)
+        batch, cand = batch_of(store, events.take(slice(250, 300)), events.dst[:50, None])
+        scores.append(model.score(model.prepare(batch, cand, None))[0])
+    assert np.isfinite(scores[0]).all() and not np.allclose(scores[0], scores[1])
+    with pytest.raises(ConfigError, match="edge_feature_dim=3"):
+        model_on(store)
