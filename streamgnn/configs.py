@@ -532,10 +532,14 @@ def from_record(cls, data: Mapping, where: str = "", section: str = "train"):
 
 def _fill(data: dict, then: Mapping[str, object]) -> dict:
     """``data`` with each dotted key of ``then`` that it lacks set to that value (copies along the way); a
-    model that is not a TGN variant (DyGFormer's) takes none of the ``model.`` ones."""
+    model that is not a TGN variant (DyGFormer's, TPNet's: ``_TGN_VARIANTS``) takes none of the ``model.``
+    ones, which are TGN's fields."""
     for dotted, value in then.items():
         data = _set_absent(data, dotted.split("."), value)
     return data
+
+
+_TGN_VARIANTS = ("tgn", "jodie", "tgat")  # ``TGNConfig.variant``'s: the steps' ``model.`` keys are its fields
 
 
 def _set_absent(node: Mapping, path: list[str], value) -> dict:
@@ -544,7 +548,7 @@ def _set_absent(node: Mapping, path: list[str], value) -> dict:
     below = node.get(head, {})
     if not rest:
         node.setdefault(head, value)
-    elif isinstance(below, Mapping) and not (head == "model" and below.get("variant") == "dygformer"):
+    elif isinstance(below, Mapping) and (head != "model" or below.get("variant", "tgn") in _TGN_VARIANTS):
         node[head] = _set_absent(below, rest, value)
     return node
 

@@ -264,7 +264,7 @@ def test_an_unknown_model_variant_names_the_file_the_key_and_the_known_variants(
         streamgnn.cli._config.load_config(path, env={})
     assert str(err.value) == (
         f"{path}: train: model: variant: unknown model variant 'dygformr'; "
-        "known variants: dygformer, jodie, tgat, tgn"
+        "known variants: dygformer, jodie, tgat, tgn, tpnet"
     )
     with pytest.raises(ConfigError, match=r"^ckpt: model: variant: unknown model variant \[1\]; known"):
         TrainConfig.from_checkpoint({"model": {"variant": [1]}}, "ckpt")

@@ -1,5 +1,5 @@
 """Every ``LinkModel`` meets the protocol the online loop relies on (as river's ``check_estimator`` checks
-every estimator): each registered model family (``train.models.MODELS``: TGN, DyGFormer) and both
+every estimator): each registered model family (``train.models.MODELS``: TGN, DyGFormer, TPNet) and both
 EdgeBanks, driven through the protocol by hand (``step``), not through a trainer, so a model that only
 works inside today's loop fails here. Checked: the methods, the shapes of scores and embeddings,
 determinism, ``state_dict`` round-trips bit for bit (through ``torch.save``, as a checkpoint stores it),
@@ -17,7 +17,7 @@ import torch
 
 from streamgnn.errors import ConfigError
 from streamgnn.events import EventBatch
-from streamgnn.nn import DyGFormerConfig, TGNConfig
+from streamgnn.nn import DyGFormerConfig, TGNConfig, TPNetConfig
 from streamgnn.store import TemporalGraphStore
 from streamgnn.train import TrainConfig
 from streamgnn.train.edgebank import EdgeBank
@@ -28,6 +28,9 @@ SMALL = {
     TGNConfig: TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3, dropout=0.0),
     DyGFormerConfig: DyGFormerConfig(
         sequence_length=4, channel_dim=4, time_dim=4, embedding_dim=4, num_layers=1, dropout=0.0
+    ),
+    TPNetConfig: TPNetConfig(
+        neighbors=3, time_dim=4, width=6, mixer_layers=1, dropout=0.0, walk_hops=1, walk_dim=8, walk_decay=0.1
     ),
 }
 BATCHES, BATCH, NODES, Q = 8, 24, 30, 3

@@ -1,5 +1,5 @@
 """The temporal link models' parts: TGN's (time encoding, growing node memory, temporal attention, link
-scoring, the pair encoder) and the DyGFormer-style model. The agents' graph filters are
+scoring, the pair encoder), the DyGFormer-style model and TPNet. The agents' graph filters are
 ``streamgnn.filters``."""
 
 from .attention import TemporalAttentionEmbedding, TemporalAttentionLayer
@@ -9,6 +9,7 @@ from .memory import NodeMemory, aggregate_last, aggregate_mean
 from .predictor import LinkPredictor
 from .tgn import TGN, TGNConfig
 from .time import TimeEncoder
+from .tpnet import TPNet, TPNetConfig
 
 __all__ = [
     "DyGFormer",
@@ -22,6 +23,8 @@ __all__ = [
     "TemporalAttentionEmbedding",
     "TemporalAttentionLayer",
     "TimeEncoder",
+    "TPNet",
+    "TPNetConfig",
     "aggregate_last",
     "aggregate_mean",
 ]

@@ -19,6 +19,7 @@ torch.Size([3, 8])
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 CHUNK = 8192  # queries per pass: [chunk, 2, k, width] inputs at a time
@@ -26,12 +27,13 @@ MIXER_LAYERS = 2  # TPNet's default (its ``num_layers``)
 
 
 class TokenMixer(nn.Module):
-    """One MLP-Mixer layer over ``[n, tokens, dim]`` as TPNet builds it (without dropout): a residual
-    two-layer GELU MLP across the tokens (hidden ``tokens // 2``) per channel, then one across the channels
-    (hidden ``4 dim``) per token, each after a LayerNorm."""
+    """One MLP-Mixer layer over ``[n, tokens, dim]`` as TPNet builds it: a residual two-layer GELU MLP
+    across the tokens (hidden ``tokens // 2``) per channel, then one across the channels (hidden ``4 dim``)
+    per token, each after a LayerNorm; ``dropout`` after each MLP's hidden layer and output, as TPNet's."""
 
-    def __init__(self, tokens: int, dim: int) -> None:
+    def __init__(self, tokens: int, dim: int, dropout: float = 0.0) -> None:
         super().__init__()
+        self.dropout = dropout
         hidden = max(1, tokens // 2)
         self.token_norm = nn.LayerNorm(tokens)
         self.token_mlp = nn.Sequential(nn.Linear(tokens, hidden), nn.GELU(), nn.Linear(hidden, tokens))
@@ -39,8 +41,17 @@ class TokenMixer(nn.Module):
         self.channel_mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.token_mlp(self.token_norm(x.transpose(1, 2))).transpose(1, 2)
-        return x + self.channel_mlp(self.channel_norm(x))
+        x = x + self._mlp(self.token_mlp, self.token_norm(x.transpose(1, 2))).transpose(1, 2)
+        return x + self._mlp(self.channel_mlp, self.channel_norm(x))
+
+    def _mlp(self, mlp: nn.Sequential, x: Tensor) -> Tensor:
+        """``mlp`` (Linear, GELU, Linear) with dropout after its hidden layer and its output; the dropout is
+        functional, so the parameters' names stay those of the layer without it."""
+        if not (self.dropout and self.training):
+            return mlp(x)
+        first, act, last = mlp
+        hidden = F.dropout(act(first(x)), self.dropout, True)
+        return F.dropout(last(hidden), self.dropout, True)
 
 
 class RelativeEncoder(nn.Module):

@@ -17,6 +17,7 @@ from .offline import ChronologicalSplit, OfflineResult, fit_offline
 from .protocol import Candidates, LinkModel, StepInput
 from .report import plot_windows, write_summary
 from .tgn_model import TGNLinkModel
+from .tpnet_model import TPNetLinkModel
 from .trainer import OnlineResult, OnlineTrainer, StepResult
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "StepInput",
     "StepResult",
     "TGNLinkModel",
+    "TPNetLinkModel",
     "FollowConfig",
     "TrainConfig",
     "WindowMetrics",

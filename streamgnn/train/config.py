@@ -128,8 +128,8 @@ class TrainConfig(Config):
 
     ``model``: a config of a registered model (``MODEL_CONFIGS``, filled by ``train.models.register``),
     picked by its ``variant`` in a config file or a checkpoint's dict: a ``TGNConfig`` (TGN and its tgn,
-    jodie and tgat variants; the default, registered first) or a ``DyGFormerConfig`` (``variant:
-    dygformer``, the sequence model).
+    jodie and tgat variants; the default, registered first), a ``DyGFormerConfig`` (``variant:
+    dygformer``, the sequence model) or a ``TPNetConfig`` (``variant: tpnet``, TPNet's neighbors and walks).
     ``eval_negatives``: fixed negatives each positive is ranked against for MRR (0: no MRR); the first one
     is also the AP/AUC negative. ``eval_strategy``/``train_negatives``: where negatives come from (see
     ``NegativeSampler``). ``train_negative_fraction``: the share of training negatives that

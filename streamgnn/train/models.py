@@ -12,13 +12,14 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigError
-from ..nn import DyGFormerConfig, TGNConfig
+from ..nn import DyGFormerConfig, TGNConfig, TPNetConfig
 from .config import MODEL_CONFIGS, TrainConfig
 from .distributed import DistContext
 from .dygformer_model import DyGFormerLinkModel
 from .head import ScoringHead
 from .protocol import LinkModel
 from .tgn_model import TGNLinkModel
+from .tpnet_model import TPNetLinkModel
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ register(
     TGNConfig, TGNLinkModel, part="access"
 )  # the default; embeddings, memory, pair features (``tgn_access``)
 register(DyGFormerConfig, DyGFormerLinkModel, part="neighbors")  # sequence reader (``NeighborReader``)
+register(TPNetConfig, TPNetLinkModel)  # one process only: no stream-dependent part to supply
 
 
 def family(config: TrainConfig) -> ModelFamily:
