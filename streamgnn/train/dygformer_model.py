@@ -41,7 +41,7 @@ from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .distributed import DistContext
 from .negatives import counted
-from .protocol import Candidates, JointTerm, StepInput
+from .protocol import Candidates, JointTerm, Learned, StepInput
 from .tgn_access import distinct_queries
 from .tgn_model import pos_neg_loss
 
@@ -92,7 +92,7 @@ class _Prepared:
     train_cand: torch.Tensor | None  # [n, 2]: destination, training negative
 
 
-class DyGFormerLinkModel:
+class DyGFormerLinkModel(Learned):
     """``nn.DyGFormer`` with its neighbor reader and optimizer; ``model`` and ``optimizer`` are public.
     ``neighbors``: makes the reader from the sampler's config (None: ``LocalNeighbors``, one process)."""
 
@@ -152,13 +152,6 @@ class DyGFormerLinkModel:
 
     def load_state(self, state: None) -> None:
         pass
-
-    def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
 
     # ------------------------------------------------------------------ per batch
     def prepare(

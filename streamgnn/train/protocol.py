@@ -69,6 +69,21 @@ class JointTerm:
     optimizer: torch.optim.Optimizer
 
 
+class Learned:
+    """A model's checkpoint tensors where they are its torch module ``model`` and its ``optimizer`` (every
+    learned ``LinkModel`` here): ``state_dict``/``load_state_dict`` of both, under torch's names."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
 @runtime_checkable
 class LinkModel(Protocol):
     """A link-prediction model the online loop drives (see the module docstring for the call order)."""

@@ -44,7 +44,7 @@ from .config import TrainConfig
 from .distributed import DistContext
 from .head import ScoringHead
 from .negatives import counted
-from .protocol import Candidates, JointTerm, StepInput
+from .protocol import Candidates, JointTerm, Learned, StepInput
 from .tgn_access import EVAL, TRAIN, QuerySet, TGNAccess, distinct_rows
 from .tgn_local import local_access
 
@@ -107,7 +107,7 @@ class _Prepared:
     scored: tuple[torch.Tensor, torch.Tensor] | None = None  # the evaluation layout's embeddings, once read
 
 
-class TGNLinkModel:
+class TGNLinkModel(Learned):
     """``nn.TGN`` (any variant) with its optimizer; ``model`` and ``optimizer`` are public. ``access``
     makes its embedding, memory and pair parts (``tgn_access``; default: one process's)."""
 
@@ -197,13 +197,6 @@ class TGNLinkModel:
     def load_state(self, state: dict[str, torch.Tensor] | None) -> None:
         if state is not None:
             self.model.memory.load_state_dict(state)
-
-    def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
 
     # ------------------------------------------------------------------ per batch
     def prepare(

@@ -41,7 +41,7 @@ from .config import TrainConfig
 from .distributed import DistContext
 from .dygformer_model import LocalNeighbors
 from .negatives import counted
-from .protocol import Candidates, JointTerm, StepInput
+from .protocol import Candidates, JointTerm, Learned, StepInput
 from .tgn_access import distinct_queries
 from .tgn_model import pos_neg_loss
 
@@ -82,7 +82,7 @@ class _Prepared:
     columns: tuple[int, ...]  # pairs per row: the evaluation's (1 + candidates) where scored, training's (2)
 
 
-class TPNetLinkModel:
+class TPNetLinkModel(Learned):
     """``nn.TPNet`` with its neighbor reader, walk vectors and optimizer; ``model`` and ``optimizer`` are
     public."""
 
@@ -151,13 +151,6 @@ class TPNetLinkModel:
 
     def load_state(self, state: None) -> None:
         pass
-
-    def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
 
     # ------------------------------------------------------------------ per batch
     def prepare(
