@@ -36,6 +36,7 @@ IN_PLACE: dict[str, str] = {
     "LinkModel": "the protocol: a trainer builds its model, and its step and the offline run hold it",
     "TGNLinkModel": "a LinkModel",
     "DyGFormerLinkModel": "a LinkModel",
+    "TPNetLinkModel": "a LinkModel",
     "EdgeBank": "a LinkModel",
     "RankState": "the protocol: a model's sharded backends make it and hold it",
     "TGNShardState": "a RankState",
