@@ -3,8 +3,6 @@ destinations, known in advance, those the stream has not reached yet as blank no
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -116,5 +114,45 @@ def test_sees_batch_trains_from_a_store_holding_the_part_each_event_at_its_own_t
     held = len(split.train)
     assert training_steps(True) == [(held, False, "event")] * 3  # the part: three batches of 100
     assert [edges for edges, _, _ in training_steps(False)] == [0, 100, 200]
-    with pytest.raises(ConfigError, match="train_negatives='random'"):
-        fit_offline(events, dataclasses.replace(config, train_negatives="historical"), sees_batch=True)
+
+
+@pytest.mark.parametrize("sees_batch", [True, False])
+def test_historical_training_negatives_are_pairs_of_earlier_batches_also_in_the_view(sees_batch):
+    """The view's store holds the whole training part from an epoch's start; a historical training negative
+    must still be a pair of an earlier batch (DyGLib's would be drawn from the training data seen so far),
+    never a destination its source meets later in the part. Each source meets a fresh destination per
+    batch, so a later one is told apart by its id."""
+    sources, batches = 10, 5
+    src = np.tile(np.arange(sources), batches)
+    k = np.repeat(np.arange(batches), sources)
+    events = EventBatch.from_columns(
+        src=src, dst=100 + 10 * k + src, t=np.arange(len(src), dtype=float), eid=range(len(src))
+    )
+    split = ChronologicalSplit.make(events, val=0.1, test=0.1, new_node_fraction=0.0, by_time=False)
+    model = TGNConfig(memory_dim=8, time_dim=4, embedding_dim=8, num_neighbors=3)
+    config = TrainConfig(
+        model=model,
+        batch_size=sources,
+        train_negatives="historical",
+        train_negative_fraction=1.0,
+        train_negative_pool="seen",  # (not seen_blank: each batch's destinations are new, all would blank)
+    )
+    drawn = []  # (batch index, source, negative), external ids
+
+    def watch(trainer) -> dict:
+        draw = trainer.negatives.draw
+
+        def recorded(src, dst, *, purpose, **kw):
+            out = draw(src, dst, purpose=purpose, **kw)
+            if purpose == TRAIN:
+                ext = trainer.store.external_ids
+                drawn.extend(zip([kw["step"]] * len(src), ext(src), ext(out[:, 0]), strict=True))
+            return out
+
+        trainer.negatives.draw = recorded
+        return {}
+
+    fit_offline(events, config, split=split, score_val=False, sees_batch=sees_batch, attach=watch)
+    assert len(split.train) == 40 and {1, 2, 3} <= {step for step, _, _ in drawn}
+    for step, s, neg in drawn:  # after the first batch (no history: random) one of the source's before
+        assert step == 0 or neg in {100 + 10 * j + s for j in range(step)}, (step, s, neg)

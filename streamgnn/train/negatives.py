@@ -93,13 +93,16 @@ class StreamNegatives:
             src, dst = src[history], dst[history]
         self.sampler.observe(src, dst)
 
-    def rebuild(self, store: TemporalGraphStore) -> None:
-        """Start over from exactly the store's edges (a new pass, a restored checkpoint)."""
+    def rebuild(self, store: TemporalGraphStore, *, pairs: bool = True) -> None:
+        """Start over from exactly the store's edges (a new pass, a restored checkpoint). ``pairs=False``:
+        their destinations join the pool, none of their pairs the history, for a store that already holds
+        the pass's later events (``fit_offline(sees_batch=True)``): a historical draw then names only a pair
+        of the batches stepped since, never one the source meets later in the pass."""
         self.sampler = None
         self.store = store
         self._range = (np.iinfo(np.int64).max, np.iinfo(np.int64).min)
         edges = store.edges()
-        self.observe(edges.src, edges.dst)
+        self.observe(edges.src, edges.dst, None if pairs else np.zeros(len(edges.dst), bool))
 
     def draw(
         self,

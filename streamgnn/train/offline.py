@@ -179,8 +179,9 @@ def fit_offline(
     ``score_val=False`` replays validation into memory and graph without scoring it. ``sees_batch``: train
     as DyGLib's trainer does: each epoch's store holds the whole training part from its start and each step
     embeds each event at its own time (``query_time="event"``), so it sees its batch's earlier events
-    (strictly before each time: nothing later), memory still updated once per batch; default: each batch
-    from the state before it. ``progress``: a bar
+    (strictly before each time: nothing later), memory still updated once per batch, and historical
+    training negatives are pairs of the batches before (``start_epoch``); default: each batch from the
+    state before it. ``progress``: a bar
     over epochs with each one's loss and validation AP (converged training can run for hours).
     ``attach``: what follows the trainer's steps, made from it (``StreamTrainer.attached``; e.g. a
     labelled task's loss trained jointly, ``tasks.joint.training_labels``).
@@ -192,11 +193,6 @@ def fit_offline(
         raise ConfigError(f"epochs must be >= 1, got {epochs}")
     if patience is not None and (not isinstance(patience, int) or patience < 1):
         raise ConfigError(f"patience must be an int >= 1 (epochs) or None, got {patience!r}")
-    if sees_batch and config.train_negatives != "random":
-        raise ConfigError(
-            "sees_batch trains from a store holding the whole training part, so a historical negative "
-            "could be a pair met later in it: use train_negatives='random' (as DyGLib's trainer)"
-        )
     split = split or ChronologicalSplit.make(events)
     config = dataclasses.replace(config, serve_every=0, checkpoint_every=0)
     trainer = OnlineTrainer(config)
@@ -300,7 +296,7 @@ class OfflineRun:
         best = (-np.inf, 0, None, None)  # validation AP, epoch, weights, memory before validation
         bar = progress_bar(total=epochs, unit="epoch", disable=not progress)
         for epoch in range(1, epochs + 1):
-            trainer.reset_stream(self.epoch_store(part))
+            self.start_epoch(part)
             start = time.perf_counter()
             epoch_loss = [r.loss for r in run_phase(trainer, self.events, self.training_phase())]
             rates.append(len(part) / (time.perf_counter() - start))
@@ -332,13 +328,17 @@ class OfflineRun:
         self.rewind(before)
         return rates, losses, val_aps, best_epoch
 
-    def epoch_store(self, part: EventBatch):
-        """The store a training epoch starts from: empty, or holding the training part (``sees_batch``)."""
+    def start_epoch(self, part: EventBatch) -> None:
+        """A training epoch's fresh state: an empty store, or (``sees_batch``) one holding the training part,
+        whose negatives' history then starts empty and grows batch by batch as without the view, so a
+        historical training negative is a pair of an earlier batch, never one met later in the part."""
         if not self.sees_batch:
-            return None
+            self.trainer.reset_stream()
+            return
         store = self.trainer.new_store()
         store.ingest(part)
-        return store
+        self.trainer.reset_stream(store)
+        self.trainer.negatives.rebuild(store, pairs=False)
 
     def training_phase(self) -> Phase:
         """An epoch's steps: each batch from the state before it, or, ``sees_batch``, from the store holding
