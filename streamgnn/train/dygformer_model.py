@@ -33,7 +33,6 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from ..errors import ConfigError
 from ..nn import EmbeddingInput
 from ..nn.dygformer import DyGFormer, Sequences
 from ..sampling import SampledSubgraph, SamplerConfig, TemporalSampler
@@ -41,7 +40,7 @@ from ..store import TemporalGraphStore
 from .config import TrainConfig
 from .distributed import DistContext
 from .negatives import counted
-from .protocol import Candidates, JointTerm, Learned, StepInput
+from .protocol import Candidates, JointTerm, Learned, StepInput, check_edge_features
 from .tgn_access import distinct_queries
 from .tgn_model import pos_neg_loss
 
@@ -130,12 +129,7 @@ class DyGFormerLinkModel(Learned):
 
     # ------------------------------------------------------------------ the stream (all of it in the store)
     def attach(self, store: TemporalGraphStore) -> None:
-        want, have = self.config.model.edge_feature_dim, store.edge_feature_dim
-        if have is not None and want != have:
-            raise ConfigError(
-                f"the store holds {have} edge features per row but the model expects {want}: "
-                f"set DyGFormerConfig.edge_feature_dim={have}"
-            )
+        check_edge_features(store, self.config.model.edge_feature_dim, "DyGFormerConfig")
         self.neighbors.attach(store)
 
     def observe(self, src: np.ndarray, dst: np.ndarray, t: np.ndarray, feat: np.ndarray | None) -> None:

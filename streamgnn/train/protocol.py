@@ -27,6 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from ..errors import ConfigError
 from ..store import TemporalGraphStore
 
 
@@ -82,6 +83,17 @@ class Learned:
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+
+
+def check_edge_features(store: TemporalGraphStore, want: int, config: str) -> None:
+    """Refuse, at ``attach``, a store whose rows carry another number of edge features than the model
+    reads (``config``: the model's config class, whose ``edge_feature_dim`` to set), not at a later step."""
+    have = store.edge_feature_dim
+    if have is not None and want != have:
+        raise ConfigError(
+            f"the store holds {have} edge features per row but the model expects {want}: "
+            f"set {config}.edge_feature_dim={have}"
+        )
 
 
 @runtime_checkable

@@ -41,7 +41,7 @@ from .config import TrainConfig
 from .distributed import DistContext
 from .dygformer_model import LocalNeighbors
 from .negatives import counted
-from .protocol import Candidates, JointTerm, Learned, StepInput
+from .protocol import Candidates, JointTerm, Learned, StepInput, check_edge_features
 from .tgn_access import distinct_queries
 from .tgn_model import pos_neg_loss
 
@@ -127,12 +127,7 @@ class TPNetLinkModel(Learned):
 
     # ------------------------------------------------------------------ the stream (all of it in the store)
     def attach(self, store: TemporalGraphStore) -> None:
-        want, have = self.config.model.edge_feature_dim, store.edge_feature_dim
-        if have is not None and want != have:
-            raise ConfigError(
-                f"the store holds {have} edge features per row but the model expects {want}: "
-                f"set TPNetConfig.edge_feature_dim={have}"
-            )
+        check_edge_features(store, self.config.model.edge_feature_dim, "TPNetConfig")
         self.neighbors.attach(store)
         self.store = store
 
