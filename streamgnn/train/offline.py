@@ -337,8 +337,7 @@ class OfflineRun:
             return
         store = self.trainer.new_store()
         store.ingest(part)
-        self.trainer.reset_stream(store)
-        self.trainer.negatives.rebuild(store, pairs=False)
+        self.trainer.reset_stream(store, negative_pairs=False)
 
     def training_phase(self) -> Phase:
         """An epoch's steps: each batch from the state before it, or, ``sees_batch``, from the store holding

@@ -277,14 +277,16 @@ class OnlineTrainer(StreamTrainer):
             if not skip:
                 self.dead_letter_count += source.dead_letter_count() - letters_seen
 
-    def reset_stream(self, store: TemporalGraphStore | None = None) -> None:
+    def reset_stream(self, store: TemporalGraphStore | None = None, *, negative_pairs: bool = True) -> None:
         """Start a new pass over a replayed stream: fresh store (default: empty), blank memory and negative
-        history; learned parameters and optimizer state stay (e.g. between offline epochs)."""
+        history; learned parameters and optimizer state stay (e.g. between offline epochs).
+        ``negative_pairs=False``: the store's destinations join the negatives' pool but none of its pairs
+        their history (``StreamNegatives.rebuild``), for a store that already holds the pass."""
         self.store = self._admitting(store)
         for model in self.stream_models():
             model.reset_state()
             model.attach(self.store)
-        self.negatives.rebuild(self.store)
+        self.negatives.rebuild(self.store, pairs=negative_pairs)
         self.position = 0
         # The next refresh (each step's, or resume's once the state is loaded) serves the new pass's rows.
         self.serving.reset()
